@@ -3,12 +3,16 @@
     PeertrainError                 anything peertrain raises on purpose
     └── ProtocolError              bytes from the network were not acceptable
         ├── DecodeError            malformed, wrong type, inconsistent sizes
+        │   └── ChecksumMismatch   a tensor payload did not hash to its header's checksum
         ├── MessageTooLarge        a frame or message over its hard limit
         ├── VersionMismatch        the peer speaks an incompatible protocol version
-        └── BadSignature           signature, signer or envelope target did not verify
+        ├── BadSignature           signature, signer or envelope target did not verify
+        ├── ReplayedEnvelope       a correctly signed envelope seen before
+        └── PeerTimeout            the peer did not send (or take) bytes in time; `phase` says when
 
 Other layers hang their own branches under `PeertrainError` (e.g. `dht.errors.DHTError`).
 `PeertrainError` lives here because `protocol/` is the bottom layer and imports nothing of ours.
+Every `ProtocolError` means "the remote peer is to blame": callers penalise the peer and go on.
 """
 
 from __future__ import annotations
@@ -26,6 +30,10 @@ class DecodeError(ProtocolError):
     """Malformed bytes: truncated, wrong types, inconsistent sizes, bad values."""
 
 
+class ChecksumMismatch(DecodeError):
+    """A payload's bytes did not hash to the checksum its header announced."""
+
+
 class MessageTooLarge(ProtocolError):
     """A frame or message exceeded its hard size limit."""
 
@@ -36,3 +44,15 @@ class VersionMismatch(ProtocolError):
 
 class BadSignature(ProtocolError):
     """A signature, its signer, or the envelope's target (run, round) did not verify."""
+
+
+class ReplayedEnvelope(ProtocolError):
+    """A validly signed envelope arrived a second time (a replay, or a duplicate delivery)."""
+
+
+class PeerTimeout(ProtocolError):
+    """The peer was too slow; `phase` names what we were waiting for (e.g. "read-frame-header")."""
+
+    def __init__(self, message: str, *, phase: str) -> None:
+        super().__init__(message)
+        self.phase = phase
