@@ -1,0 +1,78 @@
+"""Concrete, routable addresses to advertise instead of /ip4/0.0.0.0.
+
+py-libp2p advertises a wildcard listen address verbatim, which breaks everything that passes
+addresses around (LIBP2P-NOTES.md). We expand a wildcard into one address per interface and
+order them so that the first one is the best to give other machines: public, then private
+(LAN), then loopback last. Link-local addresses are dropped: they need a zone to be dialed.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Sequence
+
+import psutil
+from multiaddr import Multiaddr
+
+_WILDCARDS = {"0.0.0.0": "ip4", "::": "ip6"}
+
+
+def interface_ips(family: str) -> list[str]:
+    """Every usable address of this machine for `family` ("ip4" or "ip6")."""
+    found = []
+    for addrs in psutil.net_if_addrs().values():
+        for addr in addrs:
+            text = addr.address.split("%")[0]
+            try:
+                ip = ipaddress.ip_address(text)
+            except ValueError:
+                continue
+            if (ip.version == 4) != (family == "ip4") or ip.is_link_local or ip.is_unspecified:
+                continue
+            found.append(str(ip))
+    return sorted(set(found), key=_rank_ip)
+
+
+def _rank_ip(text: str) -> tuple[int, str]:
+    ip = ipaddress.ip_address(text)
+    if ip.is_loopback:
+        return (2, text)
+    if ip.is_private:
+        return (1, text)
+    return (0, text)
+
+
+def rank(addr: Multiaddr) -> int:
+    """0 for public, 1 for private, 2 for loopback, 3 for anything we cannot classify."""
+    for proto in ("ip4", "ip6"):
+        try:
+            value = addr.value_for_protocol(proto)
+        except Exception:
+            continue
+        if value:
+            return _rank_ip(value)[0]
+    return 3
+
+
+def expand_wildcards(addrs: Iterable[Multiaddr]) -> list[Multiaddr]:
+    """Replace each wildcard IP by every concrete IP of this machine; keep order stable, best first."""
+    out: list[Multiaddr] = []
+    for addr in addrs:
+        parts = str(addr).split("/")
+        if len(parts) > 2 and parts[1] in ("ip4", "ip6") and parts[2] in _WILDCARDS:
+            for ip in interface_ips(parts[1]):
+                out.append(Multiaddr("/".join(parts[:2] + [ip] + parts[3:])))
+        else:
+            out.append(addr)
+    unique = list(dict.fromkeys(out))
+    return sorted(unique, key=rank)
+
+
+def is_loopback(addr: Multiaddr) -> bool:
+    return rank(addr) == 2
+
+
+def shareable(addrs: Sequence[Multiaddr]) -> list[Multiaddr]:
+    """The addresses worth giving to other machines: loopback only if nothing else exists."""
+    routable = [a for a in addrs if not is_loopback(a)]
+    return routable or list(addrs)

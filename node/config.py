@@ -1,0 +1,171 @@
+"""Node configuration: defaults < `config.toml` in the home < `PEERTRAIN_*` env vars < flags.
+
+Every option has one name used everywhere: the TOML key `listen`, the env var
+`PEERTRAIN_LISTEN`, the flag `--listen`. List options take several flags, a TOML list, or a
+comma-separated env var. Unknown keys fail with the list of known ones and the nearest match,
+because a typo that is silently ignored costs a user an afternoon.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+CONFIG_FILE = "config.toml"
+ENV_PREFIX = "PEERTRAIN_"
+LOG_FORMATS = ("auto", "rich", "plain", "json")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+_PSK_RE = re.compile(r"^[0-9a-fA-F]{64}$")
+
+
+def default_home() -> Path:
+    """The per-user data directory, unless PEERTRAIN_HOME says otherwise."""
+    if env := os.environ.get(ENV_PREFIX + "HOME"):
+        return Path(env).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("peertrain", appauthor=False))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeConfig:
+    """Everything a daemon needs to start. Built by `load_config`, never by hand in the CLI."""
+
+    home: Path
+    listen: tuple[str, ...] = ("/ip4/0.0.0.0/tcp/0",)
+    bootstrap: tuple[str, ...] = ()
+    announce: tuple[str, ...] = ()
+    psk: str | None = None
+    run: str | None = None
+    log_level: str = "info"
+    log_format: str = "auto"
+    dial_timeout: float = 10.0
+    reconnect_interval: float = 2.0
+
+    @property
+    def control_socket(self) -> Path:
+        return self.home / "control.sock"
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(NodeConfig) if f.name != "home"}
+
+
+def load_config(home: Path | None = None, overrides: Mapping[str, Any] | None = None) -> NodeConfig:
+    """Merge file, env and flag values (flags in `overrides`; None means "not given")."""
+    home = Path(home).expanduser() if home is not None else default_home()
+    merged: dict[str, Any] = {}
+    merged.update(_read_file(home / CONFIG_FILE))
+    merged.update(_read_env(os.environ))
+    merged.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    _reject_unknown(merged, source="options")
+    values = {name: _coerce(name, value) for name, value in merged.items()}
+    config = NodeConfig(home=home, **values)
+    _validate(config)
+    return config
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc}); fix the file or delete it") from exc
+    _reject_unknown(data, source=str(path))
+    return data
+
+
+def _read_env(environ: Mapping[str, str]) -> dict[str, Any]:
+    found = {}
+    for name in _FIELDS:
+        key = ENV_PREFIX + name.upper()
+        if key in environ and environ[key] != "":
+            found[name] = environ[key]
+    return found
+
+
+def _reject_unknown(data: Mapping[str, Any], *, source: str) -> None:
+    for key in data:
+        if key not in _FIELDS:
+            close = difflib.get_close_matches(key, _FIELDS, n=1)
+            hint = f"did you mean `{close[0]}`? " if close else ""
+            raise ConfigError(
+                f"{source}: unknown key `{key}`; {hint}known keys: {', '.join(sorted(_FIELDS))}"
+            )
+
+
+def _coerce(name: str, value: Any) -> Any:
+    default = _FIELDS[name].default
+    if isinstance(default, tuple):
+        if isinstance(value, str):
+            value = [part for part in re.split(r"[,\s]+", value) if part]
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"`{name}` must be a list of strings, got {value!r}")
+        return tuple(value)
+    if isinstance(default, float):
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"`{name}` must be a number of seconds, got {value!r}") from None
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"`{name}` must be a string, got {value!r}")
+    return value
+
+
+def _validate(config: NodeConfig) -> None:
+    if config.log_format not in LOG_FORMATS:
+        raise ConfigError(f"`log_format` must be one of {', '.join(LOG_FORMATS)}, got {config.log_format!r}")
+    if config.log_level.lower() not in LOG_LEVELS:
+        raise ConfigError(f"`log_level` must be one of {', '.join(LOG_LEVELS)}, got {config.log_level!r}")
+    if config.psk is not None and not _PSK_RE.match(config.psk):
+        raise ConfigError(
+            "`psk` must be 64 hex characters (a 32-byte key); make one with "
+            "`python -c 'import secrets; print(secrets.token_hex(32))'`"
+        )
+    if not config.listen:
+        raise ConfigError("`listen` is empty; give at least one address such as /ip4/0.0.0.0/tcp/0")
+    for name in ("dial_timeout", "reconnect_interval"):
+        if getattr(config, name) <= 0:
+            raise ConfigError(f"`{name}` must be positive")
+    _validate_multiaddrs(config)
+
+
+def _validate_multiaddrs(config: NodeConfig) -> None:
+    from multiaddr import Multiaddr
+
+    for name in ("listen", "bootstrap", "announce"):
+        for text in getattr(config, name):
+            try:
+                Multiaddr(text)
+            except Exception as exc:  # multiaddr raises a zoo of types
+                raise ConfigError(f"`{name}`: {text!r} is not a multiaddr ({exc})") from None
+    for text in config.bootstrap:
+        if "/p2p/" not in text:
+            raise ConfigError(
+                f"`bootstrap`: {text!r} lacks the peer ID; use the full address a node prints, "
+                "ending in /p2p/<peer id>"
+            )
+
+
+def config_as_dict(config: NodeConfig) -> dict[str, Any]:
+    """A JSON-friendly view (the PSK is masked)."""
+    out = {f: getattr(config, f) for f in _FIELDS}
+    out["home"] = str(config.home)
+    out["psk"] = "set" if config.psk else None
+    out = {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
+    return out
+
+
+def field_names() -> tuple[str, ...]:
+    return tuple(_FIELDS)
+
+
