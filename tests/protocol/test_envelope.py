@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.crypto.secp256k1 import create_new_key_pair as create_secp_key_pair
 from libp2p.peer.id import ID
-
 from peertrain.protocol.envelope import Envelope, ReplayGuard, open_envelope, seal
 from peertrain.protocol.errors import (
     BadSignature,
