@@ -1,0 +1,5 @@
+"""`python -m peertrain …` is the `peertrain` command."""
+
+from peertrain.node.cli import main
+
+raise SystemExit(main())

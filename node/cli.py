@@ -1,0 +1,193 @@
+"""The `peertrain` command.
+
+    peertrain id                      peer ID and friendly name of this home's identity
+    peertrain node start              run the daemon in the foreground
+    peertrain join PEER               run the daemon, connected to PEER (a /p2p/ multiaddr)
+    peertrain status [--json]         ask the daemon running on this home
+    peertrain swarm local --nodes N   N daemons on loopback, as separate processes
+
+Every option is also an environment variable: `--log-format json` is PEERTRAIN_LOG_FORMAT=json,
+`--nodes 4` is PEERTRAIN_NODES=4. Precedence: flag > env > config.toml > default.
+Heavy imports (libp2p, torch) happen inside the commands that need them, so `status` is quick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from .config import ENV_PREFIX, field_names
+from .errors import NodeError
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "handler"):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        _apply_env(args, parser)
+        return args.handler(args) or 0
+    except NodeError as exc:
+        print(f"peertrain: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="peertrain", description="Decentralized peer-to-peer training.")
+    commands = parser.add_subparsers(metavar="COMMAND")
+
+    home = argparse.ArgumentParser(add_help=False)
+    home.add_argument("--home", type=Path, help="node home folder (env PEERTRAIN_HOME; default: per-user data dir)")
+
+    daemon = argparse.ArgumentParser(add_help=False, parents=[home])
+    daemon.add_argument("--listen", action="append", metavar="MULTIADDR", help="listen address (repeatable)")
+    daemon.add_argument("--bootstrap", action="append", metavar="MULTIADDR", help="peer to connect to (repeatable)")
+    daemon.add_argument("--announce", action="append", metavar="MULTIADDR", help="extra address to advertise")
+    daemon.add_argument("--psk", metavar="HEX64", help="pre-shared key of a private network")
+    daemon.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    daemon.add_argument("--log-format", choices=["auto", "rich", "plain", "json"])
+
+    p = commands.add_parser("id", parents=[home], help="print this home's peer ID and friendly name")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_id)
+
+    node = commands.add_parser("node", help="run a node").add_subparsers(metavar="ACTION")
+    p = node.add_parser("start", parents=[daemon], help="run the daemon in the foreground")
+    p.set_defaults(handler=cmd_node_start)
+
+    p = commands.add_parser("join", parents=[daemon], help="run the daemon connected to PEER")
+    p.add_argument("peer", metavar="PEER", help="full multiaddr ending in /p2p/<peer id>")
+    p.add_argument("--run", metavar="NAME", help="the training run to join")
+    p.set_defaults(handler=cmd_join)
+
+    p = commands.add_parser("status", parents=[home], help="status of the daemon on this home")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(handler=cmd_status)
+
+    swarm = commands.add_parser("swarm", help="local multi-node swarms").add_subparsers(metavar="ACTION")
+    p = swarm.add_parser("local", help="spawn N daemons on loopback and watch them")
+    p.add_argument("--nodes", type=int, default=4, help="number of daemons (default 4)")
+    p.add_argument("--duration", type=float, default=0.0, help="seconds to run; 0 = until Ctrl-C")
+    p.add_argument("--report", type=Path, help="write a JSON report here at the end")
+    p.add_argument("--log-format", choices=["auto", "rich", "plain", "json"])
+    p.set_defaults(handler=cmd_swarm_local)
+    return parser
+
+
+def _apply_env(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """Fill options the user did not give from PEERTRAIN_<OPTION>, except node-config keys,
+    which `load_config` merges itself (so that the file sits between env and default)."""
+    config_keys = set(field_names()) | {"home"}
+    for action in _all_actions(parser):
+        dest = action.dest
+        if dest in config_keys or not hasattr(args, dest) or getattr(args, dest) != action.default:
+            continue
+        raw = os.environ.get(ENV_PREFIX + dest.upper())
+        if raw is None or raw == "":
+            continue
+        if isinstance(action, argparse._StoreTrueAction):
+            value: Any = raw.lower() in ("1", "true", "yes", "on")
+        else:
+            try:
+                value = action.type(raw) if action.type else raw
+            except (TypeError, ValueError):
+                raise NodeError(f"{ENV_PREFIX}{dest.upper()}={raw!r} is not a valid value for --{dest.replace('_', '-')}") from None
+        setattr(args, dest, value)
+
+
+def _all_actions(parser: argparse.ArgumentParser):
+    for action in parser._actions:
+        yield action
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _all_actions(sub)
+
+
+def _load(args: argparse.Namespace, **extra: Any):
+    from .config import load_config
+
+    overrides = {
+        "listen": args.listen, "bootstrap": args.bootstrap, "announce": args.announce,
+        "psk": args.psk, "log_level": args.log_level, "log_format": args.log_format, **extra,
+    }
+    return load_config(args.home, overrides)
+
+
+def _home(args: argparse.Namespace) -> Path:
+    from .config import default_home
+
+    return Path(args.home).expanduser() if args.home else default_home()
+
+
+def cmd_id(args: argparse.Namespace) -> int:
+    from .identity import load_or_create_identity
+
+    identity = load_or_create_identity(_home(args))
+    if args.json:
+        print(json.dumps({"peer_id": identity.peer_id.to_base58(), "name": identity.name}))
+    else:
+        print(f"{identity.peer_id.to_base58()}  {identity.name}")
+    return 0
+
+
+def cmd_node_start(args: argparse.Namespace, config=None) -> int:
+    import trio
+
+    from .log_setup import setup_logging
+    from .runner import serve_until_signalled
+
+    config = config or _load(args)
+    setup_logging(config.log_level, config.log_format)
+    trio.run(serve_until_signalled, config)
+    return 0
+
+
+def cmd_join(args: argparse.Namespace) -> int:
+    from .host import parse_peer_addr
+
+    parse_peer_addr(args.peer)  # fail early with a clear message
+    bootstrap = [args.peer, *(args.bootstrap or [])]
+    config = _load(args, bootstrap=bootstrap, run=args.run)
+    return cmd_node_start(args, config)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from .config import NodeConfig
+    from .control import call_sync
+
+    status = call_sync(NodeConfig(home=_home(args)).control_socket, "status")
+    if args.json:
+        print(json.dumps(status, indent=2))
+        return 0
+    print(f"{status['name']}  {status['peer_id']}")
+    print(f"  give others  {status['share']}")
+    print(f"  uptime       {status['uptime_s']:.0f} s")
+    print(f"  run          {status['run'] or '-'}")
+    print(f"  peers        {len(status['peers'])}")
+    for peer in status["peers"]:
+        print(f"    {status['peer_names'].get(peer, '')}  {peer}")
+    return 0
+
+
+def cmd_swarm_local(args: argparse.Namespace) -> int:
+    from .local_swarm import LocalSwarmOptions, run_local_swarm
+
+    if args.nodes < 1:
+        raise NodeError("--nodes must be at least 1")
+    options = LocalSwarmOptions(nodes=args.nodes, duration=args.duration, report=args.report)
+    return run_local_swarm(options)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

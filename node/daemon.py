@@ -1,0 +1,87 @@
+"""The daemon: one trio nursery of services, started in order, each announcing when it serves.
+
+    host (TCP + Noise + Yamux, listening)
+      └─ nursery
+           ├─ ControlServer   JSON on <home>/control.sock   (status now; runs later)
+           └─ PeerKeeper      bootstrap peers, reconnecting with backoff
+
+A crash in a service stops the node loudly; a misbehaving remote peer never does. Torch is not
+imported here: the training services import it when a run needs it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+import trio
+from multiaddr import Multiaddr
+
+from peertrain import __version__
+
+from .addresses import rank
+from .config import NodeConfig
+from .control import ControlServer
+from .host import build_host, parse_peer_addr
+from .identity import Identity
+from .names import friendly_name
+from .peers import IdentityGuard, PeerKeeper
+
+log = logging.getLogger(__name__)
+
+
+class Daemon:
+    """A running node. `await nursery.start(daemon.run)` returns once it listens and serves."""
+
+    def __init__(self, config: NodeConfig, identity: Identity):
+        self.config = config
+        self.identity = identity
+        self.host = build_host(
+            identity, psk=config.psk, announce=config.announce, dial_timeout=config.dial_timeout
+        )
+        self.bootstrap = [parse_peer_addr(a) for a in config.bootstrap]
+        self.started_at: float | None = None
+        self._guard = IdentityGuard(self.host)
+
+    async def run(self, *, task_status: trio.TaskStatus[Daemon] = trio.TASK_STATUS_IGNORED) -> None:
+        listen = [Multiaddr(a) for a in self.config.listen]
+        async with self.host.run(listen):
+            self.host.get_network().register_notifee(self._guard)
+            async with trio.open_nursery() as nursery:
+                control = ControlServer(self.config.control_socket, self.control_methods())
+                await nursery.start(control.run)
+                keeper = PeerKeeper(self.host, self.bootstrap, interval=self.config.reconnect_interval)
+                await nursery.start(keeper.run)
+                self.started_at = time.monotonic()
+                log.info("node %s serving as %s", self.identity.name, self.identity.peer_id)
+                task_status.started(self)
+
+    def control_methods(self) -> dict[str, Any]:
+        async def status(_params: dict[str, Any]) -> dict[str, Any]:
+            return self.status()
+
+        return {"status": status}
+
+    def addrs(self) -> list[str]:
+        """Advertised addresses, best first: the first one is what to give other machines."""
+        return [str(a) for a in sorted(self.host.get_addrs(), key=rank)]
+
+    def status(self) -> dict[str, Any]:
+        peers = [p.to_base58() for p in self.host.get_connected_peers()]
+        addrs = self.addrs()
+        return {
+            "peer_id": self.identity.peer_id.to_base58(),
+            "name": self.identity.name,
+            "addrs": addrs,
+            "share": addrs[0] if addrs else None,
+            "peers": peers,
+            "peer_names": {p: friendly_name(p) for p in peers},
+            "run": None,
+            "private_network": self.config.psk is not None,
+            "uptime_s": round(time.monotonic() - self.started_at, 1) if self.started_at else 0.0,
+            "pid": os.getpid(),
+            "version": __version__,
+            "home": str(self.config.home),
+        }
