@@ -1,0 +1,98 @@
+"""Input validation: every update is judged before any rule sees it.
+
+Two stages, so a malformed input costs nothing and a well-formed one is read once:
+
+1. `check_structure` (no data pass): a torch tensor, float32, 1-D, the expected length, on the
+   same device as the others.
+2. `judge_values` (after the statistics pass): no NaN/Inf (a NaN/Inf value, or a sum of squares
+   beyond fp32 range, makes the squared norm non-finite) and a norm at most `max_norm_ratio` times
+   the median norm of the finite inputs.
+
+The result is one `Verdict` per input, in input order, so the caller can penalise exactly the
+senders whose updates were rejected. Rejection is not an exception: the honest majority's update
+should still be produced. A median norm of zero disables the norm test for that call (the ratio
+is undefined), and the norm test never rejects a majority, because the median is one of them.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+DEFAULT_MAX_NORM_RATIO = 1000.0
+
+
+class RejectReason(enum.StrEnum):
+    NOT_A_TENSOR = "not-a-tensor"
+    DTYPE = "dtype"
+    SHAPE = "shape"
+    DEVICE = "device"
+    NON_FINITE = "non-finite"
+    NORM = "norm"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Verdict:
+    """What validation decided about input `index`; `reason` is None when it was accepted."""
+
+    index: int
+    reason: RejectReason | None = None
+    detail: str = ""
+    norm: float | None = None  # L2 norm, when the statistics pass reached this input
+
+    @property
+    def accepted(self) -> bool:
+        return self.reason is None
+
+
+def check_structure(
+    updates: Sequence[object], *, numel: int | None, device: torch.device | None = None
+) -> list[Verdict]:
+    """Type, dtype, shape and device checks; `numel=None` takes the most common length."""
+    if numel is None:
+        lengths = [u.numel() for u in updates if isinstance(u, torch.Tensor) and u.dim() == 1]
+        numel = max(set(lengths), key=lengths.count) if lengths else 0
+    tensors = [u for u in updates if isinstance(u, torch.Tensor)]
+    if device is None and tensors:
+        device = tensors[0].device
+    return [_structure_verdict(i, u, numel, device) for i, u in enumerate(updates)]
+
+
+def _structure_verdict(
+    index: int, update: object, numel: int, device: torch.device | None
+) -> Verdict:
+    if not isinstance(update, torch.Tensor):
+        return Verdict(index=index, reason=RejectReason.NOT_A_TENSOR, detail=type(update).__name__)
+    if update.dtype != torch.float32:
+        return Verdict(index=index, reason=RejectReason.DTYPE, detail=str(update.dtype))
+    if update.dim() != 1 or update.numel() != numel:
+        detail = f"shape {tuple(update.shape)}, expected ({numel},)"
+        return Verdict(index=index, reason=RejectReason.SHAPE, detail=detail)
+    if device is not None and update.device != device:
+        return Verdict(index=index, reason=RejectReason.DEVICE, detail=str(update.device))
+    return Verdict(index=index)
+
+
+def judge_values(
+    indices: Sequence[int], sq_norms: torch.Tensor, *, max_norm_ratio: float | None
+) -> list[Verdict]:
+    """Verdicts for inputs `indices` (which passed the structure checks) from their squared norms."""
+    norms = sq_norms.sqrt().tolist()
+    finite = [n for n in norms if math.isfinite(n)]
+    median = statistics.median(finite) if finite else 0.0
+    verdicts = []
+    for index, norm in zip(indices, norms, strict=True):
+        if not math.isfinite(norm):
+            detail = "NaN or Inf values (or a norm beyond float32 range)"
+            verdicts.append(Verdict(index=index, reason=RejectReason.NON_FINITE, detail=detail))
+        elif max_norm_ratio is not None and median > 0 and norm > max_norm_ratio * median:
+            detail = f"norm {norm:.3g} is {norm / median:.3g}x the median {median:.3g}"
+            verdicts.append(Verdict(index=index, reason=RejectReason.NORM, detail=detail, norm=norm))
+        else:
+            verdicts.append(Verdict(index=index, norm=norm))
+    return verdicts
