@@ -8,7 +8,9 @@
         ├── VersionMismatch        the peer speaks an incompatible protocol version
         ├── BadSignature           signature, signer or envelope target did not verify
         ├── ReplayedEnvelope       a correctly signed envelope seen before
+        ├── StreamEnded            the stream closed or was reset before the expected bytes came
         └── PeerTimeout            the peer did not send (or take) bytes in time; `phase` says when
+    └── RemoteError                the peer understood a request and refused it (`code`, `reason`)
 
 Other layers hang their own branches under `PeertrainError` (e.g. `dht.errors.DHTError`).
 `PeertrainError` lives here because `protocol/` is the bottom layer and imports nothing of ours.
@@ -50,9 +52,22 @@ class ReplayedEnvelope(ProtocolError):
     """A validly signed envelope arrived a second time (a replay, or a duplicate delivery)."""
 
 
+class StreamEnded(ProtocolError):
+    """The stream hit EOF, was reset, or failed in the middle of an exchange."""
+
+
 class PeerTimeout(ProtocolError):
     """The peer was too slow; `phase` names what we were waiting for (e.g. "read-frame-header")."""
 
     def __init__(self, message: str, *, phase: str) -> None:
         super().__init__(message)
         self.phase = phase
+
+
+class RemoteError(PeertrainError):
+    """The peer answered a request with an error response. Not misbehaviour: no penalty."""
+
+    def __init__(self, *, code: int, reason: str) -> None:
+        super().__init__(f"peer refused the request (code {code}): {reason}")
+        self.code = code
+        self.reason = reason
