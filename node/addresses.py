@@ -37,9 +37,9 @@ def _rank_ip(text: str) -> tuple[int, str]:
     ip = ipaddress.ip_address(text)
     if ip.is_loopback:
         return (2, text)
-    if ip.is_private:
-        return (1, text)
-    return (0, text)
+    if ip.is_global:
+        return (0, text)
+    return (1, text)
 
 
 def rank(addr: Multiaddr) -> int:

@@ -53,7 +53,23 @@ class NodeConfig:
 
     @property
     def control_socket(self) -> Path:
-        return self.home / "control.sock"
+        return control_socket_path(self.home)
+
+
+UNIX_PATH_MAX = 100  # sun_path is 108 bytes on Linux, 104 on macOS
+
+
+def control_socket_path(home: Path) -> Path:
+    """`<home>/control.sock`, or, when that is too long for a Unix socket, a path derived from
+    the home's hash in a private per-user folder under the temp dir (so `status` finds it too)."""
+    path = Path(home).expanduser().absolute() / "control.sock"
+    if len(str(path).encode()) <= UNIX_PATH_MAX:
+        return path
+    import hashlib
+    import tempfile
+
+    digest = hashlib.blake2b(str(path).encode(), digest_size=8).hexdigest()
+    return Path(tempfile.gettempdir()) / f"peertrain-{os.getuid()}" / f"{digest}.sock"
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(NodeConfig) if f.name != "home"}

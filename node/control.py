@@ -51,6 +51,8 @@ class ControlServer:
 
     async def _bind(self) -> trio.SocketListener:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if self.path.parent.stat().st_uid != os.getuid():
+            raise ControlError(f"{self.path.parent} belongs to another user; refusing to put the control socket there")
         if self.path.exists():
             await _refuse_if_live(self.path)
             self.path.unlink()

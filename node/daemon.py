@@ -3,7 +3,8 @@
     host (TCP + Noise + Yamux, listening)
       └─ nursery
            ├─ ControlServer   JSON on <home>/control.sock   (status now; runs later)
-           └─ PeerKeeper      bootstrap peers, reconnecting with backoff
+           ├─ PeerKeeper      bootstrap peers, reconnecting with backoff
+           └─ PeerExchange    learn peers' peers until the node is well connected
 
 A crash in a service stops the node loudly; a misbehaving remote peer never does. Torch is not
 imported here: the training services import it when a run needs it.
@@ -27,7 +28,9 @@ from .control import ControlServer
 from .host import build_host, parse_peer_addr
 from .identity import Identity
 from .names import friendly_name
+from .peer_exchange import PeerExchange
 from .peers import IdentityGuard, PeerKeeper
+from .penalties import PeerScoreboard
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +47,8 @@ class Daemon:
         self.bootstrap = [parse_peer_addr(a) for a in config.bootstrap]
         self.started_at: float | None = None
         self._guard = IdentityGuard(self.host)
+        self.scoreboard = PeerScoreboard()
+        self.peer_exchange = PeerExchange(self.host, self.scoreboard)
 
     async def run(self, *, task_status: trio.TaskStatus[Daemon] = trio.TASK_STATUS_IGNORED) -> None:
         listen = [Multiaddr(a) for a in self.config.listen]
@@ -54,6 +59,7 @@ class Daemon:
                 await nursery.start(control.run)
                 keeper = PeerKeeper(self.host, self.bootstrap, interval=self.config.reconnect_interval)
                 await nursery.start(keeper.run)
+                await nursery.start(self.peer_exchange.run)
                 self.started_at = time.monotonic()
                 log.info("node %s serving as %s", self.identity.name, self.identity.peer_id)
                 task_status.started(self)

@@ -1,0 +1,110 @@
+"""Request/response over libp2p streams: one stream per request, one message each way.
+
+`serve` registers a handler class for a protocol ID: every inbound stream is read with a size
+limit and a timeout, decoded at the edge into the declared request type, answered, and closed.
+A peer that sends garbage gets an `ErrorResponse` when possible and a penalty always; the node
+goes on. Concurrency is bounded per peer and in total, so a flood of streams waits in line
+instead of growing memory. `request` is the client side, with the same limits.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+
+import trio
+from libp2p.abc import IHost, INetStream
+from libp2p.peer.id import ID
+
+from peertrain.protocol.errors import ProtocolError
+from peertrain.protocol.framing import read_message, write_message
+from peertrain.protocol.ids import ProtocolId
+from peertrain.protocol.messages import ErrorCode, ErrorResponse, Request, Response, check_reply
+
+from .penalties import PeerScoreboard
+
+log = logging.getLogger(__name__)
+
+BAD_MESSAGE_PENALTY = 25.0
+
+
+class RpcServer:
+    """Serves `handler(peer, request) -> response` for one protocol, with limits."""
+
+    def __init__(
+        self,
+        host: IHost,
+        pid: ProtocolId,
+        request_type: type[Request],
+        handler: Callable[[ID, Request], Awaitable[Response]],
+        *,
+        scoreboard: PeerScoreboard,
+        timeout: float = 10.0,
+        max_total: int = 64,
+        max_per_peer: int = 4,
+    ):
+        self.host, self.pid, self.request_type, self.handler = host, pid, request_type, handler
+        self.scoreboard = scoreboard
+        self.timeout = timeout
+        self._total = trio.CapacityLimiter(max_total)
+        self._per_peer: defaultdict[str, int] = defaultdict(int)
+        self.max_per_peer = max_per_peer
+
+    def register(self) -> None:
+        self.host.set_stream_handler(str(self.pid), self._on_stream)
+
+    async def _on_stream(self, stream: INetStream) -> None:
+        peer = stream.muxed_conn.peer_id
+        key = peer.to_base58()
+        if self.scoreboard.is_banned(key) or self._per_peer[key] >= self.max_per_peer:
+            await stream.reset()
+            return
+        self._per_peer[key] += 1
+        try:
+            async with self._total:
+                await self._answer(peer, stream)
+        finally:
+            self._per_peer[key] -= 1
+            if not self._per_peer[key]:
+                del self._per_peer[key]
+            await _close_quietly(stream)
+
+    async def _answer(self, peer: ID, stream: INetStream) -> None:
+        with trio.move_on_after(self.timeout):
+            try:
+                request = await read_message(stream, self.request_type, idle_timeout=self.timeout)
+            except ProtocolError as exc:
+                self.scoreboard.penalise(peer.to_base58(), BAD_MESSAGE_PENALTY, f"{self.pid}: {exc}")
+                return
+            response = await self.handler(peer, request)
+            try:
+                await write_message(stream, response, idle_timeout=self.timeout)
+            except ProtocolError as exc:
+                log.debug("%s: could not answer %s: %s", self.pid, peer, exc)
+
+
+async def request(
+    host: IHost, peer: ID, pid: ProtocolId, message: Request, response_type: type[Response],
+    *, timeout: float = 10.0,
+) -> Response:
+    """Send one request and return the matching response; ProtocolError / RemoteError otherwise."""
+    with trio.fail_after(timeout):
+        stream = await host.new_stream(peer, [str(pid)])
+        try:
+            await write_message(stream, message, idle_timeout=timeout)
+            reply = await read_message(stream, (response_type, ErrorResponse), idle_timeout=timeout)
+        finally:
+            await _close_quietly(stream)
+    return check_reply(message, reply)
+
+
+def refuse(req: Request, code: int = ErrorCode.BAD_REQUEST, reason: str = "") -> ErrorResponse:
+    return req.reply(ErrorResponse, code=code, reason=reason[:256])
+
+
+async def _close_quietly(stream: INetStream) -> None:
+    try:
+        await stream.close()
+    except Exception:  # the peer may already have reset it
+        pass

@@ -1,0 +1,86 @@
+"""Test helpers: real nodes in one trio process, real daemons as CLI processes.
+
+    async with open_test_swarm(3) as nodes:         # in-process, loopback, real libp2p hosts
+        await connect_all(nodes)                     # star or mesh wiring
+        ...
+    with cli_daemons(3, tmp_path) as daemons:        # separate processes through the CLI
+        daemons[1].status()["peers"]
+
+Both are what a user would run, minus the process boundary for the first. The pytest
+fixtures in tests/conftest.py wrap them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from peertrain.node.config import NodeConfig
+from peertrain.node.daemon import Daemon
+from peertrain.node.identity import Identity
+from peertrain.node.processes import DaemonProcess, node_args, stop_all
+
+
+@contextlib.asynccontextmanager
+async def open_test_swarm(
+    n: int, *, psk: str | None = None, bootstrap_first: bool = True, base: Path | None = None
+) -> AsyncIterator[list[Daemon]]:
+    """N in-process daemons listening on 127.0.0.1; node i>0 bootstraps from node 0 if asked."""
+    with tempfile.TemporaryDirectory(prefix="peertrain-test-", dir=base) as tmp:
+        async with trio.open_nursery() as nursery:
+            nodes: list[Daemon] = []
+            for index in range(n):
+                bootstrap = (nodes[0].addrs()[0],) if bootstrap_first and nodes else ()
+                config = NodeConfig(
+                    home=Path(tmp) / f"n{index}", listen=("/ip4/127.0.0.1/tcp/0",), bootstrap=bootstrap,
+                    psk=psk, reconnect_interval=0.2,
+                )
+                nodes.append(await nursery.start(Daemon(config, Identity.generate()).run))
+            try:
+                yield nodes
+            finally:
+                nursery.cancel_scope.cancel()
+
+
+async def wait_until(predicate: Callable[[], bool], *, timeout: float = 10.0, interval: float = 0.05) -> float:
+    """Poll `predicate` until true; return the seconds it took; raise TimeoutError otherwise."""
+    start = trio.current_time()
+    with trio.move_on_after(timeout):
+        while not predicate():
+            await trio.sleep(interval)
+        return trio.current_time() - start
+    raise TimeoutError(f"condition not met within {timeout} s")
+
+
+def wait_until_sync(predicate: Callable[[], bool], *, timeout: float = 10.0, interval: float = 0.1) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if predicate():
+            return time.monotonic() - start
+        time.sleep(interval)
+    raise TimeoutError(f"condition not met within {timeout} s")
+
+
+@contextlib.contextmanager
+def cli_daemons(
+    n: int, base: Path, *, extra: Sequence[str] = (), env: dict[str, str] | None = None
+) -> Iterator[list[DaemonProcess]]:
+    """N `peertrain node start` processes; daemon i>0 bootstraps from daemon 0 by multiaddr."""
+    daemons: list[DaemonProcess] = []
+    try:
+        first: dict[str, Any] | None = None
+        for index in range(n):
+            bootstrap = [first["share"]] if first else []
+            daemon = DaemonProcess(Path(base) / f"node{index}", node_args(bootstrap=bootstrap, extra=extra), env)
+            daemons.append(daemon.start())
+            status = daemon.wait_ready()
+            first = first or status
+        yield daemons
+    finally:
+        stop_all(daemons)

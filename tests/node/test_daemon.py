@@ -1,0 +1,37 @@
+"""In-process daemons on loopback: they mesh, report status, and warn about copied identities."""
+
+from __future__ import annotations
+
+import logging
+
+from peertrain.node.control import call
+from peertrain.testing import open_test_swarm, wait_until
+
+
+async def test_nodes_joining_one_bootstrap_peer_find_each_other():
+    async with open_test_swarm(4) as nodes:
+        await wait_until(lambda: all(len(n.status()["peers"]) == 3 for n in nodes), timeout=10)
+        ids = {n.status()["peer_id"] for n in nodes}
+        for node in nodes:
+            assert set(node.status()["peers"]) == ids - {node.status()["peer_id"]}
+
+
+async def test_status_over_the_control_socket_has_the_documented_keys():
+    async with open_test_swarm(2) as (a, b):
+        await wait_until(lambda: len(a.status()["peers"]) == 1)
+        status = await call(a.config.control_socket, "status")
+        assert {"peer_id", "name", "addrs", "peers", "run"} <= status.keys()
+        assert status["run"] is None and status["peers"] == [b.status()["peer_id"]]
+        assert not any("0.0.0.0" in addr for addr in status["addrs"])
+
+
+async def test_a_peer_reporting_our_id_elsewhere_raises_a_loud_warning(caplog):
+    caplog.set_level(logging.CRITICAL)
+    async with open_test_swarm(2) as (a, b):
+        await wait_until(lambda: len(a.status()["peers"]) == 1)
+        from peertrain.node.peer_exchange import KnownPeer
+
+        clone = KnownPeer(peer_id=a.status()["peer_id"], addrs=("/ip4/127.0.0.1/tcp/9",))
+        await a.peer_exchange._dial_new(b.host.get_id(), (clone,))
+    assert a.peer_exchange.duplicate_sightings == 1
+    assert any("ANOTHER NODE IS USING THIS NODE'S IDENTITY" in r.getMessage() for r in caplog.records)

@@ -1,0 +1,90 @@
+"""Our host speaks Noise + Yamux only, dials quickly, and refuses outsiders of a private network.
+
+Every test uses real libp2p hosts on real loopback sockets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import trio
+from libp2p import new_host
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.peer.peerinfo import PeerInfo
+from libp2p.security.insecure.transport import PLAINTEXT_PROTOCOL_ID, InsecureTransport
+from multiaddr import Multiaddr
+
+from peertrain.node.errors import ConnectError, PskMismatch
+from peertrain.node.host import build_host, connect
+from peertrain.node.identity import Identity
+
+LOOPBACK = [Multiaddr("/ip4/127.0.0.1/tcp/0")]
+KEY_A = "a1" * 32
+KEY_B = "b2" * 32
+
+
+@contextlib.asynccontextmanager
+async def running(*hosts):
+    async with contextlib.AsyncExitStack() as stack:
+        for host in hosts:
+            await stack.enter_async_context(host.run(LOOPBACK))
+        yield hosts
+
+
+def info(host) -> PeerInfo:
+    return PeerInfo(host.get_id(), host.get_addrs())
+
+
+def plaintext_only_host():
+    key_pair = create_new_key_pair()
+    return new_host(key_pair=key_pair, sec_opt={PLAINTEXT_PROTOCOL_ID: InsecureTransport(key_pair)})
+
+
+async def test_two_hosts_connect_and_see_each_other():
+    async with running(build_host(Identity.generate()), build_host(Identity.generate())) as (a, b):
+        await connect(a, info(b))
+        assert b.get_id() in a.get_connected_peers()
+        with trio.fail_after(5):
+            while a.get_id() not in b.get_connected_peers():
+                await trio.sleep(0.01)
+
+
+async def test_advertised_addresses_are_never_wildcards():
+    host = build_host(Identity.generate())
+    async with host.run([Multiaddr("/ip4/0.0.0.0/tcp/0")]):
+        addrs = [str(a) for a in host.get_addrs()]
+    assert addrs and not any("/0.0.0.0/" in a for a in addrs)
+    assert all(a.endswith(f"/p2p/{host.get_id()}") for a in addrs)
+
+
+@pytest.mark.parametrize("direction", ["plaintext dials us", "we dial plaintext"])
+async def test_a_plaintext_only_peer_cannot_connect(direction):
+    ours, theirs = build_host(Identity.generate()), plaintext_only_host()
+    async with running(ours, theirs):
+        dialer, target = (theirs, ours) if direction == "plaintext dials us" else (ours, theirs)
+        with trio.fail_after(15), pytest.raises(Exception):  # noqa: B017 - any refusal is right
+            await connect(dialer, info(target)) if dialer is ours else await dialer.connect(info(target))
+        assert not ours.get_connected_peers() and not theirs.get_connected_peers()
+
+
+async def test_same_psk_connects():
+    async with running(build_host(Identity.generate(), psk=KEY_A), build_host(Identity.generate(), psk=KEY_A)) as (a, b):
+        await connect(a, info(b))
+        assert b.get_id() in a.get_connected_peers()
+
+
+async def test_wrong_psk_is_refused_quickly_with_a_clear_error():
+    async with running(build_host(Identity.generate(), psk=KEY_A), build_host(Identity.generate(), psk=KEY_B)) as (a, b):
+        with trio.fail_after(3), pytest.raises(PskMismatch, match="pre-shared key mismatch"):
+            await connect(a, info(b))
+        assert not a.get_connected_peers() and not b.get_connected_peers()
+
+
+async def test_a_peer_without_the_psk_is_refused_and_told_why(caplog):
+    async with running(build_host(Identity.generate(), psk=KEY_A), build_host(Identity.generate())) as (private, public):
+        with trio.fail_after(3), pytest.raises(ConnectError, match="pre-shared key"):
+            await connect(public, info(private))
+        with trio.fail_after(3), pytest.raises(PskMismatch):
+            await connect(private, info(public))
+    assert any("pre-shared key mismatch" in r.getMessage() for r in caplog.records)  # the listener's side
