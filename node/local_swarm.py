@@ -1,7 +1,7 @@
 """`peertrain swarm local`: N daemons on loopback as separate processes, watched live.
 
-Each daemon bootstraps from every daemon started before it, so the swarm is a full mesh as
-soon as the last one connects. The supervisor polls each daemon's control API (the same
+Every daemon bootstraps from the first one only; peer exchange then meshes the swarm, as it
+would on the internet. The supervisor polls each daemon's control API (the same
 `status` a user would call), shows a live table, and on exit or Ctrl-C stops every daemon it
 started. The training issues extend this with modes and fault injection.
 """
@@ -25,7 +25,7 @@ class LocalSwarmOptions:
     nodes: int = 4
     duration: float = 0.0  # 0: until Ctrl-C
     report: Path | None = None
-    poll_interval: float = 1.0
+    poll_interval: float = 2.0
 
 
 def run_local_swarm(options: LocalSwarmOptions) -> int:
@@ -39,7 +39,7 @@ def run_local_swarm(options: LocalSwarmOptions) -> int:
         try:
             addrs: list[str] = []
             for index in range(options.nodes):
-                daemon = DaemonProcess(Path(base) / f"node{index}", node_args(bootstrap=addrs)).start()
+                daemon = DaemonProcess(Path(base) / f"node{index}", node_args(bootstrap=addrs[:1])).start()
                 daemons.append(daemon)
                 status = daemon.wait_ready()
                 addrs.append(status["share"])
@@ -60,21 +60,31 @@ def run_local_swarm(options: LocalSwarmOptions) -> int:
 
 
 def _watch(console, daemons: list[DaemonProcess], options: LocalSwarmOptions) -> dict[str, Any]:
+    """Poll every daemon's status; a live table on a terminal, a progress line per poll otherwise."""
+    import contextlib
+
     from rich.live import Live
 
     t0 = time.monotonic()
     mesh_s = None
     statuses: list[dict[str, Any] | None] = []
-    with Live(console=console, auto_refresh=False, transient=not sys.stdout.isatty()) as live:
+    live = Live(console=console, auto_refresh=False) if console.is_terminal else contextlib.nullcontext()
+    with live:
         while True:
             statuses = [_poll(d) for d in daemons]
             if mesh_s is None and _full_mesh(statuses):
                 mesh_s = round(time.monotonic() - t0, 2)
-            live.update(_table(statuses, mesh_s), refresh=True)
             elapsed = time.monotonic() - t0
+            if console.is_terminal:
+                live.update(_table(statuses, mesh_s), refresh=True)
+            else:
+                peers = " ".join(str(len(s["peers"])) if s else "down" for s in statuses)
+                console.print(f"[{elapsed:5.1f} s] peers per node: {peers}" + ("  (full mesh)" if mesh_s is not None else ""))
             if options.duration and elapsed >= options.duration:
                 break
             time.sleep(options.poll_interval)
+    if not console.is_terminal:
+        console.print(_table(statuses, mesh_s))
     return {
         "mesh_s": mesh_s,
         "final": [
