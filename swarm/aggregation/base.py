@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
-
 from peertrain.swarm.aggregation.errors import AggregatorConfigError, NotEnoughUpdates
 from peertrain.swarm.aggregation.streaming import (
     DEFAULT_CHUNK_SIZE,
@@ -109,7 +108,7 @@ class Aggregator(ABC):
         numel: int | None = None,
         out: torch.Tensor | None = None,
     ) -> AggregateResult:
-        """Aggregate sources read chunk by chunk; `out` (numel fp32) is the only full-size buffer."""
+        """Aggregate sources read in chunks; `out` (numel fp32) is the only full-size buffer."""
         if numel is None:
             lengths = [s.numel for s in sources]
             numel = max(set(lengths), key=lengths.count) if lengths else 0
@@ -132,7 +131,8 @@ class Aggregator(ABC):
             stats = accumulate_statistics(
                 list(sources.values()), chunk_size=self.chunk_size, with_gram=self.needs_gram
             )
-            for verdict in judge_values(indices, stats.sq_norms, max_norm_ratio=self.max_norm_ratio):
+            judged = judge_values(indices, stats.sq_norms, max_norm_ratio=self.max_norm_ratio)
+            for verdict in judged:
                 verdicts[verdict.index] = verdict
             keep = [k for k, i in enumerate(indices) if verdicts[i].accepted]
             sources = {indices[k]: sources[indices[k]] for k in keep}
@@ -148,7 +148,8 @@ class Aggregator(ABC):
             device = accepted[0].read(0, min(1, accepted[0].numel)).device
             out = torch.empty(accepted[0].numel, device=device)
         elif out.dtype != torch.float32 or out.shape != (accepted[0].numel,):
-            raise ValueError(f"out must be float32 ({accepted[0].numel},), got {out.dtype} {out.shape}")
+            expected = f"float32 ({accepted[0].numel},)"
+            raise ValueError(f"out must be {expected}, got {out.dtype} {tuple(out.shape)}")
         rule = self._combine(accepted, stats, out)
         return AggregateResult(
             update=out,

@@ -51,7 +51,6 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 import torch
-
 from peertrain.swarm.aggregation.base import Aggregator, RuleOutput
 from peertrain.swarm.aggregation.errors import AggregatorConfigError
 from peertrain.swarm.aggregation.streaming import (

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
-
 from peertrain.swarm.aggregation.base import Aggregator, RuleOutput
 from peertrain.swarm.aggregation.errors import AggregatorConfigError
 from peertrain.swarm.aggregation.streaming import (
@@ -24,7 +23,7 @@ from peertrain.swarm.aggregation.streaming import (
 
 
 def krum_scores(gram: torch.Tensor, f: int) -> torch.Tensor:
-    """Krum score of every input from the (p, p) Gram matrix: sum of its p−f−2 smallest sq. distances."""
+    """Krum score of every input from the (p, p) Gram: sum of its p−f−2 smallest sq. distances."""
     diag = gram.diagonal()
     sq_dist = (diag[:, None] + diag[None, :] - 2 * gram).clamp_min(0)
     sq_dist.fill_diagonal_(float("inf"))  # an input is not its own neighbour

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
-
 from peertrain.swarm.aggregation.base import Aggregator, RuleOutput
 from peertrain.swarm.aggregation.streaming import (
     InputStatistics,

@@ -130,9 +130,9 @@ def _blocked_gram(stack: torch.Tensor) -> torch.Tensor:
     if full:
         blocks = stack[:, :full].reshape(p, full // _BLOCK, _BLOCK).transpose(0, 1)
         total += torch.bmm(blocks, blocks.transpose(1, 2)).sum(dim=0, dtype=torch.float64)
-    if full < c:
-        tail = stack[:, full:].double()
-        total += tail @ tail.T
+    if full < c:  # in fp32 too, so a sum of squares beyond fp32 range overflows everywhere alike
+        tail = stack[:, full:]
+        total += (tail @ tail.T).double()
     return total.cpu()
 
 
@@ -145,8 +145,8 @@ def _blocked_sq_norms(stack: torch.Tensor) -> torch.Tensor:
         blocks = stack[:, :full].reshape(p, full // _BLOCK, _BLOCK)
         total += torch.linalg.vecdot(blocks, blocks).sum(dim=1, dtype=torch.float64)
     if full < c:
-        tail = stack[:, full:].double()
-        total += torch.linalg.vecdot(tail, tail)
+        tail = stack[:, full:]
+        total += torch.linalg.vecdot(tail, tail).double()
     return total.cpu()
 
 

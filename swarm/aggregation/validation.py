@@ -81,7 +81,7 @@ def _structure_verdict(
 def judge_values(
     indices: Sequence[int], sq_norms: torch.Tensor, *, max_norm_ratio: float | None
 ) -> list[Verdict]:
-    """Verdicts for inputs `indices` (which passed the structure checks) from their squared norms."""
+    """Verdicts for inputs `indices` (structurally sound) from their squared norms."""
     norms = sq_norms.sqrt().tolist()
     finite = [n for n in norms if math.isfinite(n)]
     median = statistics.median(finite) if finite else 0.0
@@ -92,7 +92,8 @@ def judge_values(
             verdicts.append(Verdict(index=index, reason=RejectReason.NON_FINITE, detail=detail))
         elif max_norm_ratio is not None and median > 0 and norm > max_norm_ratio * median:
             detail = f"norm {norm:.3g} is {norm / median:.3g}x the median {median:.3g}"
-            verdicts.append(Verdict(index=index, reason=RejectReason.NORM, detail=detail, norm=norm))
+            reason = RejectReason.NORM
+            verdicts.append(Verdict(index=index, reason=reason, detail=detail, norm=norm))
         else:
             verdicts.append(Verdict(index=index, norm=norm))
     return verdicts
