@@ -142,6 +142,9 @@ def cmd_id(args: argparse.Namespace) -> int:
 
 
 def cmd_node_start(args: argparse.Namespace, config=None) -> int:
+    from .slim_imports import install as keep_unused_libp2p_deps_out  # before libp2p loads; see its docstring
+
+    keep_unused_libp2p_deps_out()
     import trio
 
     from .log_setup import setup_logging
@@ -154,6 +157,9 @@ def cmd_node_start(args: argparse.Namespace, config=None) -> int:
 
 
 def cmd_join(args: argparse.Namespace) -> int:
+    from .slim_imports import install as keep_unused_libp2p_deps_out  # before .host imports libp2p
+
+    keep_unused_libp2p_deps_out()
     from .host import parse_peer_addr
 
     parse_peer_addr(args.peer)  # fail early with a clear message
