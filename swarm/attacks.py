@@ -9,7 +9,7 @@ read `context.honest` when the caller can supply it and fall back to the node's 
     name          sends
     sign-flip     −g
     sign-flip-10  −10·g
-    noise         g + N(0, (scale·rms(g))²), scale = 30 by default
+    noise         g + N(0, (scale·rms(g))²), scale = 100 by default (norm ≈ 100·‖g‖)
     alie          μ − z·σ per coordinate (Baruch et al. 2019), z from n and f (see `alie_z`)
     ipm           −ε · mean(honest), ε = 0.1 (Xie et al. 2019, inner-product manipulation)
     random        a random direction with the norm of g
@@ -69,7 +69,7 @@ class SignFlip:
 class GaussianNoise:
     """Send g plus isotropic noise `scale` times the update's root-mean-square value."""
 
-    scale: float = 30.0
+    scale: float = 100.0
 
     def __call__(self, update: torch.Tensor, context: AttackContext) -> torch.Tensor:
         rms = update.norm() / math.sqrt(max(update.numel(), 1))
