@@ -4,7 +4,8 @@
       └─ nursery
            ├─ ControlServer   JSON on <home>/control.sock   (status now; runs later)
            ├─ PeerKeeper      bootstrap peers, reconnecting with backoff
-           └─ PeerExchange    learn peers' peers until the node is well connected
+           ├─ PeerExchange    learn peers' peers until the node is well connected
+           └─ Gossip          gossipsub, tuned and fenced (node/gossip.py)
 
 A crash in a service stops the node loudly; a misbehaving remote peer never does. Torch is not
 imported here: the training services import it when a run needs it.
@@ -28,6 +29,7 @@ from .control import ControlServer
 from .host import build_host, parse_peer_addr
 from .identity import Identity
 from .names import friendly_name
+from .gossip import Gossip
 from .peer_exchange import PeerExchange
 from .peers import IdentityGuard, PeerKeeper
 from .penalties import PeerScoreboard
@@ -49,6 +51,7 @@ class Daemon:
         self._guard = IdentityGuard(self.host)
         self.scoreboard = PeerScoreboard()
         self.peer_exchange = PeerExchange(self.host, self.scoreboard)
+        self.gossip = Gossip(self.host, self.scoreboard)  # before connections: pubsub hears of peers by event
 
     async def run(self, *, task_status: trio.TaskStatus[Daemon] = trio.TASK_STATUS_IGNORED) -> None:
         listen = [Multiaddr(a) for a in self.config.listen]
@@ -60,6 +63,7 @@ class Daemon:
                 keeper = PeerKeeper(self.host, self.bootstrap, interval=self.config.reconnect_interval)
                 await nursery.start(keeper.run)
                 await nursery.start(self.peer_exchange.run)
+                await nursery.start(self.gossip.run)
                 self.started_at = time.monotonic()
                 log.info("node %s serving as %s", self.identity.name, self.identity.peer_id)
                 task_status.started(self)
