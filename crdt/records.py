@@ -1,0 +1,111 @@
+"""What RunState slots hold: member records, checkpoint references, ban votes.
+
+Frozen value types with strict codecs. Every size is capped here, so one owner's slot in the
+run state has a hard upper bound whatever that owner sends: at most one member record, one
+progress count, `CHECKPOINT_WINDOW` checkpoint references and `BAN_WINDOW` ban votes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .wire import (
+    MAX_SEQ,
+    Codec,
+    Wire,
+    read_bytes,
+    read_float,
+    read_int,
+    read_list,
+    read_str,
+)
+
+MAX_PEER_ID_LEN = 128  # a base58 Ed25519 peer ID is 52 characters
+MAX_ROLE_LEN = 64
+MAX_ADDRS = 16
+MAX_ADDR_LEN = 256
+MAX_HASH_LEN = 64
+CIRCUIT = "/p2p-circuit"
+
+
+def read_peer(x: Wire, what: str = "peer ID") -> str:
+    return read_str(x, what, max_len=MAX_PEER_ID_LEN)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemberInfo:
+    """A member's own record: role, how to reach it, how fast it is, until when it counts."""
+
+    role: str
+    addrs: tuple[str, ...]
+    throughput: float
+    lease_expiry_ms: int
+
+    def __post_init__(self) -> None:
+        if len(self.role) > MAX_ROLE_LEN:
+            raise ValueError(f"role is longer than {MAX_ROLE_LEN} characters")
+        if len(self.addrs) > MAX_ADDRS or any(len(a) > MAX_ADDR_LEN for a in self.addrs):
+            raise ValueError(f"at most {MAX_ADDRS} addresses of {MAX_ADDR_LEN} characters")
+        if not 0.0 <= self.throughput < 1e18:
+            raise ValueError("throughput must be a non-negative finite number")
+
+    @property
+    def relay_addrs(self) -> tuple[str, ...]:
+        """Circuit-relay addresses (libp2p identify cannot carry these; RunState does)."""
+        return tuple(a for a in self.addrs if CIRCUIT in a)
+
+
+def _encode_member(m: MemberInfo) -> Wire:
+    return [m.role, list(m.addrs), float(m.throughput), m.lease_expiry_ms]
+
+
+def _decode_member(x: Wire) -> MemberInfo:
+    role, addrs, throughput, lease = read_list(x, "member record", max_len=4, length=4)
+    addrs = read_list(addrs, "member addresses", max_len=MAX_ADDRS)
+    return MemberInfo(
+        role=read_str(role, "member role", max_len=MAX_ROLE_LEN),
+        addrs=tuple(read_str(a, "member address", max_len=MAX_ADDR_LEN) for a in addrs),
+        throughput=read_float(throughput, "member throughput"),
+        lease_expiry_ms=read_int(lease, "lease expiry", hi=MAX_SEQ),
+    )
+
+
+MEMBER = Codec(_encode_member, _decode_member)
+PEER = Codec(lambda p: p, read_peer)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointRef:
+    """A checkpoint of round `round` whose bytes hash to `content_hash`."""
+
+    round: int
+    content_hash: bytes
+
+
+def _decode_checkpoint(x: Wire) -> CheckpointRef:
+    round_, digest = read_list(x, "checkpoint reference", max_len=2, length=2)
+    return CheckpointRef(
+        round=read_int(round_, "checkpoint round"),
+        content_hash=read_bytes(digest, "checkpoint hash", max_len=MAX_HASH_LEN),
+    )
+
+
+CHECKPOINT = Codec(lambda c: [c.round, c.content_hash], _decode_checkpoint)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BanVote:
+    """One member's vote to ban `peer`, naming the hash of its evidence."""
+
+    peer: str
+    evidence: bytes
+
+
+def _decode_ban(x: Wire) -> BanVote:
+    peer, evidence = read_list(x, "ban vote", max_len=2, length=2)
+    return BanVote(
+        peer=read_peer(peer), evidence=read_bytes(evidence, "ban evidence", max_len=MAX_HASH_LEN)
+    )
+
+
+BAN = Codec(lambda b: [b.peer, b.evidence], _decode_ban)

@@ -1,0 +1,146 @@
+"""The run's replicated document as one lattice: members, progress, checkpoints, bans.
+
+`RunDoc` composes the basic CRDTs; its join is the join of each part, so it is a CRDT too and
+deltas of it are `RunDoc`s. Every part is keyed by the peer that owns it:
+
+- `members`: LWW map peer → `MemberInfo`; only the peer itself writes its entry;
+- `progress`: G-counter, one slot per peer;
+- `checkpoints`: OR-set of `CheckpointRef`; a dot's replica is the peer that serves the copy,
+  so `holders(ref)` lists the providers;
+- `bans`: OR-set of `BanVote`; a dot's replica is the voter.
+
+`writers()` lists every peer a document writes for; a signed delta is acceptable only when that
+is exactly its signer (`RunState.apply_remote`). Windows bound each owner's sets; they are part
+of the lattice's definition, so every peer must use the same values (protocol constants).
+"""
+
+from __future__ import annotations
+
+from typing import Self
+
+from .counters import GCounter
+from .lattice import Lattice
+from .lwwmap import LWWMap
+from .orset import AWORSet
+from .records import BAN, CHECKPOINT, MEMBER, PEER, BanVote, CheckpointRef, MemberInfo
+from .wire import Wire, read_list
+
+CHECKPOINT_WINDOW = 32  # a provider's last 32 checkpoint announcements stay live
+BAN_WINDOW = 16
+
+
+class RunDoc(Lattice):
+    """Members, progress, checkpoints and bans of one run, or a delta of them."""
+
+    __slots__ = ("members", "progress", "checkpoints", "bans")
+
+    def __init__(self) -> None:
+        self.members: LWWMap[str, MemberInfo] = LWWMap(PEER, MEMBER)
+        self.progress = GCounter()
+        self.checkpoints: AWORSet[CheckpointRef] = AWORSet(CHECKPOINT, window=CHECKPOINT_WINDOW)
+        self.bans: AWORSet[BanVote] = AWORSet(BAN, window=BAN_WINDOW)
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        members: LWWMap[str, MemberInfo] | None = None,
+        progress: GCounter | None = None,
+        checkpoints: AWORSet[CheckpointRef] | None = None,
+        bans: AWORSet[BanVote] | None = None,
+    ) -> RunDoc:
+        """A document holding the given component deltas (the others empty)."""
+        out = cls()
+        out.members = members if members is not None else out.members
+        out.progress = progress if progress is not None else out.progress
+        out.checkpoints = checkpoints if checkpoints is not None else out.checkpoints
+        out.bans = bans if bans is not None else out.bans
+        return out
+
+    def merge(self, other: Self) -> None:
+        self.members.merge(other.members)
+        self.progress.merge(other.progress)
+        self.checkpoints.merge(other.checkpoints)
+        self.bans.merge(other.bans)
+
+    def copy(self) -> Self:
+        out = type(self)()
+        out.members = self.members.copy()
+        out.progress = self.progress.copy()
+        out.checkpoints = self.checkpoints.copy()
+        out.bans = self.bans.copy()
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RunDoc):
+            return NotImplemented
+        return (
+            self.members == other.members
+            and self.progress == other.progress
+            and self.checkpoints == other.checkpoints
+            and self.bans == other.bans
+        )
+
+    def owners(self) -> set[str]:
+        """Peers with any slot in this document."""
+        return (
+            self.members.keys()
+            | self.progress.replicas()
+            | self.checkpoints.replicas()
+            | self.bans.replicas()
+        )
+
+    def writers(self) -> set[str]:
+        """Every peer this document writes for: slot owners and register stamp writers."""
+        stamped = {stamp.writer for _, stamp, _ in self.members.registers()}
+        return self.owners() | stamped
+
+    def is_empty(self) -> bool:
+        return not self.owners()
+
+    def project(self, owner: str) -> RunDoc:
+        """Only `owner`'s slots: what `owner` alone may sign."""
+        out = RunDoc()
+        out.members = self.members.project(owner)
+        out.progress = self.progress.project(owner)
+        out.checkpoints = self.checkpoints.project(owner)
+        out.bans = self.bans.project(owner)
+        return out
+
+    def drop(self, owner: str) -> None:
+        """Forget `owner` entirely (garbage collection of an expired member)."""
+        self.members.drop(owner)
+        self.progress.drop(owner)
+        self.checkpoints.drop(owner)
+        self.bans.drop(owner)
+
+    def to_wire(self) -> Wire:
+        return [
+            self.members.to_wire(),
+            self.progress.to_wire(),
+            self.checkpoints.to_wire(),
+            self.bans.to_wire(),
+        ]
+
+    @classmethod
+    def from_wire(cls, obj: Wire, *, max_owners: int = 1) -> RunDoc:
+        """Strict decode; `max_owners=1` for signed deltas, which carry one owner's slots."""
+        members, progress, checkpoints, bans = read_list(obj, "run document", max_len=4, length=4)
+        out = cls()
+        out.members = LWWMap.from_wire(members, PEER, MEMBER, max_entries=max_owners)
+        out.progress = GCounter.from_wire(progress, max_replicas=max_owners)
+        out.checkpoints = AWORSet.from_wire(
+            checkpoints,
+            CHECKPOINT,
+            window=CHECKPOINT_WINDOW,
+            max_entries=CHECKPOINT_WINDOW * max_owners,
+            max_replicas=max_owners,
+        )
+        out.bans = AWORSet.from_wire(
+            bans,
+            BAN,
+            window=BAN_WINDOW,
+            max_entries=BAN_WINDOW * max_owners,
+            max_replicas=max_owners,
+        )
+        return out
