@@ -101,3 +101,64 @@ def check_decoder_on_mutations(
             pass
         except Exception as exc:  # noqa: BLE001
             raise AssertionError(f"mutation {i} of {bytes(data)!r} raised {exc!r}") from exc
+
+
+def check_codec_roundtrip(
+    codec: str, tensor: Any, *, block_size: int, tolerance: float, mutations: int = 50
+) -> None:
+    """A codec round-trips `tensor` within `tolerance` (relative L2) and decodes strictly.
+
+    Also proves: the payload has exactly `payload_nbytes` bytes; decoding into `out` gives the
+    same values; a payload one byte short or long, a wrong shape, dtype or codec, and random
+    corruptions of the payload raise only ProtocolError.
+    """
+    import torch
+
+    from . import codecs
+
+    dtype = str(tensor.dtype).removeprefix("torch.")
+    shape = tuple(tensor.shape)
+    payload = codecs.encode(tensor, codec, block_size=block_size).clone()
+    expected_nbytes = codecs.CODECS[codec].payload_nbytes(tensor.numel(), block_size)
+    assert payload.numel() == expected_nbytes, (
+        f"{codec}: {payload.numel()} != {expected_nbytes} bytes"
+    )
+
+    def dec(p: Any, **overrides: Any) -> Any:
+        kw = dict(dtype=dtype, shape=shape, block_size=block_size) | overrides
+        return codecs.decode(p, codec, **kw)
+
+    back = dec(payload)
+    assert back.dtype == tensor.dtype and tuple(back.shape) == shape, f"{codec}: wrong dtype/shape"
+    ref, got = tensor.double(), back.double()
+    error = float((got - ref).norm() / ref.norm()) if float(ref.norm()) else float(got.norm())
+    assert error <= tolerance, f"{codec}: relative L2 error {error:.5f} > {tolerance}"
+    out = torch.empty_like(back)
+    assert torch.equal(dec(payload, out=out), back), f"{codec}: decoding into out differs"
+
+    bad_calls = {
+        "short payload": lambda: dec(payload[:-1]),
+        "long payload": lambda: dec(torch.cat([payload, torch.zeros(1, dtype=torch.uint8)])),
+        "wrong shape": lambda: dec(payload, shape=(*shape, 2)),
+        "unknown dtype": lambda: dec(payload, dtype="int64"),
+        "unknown codec": lambda: codecs.decode(
+            payload, "int4", dtype=dtype, shape=shape, block_size=block_size
+        ),
+        "zero block size": lambda: dec(payload, block_size=0),
+    }
+    for what, call in bad_calls.items():
+        if tensor.numel() == 0 and what in ("wrong shape", "short payload"):
+            continue  # (*shape, 2) of an empty tensor is still empty; nothing to cut
+        _expect(DecodeError, call, f"{codec} {what}")
+
+    rng = random.Random(f"{codec}/{shape}/{block_size}")
+    for i in range(mutations if payload.numel() else 0):
+        corrupt = payload.clone()
+        for _ in range(rng.randint(1, 8)):
+            corrupt[rng.randrange(corrupt.numel())] = rng.randrange(256)
+        try:
+            dec(corrupt)
+        except ProtocolError:
+            pass
+        except Exception as exc:  # noqa: BLE001
+            raise AssertionError(f"{codec}: corruption {i} raised {exc!r}") from exc

@@ -7,7 +7,6 @@ import struct
 import pytest
 import trio
 import trio.lowlevel
-import trio.testing
 from libp2p.network.stream.exceptions import StreamReset
 from peertrain.protocol.errors import MessageTooLarge, PeerTimeout, StreamEnded
 from peertrain.protocol.framing import (
@@ -20,28 +19,9 @@ from peertrain.protocol.framing import (
 from peertrain.protocol.messages import ErrorResponse, Ping, Pong
 
 
-class TrioByteStream:
-    """A trio stream seen through libp2p's `read(n)` / `write(data)` interface."""
-
-    def __init__(self, stream: trio.abc.HalfCloseableStream | trio.abc.Stream) -> None:
-        self.stream = stream
-
-    async def read(self, n: int | None = None) -> bytes:
-        return await self.stream.receive_some(n)
-
-    async def write(self, data: bytes) -> None:
-        await self.stream.send_all(data)
-
-
-def _pair(lockstep: bool = False) -> tuple[TrioByteStream, TrioByteStream]:
-    make = trio.testing.lockstep_stream_pair if lockstep else trio.testing.memory_stream_pair
-    a, b = make()
-    return TrioByteStream(a), TrioByteStream(b)
-
-
 @pytest.mark.parametrize("size", [0, 1, 1000, 300_000])
-async def test_frames_round_trip(size):
-    a, b = _pair()
+async def test_frames_round_trip(size, stream_pair):
+    a, b = stream_pair()
     payload = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
     await write_frame(a, payload, max_size=size)
     await write_frame(a, b"next", max_size=size + 4)
@@ -49,8 +29,8 @@ async def test_frames_round_trip(size):
     assert await read_frame(b, max_size=4) == b"next"
 
 
-async def test_reading_into_a_preallocated_buffer_across_many_small_chunks():
-    a, b = _pair()
+async def test_reading_into_a_preallocated_buffer_across_many_small_chunks(stream_pair):
+    a, b = stream_pair()
     data = bytes(range(256)) * 40
     buffer = bytearray(len(data))
 
@@ -65,21 +45,21 @@ async def test_reading_into_a_preallocated_buffer_across_many_small_chunks():
     assert buffer == data
 
 
-async def test_announced_length_over_the_limit_is_refused_before_reading_the_body():
-    a, b = _pair()
+async def test_announced_length_over_the_limit_is_refused_before_reading_the_body(stream_pair):
+    a, b = stream_pair()
     await a.write(struct.pack(">I", 2**32 - 1))  # claims 4 GiB, sends nothing more
     with pytest.raises(MessageTooLarge, match="4294967295"):
         await read_frame(b, max_size=1 << 20)
 
 
-async def test_writer_refuses_frames_over_the_limit():
-    a, _ = _pair()
+async def test_writer_refuses_frames_over_the_limit(stream_pair):
+    a, _ = stream_pair()
     with pytest.raises(MessageTooLarge):
         await write_frame(a, b"x" * 11, max_size=10)
 
 
-async def test_silent_peer_times_out_with_its_phase(autojump_clock):
-    a, b = _pair()
+async def test_silent_peer_times_out_with_its_phase(autojump_clock, stream_pair):
+    a, b = stream_pair()
     await a.write(struct.pack(">I", 10) + b"abc")
     with pytest.raises(PeerTimeout) as info:
         await read_frame(b, max_size=100, idle_timeout=5)
@@ -89,15 +69,15 @@ async def test_silent_peer_times_out_with_its_phase(autojump_clock):
     assert info.value.phase == "frame-header"
 
 
-async def test_peer_that_does_not_read_times_out_the_writer(autojump_clock):
-    a, _ = _pair(lockstep=True)
+async def test_peer_that_does_not_read_times_out_the_writer(autojump_clock, stream_pair):
+    a, _ = stream_pair(lockstep=True)
     with pytest.raises(PeerTimeout) as info:
         await write_frame(a, b"x" * 100, max_size=100, idle_timeout=2)
     assert info.value.phase == "frame-write"
 
 
-async def test_eof_in_the_middle_of_a_frame_is_stream_ended():
-    a, b = _pair()
+async def test_eof_in_the_middle_of_a_frame_is_stream_ended(stream_pair):
+    a, b = stream_pair()
     await a.write(struct.pack(">I", 10) + b"abc")
     await a.stream.aclose()
     with pytest.raises(StreamEnded, match="frame-body"):
@@ -119,8 +99,8 @@ async def test_libp2p_reset_is_stream_ended():
         await write_frame(ResetStream(), b"x", max_size=10)
 
 
-async def test_messages_over_frames():
-    a, b = _pair()
+async def test_messages_over_frames(stream_pair):
+    a, b = stream_pair()
     ping = Ping()
     await write_message(a, ping)
     got = await read_message(b, Ping)

@@ -27,6 +27,13 @@ from peertrain.protocol.messages import (
 )
 from peertrain.protocol.packing import pack
 from peertrain.protocol.schema import IntRange, MaxLen
+from peertrain.protocol.tensor_transfer import (
+    TensorHeaderReply,
+    TensorHeaderRequest,
+    TensorRangeReply,
+    TensorRangeRequest,
+)
+from peertrain.protocol.tensors import TensorHeader
 
 
 class Role(enum.StrEnum):
@@ -66,7 +73,25 @@ class Announced(Response):
 
 
 def _examples() -> dict[type[Message], Message]:
+    header = TensorHeader(
+        name="layer.0.weight",
+        dtype="float32",
+        shape=(4, 8),
+        codec="int8",
+        block_size=64,
+        nbytes=36,
+        chunk_size=1 << 22,
+        chunk_digests=b"d" * 32,
+        checksum=b"c" * 32,
+    )
     return {
+        TensorHeader: header,
+        TensorHeaderRequest: TensorHeaderRequest(request_id=3, checksum=b"c" * 32),
+        TensorHeaderReply: TensorHeaderReply(request_id=3, header=header),
+        TensorRangeRequest: TensorRangeRequest(
+            request_id=4, checksum=b"c" * 32, first_chunk=2, count=5
+        ),
+        TensorRangeReply: TensorRangeReply(request_id=4, first_chunk=2, count=5),
         Ping: Ping(request_id=1),
         Pong: Pong(request_id=1),
         ErrorResponse: ErrorResponse(request_id=2**64 - 1, code=ErrorCode.BUSY, reason="later"),
