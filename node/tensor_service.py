@@ -1,0 +1,201 @@
+"""Serving and fetching content-addressed tensors between nodes.
+
+`TensorStore` holds the prepared tensors this node serves (model state for joiners, outer
+updates for the group, checkpoints), keyed by their root checksum and bounded by total bytes:
+the least recently used unpinned tensor goes first. `TensorService` answers
+`/peertrain/tensor/1.0.0` streams with protocol/tensor_transfer.py, one request per stream,
+with per-peer and total limits; a peer that sends garbage is penalised.
+
+`fetch_tensor` downloads one tensor from several holders at once: chunk ranges are handed to
+one worker per holder; a holder that fails or lies (a chunk that does not match its digest) is
+dropped and its range goes back to the queue, so the download resumes from verified chunks on
+another holder. Any holder will do, since the checksum, not the holder, is trusted.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import trio
+from libp2p.abc import IHost, INetStream
+from libp2p.peer.id import ID
+
+from peertrain.protocol.errors import ChecksumMismatch, ProtocolError
+from peertrain.protocol.ids import protocol_id
+from peertrain.protocol.tensor_transfer import fetch_chunks, request_header, serve_tensor_request
+from peertrain.protocol.tensors import PreparedTensor, TensorDownload
+
+from .errors import NodeError
+from .penalties import PeerScoreboard
+
+log = logging.getLogger(__name__)
+
+TENSOR = protocol_id("tensor", "1.0.0")
+CHUNKS_PER_REQUEST = 4
+LYING_HOLDER_PENALTY = 50.0
+BAD_REQUEST_PENALTY = 10.0
+
+
+class TransferFailed(NodeError):
+    """No holder could supply a tensor."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TensorStoreStatistics:
+    tensors: int
+    bytes: int
+    pinned: int
+
+
+class TensorStore:
+    """Prepared tensors by checksum, at most `max_bytes` of unpinned payload (LRU)."""
+
+    def __init__(self, max_bytes: int = 2 << 30):
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[bytes, PreparedTensor] = OrderedDict()
+        self._pinned: set[bytes] = set()
+
+    def put(self, prepared: PreparedTensor, *, pin: bool = False) -> bytes:
+        key = prepared.header.checksum
+        self._items[key] = prepared
+        self._items.move_to_end(key)
+        if pin:
+            self._pinned.add(key)
+        self._evict()
+        return key
+
+    def get(self, checksum: bytes) -> PreparedTensor | None:
+        prepared = self._items.get(checksum)
+        if prepared is not None:
+            self._items.move_to_end(checksum)
+        return prepared
+
+    def unpin(self, checksum: bytes) -> None:
+        self._pinned.discard(checksum)
+        self._evict()
+
+    def discard(self, checksum: bytes) -> None:
+        self._pinned.discard(checksum)
+        self._items.pop(checksum, None)
+
+    def _evict(self) -> None:
+        unpinned = sum(p.header.nbytes for k, p in self._items.items() if k not in self._pinned)
+        for key in list(self._items):
+            if unpinned <= self.max_bytes:
+                break
+            if key not in self._pinned:
+                unpinned -= self._items.pop(key).header.nbytes
+
+    def statistics(self) -> TensorStoreStatistics:
+        return TensorStoreStatistics(tensors=len(self._items), pinned=len(self._pinned),
+                                     bytes=sum(p.header.nbytes for p in self._items.values()))
+
+
+class TensorService:
+    """Answers tensor requests from the store."""
+
+    def __init__(self, host: IHost, store: TensorStore, scoreboard: PeerScoreboard, *,
+                 max_total: int = 16, max_per_peer: int = 4, idle_timeout: float = 15.0):
+        self.host, self.store, self.scoreboard = host, store, scoreboard
+        self.idle_timeout = idle_timeout
+        self.max_per_peer = max_per_peer
+        self._total = trio.CapacityLimiter(max_total)
+        self._per_peer: defaultdict[str, int] = defaultdict(int)
+        self.bytes_served = 0
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self.host.set_stream_handler(str(TENSOR), self._on_stream)
+        task_status.started()
+        await trio.sleep_forever()
+
+    async def _on_stream(self, stream: INetStream) -> None:
+        peer = stream.muxed_conn.peer_id.to_base58()
+        if self.scoreboard.is_banned(peer) or self._per_peer[peer] >= self.max_per_peer:
+            await stream.reset()
+            return
+        self._per_peer[peer] += 1
+        try:
+            async with self._total:
+                await serve_tensor_request(stream, self._lookup, idle_timeout=self.idle_timeout)
+        except ProtocolError as exc:
+            self.scoreboard.penalise(peer, BAD_REQUEST_PENALTY, f"tensor request: {exc}")
+        finally:
+            self._per_peer[peer] -= 1
+            if not self._per_peer[peer]:
+                del self._per_peer[peer]
+            try:
+                await stream.close()
+            except Exception:
+                pass
+
+    def _lookup(self, checksum: bytes) -> PreparedTensor | None:
+        prepared = self.store.get(checksum)
+        if prepared is not None:
+            self.bytes_served += prepared.header.nbytes  # upper bound: ranges may be partial
+        return prepared
+
+
+async def fetch_tensor(
+    host: IHost, holders: Sequence[ID], checksum: bytes, *, max_nbytes: int,
+    scoreboard: PeerScoreboard | None = None, idle_timeout: float = 15.0,
+) -> TensorDownload:
+    """Download and verify tensor `checksum` from `holders` in parallel; raise TransferFailed."""
+    holders = [h for h in dict.fromkeys(holders) if h != host.get_id()]
+    download, failures = await _first_header(host, holders, checksum, max_nbytes, idle_timeout)
+    pending = _split(download)
+    alive = list(holders)
+
+    async def worker(holder: ID) -> None:
+        while pending:
+            first, count = pending.pop(0)
+            try:
+                stream = await host.new_stream(holder, [str(TENSOR)])
+                try:
+                    await fetch_chunks(stream, download, first_chunk=first, count=count, idle_timeout=idle_timeout)
+                finally:
+                    await stream.close()
+            except Exception as exc:  # whatever went wrong, the range goes to another holder
+                if isinstance(exc, ChecksumMismatch) and scoreboard is not None:
+                    scoreboard.penalise(holder.to_base58(), LYING_HOLDER_PENALTY, f"tensor chunk: {exc}")
+                failures.append(f"{holder}: {exc}")
+                pending.append((first, count))  # verified chunks in it are kept; re-split below
+                alive.remove(holder)
+                return
+
+    while not download.complete and alive:
+        async with trio.open_nursery() as nursery:
+            for holder in list(alive):
+                nursery.start_soon(worker, holder)
+        pending[:] = _split(download)
+    if not download.complete:
+        raise TransferFailed(f"could not fetch tensor {checksum.hex()[:16]}: " + "; ".join(failures[-4:]))
+    return download
+
+
+async def _first_header(host: IHost, holders: Sequence[ID], checksum: bytes, max_nbytes: int,
+                        idle_timeout: float) -> tuple[TensorDownload, list[str]]:
+    failures: list[str] = []
+    for holder in holders:
+        try:
+            stream = await host.new_stream(holder, [str(TENSOR)])
+            try:
+                return await request_header(stream, checksum, max_nbytes=max_nbytes, idle_timeout=idle_timeout), failures
+            finally:
+                await stream.close()
+        except Exception as exc:  # NOT_FOUND, dead holder, bad header: try the next one
+            failures.append(f"{holder}: {exc}")
+    raise TransferFailed(f"no holder has tensor {checksum.hex()[:16]}: " + ("; ".join(failures) or "no holders"))
+
+
+def _split(download: TensorDownload) -> list[tuple[int, int]]:
+    """Missing chunks as ranges of at most CHUNKS_PER_REQUEST."""
+    out: list[tuple[int, int]] = []
+    for index in download.missing_chunks():
+        if out and out[-1][0] + out[-1][1] == index and out[-1][1] < CHUNKS_PER_REQUEST:
+            out[-1] = (out[-1][0], out[-1][1] + 1)
+        else:
+            out.append((index, 1))
+    return out
