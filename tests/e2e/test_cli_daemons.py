@@ -69,6 +69,8 @@ def test_a_signal_ends_the_daemon_within_5s_cleanly(tmp_path, signum):
         assert code == 0 and elapsed < 5, (code, elapsed)
         log = node.log_path.read_text()
         assert "Traceback" not in log and "stopped" in log
+        records = [json.loads(line) for line in log.splitlines() if line.startswith("{")]  # --log-format json
+        assert any(r["msg"] == "stopped" for r in records)
         assert not node.control_socket.exists()
     finally:
         bootstrap.stop()

@@ -109,3 +109,26 @@ def test_every_rule_writes_into_a_given_buffer(name):
     result = build_aggregator(name).aggregate(list(_randn(7, 80, seed=9)), out=out)
     assert result.update is out
     assert not torch.equal(out, torch.full((80,), 7.0))
+
+
+@pytest.mark.parametrize("p", range(1, 20))
+def test_sorting_network_sorts_every_column_ties_included(p):
+    from peertrain.swarm.aggregation.coordinatewise import order_statistics
+
+    stack = torch.randint(0, 4, (p, 500), generator=torch.Generator().manual_seed(p)).float()
+    stack[:, :3] = torch.randn(p, 3)  # and some distinct values
+    expected = stack.sort(dim=0).values
+    assert torch.equal(torch.stack(order_statistics(stack.clone(), tuple(range(p)))), expected)
+    middle = (p // 2,)
+    assert torch.equal(order_statistics(stack.clone(), middle)[0], expected[p // 2])
+
+
+@pytest.mark.parametrize("p", [5, 8, 13, 16])
+def test_sorting_network_is_correct_by_the_zero_one_principle(p):
+    """A comparator network sorts every input iff it sorts every 0/1 input: check all 2^p."""
+    from peertrain.swarm.aggregation.coordinatewise import order_statistics
+
+    columns = torch.arange(1 << p)
+    stack = ((columns[None, :] >> torch.arange(p)[:, None]) & 1).float()
+    ordered = torch.stack(order_statistics(stack, tuple(range(p))))
+    assert torch.equal(ordered, stack.sort(dim=0).values)
