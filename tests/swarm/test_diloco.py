@@ -7,7 +7,6 @@ import threading
 
 import pytest
 import torch
-
 from peertrain.swarm.data import DigitsDatasetConfig
 from peertrain.swarm.diloco import (
     Contribution,
@@ -61,7 +60,9 @@ def test_inner_loop_reduces_loss(digits):
 
 def test_learning_rate_warms_up_then_holds_or_decays():
     config = InnerConfig(lr=1e-3, warmup_steps=4)
-    assert [learning_rate(config, s) for s in range(5)] == pytest.approx([2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3])
+    assert [learning_rate(config, s) for s in range(5)] == pytest.approx(
+        [2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3]
+    )
     assert learning_rate(config, 10_000) == 1e-3
     cosine = InnerConfig(lr=1e-3, warmup_steps=0, total_steps=100, min_lr=1e-4)
     assert learning_rate(cosine, 0) == pytest.approx(1e-3)

@@ -7,7 +7,6 @@ import math
 
 import pytest
 import torch
-
 from peertrain.swarm.models import (
     ConfigError,
     GPTConfig,
@@ -66,7 +65,9 @@ def test_tied_embedding_is_one_parameter():
 def test_sample_text_continues_the_prompt_deterministically():
     model = TINY_GPT.build(seed=0)
     first = sample_text(model, "def ", max_new_tokens=20, seed=5)
-    assert first.startswith("def ") and first == sample_text(model, "def ", max_new_tokens=20, seed=5)
+    assert first.startswith("def ") and first == sample_text(
+        model, "def ", max_new_tokens=20, seed=5
+    )
     assert model.training  # restored after sampling
 
 

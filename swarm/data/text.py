@@ -1,0 +1,85 @@
+"""A byte-level text dataset: a corpus cut into fixed chunks, held-out eval chunks, member shards.
+
+Chunks (default 1 KiB) are the unit of both the eval split and the shard deal; training windows
+never cross a chunk boundary, so disjoint shards really share no training token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..models.config import ConfigError
+from .batches import Batch, WindowBatches
+from .corpus import corpus_digest, load_corpus
+from .shards import seeded_int, shard_indices, split_eval
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextDatasetConfig:
+    """Where the text comes from and how it is cut. `files` are read after the named `sources`."""
+
+    sources: tuple[str, ...] = ("stdlib",)
+    files: tuple[str, ...] = ()
+    max_bytes: int = 4_000_000
+    chunk_bytes: int = 1024
+    block_size: int = 64
+    eval_chunks: int = 64
+    split_seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.chunk_bytes < self.block_size + 1:
+            raise ConfigError(
+                f"chunk_bytes ({self.chunk_bytes}) must exceed block_size ({self.block_size})"
+            )
+        if not self.sources and not self.files:
+            raise ConfigError("a text dataset needs at least one source or file")
+
+    def build(self) -> TextDataset:
+        data = load_corpus(self.sources, self.files, max_bytes=self.max_bytes)
+        return TextDataset(self, data)
+
+
+class TextDataset:
+    vocab_size = 256
+
+    def __init__(self, config: TextDatasetConfig, data: bytes) -> None:
+        n_chunks = len(data) // config.chunk_bytes
+        if n_chunks <= config.eval_chunks:
+            raise ConfigError(
+                f"{len(data)} bytes of text are too few for {config.eval_chunks} eval chunks"
+            )
+        self.config = config
+        self.digest = corpus_digest(data)
+        flat = torch.frombuffer(bytearray(data[: n_chunks * config.chunk_bytes]), dtype=torch.uint8)
+        self.chunks = flat.view(n_chunks, config.chunk_bytes)
+        self.eval_index, self.train_index = split_eval(
+            n_chunks, config.eval_chunks, config.split_seed
+        )
+
+    @property
+    def num_bytes(self) -> int:
+        return self.chunks.numel()
+
+    def train_batches(
+        self, shard: int, num_shards: int, *, batch_size: int, seed: int
+    ) -> WindowBatches:
+        """Batches from shard `shard` of `num_shards`; the run `seed` decides the deal and draws."""
+        rows = shard_indices(self.train_index, shard, num_shards, seed)
+        return WindowBatches(
+            self.chunks[rows],
+            block_size=self.config.block_size,
+            batch_size=batch_size,
+            seed=seeded_int("text-shard", seed, shard, num_shards),
+        )
+
+    def eval_batches(self, *, batch_size: int, max_batches: int | None = None) -> list[Batch]:
+        """Non-overlapping windows tiling the eval chunks, in a fixed order."""
+        block = self.config.block_size
+        per_chunk = (self.config.chunk_bytes - 1) // block
+        chunks = self.chunks[self.eval_index].long()
+        x = torch.cat([chunks[:, i * block : (i + 1) * block] for i in range(per_chunk)])
+        y = torch.cat([chunks[:, i * block + 1 : (i + 1) * block + 1] for i in range(per_chunk)])
+        batches = list(zip(x.split(batch_size), y.split(batch_size), strict=True))
+        return batches[:max_batches]

@@ -1,0 +1,48 @@
+"""DiLoCo groups: H local AdamW steps per member, then an outer Nesterov step on the group's
+aggregated pseudo-gradients (Douillard et al. 2023). Torch-side only; the daemon supplies the
+exchange of encoded updates and runs these calls in worker threads."""
+
+from __future__ import annotations
+
+from .checkpoint import CheckpointInfo, CheckpointStore
+from .compression import ErrorFeedbackEncoder, ProtocolCodec, UpdateCodec
+from .config import InnerConfig, OuterConfig
+from .errors import CheckpointCorrupt, CheckpointError, DiLoCoError, RoundFailed
+from .exchange import Contribution, InProcessExchange, UpdateExchange
+from .flat import ParamLayout
+from .inner_loop import InnerLoop, InnerReport, evaluate, learning_rate
+from .local_group import LocalGroup
+from .member import DiLoCoMember, MemberState, RoundReport, mean_update
+from .outer_step import NesterovOuterOptimizer
+from .state_hash import state_hash
+from .traffic import data_parallel_bytes
+
+__all__ = [
+    "CheckpointCorrupt",
+    "CheckpointError",
+    "CheckpointInfo",
+    "CheckpointStore",
+    "Contribution",
+    "DiLoCoError",
+    "DiLoCoMember",
+    "ErrorFeedbackEncoder",
+    "InProcessExchange",
+    "InnerConfig",
+    "InnerLoop",
+    "InnerReport",
+    "LocalGroup",
+    "MemberState",
+    "NesterovOuterOptimizer",
+    "OuterConfig",
+    "ParamLayout",
+    "ProtocolCodec",
+    "RoundFailed",
+    "RoundReport",
+    "UpdateCodec",
+    "UpdateExchange",
+    "data_parallel_bytes",
+    "evaluate",
+    "learning_rate",
+    "mean_update",
+    "state_hash",
+]

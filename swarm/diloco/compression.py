@@ -1,0 +1,83 @@
+"""Turning a pseudo-gradient into wire bytes and back, with error feedback for int8.
+
+The codecs themselves (fp32, fp16, int8 blockwise, and error feedback fused into the int8
+quantizer) belong to `peertrain.protocol.codecs`; this module only adapts them to DiLoCo. A member
+encodes Δ + residual and keeps what quantization dropped as the next residual; it decodes peers'
+payloads against the size the model dictates. Payloads are the codec's bytes only: codec name and
+block size come from the run manifest, and the update gossip adds its own header and checksum.
+
+What a member aggregates is always the *decoded* payload, its own included, so that every member
+aggregates identical inputs and ends the round with an identical state hash.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+from peertrain.protocol import codecs
+from peertrain.protocol.int8_blockwise import DEFAULT_BLOCK_SIZE
+
+from ..models.config import ConfigError
+
+
+class UpdateCodec(Protocol):
+    """Flat fp32 vector ↔ bytes; `decode` raises `DecodeError` unless it gets `numel` finite values.
+
+    `encode(values, residual=r)` (only when `supports_error_feedback`) encodes values + r and
+    replaces r in place by what the receiver will not see.
+    """
+
+    name: str
+    supports_error_feedback: bool
+
+    def encode(self, values: torch.Tensor, *, residual: torch.Tensor | None = None) -> bytes: ...
+
+    def decode(self, payload: bytes, numel: int) -> torch.Tensor: ...
+
+    def payload_bytes(self, numel: int) -> int: ...
+
+
+class ProtocolCodec:
+    """One of `peertrain.protocol.codecs.CODECS` (fp32, fp16, bf16, int8, int8-f16)."""
+
+    def __init__(self, name: str, *, block_size: int = DEFAULT_BLOCK_SIZE) -> None:
+        if name not in codecs.CODECS:
+            raise ConfigError(f"unknown codec {name!r}; choose one of {', '.join(codecs.CODECS)}")
+        self.name = name
+        self.block_size = block_size
+        self.supports_error_feedback = codecs.CODECS[name].scale_bytes > 0
+
+    def encode(self, values: torch.Tensor, *, residual: torch.Tensor | None = None) -> bytes:
+        payload = codecs.encode(values, self.name, block_size=self.block_size, residual=residual)
+        return payload.numpy().tobytes()
+
+    def decode(self, payload: bytes, numel: int) -> torch.Tensor:
+        raw = (
+            torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+            if payload
+            else torch.empty(0, dtype=torch.uint8)
+        )
+        return codecs.decode(
+            raw, self.name, dtype="float32", shape=(numel,), block_size=self.block_size
+        )
+
+    def payload_bytes(self, numel: int) -> int:
+        return codecs.CODECS[self.name].payload_nbytes(numel, self.block_size)
+
+
+class ErrorFeedbackEncoder:
+    """Encodes pseudo-gradients, carrying the quantization residual from round to round.
+
+    Error feedback is on when asked for and the codec supports it (int8); with a lossless codec the
+    residual stays zero. The residual is member-local: it is checkpointed with the member but never
+    part of the shared state hash.
+    """
+
+    def __init__(self, codec: UpdateCodec, numel: int, *, enabled: bool = True) -> None:
+        self.codec = codec
+        self.enabled = enabled and codec.supports_error_feedback
+        self.residual = torch.zeros(numel, dtype=torch.float32)
+
+    def encode(self, delta: torch.Tensor) -> bytes:
+        return self.codec.encode(delta, residual=self.residual if self.enabled else None)

@@ -1,0 +1,48 @@
+"""Hyperparameters of DiLoCo's two optimizers (defaults from DiLoCo / OpenDiLoCo / INTELLECT-1)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..models.config import ConfigError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InnerConfig:
+    """AdamW on each member's own shard, `steps` (H) per round, linear warm-up, then constant.
+
+    `total_steps` (optional) turns on cosine decay to `min_lr` after warm-up; weight decay applies
+    to matrices only (not biases, gains), as in nanoGPT.
+    """
+
+    steps: int = 100
+    batch_size: int = 16
+    lr: float = 4e-4
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    warmup_steps: int = 100
+    total_steps: int | None = None
+    min_lr: float = 0.0
+    grad_clip: float | None = 1.0
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.batch_size < 1:
+            raise ConfigError("inner steps (H) and batch_size must be at least 1")
+        if self.lr <= 0 or self.warmup_steps < 0:
+            raise ConfigError("inner lr must be positive and warmup_steps non-negative")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise ConfigError(f"betas must be two numbers in [0, 1), got {self.betas}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OuterConfig:
+    """SGD with (Nesterov) momentum applied to θ_global with the aggregated pseudo-gradient."""
+
+    lr: float = 0.7
+    momentum: float = 0.9
+    nesterov: bool = True
+
+    def __post_init__(self) -> None:
+        if self.lr <= 0 or not 0 <= self.momentum < 1:
+            raise ConfigError("outer lr must be positive and momentum in [0, 1)")

@@ -1,0 +1,31 @@
+"""The DiLoCo branch of the error tree.
+
+    PeertrainError
+    └── DiLoCoError              a DiLoCo member could not do what was asked
+        ├── RoundFailed          a round could not complete (exchange timed out, no usable update)
+        └── CheckpointError      a checkpoint is missing, incomplete, or failed verification
+            └── CheckpointCorrupt  its bytes do not hash to its name / recorded digests
+
+Updates from peers that fail to decode are not errors here: they are counted as rejected in the
+round's report and the round goes on without them.
+"""
+
+from __future__ import annotations
+
+from peertrain.protocol.errors import PeertrainError
+
+
+class DiLoCoError(PeertrainError):
+    """A DiLoCo member could not do what was asked."""
+
+
+class RoundFailed(DiLoCoError):
+    """A round could not complete."""
+
+
+class CheckpointError(DiLoCoError):
+    """A checkpoint is missing, incomplete, or failed verification."""
+
+
+class CheckpointCorrupt(CheckpointError):
+    """A checkpoint's bytes do not match the hashes that name and describe it."""

@@ -1,0 +1,96 @@
+"""How a member hands its encoded update to the group and gets the round's updates back.
+
+DiLoCo needs one collective per round: "here is my payload for round r; give me everyone's". The
+member does not care how that happens, so the transport is injected:
+
+- in the daemon, update gossip (announce, pull, deadline) runs on the trio event loop, between the
+  member's two thread-side phases: `prepare_update()` → exchange → `apply_update(contributions)`;
+- in tests and benchmarks, `InProcessExchange` connects members running in threads of one process.
+
+Contributions carry the sender so that every member can order them the same way before aggregating:
+float sums depend on order, and identical state hashes depend on identical sums. A member's own
+payload comes back too, exactly as its peers received it (encoded), for the same reason.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from .errors import RoundFailed
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Contribution:
+    sender: str
+    payload: bytes
+
+
+class UpdateExchange(Protocol):
+    """Blocking exchange, for members driven by `DiLoCoMember.run_round` in a worker thread."""
+
+    def exchange(self, round_: int, payload: bytes) -> Sequence[Contribution]: ...
+
+
+class InProcessExchange:
+    """A rendezvous for `size` members in threads of one process; `endpoint(sender)` per member.
+
+    A round closes when all `size` payloads are in, or, after `timeout` seconds, with whatever
+    arrived (a late member's payload is then dropped, as gossip does at its deadline). Only the
+    current and next round are held, so memory stays bounded.
+    """
+
+    def __init__(self, size: int, *, timeout: float = 60.0) -> None:
+        self.size = size
+        self.timeout = timeout
+        self._rounds: dict[int, dict[str, bytes]] = {}
+        self._closed: dict[int, tuple[Contribution, ...]] = {}
+        self._readers: dict[int, int] = {}
+        self._cond = threading.Condition()
+
+    def endpoint(self, sender: str) -> _Endpoint:
+        return _Endpoint(self, sender)
+
+    def _exchange(self, sender: str, round_: int, payload: bytes) -> tuple[Contribution, ...]:
+        with self._cond:
+            if round_ in self._closed:
+                return self._read(
+                    round_
+                )  # too late: our payload is dropped, we still get the round
+            pending = self._rounds.setdefault(round_, {})
+            if len(self._rounds) > 2:
+                raise RoundFailed(
+                    f"round {round_} opened while {len(self._rounds) - 1} others are open"
+                )
+            pending[sender] = payload
+            if len(pending) == self.size:
+                self._close(round_)
+            elif not self._cond.wait_for(lambda: round_ in self._closed, timeout=self.timeout):
+                self._close(round_)
+            return self._read(round_)
+
+    def _close(self, round_: int) -> None:
+        pending = self._rounds.pop(round_)
+        self._closed[round_] = tuple(
+            Contribution(sender=s, payload=p) for s, p in sorted(pending.items())
+        )
+        self._readers[round_] = 0
+        self._cond.notify_all()
+
+    def _read(self, round_: int) -> tuple[Contribution, ...]:
+        contributions = self._closed[round_]
+        self._readers[round_] += 1
+        if self._readers[round_] >= self.size:  # everyone has it: forget the round
+            del self._closed[round_], self._readers[round_]
+        return contributions
+
+
+@dataclass(frozen=True, slots=True)
+class _Endpoint:
+    hub: InProcessExchange
+    sender: str
+
+    def exchange(self, round_: int, payload: bytes) -> Sequence[Contribution]:
+        return self.hub._exchange(self.sender, round_, payload)

@@ -1,0 +1,103 @@
+"""The inner loop: plain AdamW training on one member's shard, read top to bottom.
+
+Nothing here knows about rounds, peers or pseudo-gradients; `DiLoCoMember` calls `run(H)` and looks
+at the parameters before and after. The step counter is global across rounds (it drives the learning
+rate schedule and which batch comes next), and the AdamW state persists across rounds, as in DiLoCo.
+Synchronous torch code: the daemon calls it through `trio.to_thread.run_sync`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ..data.batches import Batches
+from .config import InnerConfig
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InnerReport:
+    steps: int
+    first_loss: float
+    last_loss: float
+    mean_loss: float
+    samples: int
+    seconds: float
+
+
+def learning_rate(config: InnerConfig, step: int) -> float:
+    """Linear warm-up to `lr`, then constant, or cosine down to `min_lr` if `total_steps` is set."""
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps
+    if config.total_steps is None:
+        return config.lr
+    progress = min(
+        1.0, (step - config.warmup_steps) / max(1, config.total_steps - config.warmup_steps)
+    )
+    return config.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (config.lr - config.min_lr)
+
+
+def build_adamw(model: nn.Module, config: InnerConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices and embeddings only (not on biases and norm gains)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas, eps=config.eps)
+
+
+class InnerLoop:
+    def __init__(self, model: nn.Module, batches: Batches, config: InnerConfig) -> None:
+        self.model = model
+        self.batches = batches
+        self.config = config
+        self.optimizer = build_adamw(model, config)
+        self.step = 0
+
+    def run(self, steps: int) -> InnerReport:
+        """Train for `steps` steps; returns the losses seen (on training batches)."""
+        self.model.train()
+        started = time.perf_counter()
+        losses: list[float] = []
+        for _ in range(steps):
+            lr = learning_rate(self.config, self.step)
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+
+            x, y = self.batches.batch(self.step)
+            _, loss = self.model(x, y)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if self.config.grad_clip is not None:
+                nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+            self.optimizer.step()
+
+            self.step += 1
+            losses.append(loss.item())
+        return InnerReport(
+            steps=steps,
+            first_loss=losses[0] if losses else math.nan,
+            last_loss=losses[-1] if losses else math.nan,
+            mean_loss=sum(losses) / len(losses) if losses else math.nan,
+            samples=steps * self.batches.batch_size,
+            seconds=time.perf_counter() - started,
+        )
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
+    """Mean loss over `batches`, weighted by batch size."""
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    for x, y in batches:
+        _, loss = model(x, y)
+        total += loss.item() * len(x)
+        count += len(x)
+    model.train(was_training)
+    return total / count

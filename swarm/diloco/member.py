@@ -1,0 +1,201 @@
+"""One DiLoCo group member: the outer algorithm wrapped around an ordinary inner training loop.
+
+A round, as the daemon drives it (torch phases in a worker thread, the exchange on the event loop):
+
+    payload = member.prepare_update()          # H AdamW steps, Δ = θ_global − θ_local, encode
+    contributions = <gossip the payloads>      # everyone's encoded Δ for this round, own included
+    report = member.apply_update(contributions)  # decode, aggregate, outer Nesterov step, reset
+
+`run_round(exchange)` chains the three for members that own a thread (tests, benchmarks). The member
+holds θ_global as a flat fp32 vector next to the model; after every round the model is reset to it.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from peertrain.protocol.errors import DecodeError
+from torch import nn
+
+from ..data.batches import Batches
+from .compression import ErrorFeedbackEncoder, ProtocolCodec, UpdateCodec
+from .config import InnerConfig, OuterConfig
+from .errors import DiLoCoError
+from .exchange import Contribution, UpdateExchange
+from .flat import ParamLayout
+from .inner_loop import InnerLoop, InnerReport, build_adamw
+from .outer_step import NesterovOuterOptimizer
+from .state_hash import state_hash
+
+Aggregate = Callable[[Sequence[torch.Tensor]], torch.Tensor]
+
+
+def mean_update(updates: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The plain mean, in the (sender-sorted) order given; the default aggregation rule."""
+    total = updates[0].clone()
+    for update in updates[1:]:
+        total.add_(update)
+    return total.div_(len(updates))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RoundReport:
+    round: int  # the round that completed; the member is now at round + 1
+    inner: InnerReport | None  # None when this member did no inner steps for the round
+    accepted: tuple[str, ...]  # senders whose updates were aggregated, sorted
+    rejected: tuple[tuple[str, str], ...]  # (sender, reason) for updates that failed to decode
+    payload_bytes: int  # this member's own payload for the round (0 if none)
+    update_norm: float  # L2 norm of the aggregated pseudo-gradient (NaN when nothing was applied)
+    state_hash: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemberState:
+    """Everything needed to resume a member. Only (round, params, momentum) is shared by the group;
+    the rest is this member's own and may be absent (a joiner starts with fresh AdamW)."""
+
+    round: int
+    params: Mapping[str, torch.Tensor]  # θ_global by parameter name
+    momentum: torch.Tensor
+    inner_step: int = 0
+    inner_optimizer: Mapping[str, Any] | None = None  # torch.optim state_dict of the inner AdamW
+    residual: torch.Tensor | None = None  # error-feedback residual
+    extra: Mapping[str, Any] = field(
+        default_factory=dict
+    )  # e.g. manifest hash, recorded in sidecars
+
+    def state_hash(self) -> str:
+        return state_hash(self.round, self.params, self.momentum)
+
+
+class DiLoCoMember:
+    def __init__(
+        self,
+        model: nn.Module,
+        batches: Batches,
+        *,
+        inner: InnerConfig,
+        outer: OuterConfig | None = None,
+        codec: UpdateCodec | None = None,
+        error_feedback: bool = True,
+        aggregate: Aggregate = mean_update,
+    ) -> None:
+        self.model = model
+        self.layout = ParamLayout(model)
+        self.inner = InnerLoop(model, batches, inner)
+        self.outer = NesterovOuterOptimizer(self.layout.numel, outer or OuterConfig())
+        self.encoder = ErrorFeedbackEncoder(
+            codec or ProtocolCodec("fp32"), self.layout.numel, enabled=error_feedback
+        )
+        self.aggregate = aggregate
+        self.global_params = self.layout.flatten()
+        self.round = 0
+        self._prepared: tuple[int, InnerReport, int] | None = None  # (round, report, payload bytes)
+
+    # -- one round ------------------------------------------------------------------------------
+
+    def prepare_update(self) -> bytes:
+        """Run H inner steps and return this round's encoded pseudo-gradient."""
+        report = self.inner.run(self.inner.config.steps)
+        with torch.no_grad():
+            delta = self.global_params - self.layout.flatten()
+        payload = self.encoder.encode(delta)
+        self._prepared = (self.round, report, len(payload))
+        return payload
+
+    def apply_update(self, contributions: Sequence[Contribution]) -> RoundReport:
+        """Aggregate the decodable updates, take the outer step, reset the model to θ_global."""
+        accepted, rejected, deltas = self._decode(contributions)
+        update_norm = math.nan
+        if deltas:
+            update = self.aggregate(deltas)
+            update_norm = update.norm().item()
+            self.outer.step(self.global_params, update)
+        self.layout.load(self.global_params)
+        prepared, self._prepared = self._prepared, None
+        inner, payload_bytes = (
+            (prepared[1], prepared[2]) if prepared and prepared[0] == self.round else (None, 0)
+        )
+        self.round += 1
+        return RoundReport(
+            round=self.round - 1,
+            inner=inner,
+            accepted=accepted,
+            rejected=rejected,
+            payload_bytes=payload_bytes,
+            update_norm=update_norm,
+            state_hash=self.state_hash(),
+        )
+
+    def run_round(self, exchange: UpdateExchange) -> RoundReport:
+        return self.apply_update(exchange.exchange(self.round, self.prepare_update()))
+
+    def _decode(
+        self, contributions: Sequence[Contribution]
+    ) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...], list[torch.Tensor]]:
+        accepted: list[str] = []
+        rejected: list[tuple[str, str]] = []
+        deltas: list[torch.Tensor] = []
+        seen: set[str] = set()
+        for c in sorted(contributions, key=lambda c: c.sender):
+            if c.sender in seen:
+                rejected.append((c.sender, "duplicate sender"))
+                continue
+            seen.add(c.sender)
+            try:
+                deltas.append(self.encoder.codec.decode(c.payload, self.layout.numel))
+            except DecodeError as exc:
+                rejected.append((c.sender, str(exc)))
+                continue
+            accepted.append(c.sender)
+        return tuple(accepted), tuple(rejected), deltas
+
+    # -- state ----------------------------------------------------------------------------------
+
+    def state_hash(self) -> str:
+        return state_hash(
+            self.round, self.layout.named(self.global_params), self.outer.momentum_buffer
+        )
+
+    def snapshot(self, *, include_local: bool = True) -> MemberState:
+        """A copy of the state between rounds; `include_local=False` gives what a joiner needs."""
+        if self._prepared is not None:
+            raise DiLoCoError("snapshot taken between prepare_update and apply_update")
+        named = {k: v.clone() for k, v in self.layout.named(self.global_params).items()}
+        shared = MemberState(
+            round=self.round, params=named, momentum=self.outer.momentum_buffer.clone()
+        )
+        if not include_local:
+            return shared
+        return MemberState(
+            round=shared.round,
+            params=shared.params,
+            momentum=shared.momentum,
+            inner_step=self.inner.step,
+            inner_optimizer=copy.deepcopy(self.inner.optimizer.state_dict()),
+            residual=self.encoder.residual.clone(),
+        )
+
+    def restore(self, state: MemberState) -> None:
+        """Adopt `state`; without inner optimizer state the inner AdamW starts fresh."""
+        flat = self.layout.join(state.params)
+        if state.momentum.shape != (self.layout.numel,):
+            raise DiLoCoError(
+                f"momentum of shape {tuple(state.momentum.shape)} does not fit the model"
+            )
+        self.global_params = flat
+        self.outer.momentum_buffer = state.momentum.detach().float().clone()
+        self.layout.load(flat)
+        self.round = state.round
+        self.inner.step = state.inner_step
+        self.inner.optimizer = build_adamw(self.model, self.inner.config)
+        if state.inner_optimizer is not None:
+            self.inner.optimizer.load_state_dict(copy.deepcopy(dict(state.inner_optimizer)))
+        residual = state.residual if state.residual is not None else torch.zeros(self.layout.numel)
+        self.encoder.residual = residual.detach().float().clone()
+        self._prepared = None

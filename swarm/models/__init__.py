@@ -1,0 +1,41 @@
+"""Models that runs train, built from a manifest's (name, settings) without any download."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from torch import nn
+
+from .config import ConfigError, config_from_dict, config_to_dict
+from .gpt import GPT, GPTConfig, sample_text
+from .mlp import MLPClassifier, MLPConfig
+
+MODEL_CONFIGS: dict[str, type[GPTConfig] | type[MLPConfig]] = {"gpt": GPTConfig, "mlp": MLPConfig}
+
+
+def model_config(name: str, settings: Mapping[str, Any] | None = None) -> GPTConfig | MLPConfig:
+    """The config of model `name` (one of `MODEL_CONFIGS`) with `settings` applied."""
+    if name not in MODEL_CONFIGS:
+        raise ConfigError(f"unknown model {name!r}; choose one of {', '.join(MODEL_CONFIGS)}")
+    return config_from_dict(MODEL_CONFIGS[name], settings or {})
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Distinct trainable parameters (tied weights counted once)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+__all__ = [
+    "GPT",
+    "MODEL_CONFIGS",
+    "ConfigError",
+    "GPTConfig",
+    "MLPClassifier",
+    "MLPConfig",
+    "config_from_dict",
+    "config_to_dict",
+    "count_parameters",
+    "model_config",
+    "sample_text",
+]
