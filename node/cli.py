@@ -142,9 +142,9 @@ def cmd_id(args: argparse.Namespace) -> int:
 
 
 def cmd_node_start(args: argparse.Namespace, config=None) -> int:
-    from .slim_imports import install as keep_unused_libp2p_deps_out  # before libp2p loads; see its docstring
+    from . import slim_imports
 
-    keep_unused_libp2p_deps_out()
+    slim_imports.install()  # before libp2p loads: keeps its unused dependencies out of memory
     import trio
 
     from .log_setup import setup_logging
@@ -157,9 +157,9 @@ def cmd_node_start(args: argparse.Namespace, config=None) -> int:
 
 
 def cmd_join(args: argparse.Namespace) -> int:
-    from .slim_imports import install as keep_unused_libp2p_deps_out  # before .host imports libp2p
+    from . import slim_imports
 
-    keep_unused_libp2p_deps_out()
+    slim_imports.install()  # before .host imports libp2p (see cmd_node_start)
     from .host import parse_peer_addr
 
     parse_peer_addr(args.peer)  # fail early with a clear message
