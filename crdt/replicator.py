@@ -1,0 +1,362 @@
+"""`Replicator`: keeps one `RunState` in step with the run's other members.
+
+Two paths, both carrying only envelopes signed by the owner of the slots they write:
+
+1. **Gossip.** Local writes (`replicator.writer`) are joined into one pending delta group and
+   published on the run's topic at most once per `publish_interval`: py-libp2p's gossipsub drops
+   bursts beyond ~10 messages/s per peer and topic, and anything over 1 MiB, without a word.
+   Batching keeps messages few and small (a group is never bigger than the owner's whole slot,
+   which `records.py` caps), whatever the write rate.
+2. **Anti-entropy.** Every `sync_interval` (jittered) we run a push-pull exchange (`sync.py`)
+   with a random reachable peer, which repairs whatever gossip lost; a joiner's first exchange
+   (`bootstrap`) brings it the whole state.
+
+Everything received is checked (`signed.open_delta`: signature, run, size, strict decode;
+`RunState.apply_remote`: ownership, clock drift, capacity). A failure costs the peer that
+handed it to us a `Penalty` and changes nothing else. Memory stays bounded under a flood: the
+state and the proof store are capped per owner, the duplicate filter is an LRU, and the
+transport's inbound channel is bounded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import trio
+from libp2p.crypto.keys import KeyPair
+from libp2p.peer.id import ID
+
+from ..protocol.errors import PeertrainError, ProtocolError
+from ..protocol.messages import ErrorCode, ErrorResponse
+from .errors import StateFull
+from .proofs import ProofStore, ProofStoreStatistics
+from .rundoc import RunDoc
+from .runstate import RunState, RunStateStatistics
+from .signed import SignedDelta, open_delta, seal_delta
+from .sync import SyncReply, SyncRequest
+from .transport import Exchange, Inbound, PubSub
+from .writer import RunWriter
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicatorConfig:
+    publish_interval: float = 0.125  # <= 8 messages/s: under gossipsub's silent 10/s cut
+    sync_interval: float = 2.0
+    sync_jitter: float = 0.5  # each wait is sync_interval * (1 ± jitter)
+    sync_timeout: float = 10.0
+    max_sync_reply_bytes: int = 512 * 1024
+    max_proof_deltas: int = 8
+    seen_cache: int = 8192
+    collect_interval: float = 5.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Penalty:
+    """Remote misbehaviour: `peer` handed us something invalid (`reason`)."""
+
+    peer: str
+    reason: str
+    points: float = 20.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicatorStatistics:
+    published: int
+    published_bytes: int
+    received: int
+    duplicates: int
+    applied: int
+    rejected: int
+    syncs: int
+    sync_failures: int
+    envelopes_sent: int
+    proofs: ProofStoreStatistics
+    state: RunStateStatistics
+
+
+def topic_for(run_id: str) -> str:
+    return f"/peertrain/{run_id}/crdt"
+
+
+class Replicator:
+    """Replicates `state` over `pubsub` + `exchange`. `await nursery.start(rep.run)`."""
+
+    def __init__(
+        self,
+        *,
+        state: RunState,
+        key_pair: KeyPair,
+        pubsub: PubSub,
+        exchange: Exchange,
+        config: ReplicatorConfig = ReplicatorConfig(),
+        on_penalty: Callable[[Penalty], None] | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.state = state
+        self.key_pair = key_pair
+        self.peer_id = ID.from_pubkey(key_pair.public_key).to_base58()
+        self.pubsub, self.exchange, self.config = pubsub, exchange, config
+        self.on_penalty = on_penalty
+        self.topic = topic_for(state.run_id)
+        self.writer = RunWriter(state, self.peer_id, on_delta=self._queue)
+        self.proofs = ProofStore(max_deltas=config.max_proof_deltas)
+        self._rng = random.Random(seed)
+        self._pending: RunDoc | None = None
+        self._wake = trio.Event()
+        self._seq = 0
+        self._own_snapshot: SignedDelta | None = None
+        self._seen: OrderedDict[bytes, None] = OrderedDict()
+        self._prechecked: OrderedDict[bytes, SignedDelta] = OrderedDict()
+        self._counts = dict.fromkeys(
+            ("published", "published_bytes", "received", "duplicates", "applied", "rejected",
+             "syncs", "sync_failures", "envelopes_sent"),
+            0,
+        )  # fmt: skip
+
+    # -- service
+
+    async def run(self, *, task_status: trio.TaskStatus[Replicator] = trio.TASK_STATUS_IGNORED):
+        inbox = await self.pubsub.subscribe(self.topic, self.validate_gossip)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._receive_loop, inbox)
+            nursery.start_soon(self._publish_loop)
+            nursery.start_soon(self._sync_loop)
+            nursery.start_soon(self._collect_loop)
+            task_status.started(self)
+
+    async def _receive_loop(self, inbox: trio.abc.ReceiveChannel[Inbound]) -> None:
+        async with inbox:
+            async for msg in inbox:
+                self.handle_gossip(msg.sender, msg.data)
+
+    async def _publish_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            delta, self._pending = self._pending, None
+            if delta is None:
+                continue
+            signed = self._seal(delta, snapshot=False)
+            try:
+                await self.pubsub.publish(self.topic, signed.raw)
+            except PeertrainError as exc:  # anti-entropy will carry it instead
+                log.warning("could not publish a delta: %s", exc)
+            else:
+                self._counts["published"] += 1
+                self._counts["published_bytes"] += len(signed.raw)
+            await trio.sleep(self.config.publish_interval)
+
+    async def _sync_loop(self) -> None:
+        cfg = self.config
+        while True:
+            await trio.sleep(cfg.sync_interval * (1 + cfg.sync_jitter * self._rng.uniform(-1, 1)))
+            partners = self._partners()
+            if partners:
+                await self.sync_with(self._rng.choice(partners))
+
+    async def _collect_loop(self) -> None:
+        while True:
+            await trio.sleep(self.config.collect_interval)
+            for owner in self.state.collect():
+                self.proofs.drop(owner)
+
+    def _partners(self) -> list[str]:
+        return [p for p in self.exchange.peers() if p != self.peer_id]
+
+    # -- local writes
+
+    def _queue(self, delta: RunDoc) -> None:
+        if self._pending is None:
+            self._pending = delta.copy()
+        else:
+            self._pending.merge(delta)
+        self._own_snapshot = None
+        self._wake.set()
+
+    def _seal(self, doc: RunDoc, *, snapshot: bool) -> SignedDelta:
+        self._seq = max(self._seq + 1, self.state.wall_ms())
+        return seal_delta(
+            self.key_pair, self.peer_id, run_id=self.state.run_id, seq=self._seq, doc=doc,
+            snapshot=snapshot,
+        )  # fmt: skip
+
+    def own_snapshot(self) -> SignedDelta | None:
+        """Our whole slot, signed (cached until our next write)."""
+        if self._own_snapshot is None:
+            doc = self.state.doc.project(self.peer_id)
+            if not doc.is_empty():
+                self._own_snapshot = self._seal(doc, snapshot=True)
+        return self._own_snapshot
+
+    # -- inbound envelopes
+
+    def validate_gossip(self, sender: str, data: bytes) -> bool:
+        """Gossipsub topic validator: would `handle_gossip` accept `data`? (No state change.)"""
+        key = _key(data)
+        if key in self._seen or key in self._prechecked:
+            return True
+        try:
+            signed = open_delta(data, run_id=self.state.run_id)
+            self.state.check_remote(signed.signer, signed.doc)
+        except ProtocolError:
+            return False  # the transport penalises the forwarder
+        except StateFull:
+            return True  # valid, just no room here
+        _remember(self._prechecked, key, signed, 256)
+        return True
+
+    def handle_gossip(self, sender: str, data: bytes) -> bool:
+        """Apply one gossiped envelope; False if it was a duplicate or rejected."""
+        self._counts["received"] += 1
+        return self._accept_raw(sender, data)
+
+    def _accept_raw(self, sender: str, data: bytes) -> bool:
+        key = _key(data)
+        if key in self._seen:
+            self._counts["duplicates"] += 1
+            return False
+        _remember(self._seen, key, None, self.config.seen_cache)
+        try:
+            signed = self._prechecked.pop(key, None) or open_delta(data, run_id=self.state.run_id)
+            self._accept(signed)
+        except ProtocolError as exc:
+            self._counts["rejected"] += 1
+            self._penalise(sender, f"bad state delta: {exc}")
+            return False
+        except StateFull as exc:
+            self._seen.pop(key, None)  # no room now; a later copy may find some
+            log.info("dropped a delta from %s: %s", sender, exc)
+            return False
+        self._counts["applied"] += 1
+        return True
+
+    def _accept(self, signed: SignedDelta) -> None:
+        self.state.apply_remote(signed.signer, signed.doc)
+        for _, stamp, _ in signed.doc.members.registers():
+            self.writer.clock.observe(stamp)
+        if signed.signer == self.peer_id:  # our own, from before a restart: continue after it
+            self._seq = max(self._seq, signed.seq)
+            self._own_snapshot = None
+        else:
+            self.proofs.add(signed)
+
+    def _penalise(self, peer: str, reason: str) -> None:
+        log.warning("penalising %s: %s", peer, reason)
+        if self.on_penalty is not None:
+            self.on_penalty(Penalty(peer=peer, reason=reason))
+
+    # -- anti-entropy
+
+    def _request(self, envelopes: Sequence[bytes] = ()) -> SyncRequest:
+        return SyncRequest(
+            run=self.state.run_id,
+            has_manifest=self.state.manifest is not None,
+            summary=self.state.summary(),
+            envelopes=tuple(envelopes),
+        )
+
+    async def sync_with(self, peer: str) -> SyncReply | None:
+        """One push-pull exchange with `peer`; its (first) reply, or None if it failed."""
+        self._counts["syncs"] += 1
+        reply = await self._ask(peer, self._request())
+        if reply is None:
+            return None
+        self._absorb(peer, reply)
+        mine = self.state.summary()
+        stale = [o for o, h in reply.differing.items() if mine.get(o, h) != h]
+        push = self._envelopes_for(stale)[0]
+        if push:
+            second = await self._ask(peer, self._request(push))
+            if second is not None:
+                self._absorb(peer, second)
+        return reply
+
+    async def bootstrap(self, peers: Iterable[str] | None = None, *, attempts: int = 3) -> bool:
+        """Pull the whole state from reachable peers (a joiner, or a restarted node)."""
+        candidates = list(peers if peers is not None else self._partners())
+        self._rng.shuffle(candidates)
+        for peer in candidates[:attempts]:
+            for _ in range(64):  # a budget-limited reply says `more`: ask again
+                reply = await self.sync_with(peer)
+                if reply is None or not reply.more:
+                    break
+            if reply is not None:
+                return True
+        return False
+
+    async def _ask(self, peer: str, request: SyncRequest) -> SyncReply | None:
+        try:
+            with trio.fail_after(self.config.sync_timeout):
+                return await self.exchange.request(peer, request)
+        except (PeertrainError, trio.TooSlowError) as exc:
+            self._counts["sync_failures"] += 1
+            log.debug("anti-entropy with %s failed: %r", peer, exc)
+            return None
+
+    def _absorb(self, peer: str, reply: SyncReply) -> None:
+        if reply.manifest is not None and self.state.manifest is None:
+            try:
+                self.state.accept_manifest(reply.manifest)
+            except ProtocolError as exc:
+                self._penalise(peer, f"bad manifest: {exc}")
+        for raw in reply.envelopes:
+            self._accept_raw(peer, raw)
+
+    def handle_sync(self, peer: str, request: SyncRequest) -> SyncReply | ErrorResponse:
+        """Serve one anti-entropy request (sync: no awaits, so it never interleaves)."""
+        if request.run != self.state.run_id:
+            return request.reply(ErrorResponse, code=ErrorCode.NOT_FOUND, reason="not in that run")
+        for raw in request.envelopes:
+            self._accept_raw(peer, raw)
+        mine, theirs = self.state.summary(), request.summary
+        differ = [o for o in mine.keys() | theirs.keys() if mine.get(o) != theirs.get(o)]
+        self._rng.shuffle(differ)
+        envelopes, more = self._envelopes_for(o for o in differ if o in mine)
+        return request.reply(
+            SyncReply,
+            manifest=None if request.has_manifest else self.state.manifest_envelope,
+            envelopes=tuple(envelopes),
+            differing={o: mine.get(o, b"") for o in differ if o in theirs},
+            more=more,
+        )
+
+    def _envelopes_for(self, owners: Iterable[str]) -> tuple[list[bytes], bool]:
+        """Signed envelopes proving `owners`' slots, within the reply budget (and if cut short)."""
+        out: list[bytes] = []
+        budget = self.config.max_sync_reply_bytes
+        for owner in owners:
+            if owner == self.peer_id:
+                snapshot = self.own_snapshot()
+                envelopes = [snapshot.raw] if snapshot is not None else []
+            else:
+                envelopes = self.proofs.envelopes(owner)
+            size = sum(len(e) for e in envelopes)
+            if size > budget:
+                return out, True
+            out.extend(envelopes)
+            budget -= size
+        self._counts["envelopes_sent"] += len(out)
+        return out, False
+
+    def statistics(self) -> ReplicatorStatistics:
+        return ReplicatorStatistics(
+            **self._counts, proofs=self.proofs.statistics(), state=self.state.statistics()
+        )
+
+
+def _key(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def _remember(cache: OrderedDict, key: bytes, value: object, limit: int) -> None:
+    cache[key] = value
+    cache.move_to_end(key)
+    while len(cache) > limit:
+        cache.popitem(last=False)

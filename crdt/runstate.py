@@ -1,0 +1,258 @@
+"""`RunState`: the run's replicated document plus the rules that make it safe to share.
+
+The document (`RunDoc`) is a CRDT; this class adds what a lattice cannot express:
+
+- **Ownership.** A remote delta is applied only if every slot it writes belongs to its signer
+  (`apply_remote`), else `ForbiddenWrite`: nobody can touch another peer's membership,
+  progress, checkpoint announcements or ban votes, and nobody can remove another peer.
+- **Leases instead of removal.** A member record carries a lease; the member renews it. A lease
+  counts for at most `max_lease_ms` past the write's stamp (a peer cannot make itself immortal),
+  an expired member drops out of every view and of the digest, and `collect()` forgets it
+  entirely `expiry_grace_ms` later (its progress, checkpoints and votes with it).
+- **Bounded size.** Every owner's slot is capped (records.py, windows in rundoc.py), at most
+  `max_owners` owners are held (`StateFull` beyond), and stamps more than `max_drift_ms` in the
+  future are refused (`ClockDrift`).
+- **Digests.** `summary()` maps each live member to a hash of its slot; `digest()` hashes the
+  summary. Equal digests mean equal live state; anti-entropy compares summaries to find which
+  owners' slots differ.
+
+Every delta applied here is one owner's (remote deltas are checked, local ones come from our own
+`RunWriter`), so the per-owner hash cache is invalidated precisely.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..protocol.packing import pack
+from .errors import ClockDrift, ForbiddenWrite, StateFull
+from .hlc import Stamp, wall_clock_ms
+from .manifest import RunManifest, open_manifest
+from .records import BanVote, CheckpointRef, MemberInfo
+from .rundoc import RunDoc
+
+OWNER_HASH_LEN = 16
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StateLimits:
+    max_owners: int = 1024
+    max_lease_ms: int = 10 * 60_000
+    expiry_grace_ms: int = 30_000
+    max_drift_ms: int = 60_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Member:
+    peer: str
+    info: MemberInfo
+    stamp: Stamp
+    expires_ms: int  # the lease as it counts: capped at stamp + max_lease_ms
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunStateStatistics:
+    owners: int
+    live_members: int
+    checkpoint_entries: int
+    ban_entries: int
+    dot_cloud: int
+    collected: int
+
+
+class RunState:
+    """One replica of a run's state. Sync API: call it from the event loop, it never blocks."""
+
+    def __init__(
+        self,
+        run_id: str,
+        *,
+        limits: StateLimits = StateLimits(),
+        wall_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.run_id = run_id
+        self.limits = limits
+        self.wall_ms = wall_ms
+        self.manifest: RunManifest | None = None
+        self.manifest_envelope: bytes | None = None
+        self._doc = RunDoc()
+        self._owners: set[str] = set()
+        self._hashes: dict[str, bytes] = {}
+        self._first_seen: dict[str, int] = {}
+        self._collected = 0
+
+    @property
+    def doc(self) -> RunDoc:
+        """The joined document. Read it; never mutate it (use `apply_*` and `RunWriter`)."""
+        return self._doc
+
+    # -- the manifest
+
+    def accept_manifest(self, raw_envelope: bytes) -> bool:
+        """Verify and keep the manifest; False if we already hold it. Raises `ProtocolError`."""
+        if self.manifest is not None:
+            return False
+        self.manifest = open_manifest(raw_envelope, self.run_id)
+        self.manifest_envelope = raw_envelope
+        return True
+
+    # -- writes
+
+    def check_remote(self, signer: str, delta: RunDoc) -> None:
+        """Raise unless `signer` may apply `delta` (ownership, clock drift, capacity)."""
+        strangers = delta.writers() - {signer}
+        if strangers:
+            raise ForbiddenWrite(
+                f"delta signed by {signer} writes slots of {sorted(strangers)[:3]}"
+            )
+        horizon = self.wall_ms() + self.limits.max_drift_ms
+        for _, stamp, _ in delta.members.registers():
+            if stamp.wall_ms > horizon:
+                raise ClockDrift(f"member stamp of {signer} lies too far in the future")
+        if signer not in self._owners and len(self._owners) >= self.limits.max_owners:
+            self.collect()
+            if len(self._owners) >= self.limits.max_owners:
+                raise StateFull(f"run state holds {len(self._owners)} owners already")
+
+    def apply_remote(self, signer: str, delta: RunDoc) -> None:
+        """Join a verified signer's delta, after checking it writes only the signer's slots."""
+        self.check_remote(signer, delta)
+        self._joined(signer, delta)
+
+    def write_own(self, owner: str, mutate: Callable[[RunDoc], RunDoc]) -> RunDoc:
+        """Run a delta mutator on the document for `owner`'s own slots; return its delta."""
+        delta = mutate(self._doc)
+        self._note(owner)
+        return delta
+
+    def _joined(self, owner: str, delta: RunDoc) -> None:
+        if not delta.is_empty():
+            self._doc.merge(delta)
+            self._note(owner)
+
+    def _note(self, owner: str) -> None:
+        self._hashes.pop(owner, None)
+        if owner not in self._owners:
+            self._owners.add(owner)
+            self._first_seen[owner] = self.wall_ms()
+
+    # -- leases and garbage collection
+
+    def member(self, peer: str) -> Member | None:
+        """`peer`'s member record, expired or not."""
+        info = self._doc.members.get(peer)
+        if info is None:
+            return None
+        stamp = self._doc.members.stamp(peer)
+        assert stamp is not None
+        expires = min(info.lease_expiry_ms, stamp.wall_ms + self.limits.max_lease_ms)
+        return Member(peer=peer, info=info, stamp=stamp, expires_ms=expires)
+
+    def is_live(self, peer: str, now_ms: int | None = None) -> bool:
+        m = self.member(peer)
+        now_ms = self.wall_ms() if now_ms is None else now_ms
+        return m is not None and m.expires_ms >= now_ms
+
+    def collect(self) -> list[str]:
+        """Forget owners expired (or never announced) for longer than the grace period."""
+        cutoff = self.wall_ms() - self.limits.expiry_grace_ms
+        gone = []
+        for owner in self._owners:
+            m = self.member(owner)
+            since = m.expires_ms if m is not None else self._first_seen.get(owner, cutoff)
+            if since < cutoff:
+                gone.append(owner)
+        for owner in gone:
+            self._doc.drop(owner)
+            self._owners.discard(owner)
+            self._hashes.pop(owner, None)
+            self._first_seen.pop(owner, None)
+        self._collected += len(gone)
+        return gone
+
+    # -- views
+
+    def members(self) -> dict[str, Member]:
+        """Live members by peer ID."""
+        now = self.wall_ms()
+        live = {}
+        for peer in self._owners:
+            m = self.member(peer)
+            if m is not None and m.expires_ms >= now:
+                live[peer] = m
+        return live
+
+    def progress(self, peer: str) -> int:
+        return self._doc.progress.get(peer)
+
+    def total_progress(self) -> int:
+        return self._doc.progress.value
+
+    def checkpoints(self) -> dict[int, dict[bytes, frozenset[str]]]:
+        """round → content hash → providers (live members only)."""
+        live = set(self.members())
+        out: dict[int, dict[bytes, frozenset[str]]] = {}
+        for ref in self._doc.checkpoints.elements():
+            providers = frozenset(self._doc.checkpoints.holders(ref) & live)
+            if providers:
+                out.setdefault(ref.round, {})[ref.content_hash] = providers
+        return out
+
+    def latest_checkpoint(self) -> tuple[CheckpointRef, frozenset[str]] | None:
+        rounds = self.checkpoints()
+        if not rounds:
+            return None
+        r = max(rounds)
+        content_hash, providers = max(rounds[r].items(), key=lambda kv: (len(kv[1]), kv[0]))
+        return CheckpointRef(round=r, content_hash=content_hash), providers
+
+    def ban_votes(self) -> dict[str, dict[str, bytes]]:
+        """accused peer → {live voter: evidence hash}."""
+        live = set(self.members())
+        out: dict[str, dict[str, bytes]] = {}
+        for voter, _, vote in self._doc.bans.entries():
+            if voter in live and voter != vote.peer:
+                out.setdefault(vote.peer, {})[voter] = vote.evidence
+        return out
+
+    def banned(self, *, quorum: float = 0.5) -> set[str]:
+        """Peers that more than `quorum` of the live members voted to ban, with evidence."""
+        live = len(self.members())
+        return {p for p, voters in self.ban_votes().items() if len(voters) > quorum * live}
+
+    # -- digests
+
+    def owner_hash(self, owner: str) -> bytes:
+        cached = self._hashes.get(owner)
+        if cached is None:
+            raw = self._doc.project(owner).encode()
+            cached = self._hashes[owner] = hashlib.sha256(raw).digest()[:OWNER_HASH_LEN]
+        return cached
+
+    def summary(self) -> dict[str, bytes]:
+        """Live member → hash of its slots: what anti-entropy compares."""
+        return {peer: self.owner_hash(peer) for peer in self.members()}
+
+    def digest(self) -> bytes:
+        """A stable hash of the live state: equal on two replicas iff they agree."""
+        rows = sorted(self.summary().items())
+        return hashlib.sha256(pack([self.run_id, self.manifest is not None, rows])).digest()
+
+    def owners(self) -> set[str]:
+        return set(self._owners)
+
+    def statistics(self) -> RunStateStatistics:
+        doc = self._doc
+        return RunStateStatistics(
+            owners=len(self._owners),
+            live_members=len(self.members()),
+            checkpoint_entries=doc.checkpoints.entry_count(),
+            ban_entries=doc.bans.entry_count(),
+            dot_cloud=doc.checkpoints.context.cloud_size() + doc.bans.context.cloud_size(),
+            collected=self._collected,
+        )
+
+
+__all__ = ["BanVote", "CheckpointRef", "Member", "MemberInfo", "RunState", "StateLimits"]

@@ -1,0 +1,48 @@
+"""Anti-entropy messages: compare per-owner hashes, ship the signed envelopes that differ.
+
+One exchange is push-pull. The initiator sends its `summary` (live member → slot hash) and
+whether it holds the manifest. The responder merges any envelopes pushed along, then replies
+with the signed envelopes it holds for every owner whose hash differs (the manifest too if
+missing), up to a byte budget (`more` says it stopped early), plus `differing`: its own hashes
+for owners both sides hold but disagree on. The initiator merges, and pushes back whatever still
+differs in a second request. A joiner's summary is empty, so it receives everything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated
+
+from ..protocol.ids import protocol_id
+from ..protocol.messages import Request, Response, message
+from ..protocol.schema import MaxLen
+from .runstate import OWNER_HASH_LEN
+from .signed import MAX_DELTA_ENVELOPE
+
+SYNC_PROTOCOL = protocol_id("crdt/sync", "1.0.0")
+MAX_SUMMARY_OWNERS = 4096
+MAX_SYNC_ENVELOPES = 1024
+MAX_SYNC_MESSAGE = 4 * 1024 * 1024
+
+OwnerHash = Annotated[bytes, MaxLen(OWNER_HASH_LEN)]
+Envelopes = Annotated[
+    tuple[Annotated[bytes, MaxLen(MAX_DELTA_ENVELOPE)], ...], MaxLen(MAX_SYNC_ENVELOPES)
+]
+
+
+@message("crdt/sync", max_size=MAX_SYNC_MESSAGE)
+class SyncRequest(Request):
+    run: Annotated[str, MaxLen(128)]
+    has_manifest: bool
+    summary: Annotated[dict[str, OwnerHash], MaxLen(MAX_SUMMARY_OWNERS)]
+    envelopes: Envelopes = ()
+
+
+@message("crdt/sync-reply", max_size=MAX_SYNC_MESSAGE)
+class SyncReply(Response):
+    manifest: Annotated[bytes, MaxLen(128 * 1024)] | None = None
+    envelopes: Envelopes = ()
+    differing: Annotated[dict[str, OwnerHash], MaxLen(MAX_SUMMARY_OWNERS)] = dataclasses.field(
+        default_factory=dict
+    )
+    more: bool = False

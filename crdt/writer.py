@@ -1,0 +1,103 @@
+"""`RunWriter`: a peer's own writes to the run state, each returning the delta to replicate.
+
+Every method writes only this peer's slots, applies the write to the local `RunState`, and
+hands the delta to `on_delta` (the `Replicator` batches and signs it). Writes are synchronous
+and cheap, so the training loop can call them from the event loop.
+
+A (re)started peer should first pull state (`Replicator.bootstrap`): peers hold its earlier
+slots, signed by itself, and writing before learning them would restart its counters and
+sequence numbers below what others already saw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from .hlc import HybridClock
+from .records import BanVote, CheckpointRef, MemberInfo
+from .rundoc import RunDoc
+from .runstate import RunState
+
+
+class RunWriter:
+    """This peer's writes: membership lease, progress, checkpoint announcements, ban votes."""
+
+    def __init__(
+        self,
+        state: RunState,
+        peer_id: str,
+        *,
+        clock: HybridClock | None = None,
+        on_delta: Callable[[RunDoc], None] | None = None,
+    ) -> None:
+        self.state = state
+        self.peer_id = peer_id
+        self.clock = clock or HybridClock(
+            peer_id, wall_ms=state.wall_ms, max_drift_ms=state.limits.max_drift_ms
+        )
+        self.on_delta = on_delta
+
+    def announce(
+        self, *, role: str, addrs: Sequence[str], throughput: float = 0.0, lease_ms: int
+    ) -> RunDoc:
+        """Join or renew: our member record, valid for `lease_ms` from now."""
+        if not 0 < lease_ms <= self.state.limits.max_lease_ms:
+            raise ValueError(f"lease must be 1..{self.state.limits.max_lease_ms} ms")
+        stamp = self.clock.now()
+        info = MemberInfo(
+            role=role,
+            addrs=tuple(addrs),
+            throughput=float(throughput),
+            lease_expiry_ms=stamp.wall_ms + lease_ms,
+        )
+        return self._write(lambda d: RunDoc.of(members=d.members.set(self.peer_id, info, stamp)))
+
+    def leave(self) -> RunDoc:
+        """End our lease now (others stop counting us; nobody else could have done it)."""
+        current = self.state.member(self.peer_id)
+        if current is None:
+            return RunDoc()
+        stamp = self.clock.now()
+        info = MemberInfo(
+            role=current.info.role,
+            addrs=current.info.addrs,
+            throughput=current.info.throughput,
+            lease_expiry_ms=stamp.wall_ms - 1,
+        )
+        return self._write(lambda d: RunDoc.of(members=d.members.set(self.peer_id, info, stamp)))
+
+    def add_progress(self, amount: int) -> RunDoc:
+        return self._write(lambda d: RunDoc.of(progress=d.progress.increment(self.peer_id, amount)))
+
+    def provide_checkpoint(self, round: int, content_hash: bytes) -> RunDoc:
+        ref = CheckpointRef(round=round, content_hash=content_hash)
+        return self._write(lambda d: RunDoc.of(checkpoints=d.checkpoints.add(self.peer_id, ref)))
+
+    def withdraw_checkpoint(self, round: int, content_hash: bytes) -> RunDoc:
+        ref = CheckpointRef(round=round, content_hash=content_hash)
+        return self._write(
+            lambda d: RunDoc.of(checkpoints=d.checkpoints.remove(ref, replica=self.peer_id))
+        )
+
+    def vote_ban(self, peer: str, evidence: bytes) -> RunDoc:
+        vote = BanVote(peer=peer, evidence=evidence)
+        return self._write(lambda d: RunDoc.of(bans=d.bans.add(self.peer_id, vote)))
+
+    def withdraw_ban(self, peer: str) -> RunDoc:
+        votes = [
+            v for r, _, v in self.state.doc.bans.entries() if r == self.peer_id and v.peer == peer
+        ]
+
+        def mutate(d: RunDoc) -> RunDoc:
+            delta = RunDoc()
+            for vote in votes:
+                delta.merge(RunDoc.of(bans=d.bans.remove(vote, replica=self.peer_id)))
+            return delta
+
+        return self._write(mutate)
+
+    def _write(self, mutate: Callable[[RunDoc], RunDoc]) -> RunDoc:
+        delta = self.state.write_own(self.peer_id, mutate)
+        if self.on_delta is not None and not delta.is_empty():
+            self.on_delta(delta)
+        return delta
