@@ -12,7 +12,7 @@ from .exchange import Contribution, InProcessExchange, UpdateExchange
 from .flat import ParamLayout
 from .inner_loop import InnerLoop, InnerReport, evaluate, learning_rate
 from .local_group import LocalGroup
-from .member import DiLoCoMember, MemberState, RoundReport, mean_update
+from .member import DiLoCoMember, MemberState, RoundReport
 from .outer_step import NesterovOuterOptimizer
 from .state_hash import state_hash
 from .traffic import data_parallel_bytes
@@ -43,6 +43,5 @@ __all__ = [
     "data_parallel_bytes",
     "evaluate",
     "learning_rate",
-    "mean_update",
     "state_hash",
 ]

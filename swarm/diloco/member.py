@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,7 @@ import torch
 from peertrain.protocol.errors import DecodeError
 from torch import nn
 
+from ..aggregation import Aggregator, NotEnoughUpdates, build_aggregator
 from ..data.batches import Batches
 from .compression import ErrorFeedbackEncoder, ProtocolCodec, UpdateCodec
 from .config import InnerConfig, OuterConfig
@@ -32,23 +34,13 @@ from .inner_loop import InnerLoop, InnerReport, build_adamw
 from .outer_step import NesterovOuterOptimizer
 from .state_hash import state_hash
 
-Aggregate = Callable[[Sequence[torch.Tensor]], torch.Tensor]
-
-
-def mean_update(updates: Sequence[torch.Tensor]) -> torch.Tensor:
-    """The plain mean, in the (sender-sorted) order given; the default aggregation rule."""
-    total = updates[0].clone()
-    for update in updates[1:]:
-        total.add_(update)
-    return total.div_(len(updates))
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RoundReport:
     round: int  # the round that completed; the member is now at round + 1
     inner: InnerReport | None  # None when this member did no inner steps for the round
     accepted: tuple[str, ...]  # senders whose updates were aggregated, sorted
-    rejected: tuple[tuple[str, str], ...]  # (sender, reason) for updates that failed to decode
+    rejected: tuple[tuple[str, str], ...]  # (sender, reason): undecodable, or refused by the rule
     payload_bytes: int  # this member's own payload for the round (0 if none)
     update_norm: float  # L2 norm of the aggregated pseudo-gradient (NaN when nothing was applied)
     state_hash: str
@@ -83,7 +75,7 @@ class DiLoCoMember:
         outer: OuterConfig | None = None,
         codec: UpdateCodec | None = None,
         error_feedback: bool = True,
-        aggregate: Aggregate = mean_update,
+        aggregator: Aggregator | None = None,
     ) -> None:
         self.model = model
         self.layout = ParamLayout(model)
@@ -92,7 +84,7 @@ class DiLoCoMember:
         self.encoder = ErrorFeedbackEncoder(
             codec or ProtocolCodec("fp32"), self.layout.numel, enabled=error_feedback
         )
-        self.aggregate = aggregate
+        self.aggregator = aggregator or build_aggregator("mean")
         self.global_params = self.layout.flatten()
         self.round = 0
         self._prepared: tuple[int, InnerReport, int] | None = None  # (round, report, payload bytes)
@@ -111,9 +103,9 @@ class DiLoCoMember:
     def apply_update(self, contributions: Sequence[Contribution]) -> RoundReport:
         """Aggregate the decodable updates, take the outer step, reset the model to θ_global."""
         accepted, rejected, deltas = self._decode(contributions)
+        update = self._aggregate(accepted, rejected, deltas)
         update_norm = math.nan
-        if deltas:
-            update = self.aggregate(deltas)
+        if update is not None:
             update_norm = update.norm().item()
             self.outer.step(self.global_params, update)
         self.layout.load(self.global_params)
@@ -125,8 +117,8 @@ class DiLoCoMember:
         return RoundReport(
             round=self.round - 1,
             inner=inner,
-            accepted=accepted,
-            rejected=rejected,
+            accepted=tuple(accepted),
+            rejected=tuple(rejected),
             payload_bytes=payload_bytes,
             update_norm=update_norm,
             state_hash=self.state_hash(),
@@ -137,23 +129,38 @@ class DiLoCoMember:
 
     def _decode(
         self, contributions: Sequence[Contribution]
-    ) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...], list[torch.Tensor]]:
+    ) -> tuple[list[str], list[tuple[str, str]], list[torch.Tensor]]:
         accepted: list[str] = []
         rejected: list[tuple[str, str]] = []
         deltas: list[torch.Tensor] = []
-        seen: set[str] = set()
+        counts = Counter(c.sender for c in contributions)
         for c in sorted(contributions, key=lambda c: c.sender):
-            if c.sender in seen:
-                rejected.append((c.sender, "duplicate sender"))
+            if counts[c.sender] > 1:  # equivocation: no order-independent way to pick one
+                rejected.append((c.sender, f"sent {counts[c.sender]} updates for one round"))
                 continue
-            seen.add(c.sender)
             try:
                 deltas.append(self.encoder.codec.decode(c.payload, self.layout.numel))
             except DecodeError as exc:
                 rejected.append((c.sender, str(exc)))
                 continue
             accepted.append(c.sender)
-        return tuple(accepted), tuple(rejected), deltas
+        return accepted, rejected, deltas
+
+    def _aggregate(
+        self, accepted: list[str], rejected: list[tuple[str, str]], deltas: list[torch.Tensor]
+    ) -> torch.Tensor | None:
+        """The rule's update (None if nothing usable); senders it refused move to `rejected`."""
+        if not deltas:
+            return None
+        try:
+            result = self.aggregator.aggregate(deltas, numel=self.layout.numel)
+            update, verdicts = result.update, result.verdicts
+        except NotEnoughUpdates as exc:
+            update, verdicts = None, exc.verdicts
+        refused = {v.index: f"{v.reason}: {v.detail}" for v in verdicts if not v.accepted}
+        rejected.extend((accepted[i], why) for i, why in sorted(refused.items()))
+        accepted[:] = [sender for i, sender in enumerate(accepted) if i not in refused]
+        return update
 
     # -- state ----------------------------------------------------------------------------------
 

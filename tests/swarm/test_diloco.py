@@ -159,16 +159,21 @@ def test_bad_updates_are_rejected_and_the_round_completes(digits):
     payloads = [m.prepare_update() for m in members]
     numel = members[0].layout.numel
     nan = torch.full((numel,), float("nan")).numpy().tobytes()
+    huge = torch.full((numel,), 1e6).numpy().tobytes()
     contributions = [
         Contribution(sender="a", payload=payloads[0]),
         Contribution(sender="b", payload=payloads[1]),
         Contribution(sender="c", payload=payloads[1][:-4]),  # wrong size
         Contribution(sender="d", payload=nan),  # NaN
         Contribution(sender="a", payload=payloads[1]),  # a second update from the same sender
+        Contribution(sender="e", payload=(payloads[0][:-4] + b"\x00\x00\x80\x7f")),  # one +Inf
+        Contribution(sender="f", payload=huge),  # decodes, but the aggregator refuses its norm
+        Contribution(sender="g", payload=payloads[0]),
     ]
     reports = [m.apply_update(contributions) for m in members]
-    assert reports[0].accepted == ("a", "b")
-    assert [sender for sender, _ in reports[0].rejected] == ["a", "c", "d"]
+    assert reports[0].accepted == ("b", "g")
+    assert [sender for sender, _ in reports[0].rejected] == ["a", "a", "c", "d", "e", "f"]
+    assert "norm" in dict(reports[0].rejected)["f"]
     assert reports[0].state_hash == reports[1].state_hash
     assert torch.isfinite(members[0].layout.flatten()).all()
 
