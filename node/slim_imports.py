@@ -85,7 +85,8 @@ def uninstall(finder: SlimFinder) -> None:
     if finder in sys.meta_path:
         sys.meta_path.remove(finder)
     for name, module in list(sys.modules.items()):
-        if isinstance(module, PlaceholderModule) and module.__spec__ is not None and module.__spec__.loader is finder:
+        spec = getattr(module, "__spec__", None)
+        if isinstance(module, PlaceholderModule) and spec is not None and spec.loader is finder:
             del sys.modules[name]
 
 
@@ -104,7 +105,9 @@ class SlimFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def __init__(self, packages: Iterable[str]):
         self.packages = frozenset(packages)
 
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: Any = None, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname.partition(".")[0] not in self.packages:
             return None
         return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
@@ -142,7 +145,9 @@ class _Placeholder(type):
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         origin = cls._slim_origin
-        used = origin if cls.__dict__.get("_slim_origin") else f"{cls.__module__}.{cls.__qualname__} (a subclass of {origin})"
+        used = origin
+        if "_slim_origin" not in cls.__dict__:  # a class libp2p derived from a placeholder
+            used = f"{cls.__module__}.{cls.__qualname__} (a subclass of {origin})"
         package = origin.partition(".")[0]
         message = (
             f"{used} is not available in the peertrain daemon: {package} (needed only for "
@@ -157,4 +162,5 @@ class _Placeholder(type):
 
 def _placeholder(origin: str) -> type:
     module, _, name = origin.rpartition(".")
-    return _Placeholder(name, (), {"_slim_origin": origin, "__module__": module, "__qualname__": name})
+    namespace = {"_slim_origin": origin, "__module__": module, "__qualname__": name}
+    return _Placeholder(name, (), namespace)
