@@ -69,7 +69,8 @@ class TensorHeader(Message):
         return self.chunk_digests[index * DIGEST_BYTES : (index + 1) * DIGEST_BYTES]
 
 
-def _hash(data: object) -> bytes:
+def blake3_digest(data: object) -> bytes:
+    """blake3 of any buffer; multi-threaded from 1 MiB up."""
     view = memoryview(data)  # type: ignore[arg-type]
     threads = blake3.blake3.AUTO if view.nbytes >= 1 << 20 else 1
     return blake3.blake3(view, max_threads=threads).digest()
@@ -97,7 +98,7 @@ def root_checksum(
         chunk_size,
         chunk_digests,
     ]
-    return _hash(pack(fields))
+    return blake3_digest(pack(fields))
 
 
 def choose_chunk_size(nbytes: int) -> int:
@@ -182,22 +183,39 @@ def prepare_tensor(
         payload = error_feedback.encode(name, tensor)
     else:
         payload = codecs.encode(tensor, codec, block_size=block_size)
+    return prepare_encoded(
+        name, payload, dtype=str(tensor.dtype).removeprefix("torch."), shape=tuple(tensor.shape),
+        codec=codec, block_size=block_size, chunk_size=chunk_size,
+    )
+
+
+def prepare_encoded(
+    name: str,
+    payload: torch.Tensor,
+    *,
+    dtype: str,
+    shape: tuple[int, ...],
+    codec: str,
+    block_size: int,
+    chunk_size: int | None = None,
+) -> PreparedTensor:
+    """Hash an already encoded payload (flat uint8, e.g. from an error-feedback encoder)."""
     raw = payload.numpy()
     chunk_size = chunk_size or choose_chunk_size(raw.nbytes)
     digests = b"".join(_hash(raw[i : i + chunk_size]) for i in range(0, raw.nbytes, chunk_size))
     fields = dict(
         name=name,
-        dtype=str(tensor.dtype).removeprefix("torch."),
-        shape=tuple(tensor.shape),
+        dtype=dtype,
+        shape=tuple(shape),
         codec=codec,
         block_size=block_size,
         nbytes=raw.nbytes,
         chunk_size=chunk_size,
         chunk_digests=digests,
     )
-    return PreparedTensor(
-        header=TensorHeader(**fields, checksum=root_checksum(**fields)), payload=payload
-    )
+    header = TensorHeader(**fields, checksum=root_checksum(**fields))
+    check_header(header, max_nbytes=raw.nbytes)  # our own payload must fit its codec, too
+    return PreparedTensor(header=header, payload=payload)
 
 
 class TensorDownload:
@@ -220,7 +238,7 @@ class TensorDownload:
         return self._view[offset : offset + length]
 
     def verify_chunk(self, index: int) -> None:
-        if _hash(self.chunk_buffer(index)) != self.header.chunk_digest(index):
+        if blake3_digest(self.chunk_buffer(index)) != self.header.chunk_digest(index):
             raise ChecksumMismatch(f"chunk {index} of {self.header.name} does not match its digest")
         self._verified[index] = 1
 
