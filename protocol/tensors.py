@@ -202,7 +202,7 @@ def prepare_encoded(
     """Hash an already encoded payload (flat uint8, e.g. from an error-feedback encoder)."""
     raw = payload.numpy()
     chunk_size = chunk_size or choose_chunk_size(raw.nbytes)
-    digests = b"".join(_hash(raw[i : i + chunk_size]) for i in range(0, raw.nbytes, chunk_size))
+    digests = b"".join(blake3_digest(raw[i : i + chunk_size]) for i in range(0, raw.nbytes, chunk_size))
     fields = dict(
         name=name,
         dtype=dtype,
