@@ -1,6 +1,17 @@
 """DiLoCo groups: H local AdamW steps per member, then an outer Nesterov step on the group's
-aggregated pseudo-gradients (Douillard et al. 2023). Torch-side only; the daemon supplies the
-exchange of encoded updates and runs these calls in worker threads."""
+aggregated pseudo-gradients (Douillard et al. 2023). Torch-side only and synchronous; the daemon
+supplies the exchange of encoded updates and runs the torch phases in worker threads::
+
+    member = DiLoCoMember(model, dataset.train_batches(shard, n, batch_size=B, seed=seed),
+                          inner=InnerConfig(steps=H), codec=ProtocolCodec("int8"),
+                          aggregator=build_aggregator(name))
+    payload = await trio.to_thread.run_sync(member.prepare_update, limiter=compute)
+    contributions = await gossip.exchange(member.round, payload, deadline=...)
+    report = await trio.to_thread.run_sync(member.apply_update, contributions, limiter=compute)
+    # report.state_hash → RunState; member.snapshot() → CheckpointStore.save / a joiner's restore
+
+`LocalGroup` (one thread) and `InProcessExchange` (threads) run whole groups in one process.
+"""
 
 from __future__ import annotations
 

@@ -37,17 +37,19 @@ class UpdateExchange(Protocol):
 class InProcessExchange:
     """A rendezvous for `size` members in threads of one process; `endpoint(sender)` per member.
 
-    A round closes when all `size` payloads are in, or, after `timeout` seconds, with whatever
-    arrived (a late member's payload is then dropped, as gossip does at its deadline). Only the
-    current and next round are held, so memory stays bounded.
+    A round closes when all `size` payloads are in, or `timeout` seconds after its first payload
+    arrived, with whatever arrived. A member arriving after its round closed gets that round's
+    contributions without its own (dropped, as gossip drops late updates), so it still ends the
+    round in the same state as everyone else. Only the newest `history` rounds are kept, open or
+    closed, so memory stays bounded; asking for an older round raises `RoundFailed`.
     """
 
-    def __init__(self, size: int, *, timeout: float = 60.0) -> None:
+    def __init__(self, size: int, *, timeout: float = 60.0, history: int = 4) -> None:
         self.size = size
         self.timeout = timeout
-        self._rounds: dict[int, dict[str, bytes]] = {}
+        self.history = history
+        self._open: dict[int, dict[str, bytes]] = {}
         self._closed: dict[int, tuple[Contribution, ...]] = {}
-        self._readers: dict[int, int] = {}
         self._cond = threading.Condition()
 
     def endpoint(self, sender: str) -> _Endpoint:
@@ -55,36 +57,26 @@ class InProcessExchange:
 
     def _exchange(self, sender: str, round_: int, payload: bytes) -> tuple[Contribution, ...]:
         with self._cond:
-            if round_ in self._closed:
-                return self._read(
-                    round_
-                )  # too late: our payload is dropped, we still get the round
-            pending = self._rounds.setdefault(round_, {})
-            if len(self._rounds) > 2:
-                raise RoundFailed(
-                    f"round {round_} opened while {len(self._rounds) - 1} others are open"
-                )
-            pending[sender] = payload
-            if len(pending) == self.size:
-                self._close(round_)
-            elif not self._cond.wait_for(lambda: round_ in self._closed, timeout=self.timeout):
-                self._close(round_)
-            return self._read(round_)
+            if round_ not in self._closed:
+                newest = max([*self._open, *self._closed], default=round_)
+                if round_ <= newest - self.history:
+                    raise RoundFailed(f"round {round_} is older than the last {self.history}")
+                pending = self._open.setdefault(round_, {})
+                pending[sender] = payload
+                if len(pending) == self.size:
+                    self._close(round_)
+                elif not self._cond.wait_for(lambda: round_ in self._closed, self.timeout):
+                    self._close(round_)
+            return self._closed[round_]
 
     def _close(self, round_: int) -> None:
-        pending = self._rounds.pop(round_)
+        pending = self._open.pop(round_)
         self._closed[round_] = tuple(
             Contribution(sender=s, payload=p) for s, p in sorted(pending.items())
         )
-        self._readers[round_] = 0
+        for old in [r for r in self._closed if r <= round_ - self.history]:
+            del self._closed[old]
         self._cond.notify_all()
-
-    def _read(self, round_: int) -> tuple[Contribution, ...]:
-        contributions = self._closed[round_]
-        self._readers[round_] += 1
-        if self._readers[round_] >= self.size:  # everyone has it: forget the round
-            del self._closed[round_], self._readers[round_]
-        return contributions
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,9 +57,8 @@ class MemberState:
     inner_step: int = 0
     inner_optimizer: Mapping[str, Any] | None = None  # torch.optim state_dict of the inner AdamW
     residual: torch.Tensor | None = None  # error-feedback residual
-    extra: Mapping[str, Any] = field(
-        default_factory=dict
-    )  # e.g. manifest hash, recorded in sidecars
+    # free-form JSON-able notes kept in checkpoint sidecars (e.g. the run name)
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def state_hash(self) -> str:
         return state_hash(self.round, self.params, self.momentum)

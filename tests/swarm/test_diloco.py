@@ -19,6 +19,7 @@ from peertrain.swarm.diloco import (
     OuterConfig,
     ParamLayout,
     ProtocolCodec,
+    RoundFailed,
     data_parallel_bytes,
     evaluate,
     learning_rate,
@@ -226,3 +227,30 @@ def test_param_layout_round_trips_named_tensors():
 
 def test_data_parallel_bytes_is_one_fp32_gradient_per_member_per_step():
     assert data_parallel_bytes(1000, steps=10, members=4) == 1000 * 4 * 10 * 4
+
+
+def test_in_process_exchange_closes_a_round_at_its_deadline_and_drops_late_payloads():
+    hub = InProcessExchange(3, timeout=0.3, history=2)
+    results: dict[str, list[str]] = {}
+
+    def send(name: str) -> None:
+        got = hub.endpoint(name).exchange(0, name.encode())
+        results[name] = [c.sender for c in got]
+
+    threads = [threading.Thread(target=send, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {"a": ["a", "b"], "b": ["a", "b"]}  # closed without the missing "c"
+    send("c")  # "c" is late: it gets round 0 as the others saw it, its own payload dropped
+    assert results["c"] == ["a", "b"]
+    for r in (1, 2):  # all present: each round closes as soon as its last payload lands
+        threads = [threading.Thread(target=hub.endpoint(n).exchange, args=(r, b"x")) for n in "abc"]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=5)
+    assert set(hub._closed) == {1, 2}  # round 0 fell out of the history
+    with pytest.raises(RoundFailed, match="older"):
+        hub.endpoint("c").exchange(0, b"again")
