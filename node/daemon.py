@@ -5,7 +5,9 @@
            ├─ ControlServer   JSON on <home>/control.sock   (status now; runs later)
            ├─ PeerKeeper      bootstrap peers, reconnecting with backoff
            ├─ PeerExchange    learn peers' peers until the node is well connected
-           └─ Gossip          gossipsub, tuned and fenced (node/gossip.py)
+           ├─ Gossip          gossipsub, tuned and fenced (node/gossip.py)
+           ├─ TensorService   content-addressed tensors for peers (state, updates)
+           └─ RunManager      runs this node creates or joins (one RunSession each)
 
 A crash in a service stops the node loudly; a misbehaving remote peer never does. Torch is not
 imported here: the training services import it when a run needs it.
@@ -31,6 +33,8 @@ from .identity import Identity
 from .names import friendly_name
 from .gossip import Gossip
 from .peer_exchange import PeerExchange
+from .runs import RunManager
+from .tensor_service import TensorService, TensorStore
 from .peers import IdentityGuard, PeerKeeper
 from .penalties import PeerScoreboard
 
@@ -52,6 +56,8 @@ class Daemon:
         self.scoreboard = PeerScoreboard()
         self.peer_exchange = PeerExchange(self.host, self.scoreboard)
         self.gossip = Gossip(self.host, self.scoreboard)  # before connections: pubsub hears of peers by event
+        self.tensor_store = TensorStore()
+        self.runs = RunManager(self)
 
     async def run(self, *, task_status: trio.TaskStatus[Daemon] = trio.TASK_STATUS_IGNORED) -> None:
         listen = [Multiaddr(a) for a in self.config.listen]
@@ -64,6 +70,8 @@ class Daemon:
                 await nursery.start(keeper.run)
                 await nursery.start(self.peer_exchange.run)
                 await nursery.start(self.gossip.run)
+                await nursery.start(TensorService(self.host, self.tensor_store, self.scoreboard).run)
+                await nursery.start(self.runs.run)
                 self.started_at = time.monotonic()
                 log.info("node %s serving as %s", self.identity.name, self.identity.peer_id)
                 task_status.started(self)
@@ -72,7 +80,7 @@ class Daemon:
         async def status(_params: dict[str, Any]) -> dict[str, Any]:
             return self.status()
 
-        return {"status": status}
+        return {"status": status, **self.runs.control_methods()}
 
     def addrs(self) -> list[str]:
         """Advertised addresses, best first: the first one is what to give other machines."""
@@ -88,7 +96,7 @@ class Daemon:
             "share": addrs[0] if addrs else None,
             "peers": peers,
             "peer_names": {p: friendly_name(p) for p in peers},
-            "run": None,
+            "run": self.runs.status(),
             "private_network": self.config.psk is not None,
             "uptime_s": round(time.monotonic() - self.started_at, 1) if self.started_at else 0.0,
             "pid": os.getpid(),

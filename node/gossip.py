@@ -34,12 +34,12 @@ log = logging.getLogger(__name__)
 MAX_GOSSIP_MESSAGE = 512 * 1024  # well under py-libp2p's silent 1 MiB cut, with room for framing
 INVALID_MESSAGE_PENALTY = 20.0
 
-Validator = Callable[[ID, bytes], bool]
+Validator = Callable[[str, bytes], bool]  # (publisher's base58 peer ID, data) -> accept?
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GossipMessage:
-    sender: ID  # the original publisher (gossipsub signs messages; strict signing is on)
+    sender: str  # base58 ID of the original publisher (gossipsub signs messages; strict signing is on)
     data: bytes
 
 
@@ -139,7 +139,7 @@ class Gossip:
     def _guard(self, topic: str, validator: Validator):
         def check(forwarder: ID, msg) -> bool:
             try:
-                ok = validator(ID(msg.from_id), msg.data)
+                ok = validator(ID(msg.from_id).to_base58(), msg.data)
             except Exception as exc:  # a validator bug must not let garbage through
                 log.warning("validator for %s raised %r; rejecting", topic, exc)
                 ok = False
@@ -157,7 +157,7 @@ class Gossip:
                 if ID(msg.from_id) == self.host.get_id():
                     continue  # our own publish, echoed back
                 try:
-                    send.send_nowait(GossipMessage(sender=ID(msg.from_id), data=msg.data))
+                    send.send_nowait(GossipMessage(sender=ID(msg.from_id).to_base58(), data=msg.data))
                     self._delivered += 1
                 except trio.WouldBlock:
                     self._dropped += 1

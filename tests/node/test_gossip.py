@@ -25,7 +25,7 @@ async def test_a_message_reaches_every_subscriber_once(nursery):
         for inbox in inboxes[1:]:
             with trio.fail_after(5):
                 msg = await inbox.receive()
-            assert msg.data == b"hello" and msg.sender == nodes[0].host.get_id()
+            assert msg.data == b"hello" and msg.sender == nodes[0].host.get_id().to_base58()
         await trio.sleep(0.3)
         assert all(inbox.statistics().current_buffer_used == 0 for inbox in inboxes)  # no duplicates
 

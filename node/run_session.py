@@ -1,0 +1,188 @@
+"""One training run inside the daemon: replicated RunState, update gossip, and the DiLoCo driver.
+
+The swarm and crdt layers know nothing of libp2p; this module adapts the node's services to
+their small interfaces: gossip topics (`Gossip`), anti-entropy requests (`rpc`), and
+content-addressed tensors (`TensorStore` + `fetch_tensor`). Torch work happens in the driver's
+worker threads; here we only wire.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import trio
+from libp2p.peer.id import ID
+
+from peertrain.crdt.manifest import RunManifest
+from peertrain.crdt.replicator import Penalty, Replicator
+from peertrain.crdt.runstate import RunState
+from peertrain.crdt.sync import SyncReply, SyncRequest
+from peertrain.protocol.ids import protocol_id
+
+from .rpc import request
+from .tensor_service import fetch_tensor
+
+if TYPE_CHECKING:
+    from .daemon import Daemon
+
+log = logging.getLogger(__name__)
+
+CRDT_SYNC = protocol_id("crdt/sync", "1.0.0")
+
+
+class SyncExchange:
+    """Anti-entropy partners: connected members of the run, or the peers that told us of it."""
+
+    def __init__(self, daemon: Daemon, state: RunState, seeds: set[str]):
+        self.daemon, self.state, self.seeds = daemon, state, seeds
+
+    def peers(self) -> list[str]:
+        connected = {p.to_base58() for p in self.daemon.host.get_connected_peers()}
+        members = set(self.state.members()) | self.seeds
+        return sorted(connected & members)
+
+    async def request(self, peer: str, req: SyncRequest) -> SyncReply:
+        return await request(self.daemon.host, ID.from_base58(peer), CRDT_SYNC, req, SyncReply, timeout=10.0)
+
+
+class NodeTensors:
+    """The driver's `TensorTransport` and the update gossip's `GroupTransport` on our services."""
+
+    def __init__(self, daemon: Daemon, topic: str, *, codec: str, block_size: int, numel: int):
+        self.daemon, self.topic = daemon, topic
+        self.codec, self.block_size, self.numel = codec, block_size, numel
+
+    # driver: whole tensors
+    def put(self, prepared, *, pin: bool) -> None:
+        self.daemon.tensor_store.put(prepared, pin=pin)
+
+    def unpin(self, checksum: bytes) -> None:
+        self.daemon.tensor_store.unpin(checksum)
+
+    async def fetch(self, holders, checksum: bytes, max_nbytes: int):
+        ids = [ID.from_base58(h) if isinstance(h, str) else h for h in holders]
+        return await fetch_tensor(self.daemon.host, ids, checksum, max_nbytes=max_nbytes,
+                                  scoreboard=self.daemon.scoreboard)
+
+    # update gossip: encoded payloads
+    async def publish(self, data: bytes) -> None:
+        await self.daemon.gossip.publish(self.topic, data)
+
+    async def serve(self, owner: str, payload: bytes) -> bytes:
+        import torch
+
+        from peertrain.protocol.tensors import prepare_encoded
+
+        def prepare():
+            raw = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+            return prepare_encoded(f"update/{owner}", raw, dtype="float32", shape=(self.numel,),
+                                   codec=self.codec, block_size=self.block_size)
+
+        prepared = await trio.to_thread.run_sync(prepare)
+        self.daemon.tensor_store.put(prepared)
+        return prepared.header.checksum
+
+    async def fetch_payload(self, holders, checksum: bytes, nbytes: int) -> bytes:
+        download = await self.fetch(holders, checksum, nbytes)
+        return bytes(download.payload.numpy())
+
+
+class _UpdateTransport:
+    """`GroupTransport` view of NodeTensors (its `fetch` returns payload bytes)."""
+
+    def __init__(self, tensors: NodeTensors):
+        self.tensors = tensors
+
+    async def publish(self, data: bytes) -> None:
+        await self.tensors.publish(data)
+
+    async def serve(self, owner: str, payload: bytes) -> bytes:
+        return await self.tensors.serve(owner, payload)
+
+    async def fetch(self, holders, checksum: bytes, nbytes: int) -> bytes:
+        return await self.tensors.fetch_payload(holders, checksum, nbytes)
+
+
+class RunSession:
+    """Everything this node does for one run. `await nursery.start(session.run)`."""
+
+    def __init__(self, daemon: Daemon, *, run_id: str, manifest_envelope: bytes, seeds: set[str] = frozenset()):
+        self.daemon = daemon
+        self.state = RunState(run_id)
+        self.state.accept_manifest(manifest_envelope)
+        self.manifest: RunManifest = self.state.manifest
+        self.run_id = run_id
+        self.seeds = set(seeds)
+        self.replicator = Replicator(
+            state=self.state, key_pair=daemon.identity.key_pair, pubsub=daemon.gossip,
+            exchange=SyncExchange(daemon, self.state, self.seeds), on_penalty=self._penalise,
+        )
+        self.driver = None
+        self.error: str | None = None
+
+    def _penalise(self, penalty: Penalty) -> None:
+        self.daemon.scoreboard.penalise(penalty.peer, penalty.points, f"run state: {penalty.reason}")
+
+    async def run(self, *, task_status: trio.TaskStatus[RunSession] = trio.TASK_STATUS_IGNORED) -> None:
+        from peertrain.swarm.diloco.build import build_member
+        from peertrain.swarm.diloco.driver import DiLoCoDriver
+        from peertrain.swarm.diloco.run_spec import DiLoCoSpec
+        from peertrain.swarm.diloco.update_gossip import UpdateGossip
+
+        if self.manifest.mode != "diloco":
+            raise NotImplementedError(f"mode {self.manifest.mode!r} is not served by this node yet")
+        spec = DiLoCoSpec.from_bytes(self.manifest.spec)
+        me = self.daemon.identity.peer_id.to_base58()
+        built = await trio.to_thread.run_sync(build_member, spec, me)
+        codec = built.member.encoder.codec
+        numel = built.member.layout.numel
+        tensors = NodeTensors(self.daemon, f"/peertrain/{self.run_id}/updates", codec=spec.codec,
+                              block_size=codec.block_size, numel=numel)
+        holder: dict[str, Any] = {}
+        gossip = UpdateGossip(
+            run_id=self.run_id, key_pair=self.daemon.identity.key_pair, transport=_UpdateTransport(tensors),
+            expected_nbytes=codec.payload_bytes(numel),
+            is_member=lambda peer: self.state.is_live(peer) or peer == me,
+            expected=lambda round_: holder["driver"].expected_members(round_),
+        )
+        self.driver = holder["driver"] = DiLoCoDriver(
+            spec=spec, peer_id=me, built=built, replicator=self.replicator, gossip=gossip, tensors=tensors,
+            addrs=self.daemon.addrs,
+        )
+        async with trio.open_nursery() as nursery:
+            inbox = await self.daemon.gossip.subscribe(tensors.topic, validator=gossip.validate)
+            nursery.start_soon(_drain, inbox)  # announcements act in the validator; drop the copies
+            await nursery.start(self.replicator.run)
+            if self.manifest.creator != me:
+                await self.replicator.bootstrap()
+            await nursery.start(self.driver.run)
+            task_status.started(self)
+
+    def status(self) -> dict[str, Any]:
+        progress = self.driver.progress if self.driver else None
+        live = [p for p in self.state.members() if self.state.is_live(p)]
+        return {
+            "name": self.manifest.name,
+            "run_id": self.run_id,
+            "mode": self.manifest.mode,
+            "creator": self.manifest.creator,
+            "members": sorted(live),
+            "round": progress.round if progress else 0,
+            "phase": progress.phase if progress else "starting",
+            "loss": progress.loss if progress else None,
+            "initial_loss": progress.initial_loss if progress else None,
+            "rounds_completed": progress.rounds_completed if progress else 0,
+            "state_checksum": progress.state_checksum if progress else "",
+            "resyncs": progress.resyncs if progress else 0,
+            "rejected_updates": progress.rejected_updates if progress else 0,
+            "bytes_published": self.driver.gossip.bytes_published if self.driver else 0,
+            "bytes_fetched": self.driver.gossip.bytes_fetched if self.driver else 0,
+            "finished": bool(self.driver and self.driver.finished),
+            "error": self.error,
+        }
+
+
+async def _drain(inbox: trio.MemoryReceiveChannel) -> None:
+    async for _ in inbox:
+        pass

@@ -1,0 +1,63 @@
+"""Build a member from a run spec: the same model everywhere, this peer's shard of the data.
+
+Every member initialises the model from the spec's seed, so a fresh group starts from one
+θ_global without transferring it; the dataset is loaded once per process (cached by its
+settings), since members of a local swarm in one process share it read-only.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from peertrain.protocol.packing import pack
+
+from .compression import ProtocolCodec
+from .config import InnerConfig, OuterConfig
+from .inner_loop import evaluate
+from .member import DiLoCoMember
+from .run_spec import DiLoCoSpec
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BuiltMember:
+    member: DiLoCoMember
+    shard: int
+    eval_batches: list[Any]
+
+    def eval_loss(self) -> float:
+        """Loss of θ_global on the run's fixed eval batches (the model holds θ_global between rounds)."""
+        with torch.no_grad():
+            return evaluate(self.member.model, self.eval_batches)
+
+
+def build_member(spec: DiLoCoSpec, peer_id: str, *, eval_batches: int = 8) -> BuiltMember:
+    dataset = _dataset(spec.dataset, pack(dict(sorted(spec.dataset_settings.items()))))
+    model = spec.model_config().build(seed=spec.seed)
+    shard = spec.shard_of(peer_id)
+    batches = dataset.train_batches(shard, spec.num_shards, batch_size=spec.batch_size, seed=spec.seed)
+    aggregator = spec.build_aggregator()
+    member = DiLoCoMember(
+        model,
+        batches,
+        inner=InnerConfig(steps=spec.inner_steps, batch_size=spec.batch_size, lr=spec.lr,
+                          warmup_steps=spec.warmup_steps),
+        outer=OuterConfig(lr=spec.outer_lr, momentum=spec.outer_momentum),
+        codec=ProtocolCodec(spec.codec),
+        error_feedback=spec.error_feedback,
+        aggregator=aggregator,
+    )
+    held_out = dataset.eval_batches(batch_size=64, max_batches=eval_batches)
+    return BuiltMember(member=member, shard=shard, eval_batches=held_out)
+
+
+@functools.lru_cache(maxsize=4)
+def _dataset(name: str, settings: bytes):
+    from peertrain.protocol.packing import unpack
+
+    from ..data import dataset_config
+
+    return dataset_config(name, unpack(settings, max_size=1 << 16)).build()

@@ -1,0 +1,234 @@
+"""The DiLoCo loop of one member inside a node: rounds, consistency, joining, checkpoints.
+
+    catch up ──► [ H inner steps (thread) ─► update gossip ─► aggregate + outer step (thread)
+                   ─► publish state checksum in RunState ─► agree with the majority ] × rounds
+
+State is content-addressed. After every outer step a member prepares its state (θ_global and
+outer momentum, fp32) as one tensor, serves it, and announces (round → checksum) in RunState's
+checkpoint registry, where the dot's replica names the provider. Identical states have
+identical checksums, so the registry *is* the consistency check: a member whose checksum is
+not the majority's for its round re-syncs from the majority's providers, and a joiner (or a
+restarted member) downloads the majority state of the newest round from all its providers in
+parallel. Expected contributors for round r are the live members that announced a state for
+round r: a joiner becomes one as soon as it has caught up, and a vanished member stops counting
+when its lease ends, and never holds a round beyond its deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+import trio
+
+from peertrain.crdt.replicator import Replicator
+from peertrain.protocol.tensors import PreparedTensor, TensorDownload, prepare_tensor
+
+from .build import BuiltMember
+from .member import MemberState, RoundReport
+from .run_spec import DiLoCoSpec
+from .update_gossip import UpdateGossip
+
+log = logging.getLogger(__name__)
+
+STATE_NAME = "diloco/state"
+LEASE_MS = 30_000
+AGREEMENT_WAIT = 3.0
+
+
+class TensorTransport(Protocol):
+    """Content-addressed tensors, as the node serves and fetches them."""
+
+    def put(self, prepared: PreparedTensor, *, pin: bool) -> None: ...
+
+    def unpin(self, checksum: bytes) -> None: ...
+
+    async def fetch(self, holders: list[str], checksum: bytes, max_nbytes: int) -> TensorDownload: ...
+
+
+@dataclass
+class DriverProgress:
+    """What `status` shows and the local swarm reports."""
+
+    round: int = 0
+    loss: float | None = None
+    initial_loss: float | None = None
+    state_checksum: str = ""
+    rounds_completed: int = 0
+    resyncs: int = 0
+    rejected_updates: int = 0
+    phase: str = "starting"
+    history: list[dict] = field(default_factory=list)
+
+
+class DiLoCoDriver:
+    def __init__(self, *, spec: DiLoCoSpec, peer_id: str, built: BuiltMember, replicator: Replicator,
+                 gossip: UpdateGossip, tensors: TensorTransport, addrs: Callable[[], list[str]],
+                 on_round: Callable[[RoundReport], None] | None = None):
+        self.spec = spec
+        self.peer_id = peer_id
+        self.replicator = replicator
+        self.state = replicator.state
+        self.gossip = gossip
+        self.tensors = tensors
+        self.addrs = addrs
+        self.on_round = on_round
+        self.progress = DriverProgress()
+        self.built = built
+        self._served: bytes | None = None
+        self._limiter = trio.CapacityLimiter(1)  # one torch job at a time per member
+
+    # -- service --------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[DiLoCoDriver] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._lease_loop)
+            await self._catch_up(initial=True)
+            task_status.started(self)
+            while not self.finished:
+                await self._one_round()
+            self.progress.phase = "finished"
+            log.info("run finished after %d rounds, loss %.4f", self.progress.round, self.progress.loss or 0)
+            nursery.cancel_scope.cancel()
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.spec.rounds) and self.progress.round >= self.spec.rounds
+
+    @property
+    def member(self):
+        return self.built.member
+
+    async def _lease_loop(self) -> None:
+        while True:
+            self.replicator.writer.announce(role="diloco", addrs=self.addrs()[:8], lease_ms=LEASE_MS)
+            await trio.sleep(LEASE_MS / 3000)
+
+    # -- one round ------------------------------------------------------------------------------
+
+    async def _one_round(self) -> None:
+        round_ = self.member.round
+        self.progress.phase = "inner steps"
+        payload = await self._thread(self.member.prepare_update)
+        if self._newest_majority_round() > round_:
+            # the group finished round r without us (we were too slow or partitioned): our
+            # update is late; adopt the group's state instead of computing a divergent one
+            await self._catch_up()
+            return
+        self.progress.phase = "exchanging"
+        contributions = await self.gossip.exchange(round_, payload, deadline=trio.current_time() + self.spec.round_timeout)
+        self.progress.phase = "outer step"
+        report = await self._thread(self.member.apply_update, contributions)
+        self.progress.rejected_updates += len(report.rejected)
+        self.replicator.writer.add_progress(self.spec.inner_steps)
+        await self._publish_state()
+        await self._agree_with_majority()
+        await self._record(report)
+
+    async def _record(self, report: RoundReport) -> None:
+        loss = await self._thread(self.built.eval_loss)
+        p = self.progress
+        p.round, p.loss, p.rounds_completed = self.member.round, loss, p.rounds_completed + 1
+        p.history.append({"round": report.round, "loss": loss, "accepted": len(report.accepted),
+                          "rejected": len(report.rejected), "time": time.time()})
+        del p.history[:-64]
+        log.info("round %d: eval loss %.4f, %d updates (%d rejected)", report.round, loss,
+                 len(report.accepted), len(report.rejected))
+        if self.on_round is not None:
+            self.on_round(report)
+
+    # -- state: publish, agree, catch up --------------------------------------------------------
+
+    def _state_tensor(self) -> torch.Tensor:
+        return torch.cat([self.member.global_params, self.member.outer.momentum_buffer]).float()
+
+    async def _publish_state(self) -> None:
+        prepared = await self._thread(lambda: prepare_tensor(STATE_NAME, self._state_tensor()))
+        checksum = prepared.header.checksum
+        self.tensors.put(prepared, pin=True)
+        if self._served is not None and self._served != checksum:
+            self.tensors.unpin(self._served)
+        self._served = checksum
+        self.replicator.writer.provide_checkpoint(self.member.round, checksum)
+        self.progress.state_checksum = checksum.hex()[:16]
+
+    def _refs(self, round_: int) -> Counter[bytes]:
+        """Checksums announced for state at `round_`, counted by live providers."""
+        counts: Counter[bytes] = Counter()
+        for checksum, providers in self.state.checkpoints().get(round_, {}).items():
+            counts[checksum] += sum(1 for p in providers if self.state.is_live(p) or p == self.peer_id)
+        return counts
+
+    def _newest_majority_round(self) -> int:
+        rounds = [r for r in self.state.checkpoints() if self._refs(r)]
+        return max(rounds, default=-1)
+
+    async def _agree_with_majority(self) -> None:
+        round_ = self.member.round
+        with trio.move_on_after(AGREEMENT_WAIT):
+            while sum(self._refs(round_).values()) < len(self.expected_members(round_ - 1)):
+                await trio.sleep(0.1)
+        counts = self._refs(round_)
+        if not counts:
+            return
+        majority, votes = counts.most_common(1)[0]
+        if majority != self._served and votes > counts.get(self._served, 0):
+            log.warning("state of round %d differs from the majority (%d of %d agree): re-syncing",
+                        round_, votes, sum(counts.values()))
+            await self._adopt(round_, majority)
+
+    def expected_members(self, round_: int) -> set[str]:
+        """Live members that hold state for round `round_` (they will contribute to it)."""
+        live = {p for p in self.state.members() if self.state.is_live(p)} | {self.peer_id}
+        providers = set()
+        for provs in self.state.checkpoints().get(round_, {}).values():
+            providers |= set(provs)
+        return (live & providers) | {self.peer_id}
+
+    async def _catch_up(self, *, initial: bool = False) -> None:
+        """Adopt the newest majority state when it differs from ours; then announce ours."""
+        if initial:  # give anti-entropy a moment to bring a joiner the registry
+            with trio.move_on_after(5.0):
+                while self._newest_majority_round() < 0 and self.replicator.exchange.peers():
+                    await trio.sleep(0.1)
+        newest = self._newest_majority_round()
+        if newest >= self.member.round and newest >= 0:
+            majority = self._refs(newest).most_common(1)[0][0]
+            if newest > self.member.round or majority != await self._own_checksum():
+                await self._adopt(newest, majority)
+                return
+        await self._publish_state()
+        self.progress.round = self.member.round
+        if self.progress.initial_loss is None:
+            self.progress.loss = self.progress.initial_loss = await self._thread(self.built.eval_loss)
+
+    async def _own_checksum(self) -> bytes:
+        prepared = await self._thread(lambda: prepare_tensor(STATE_NAME, self._state_tensor()))
+        return prepared.header.checksum
+
+    async def _adopt(self, round_: int, checksum: bytes) -> None:
+        self.progress.phase = f"downloading state of round {round_}"
+        providers = [p for p in self.state.checkpoints().get(round_, {}).get(checksum, ()) if p != self.peer_id]
+        numel = self.member.layout.numel
+        download = await self.tensors.fetch(providers, checksum, max_nbytes=2 * numel * 4 + 1024)
+        flat = await self._thread(download.finish)
+        if flat.numel() != 2 * numel:
+            raise ValueError(f"state of {flat.numel()} values does not fit this run's model")
+        params, momentum = flat[:numel].clone(), flat[numel:].clone()
+        state = MemberState(round=round_, params=self.member.layout.named(params), momentum=momentum)
+        await self._thread(self.member.restore, state)
+        self.progress.resyncs += 1
+        self.gossip.current_round = round_
+        await self._publish_state()
+        self.progress.round = round_
+        if self.progress.initial_loss is None:
+            self.progress.loss = self.progress.initial_loss = await self._thread(self.built.eval_loss)
+        log.info("adopted the group's state of round %d from %d provider(s)", round_, len(providers))
+
+    async def _thread(self, fn, *args):
+        return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)

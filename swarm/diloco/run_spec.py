@@ -1,0 +1,106 @@
+"""What a DiLoCo run trains, as the manifest's opaque `spec`: canonical bytes, strictly checked.
+
+The manifest (crdt/manifest.py) names a run by the hash of its bytes, so the spec must encode
+canonically (msgpack of a key-sorted map, no floats that differ by platform: plain Python
+floats round-trip exactly). Every member builds the same model, the same dataset and its own
+shard from it; shards come from a seeded hash of the member's peer ID, so they are stable as
+members come and go and need no coordinator (two members may share a shard, which costs
+diversity, not correctness).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from peertrain.protocol.errors import DecodeError
+from peertrain.protocol.packing import pack, unpack
+
+from ..models.config import ConfigError
+
+MAX_SPEC_BYTES = 16 * 1024
+CODECS = ("fp32", "fp16", "bf16", "int8")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DiLoCoSpec:
+    model: str = "gpt"
+    model_settings: Mapping[str, Any] = field(default_factory=dict)
+    dataset: str = "text"
+    dataset_settings: Mapping[str, Any] = field(default_factory=dict)
+    inner_steps: int = 50
+    batch_size: int = 16
+    lr: float = 4e-4
+    warmup_steps: int = 50
+    outer_lr: float = 0.7
+    outer_momentum: float = 0.9
+    codec: str = "int8"
+    error_feedback: bool = True
+    aggregator: str = "mean"
+    aggregator_settings: Mapping[str, Any] = field(default_factory=dict)
+    num_shards: int = 16
+    rounds: int = 0  # 0: until stopped
+    round_timeout: float = 60.0  # seconds a round waits for missing members after our update
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.codec not in CODECS:
+            raise ConfigError(f"codec must be one of {', '.join(CODECS)}, got {self.codec!r}")
+        if self.inner_steps < 1 or self.batch_size < 1 or self.num_shards < 1:
+            raise ConfigError("inner_steps, batch_size and num_shards must be at least 1")
+        if self.rounds < 0 or self.round_timeout <= 0:
+            raise ConfigError("rounds must be ≥ 0 and round_timeout positive")
+        self.model_config()
+        self.dataset_config()
+        self.build_aggregator()
+
+    # -- canonical bytes ------------------------------------------------------------------------
+
+    def to_bytes(self) -> bytes:
+        return pack(_canonical(dataclasses.asdict(self)))
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> DiLoCoSpec:
+        fields = unpack(raw, max_size=MAX_SPEC_BYTES, what="DiLoCo spec")
+        if not isinstance(fields, dict):
+            raise DecodeError("a DiLoCo spec is a map")
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = set(fields) - set(known)
+        if unknown:
+            raise DecodeError(f"unknown DiLoCo spec fields {sorted(unknown)[:4]}")
+        try:
+            return cls(**fields)
+        except (ConfigError, TypeError, ValueError) as exc:
+            raise DecodeError(f"invalid DiLoCo spec: {exc}") from None
+
+    # -- what it builds -------------------------------------------------------------------------
+
+    def model_config(self):
+        from ..models import model_config
+
+        return model_config(self.model, self.model_settings)
+
+    def dataset_config(self):
+        from ..data import dataset_config
+
+        return dataset_config(self.dataset, self.dataset_settings)
+
+    def build_aggregator(self):
+        from ..aggregation import build_aggregator
+
+        return build_aggregator(self.aggregator, **dict(self.aggregator_settings))
+
+    def shard_of(self, peer_id: str) -> int:
+        from ..data import seeded_int
+
+        return seeded_int("diloco-shard", self.seed, peer_id) % self.num_shards
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _canonical(v) for k, v in sorted(value.items())}
+    if isinstance(value, list | tuple):
+        return [_canonical(v) for v in value]
+    return value

@@ -1,0 +1,221 @@
+"""Update gossip for one DiLoCo group: announce small, pull big, close at all-in or deadline.
+
+Outer updates are megabytes; pushing them through gossipsub's eager mesh would multiply traffic
+by the mesh degree and hit its silent 1 MiB cut. So a member publishes a signed
+`UpdateAnnouncement` (run, round, sender, size, checksum) on the group topic and serves the
+payload, content-addressed by its checksum, over streams. Every other member pulls it from the
+sender or from any peer that already has it (they announce `holds` too), so a payload crosses
+each link about once; the checksum, signed by the sender, makes any holder as good as the
+sender. A round closes when the updates of every live member are in, or at the deadline; late
+announcements are dropped. Nothing here knows libp2p: the node injects the transport.
+
+Bad input is refused before aggregation: an envelope that is not signed by its claimed sender,
+targets another run or a round outside the window, comes from a non-member, or announces a
+payload of the wrong size is rejected at the gossip validator (the forwarder is penalised by the
+node); a holder that serves bytes not matching the checksum is caught chunk by chunk.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Protocol
+
+import trio
+from libp2p.crypto.keys import KeyPair
+from libp2p.peer.id import ID
+
+from peertrain.protocol.envelope import open_envelope, seal
+from peertrain.protocol.errors import ProtocolError
+from peertrain.protocol.messages import Message, decode, encode, message
+from peertrain.protocol.schema import IntRange, MaxLen
+
+from .exchange import Contribution
+
+log = logging.getLogger(__name__)
+
+DOMAIN = "outer-update"
+MAX_ENVELOPE = 2048
+ROUND_WINDOW = 2  # accept announcements for rounds [current - 1, current + ROUND_WINDOW]
+
+
+@message("diloco/update-announcement", max_size=512)
+class UpdateAnnouncement(Message):
+    sender: Annotated[str, MaxLen(128)]  # whose update it is
+    nbytes: Annotated[int, IntRange(0, 2**40)]
+    checksum: Annotated[bytes, MaxLen(32)]
+    holds: bool = False  # True: the signer is not the sender, it merely holds a copy
+
+
+class GroupTransport(Protocol):
+    """What the node provides: a topic, a content-addressed store, and a fetcher."""
+
+    async def publish(self, data: bytes) -> None: ...
+
+    async def serve(self, checksum_owner: str, payload: bytes) -> bytes:
+        """Make `payload` available by content; return its checksum."""
+        ...
+
+    async def fetch(self, holders: Sequence[str], checksum: bytes, nbytes: int) -> bytes:
+        """Verified payload bytes from any of `holders`; raises on failure."""
+        ...
+
+
+@dataclass
+class _RoundState:
+    announced: dict[str, UpdateAnnouncement] = field(default_factory=dict)  # sender → announcement
+    holders: dict[bytes, list[str]] = field(default_factory=dict)  # checksum → peers holding it
+    payloads: dict[str, bytes] = field(default_factory=dict)  # sender → verified payload
+    changed: trio.Event = field(default_factory=trio.Event)
+
+
+class UpdateGossip:
+    """The announce/pull machinery of one member for one run."""
+
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        key_pair: KeyPair,
+        transport: GroupTransport,
+        expected_nbytes: int,
+        members: Callable[[], set[str]],
+    ):
+        self.run_id = run_id
+        self.key_pair = key_pair
+        self.me = ID.from_pubkey(key_pair.public_key).to_base58()
+        self.transport = transport
+        self.expected_nbytes = expected_nbytes
+        self.is_member = is_member  # may this peer send updates at all (live lease in RunState)
+        self.expected = expected  # whose updates round r waits for
+        self.current_round = 0
+        self._rounds: dict[int, _RoundState] = {}
+        self.rejected = 0
+        self.bytes_published = 0
+        self.bytes_fetched = 0
+
+    # -- inbound --------------------------------------------------------------------------------
+
+    def validate(self, origin: str, raw: bytes) -> bool:
+        """Gossip validator: verify and record an announcement; False rejects (and penalises)."""
+        try:
+            round_, ann = self._open(origin, raw)
+        except ProtocolError as exc:
+            self.rejected += 1
+            log.info("rejected update announcement from %s: %s", origin, exc)
+            return False
+        state = self._round(round_)
+        if state is None:
+            return True  # a late announcement for a closed round: harmless, ignored
+        if not ann.holds:
+            state.announced.setdefault(ann.sender, ann)
+        if state.announced.get(ann.sender, ann).checksum == ann.checksum:
+            holders = state.holders.setdefault(ann.checksum, [])
+            if origin not in holders and len(holders) < 64:
+                holders.append(origin)
+        state.changed.set()
+        return True
+
+    def _open(self, origin: str, raw: bytes) -> tuple[int, UpdateAnnouncement]:
+        window = range(max(0, self.current_round - 1), self.current_round + ROUND_WINDOW + 1)
+        env = open_envelope(
+            raw,
+            expected_domain=DOMAIN,
+            expected_run=self.run_id,
+            expected_round=window,
+            expected_sender=ID.from_base58(origin).to_bytes(),
+            max_size=MAX_ENVELOPE,
+        )
+        ann = decode(env.payload, UpdateAnnouncement)
+        if ann.holds == (ann.sender == origin):
+            raise ProtocolError("an announcement is either the sender's own or a holder's copy")
+        members = self.members()
+        if ann.sender not in members or origin not in members:
+            raise ProtocolError(
+                f"{ann.sender if ann.sender not in members else origin} is not a member of the run"
+            )
+        if ann.nbytes != self.expected_nbytes:
+            raise ProtocolError(
+                f"update of {ann.nbytes} bytes, the run's updates are {self.expected_nbytes}"
+            )
+        assert env.round is not None
+        return env.round, ann
+
+    def _round(self, round_: int) -> _RoundState | None:
+        if round_ < self.current_round:
+            return None
+        for old in [r for r in self._rounds if r < self.current_round]:
+            del self._rounds[old]
+        return self._rounds.setdefault(round_, _RoundState())
+
+    # -- one round ------------------------------------------------------------------------------
+
+    async def exchange(self, round_: int, payload: bytes, *, deadline: float) -> list[Contribution]:
+        """Publish ours, pull everyone's until all live members are in or `deadline` (trio time)."""
+        self.current_round = round_
+        state = self._round(round_)
+        assert state is not None
+        checksum = await self.transport.serve(self.me, payload)
+        state.payloads[self.me] = payload
+        state.announced[self.me] = UpdateAnnouncement(
+            sender=self.me, nbytes=len(payload), checksum=checksum
+        )
+        await self._announce(round_, state.announced[self.me])
+        with trio.move_on_at(deadline):
+            async with trio.open_nursery() as nursery:
+                fetching: set[str] = set()
+                while not self._complete(round_, state):
+                    for sender, ann in list(state.announced.items()):
+                        if sender not in state.payloads and sender not in fetching:
+                            fetching.add(sender)
+                            nursery.start_soon(self._pull, round_, state, ann, fetching)
+                    state.changed = trio.Event()
+                    if self._complete(round_, state):
+                        break
+                    with trio.move_on_after(1.0):  # membership may change without an announcement
+                        await state.changed.wait()
+                nursery.cancel_scope.cancel()
+        missing = self.expected(round_) - set(state.payloads)
+        if missing:
+            log.info(
+                "round %d closed without %d member(s): %s",
+                round_,
+                len(missing),
+                sorted(missing)[:4],
+            )
+        self.current_round = round_ + 1
+        return [Contribution(sender=s, payload=p) for s, p in sorted(state.payloads.items())]
+
+    def _complete(self, round_: int, state: _RoundState) -> bool:
+        return self.expected(round_) <= set(state.payloads)
+
+    async def _pull(
+        self, round_: int, state: _RoundState, ann: UpdateAnnouncement, fetching: set[str]
+    ) -> None:
+        while True:
+            holders = list(state.holders.get(ann.checksum, [ann.sender]))
+            try:
+                payload = await self.transport.fetch(holders, ann.checksum, ann.nbytes)
+            except Exception as exc:  # all holders failed for now: wait for another to announce
+                log.debug("round %d: update of %s not fetched yet: %s", round_, ann.sender, exc)
+                await trio.sleep(0.5)
+                continue
+            state.payloads[ann.sender] = payload
+            self.bytes_fetched += len(payload)
+            await self.transport.serve(ann.sender, payload)
+            await self._announce(
+                round_,
+                UpdateAnnouncement(
+                    sender=ann.sender, nbytes=ann.nbytes, checksum=ann.checksum, holds=True
+                ),
+            )
+            fetching.discard(ann.sender)
+            state.changed.set()
+            return
+
+    async def _announce(self, round_: int, ann: UpdateAnnouncement) -> None:
+        env = seal(self.key_pair, domain=DOMAIN, run=self.run_id, round=round_, payload=encode(ann))
+        await self.transport.publish(env.to_bytes())
+        if not ann.holds:
+            self.bytes_published += ann.nbytes
