@@ -115,10 +115,19 @@ class Replicator:
         self._seen: OrderedDict[bytes, None] = OrderedDict()
         self._prechecked: OrderedDict[bytes, SignedDelta] = OrderedDict()
         self._counts = dict.fromkeys(
-            ("published", "published_bytes", "received", "duplicates", "applied", "rejected",
-             "syncs", "sync_failures", "envelopes_sent"),
+            (
+                "published",
+                "published_bytes",
+                "received",
+                "duplicates",
+                "applied",
+                "rejected",
+                "syncs",
+                "sync_failures",
+                "envelopes_sent",
+            ),
             0,
-        )  # fmt: skip
+        )
 
     # -- service
 
@@ -183,9 +192,13 @@ class Replicator:
     def _seal(self, doc: RunDoc, *, snapshot: bool) -> SignedDelta:
         self._seq = max(self._seq + 1, self.state.wall_ms())
         return seal_delta(
-            self.key_pair, self.peer_id, run_id=self.state.run_id, seq=self._seq, doc=doc,
+            self.key_pair,
+            self.peer_id,
+            run_id=self.state.run_id,
+            seq=self._seq,
+            doc=doc,
             snapshot=snapshot,
-        )  # fmt: skip
+        )
 
     def own_snapshot(self) -> SignedDelta | None:
         """Our whole slot, signed (cached until our next write)."""

@@ -257,14 +257,25 @@ async def open_memory_swarm(
                 state.accept_manifest(manifest)
             endpoint = router.endpoint(peer_id)
             rep = Replicator(
-                state=state, key_pair=key_pair, pubsub=endpoint, exchange=endpoint,
-                config=config or ReplicatorConfig(), seed=seed * 1000 + i,
-            )  # fmt: skip
+                state=state,
+                key_pair=key_pair,
+                pubsub=endpoint,
+                exchange=endpoint,
+                config=config or ReplicatorConfig(),
+                seed=seed * 1000 + i,
+            )
             endpoint.serve(rep.handle_sync)
             await nursery.start(rep.run)
             rep.writer.announce(role="trainer", addrs=[f"/memory/{i}"], lease_ms=lease_ms)
-            nodes.append(MemoryNode(peer_id=peer_id, key_pair=key_pair, state=state,
-                                    replicator=rep, endpoint=endpoint))  # fmt: skip
+            nodes.append(
+                MemoryNode(
+                    peer_id=peer_id,
+                    key_pair=key_pair,
+                    state=state,
+                    replicator=rep,
+                    endpoint=endpoint,
+                )
+            )
         try:
             yield router, nodes
         finally:

@@ -29,9 +29,12 @@ async def _random_updates(nodes, rng: random.Random, *, rounds: int) -> dict[str
             elif action == 1:
                 w.provide_checkpoint(r, bytes([r % 256]) * 32)
             elif action == 2:
-                w.announce(role=rng.choice(["trainer", "stage:0", "stage:1"]),
-                           addrs=[f"/ip4/10.0.0.{r % 250}/tcp/4001"], throughput=float(r),
-                           lease_ms=60_000)  # fmt: skip
+                w.announce(
+                    role=rng.choice(["trainer", "stage:0", "stage:1"]),
+                    addrs=[f"/ip4/10.0.0.{r % 250}/tcp/4001"],
+                    throughput=float(r),
+                    lease_ms=60_000,
+                )
             else:
                 w.withdraw_checkpoint(r - 1, bytes([(r - 1) % 256]) * 32)
         await trio.sleep(rng.uniform(0, 0.03))
