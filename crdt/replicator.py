@@ -20,6 +20,7 @@ transport's inbound channel is bounded.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import random
@@ -64,6 +65,19 @@ class Penalty:
     peer: str
     reason: str
     points: float = 20.0
+
+
+@dataclass(slots=True)
+class _Counts:
+    published: int = 0
+    published_bytes: int = 0
+    received: int = 0
+    duplicates: int = 0
+    applied: int = 0
+    rejected: int = 0
+    syncs: int = 0
+    sync_failures: int = 0
+    envelopes_sent: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,20 +128,8 @@ class Replicator:
         self._own_snapshot: SignedDelta | None = None
         self._seen: OrderedDict[bytes, None] = OrderedDict()
         self._prechecked: OrderedDict[bytes, SignedDelta] = OrderedDict()
-        self._counts = dict.fromkeys(
-            (
-                "published",
-                "published_bytes",
-                "received",
-                "duplicates",
-                "applied",
-                "rejected",
-                "syncs",
-                "sync_failures",
-                "envelopes_sent",
-            ),
-            0,
-        )
+        self._counts = _Counts()
+        self.listeners: list[Callable[[str], None]] = []  # called with the owner after a change
 
     # -- service
 
@@ -143,7 +145,7 @@ class Replicator:
     async def _receive_loop(self, inbox: trio.abc.ReceiveChannel[Inbound]) -> None:
         async with inbox:
             async for msg in inbox:
-                self.handle_gossip(msg.sender, msg.data)
+                self.handle_gossip(_peer_name(msg.sender), msg.data)
 
     async def _publish_loop(self) -> None:
         while True:
@@ -158,8 +160,8 @@ class Replicator:
             except PeertrainError as exc:  # anti-entropy will carry it instead
                 log.warning("could not publish a delta: %s", exc)
             else:
-                self._counts["published"] += 1
-                self._counts["published_bytes"] += len(signed.raw)
+                self._counts.published += 1
+                self._counts.published_bytes += len(signed.raw)
             await trio.sleep(self.config.publish_interval)
 
     async def _sync_loop(self) -> None:
@@ -227,27 +229,27 @@ class Replicator:
 
     def handle_gossip(self, sender: str, data: bytes) -> bool:
         """Apply one gossiped envelope; False if it was a duplicate or rejected."""
-        self._counts["received"] += 1
+        self._counts.received += 1
         return self._accept_raw(sender, data)
 
     def _accept_raw(self, sender: str, data: bytes) -> bool:
         key = _key(data)
         if key in self._seen:
-            self._counts["duplicates"] += 1
+            self._counts.duplicates += 1
             return False
         _remember(self._seen, key, None, self.config.seen_cache)
         try:
             signed = self._prechecked.pop(key, None) or open_delta(data, run_id=self.state.run_id)
             self._accept(signed)
         except ProtocolError as exc:
-            self._counts["rejected"] += 1
+            self._counts.rejected += 1
             self._penalise(sender, f"bad state delta: {exc}")
             return False
         except StateFull as exc:
             self._seen.pop(key, None)  # no room now; a later copy may find some
             log.info("dropped a delta from %s: %s", sender, exc)
             return False
-        self._counts["applied"] += 1
+        self._counts.applied += 1
         return True
 
     def _accept(self, signed: SignedDelta) -> None:
@@ -259,6 +261,8 @@ class Replicator:
             self._own_snapshot = None
         else:
             self.proofs.add(signed)
+        for listener in self.listeners:
+            listener(signed.signer)
 
     def _penalise(self, peer: str, reason: str) -> None:
         log.warning("penalising %s: %s", peer, reason)
@@ -277,7 +281,7 @@ class Replicator:
 
     async def sync_with(self, peer: str) -> SyncReply | None:
         """One push-pull exchange with `peer`; its (first) reply, or None if it failed."""
-        self._counts["syncs"] += 1
+        self._counts.syncs += 1
         reply = await self._ask(peer, self._request())
         if reply is None:
             return None
@@ -309,7 +313,7 @@ class Replicator:
             with trio.fail_after(self.config.sync_timeout):
                 return await self.exchange.request(peer, request)
         except (PeertrainError, trio.TooSlowError) as exc:
-            self._counts["sync_failures"] += 1
+            self._counts.sync_failures += 1
             log.debug("anti-entropy with %s failed: %r", peer, exc)
             return None
 
@@ -355,13 +359,20 @@ class Replicator:
                 return out, True
             out.extend(envelopes)
             budget -= size
-        self._counts["envelopes_sent"] += len(out)
+        self._counts.envelopes_sent += len(out)
         return out, False
 
     def statistics(self) -> ReplicatorStatistics:
         return ReplicatorStatistics(
-            **self._counts, proofs=self.proofs.statistics(), state=self.state.statistics()
+            **dataclasses.asdict(self._counts),
+            proofs=self.proofs.statistics(),
+            state=self.state.statistics(),
         )
+
+
+def _peer_name(sender: object) -> str:
+    """Transports may hand over a base58 string or a libp2p `ID`; penalties take the string."""
+    return sender if isinstance(sender, str) else sender.to_base58()  # type: ignore[attr-defined]
 
 
 def _key(data: bytes) -> bytes:

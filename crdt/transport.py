@@ -28,7 +28,11 @@ Validator = Callable[[str, bytes], bool]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Inbound:
-    """A pubsub message: `sender` is the peer the transport blames for it (base58 ID)."""
+    """A pubsub message: `sender` is the peer the transport blames for it (base58 ID).
+
+    The node's `Gossip` hands over its own message type with `sender` as a libp2p `ID`; the
+    replicator accepts either.
+    """
 
     sender: str
     data: bytes
