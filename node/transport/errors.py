@@ -14,7 +14,6 @@ wire can be trusted. Stream-level outcomes (EOF, reset, closed) use libp2p's own
 from __future__ import annotations
 
 from libp2p.io.exceptions import IOException
-
 from peertrain.node.errors import NodeError
 
 

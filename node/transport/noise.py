@@ -1,0 +1,338 @@
+"""Noise (`/noise`) with a fast data path: libp2p's handshake, our own transport messages.
+
+py-libp2p 0.8.1 runs the XX handshake well, but its data path costs more than the cipher:
+every Noise message is its own socket write, every read is a 2-byte read followed by an
+exact read of the body, and a large write is cut at 65 519 bytes and awaited piece by piece.
+We keep its handshake (`Transport.secure_*`, unchanged, so identity checks and payload
+signatures stay upstream's) and replace only what follows it:
+
+- writes: a batch of buffers becomes many Noise messages encrypted (`encrypt_into`) into one
+  reused buffer and sent with one `send_all`; small pieces (a Yamux header, a window update)
+  share one message instead of costing a message each;
+- reads: one `recv_into` of up to `RECV_BUFFER` bytes, then every complete message in it is
+  decrypted; `read_chunks()` hands the plaintexts to the muxer without joining them.
+
+The wire format is Noise's own and libp2p's: a 2-byte big-endian length, then at most 65 535
+bytes of ChaCha20-Poly1305 ciphertext (16 of them the tag), nonces counting up from the
+handshake's, no associated data. A stock py-libp2p or go-libp2p peer cannot tell us apart.
+
+A send is atomic: it is shielded from cancellation, because half a Noise message on the wire
+breaks the connection for every stream on it. A send that makes no progress for
+`SEND_STALL_TIMEOUT` seconds (the peer stopped reading) closes the connection instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections import deque
+from collections.abc import Sequence
+
+import trio
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from libp2p.abc import IRawConnection, ISecureConn
+from libp2p.io.exceptions import ConnectionClosedError
+from libp2p.peer.id import ID
+from libp2p.security.base_session import BaseSession
+from libp2p.security.noise.transport import PROTOCOL_ID
+from libp2p.security.noise.transport import Transport as StockNoiseTransport
+from libp2p.security.secure_session import SecureSession
+from multiaddr import Multiaddr
+
+from .errors import NoiseError
+
+__all__ = ["PROTOCOL_ID", "MAX_PLAINTEXT", "NoiseSession", "NoiseTransport"]
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE = 65535  # Noise's limit for one transport message, tag included
+TAG = 16
+MAX_PLAINTEXT = MAX_MESSAGE - TAG
+RECV_BUFFER = 1 << 20  # bytes asked of the kernel per read; holds at least one whole message
+COALESCE_BELOW = 16 * 1024  # pieces smaller than this share Noise messages (copied once)
+SEND_STALL_TIMEOUT = 60.0
+MAX_NONCE = (1 << 64) - 1  # reserved by Noise; a connection never gets near it
+
+_LENGTH = struct.Struct(">H")
+_NONCE = struct.Struct("<4xQ")  # 32 zero bits, then the 64-bit counter, little-endian (Noise §5.2)
+
+Buffer = bytes | bytearray | memoryview
+
+
+class NoiseTransport(StockNoiseTransport):
+    """libp2p's Noise XX handshake, then our `NoiseSession` for everything after it."""
+
+    async def secure_inbound(self, conn: IRawConnection) -> ISecureConn:
+        return NoiseSession.take_over(await super().secure_inbound(conn), conn)
+
+    async def secure_outbound(self, conn: IRawConnection, peer_id: ID) -> ISecureConn:
+        return NoiseSession.take_over(await super().secure_outbound(conn, peer_id), conn)
+
+
+class NoiseSession(BaseSession):
+    """A secured connection: Noise transport messages over a raw connection, batched."""
+
+    def __init__(
+        self,
+        session: SecureSession,
+        raw: IRawConnection,
+        *,
+        send_key: bytes,
+        send_nonce: int,
+        recv_key: bytes,
+        recv_nonce: int,
+    ) -> None:
+        super().__init__(
+            local_peer=session.local_peer,
+            local_private_key=session.local_private_key,
+            remote_peer=session.remote_peer,
+            remote_permanent_pubkey=session.remote_permanent_pubkey,
+            is_initiator=session.is_initiator,
+        )
+        self._raw = raw
+        self._socket = _trio_socket_of(raw)
+        self._encrypt_into = ChaCha20Poly1305(send_key).encrypt_into
+        self._decrypt = ChaCha20Poly1305(recv_key).decrypt
+        self._send_nonce = send_nonce
+        self._recv_nonce = recv_nonce
+        self._inbuf = bytearray(RECV_BUFFER)
+        self._inview = memoryview(self._inbuf)
+        self._start = 0  # unparsed ciphertext is _inbuf[_start:_end]
+        self._end = 0
+        self._plain: deque[Buffer] = deque()  # decrypted, not yet handed out
+        self._outbuf = bytearray()
+        self._write_lock = trio.Lock()
+        self._reading = False
+        self._eof = False
+        self._closed = False
+
+    @classmethod
+    def take_over(cls, session: ISecureConn, raw: IRawConnection) -> ISecureConn:
+        """Our data path on a freshly handshaken stock session (unchanged unless ChaChaPoly)."""
+        reader = getattr(session, "conn", None)
+        protocol = getattr(getattr(reader, "noise_state", None), "noise_protocol", None)
+        if not isinstance(session, SecureSession) or protocol is None or session.high_watermark:
+            return session
+        sending, receiving = protocol.cipher_state_encrypt, protocol.cipher_state_decrypt
+        if "ChaCha" not in type(sending.cipher).__name__:
+            return session
+        return cls(
+            session, raw,
+            send_key=bytes(sending.k), send_nonce=sending.n,
+            recv_key=bytes(receiving.k), recv_nonce=receiving.n,
+        )  # fmt: skip
+
+    # ------------------------------------------------------------------ reading
+
+    async def read_chunks(self) -> list[Buffer]:
+        """Plaintext pieces in order: everything available now, at least one; [] at EOF."""
+        with self._exclusive_read():
+            if self._plain:
+                chunks = list(self._plain)
+                self._plain.clear()
+                return chunks
+            return await self._receive()
+
+    async def read(self, n: int | None = None) -> bytes:
+        """Up to `n` bytes (all that is decrypted if None); b"" at EOF."""
+        if n == 0:
+            return b""
+        with self._exclusive_read():
+            if not self._plain:
+                self._plain.extend(await self._receive())
+                if not self._plain:
+                    return b""
+            first = self._plain[0]
+            if n is None or n < 0 or len(first) <= n:
+                self._plain.popleft()
+                return first if isinstance(first, bytes) else bytes(first)
+            view = memoryview(first)
+            self._plain[0] = view[n:]
+            return bytes(view[:n])
+
+    def _exclusive_read(self) -> _ReadGuard:
+        return _ReadGuard(self)
+
+    async def _receive(self) -> list[Buffer]:
+        while True:
+            chunks = self._decrypt_buffered()
+            if chunks or self._eof:
+                return chunks
+            if not await self._fill():
+                self._eof = True
+                if self._end > self._start:
+                    raise NoiseError("connection closed in the middle of a Noise message")
+                return []
+
+    def _decrypt_buffered(self) -> list[Buffer]:
+        buf, view, pos, end = self._inbuf, self._inview, self._start, self._end
+        chunks: list[Buffer] = []
+        while end - pos >= 2:
+            length = (buf[pos] << 8) | buf[pos + 1]
+            if end - pos - 2 < length:
+                break
+            if length < TAG:
+                raise NoiseError(f"Noise message of {length} bytes is shorter than its tag")
+            try:
+                plain = self._decrypt(
+                    _NONCE.pack(self._recv_nonce), view[pos + 2 : pos + 2 + length], None
+                )
+            except InvalidTag:
+                raise NoiseError("a Noise message failed authentication") from None
+            self._recv_nonce += 1
+            pos += 2 + length
+            if plain:
+                chunks.append(plain)
+        if pos == end:
+            self._start = self._end = 0
+        else:
+            self._start = pos
+        return chunks
+
+    async def _fill(self) -> bool:
+        """Append bytes from the connection to the buffer; False at EOF."""
+        if len(self._inbuf) - self._end < 2 + MAX_MESSAGE and self._start:
+            pending = self._end - self._start
+            self._inbuf[:pending] = self._inbuf[self._start : self._end]
+            self._start, self._end = 0, pending
+        try:
+            if self._socket is not None:
+                got = await self._socket.recv_into(self._inview[self._end :])
+            else:
+                data = await self._raw.read(len(self._inbuf) - self._end)
+                got = len(data)
+                self._inbuf[self._end : self._end + got] = data
+        except trio.ClosedResourceError:
+            return False
+        except OSError as exc:
+            raise ConnectionClosedError(
+                f"connection failed while reading: {exc}", transport="tcp"
+            ) from exc
+        self._end += got
+        return got > 0
+
+    # ------------------------------------------------------------------ writing
+
+    async def write(self, data: Buffer) -> None:
+        await self.write_parts((data,))
+
+    async def write_parts(self, parts: Sequence[Buffer]) -> None:
+        """Send the concatenation of `parts` as Noise messages, in one socket write."""
+        async with self._write_lock:
+            out = self._seal(parts)
+            if out:
+                await self._send(out)
+
+    def _seal(self, parts: Sequence[Buffer]) -> memoryview:
+        plaintexts = _split_into_messages(parts)
+        size = sum(len(p) for p in plaintexts) + (2 + TAG) * len(plaintexts)
+        if len(self._outbuf) < size:
+            self._outbuf = bytearray(size)
+        if self._send_nonce + len(plaintexts) >= MAX_NONCE:
+            raise NoiseError("Noise nonce exhausted; the connection must be re-established")
+        out, pos, nonce = memoryview(self._outbuf), 0, self._send_nonce
+        for plain in plaintexts:
+            sealed = len(plain) + TAG
+            _LENGTH.pack_into(out, pos, sealed)
+            self._encrypt_into(_NONCE.pack(nonce), plain, None, out[pos + 2 : pos + 2 + sealed])
+            nonce += 1
+            pos += 2 + sealed
+        self._send_nonce = nonce
+        return out[:pos]
+
+    async def _send(self, out: memoryview) -> None:
+        if self._closed:
+            raise ConnectionClosedError("connection is closed", transport="tcp")
+        with trio.CancelScope(shield=True):
+            try:
+                if self._socket is not None:
+                    await self._send_on_socket(out)
+                else:
+                    with trio.fail_after(SEND_STALL_TIMEOUT):
+                        await self._raw.write(bytes(out))
+            except trio.TooSlowError:
+                await self.close()
+                raise ConnectionClosedError(
+                    f"peer took nothing for {SEND_STALL_TIMEOUT:g} s", transport="tcp"
+                ) from None
+            except (trio.ClosedResourceError, trio.BrokenResourceError, OSError) as exc:
+                raise ConnectionClosedError(
+                    f"connection failed while writing: {exc!r}", transport="tcp"
+                ) from exc
+
+    async def _send_on_socket(self, out: memoryview) -> None:
+        assert self._socket is not None
+        sent, total = 0, len(out)
+        while sent < total:
+            with trio.fail_after(SEND_STALL_TIMEOUT):
+                sent += await self._socket.send(out[sent:])
+
+    # ------------------------------------------------------------------ the rest
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self._raw.close()
+
+    def get_remote_address(self) -> tuple[str, int] | None:
+        return self._raw.get_remote_address()
+
+    def get_transport_addresses(self) -> list[Multiaddr]:
+        return self._raw.get_transport_addresses()
+
+    def get_connection_type(self):  # type: ignore[no-untyped-def]
+        return self._raw.get_connection_type()
+
+
+class _ReadGuard:
+    """Two tasks reading one session at once is a bug: fail loudly, as trio streams do."""
+
+    __slots__ = ("_session",)
+
+    def __init__(self, session: NoiseSession) -> None:
+        self._session = session
+
+    def __enter__(self) -> None:
+        if self._session._reading:
+            raise trio.BusyResourceError("another task is already reading this Noise session")
+        self._session._reading = True
+
+    def __exit__(self, *exc: object) -> None:
+        self._session._reading = False
+
+
+def _split_into_messages(parts: Sequence[Buffer]) -> list[Buffer]:
+    """Plaintexts of at most MAX_PLAINTEXT bytes: small neighbours joined, large parts sliced."""
+    messages: list[Buffer] = []
+    small = bytearray()
+    for part in parts:
+        size = len(part)
+        if not size:
+            continue
+        if size < COALESCE_BELOW:
+            if len(small) + size > MAX_PLAINTEXT:
+                messages.append(small)
+                small = bytearray()
+            small += part
+            continue
+        if small:
+            messages.append(small)
+            small = bytearray()
+        view = memoryview(part).cast("B") if isinstance(part, memoryview) else memoryview(part)
+        messages.extend(
+            view[offset : offset + MAX_PLAINTEXT] for offset in range(0, size, MAX_PLAINTEXT)
+        )
+    if small:
+        messages.append(small)
+    return messages
+
+
+def _trio_socket_of(raw: IRawConnection) -> trio.socket.SocketType | None:
+    """The trio socket under a plain TCP raw connection, if that is what it is."""
+    tcp = getattr(raw, "stream", None)  # libp2p's TrioTCPStream
+    socket_stream = getattr(tcp, "stream", None)
+    if type(tcp).__name__ == "TrioTCPStream" and isinstance(socket_stream, trio.SocketStream):
+        return socket_stream.socket
+    return None

@@ -1,0 +1,236 @@
+"""One Yamux stream: a receive buffer of decrypted pieces, two flow-control windows, half-close.
+
+Receiving: the connection's reader appends pieces (whole Noise plaintexts when the peer is one
+of us, so usually no copy) and wakes the reader. `read(n)` hands back up to `n` bytes, joining
+pieces only when it must. Consumed bytes are credited back to the peer with a WINDOW_UPDATE
+once half the window is used; when the reader has drained everything at that moment, the
+window (not the reader) is what limits the stream, so the window doubles, up to
+`YamuxConfig.max_window`. A stream that is read slowly never grows its window, which bounds
+what a peer can make us buffer.
+
+Sending: a write waits for send window (without a time limit: a reader that pauses for
+minutes does not kill the stream, unlike py-libp2p's 5 s), then goes out as frames of at most
+`YamuxConfig.max_frame` bytes.
+
+Outcomes use libp2p's exceptions, which `NetStream` translates: `MuxedStreamEOF` after the
+peer's FIN and the buffer is drained, `MuxedStreamReset` after a reset (either side) or when
+the connection died before FIN, `MuxedStreamClosed` for writes after our own close.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+import trio
+from libp2p.abc import IMuxedStream
+from libp2p.stream_muxer.exceptions import MuxedStreamClosed, MuxedStreamEOF, MuxedStreamReset
+
+from .yamux_wire import INITIAL_WINDOW
+
+if TYPE_CHECKING:
+    from .yamux import YamuxConnection
+
+Buffer = bytes | bytearray | memoryview
+
+
+class YamuxStream(IMuxedStream):
+    def __init__(self, conn: YamuxConnection, stream_id: int, *, is_initiator: bool) -> None:
+        self.muxed_conn = conn
+        self.stream_id = stream_id
+        self.is_initiator = is_initiator
+        self._conn = conn
+        # receiving
+        self._pieces: deque[Buffer] = deque()
+        self._buffered = 0
+        self._recv_window = INITIAL_WINDOW  # bytes the peer may still send
+        self._window_size = (
+            INITIAL_WINDOW  # what we grant per round; grows while the reader starves
+        )
+        self._unacked = 0  # consumed, not yet credited back
+        self._readable = trio.lowlevel.ParkingLot()
+        # sending
+        self._send_window = INITIAL_WINDOW
+        self._writable = trio.lowlevel.ParkingLot()
+        self._write_lock = trio.Lock()
+        # state
+        self.remote_fin = False
+        self.local_fin = False
+        self.reset_by_peer = False
+        self.reset_locally = False
+        self.connection_lost = False
+
+    # ------------------------------------------------------------------ reading
+
+    async def read(self, n: int | None = -1) -> bytes:
+        """Up to `n` bytes (everything buffered when n is None or negative), waiting for some."""
+        if n == 0:
+            return b""
+        while not self._buffered:
+            self._raise_if_unreadable()
+            await self._readable.park()
+        data = self._take(self._buffered if n is None or n < 0 else min(n, self._buffered))
+        self._credit(len(data))
+        return data
+
+    def _raise_if_unreadable(self) -> None:
+        if self.reset_by_peer or self.reset_locally:
+            raise MuxedStreamReset(f"stream {self.stream_id} was reset")
+        if self.remote_fin:
+            raise MuxedStreamEOF(f"stream {self.stream_id} ended")
+        if self.connection_lost:
+            raise MuxedStreamReset(
+                f"connection of stream {self.stream_id} closed before the stream ended"
+            )
+
+    def _take(self, limit: int) -> bytes:
+        pieces = self._pieces
+        first = pieces[0]
+        self._buffered -= limit
+        if len(first) == limit:
+            pieces.popleft()
+            return first if isinstance(first, bytes) else bytes(first)
+        if len(first) > limit:
+            view = memoryview(first)
+            pieces[0] = view[limit:]
+            return bytes(view[:limit])
+        parts, got = [], 0
+        while got < limit:
+            piece = pieces[0]
+            if got + len(piece) <= limit:
+                parts.append(pieces.popleft())
+                got += len(piece)
+            else:
+                view = memoryview(piece)
+                parts.append(view[: limit - got])
+                pieces[0] = view[limit - got :]
+                got = limit
+        return b"".join(parts)
+
+    def _credit(self, consumed: int) -> None:
+        self._unacked += consumed
+        if self._unacked < self._window_size // 2 or self.remote_fin or self.reset_by_peer:
+            return
+        if not self._buffered and self._window_size < self._conn.config.max_window:
+            grow = min(self._window_size, self._conn.config.max_window - self._window_size)
+            self._window_size += grow
+            self._unacked += grow
+        delta, self._unacked = self._unacked, 0
+        self._recv_window += delta
+        self._conn.queue_window_update(self.stream_id, delta)
+
+    # called by the connection's reader (synchronously)
+
+    def deliver(self, piece: Buffer) -> None:
+        self._pieces.append(piece)
+        self._buffered += len(piece)
+        self._readable.unpark_all()
+
+    def reserve_receive(self, length: int) -> bool:
+        """Account for a DATA frame of `length`; False if it exceeds what we granted."""
+        if length > self._recv_window:
+            return False
+        self._recv_window -= length
+        return True
+
+    def add_send_window(self, increment: int) -> None:
+        self._send_window += increment
+        self._writable.unpark_all()
+
+    def on_remote_fin(self) -> None:
+        self.remote_fin = True
+        self._readable.unpark_all()
+
+    def on_remote_reset(self) -> None:
+        self.reset_by_peer = True
+        self._pieces.clear()
+        self._buffered = 0
+        self._wake_all()
+
+    def on_connection_lost(self) -> None:
+        self.connection_lost = True
+        self._wake_all()
+
+    def _wake_all(self) -> None:
+        self._readable.unpark_all()
+        self._writable.unpark_all()
+
+    # ------------------------------------------------------------------ writing
+
+    async def write(self, data: Buffer) -> None:
+        view = memoryview(data)
+        if view.format != "B" or view.ndim != 1:
+            view = view.cast("B")
+        total, sent = len(view), 0
+        async with self._write_lock:  # one write's frames are not interleaved with another's
+            while sent < total:
+                self._raise_if_unwritable()
+                if not self._send_window:
+                    await self._writable.park()
+                    continue
+                size = min(self._send_window, total - sent, self._conn.config.max_frame)
+                self._send_window -= size
+                try:
+                    await self._conn.send_data(self, view[sent : sent + size])
+                except BaseException:
+                    self._send_window += size  # not sent (send_data is all or nothing)
+                    raise
+                sent += size
+
+    def _raise_if_unwritable(self) -> None:
+        if self.reset_by_peer or self.reset_locally:
+            raise MuxedStreamReset(f"stream {self.stream_id} was reset")
+        if self.local_fin:
+            raise MuxedStreamClosed(f"stream {self.stream_id} is closed for writing")
+        if self.connection_lost:
+            raise MuxedStreamReset(f"connection of stream {self.stream_id} is closed")
+
+    # ------------------------------------------------------------------ closing
+
+    async def close(self) -> None:
+        """Half-close: send FIN; reading stays possible until the peer's FIN."""
+        if self.local_fin or self.reset_by_peer or self.reset_locally or self.connection_lost:
+            return
+        self.local_fin = True
+        self._writable.unpark_all()
+        await self._conn.send_fin(self)
+
+    async def close_write(self) -> None:
+        await self.close()
+
+    async def reset(self) -> None:
+        if self.reset_by_peer or self.reset_locally or self.connection_lost:
+            return
+        self.reset_locally = True
+        self._pieces.clear()
+        self._buffered = 0
+        self._wake_all()
+        await self._conn.send_reset(self)
+
+    @property
+    def done(self) -> bool:
+        """Nothing more can happen on the wire for this stream."""
+        return (
+            self.reset_by_peer
+            or self.reset_locally
+            or self.connection_lost
+            or (self.local_fin and self.remote_fin)
+        )
+
+    def set_deadline(self, ttl: int) -> None:
+        raise NotImplementedError("Yamux streams have no deadlines; use a trio cancel scope")
+
+    def get_remote_address(self) -> tuple[str, int] | None:
+        return self._conn.get_remote_address()
+
+    async def __aenter__(self) -> YamuxStream:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

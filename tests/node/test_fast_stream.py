@@ -1,0 +1,261 @@
+"""Our Noise + Yamux data path (node/transport): correct bytes, bounded buffers, libp2p interop.
+
+Every test runs real libp2p hosts on loopback in this process. "ours" is the host a peertrain
+node builds (`build_host`); "stock" is py-libp2p 0.8.1's own Noise + Yamux, the wire format
+we must keep speaking. No timing assertions here: speed lives in benchmarks/stream.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections.abc import AsyncIterator
+
+import pytest
+import trio
+import trio.testing
+from libp2p import new_host
+from libp2p.abc import IHost
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
+from libp2p.network.config import ConnectionConfig
+from libp2p.network.stream.exceptions import StreamEOF, StreamReset
+from libp2p.peer.peerinfo import PeerInfo
+from libp2p.security.noise.transport import Transport as StockNoise
+from libp2p.stream_muxer.exceptions import MuxedStreamReset
+from libp2p.stream_muxer.yamux.yamux import Yamux as StockYamux
+from multiaddr import Multiaddr
+from peertrain.node.host import build_host
+from peertrain.node.identity import Identity
+from peertrain.node.transport import NOISE_ID, YAMUX_ID, NoiseSession, YamuxConnection
+from peertrain.node.transport.yamux_stream import YamuxStream
+from peertrain.node.transport.yamux_wire import INITIAL_WINDOW
+from peertrain.protocol.framing import read_exactly_into
+
+ECHO = "/peertrain/test-echo/1.0.0"
+SINK = "/peertrain/test-sink/1.0.0"
+LOOPBACK = [Multiaddr("/ip4/127.0.0.1/tcp/0")]
+
+
+def stock_host() -> IHost:
+    key_pair = create_new_key_pair()
+    return new_host(
+        key_pair=key_pair,
+        sec_opt={
+            NOISE_ID: StockNoise(key_pair, noise_privkey=create_x25519_key_pair().private_key)
+        },
+        muxer_opt={YAMUX_ID: StockYamux},
+        connection_config=ConnectionConfig(max_connections_per_peer=1),
+    )
+
+
+def our_host(psk: str | None = None) -> IHost:
+    return build_host(Identity.generate(), psk=psk)
+
+
+@contextlib.asynccontextmanager
+async def connected(listener: IHost, dialer: IHost) -> AsyncIterator[tuple[IHost, IHost]]:
+    async with listener.run(LOOPBACK), dialer.run(LOOPBACK):
+        listener.set_stream_handler(ECHO, echo_handler)
+        await dialer.connect(PeerInfo(listener.get_id(), listener.get_addrs()))
+        yield listener, dialer
+
+
+async def echo_handler(stream) -> None:
+    """Read to EOF in reads of random sizes, then send everything back and close."""
+    rng = random.Random(len(str(stream)))
+    received = bytearray()
+    while True:
+        try:
+            chunk = await stream.read(rng.choice([1, 7, 4096, 65536, 1 << 20]))
+        except StreamEOF:
+            break
+        if not chunk:
+            break
+        received += chunk
+    await stream.write(bytes(received))
+    await stream.close()
+
+
+async def echo(dialer: IHost, listener: IHost, payload: bytes) -> bytes:
+    stream = await dialer.new_stream(listener.get_id(), [ECHO])
+    for offset in range(0, len(payload), 3 << 20):  # several writes, one of them partial
+        await stream.write(payload[offset : offset + (3 << 20)])
+    await stream.close()
+    back = bytearray()
+    while True:
+        try:
+            chunk = await stream.read(1 << 20)
+        except StreamEOF:
+            break
+        if not chunk:
+            break
+        back += chunk
+    return bytes(back)
+
+
+def muxed(host: IHost, peer) -> object:
+    return host.get_network().get_connections(peer)[0].muxed_conn
+
+
+# ---------------------------------------------------------------- ours <-> ours
+
+
+async def test_build_host_uses_our_noise_and_yamux():
+    async with connected(our_host(), our_host()) as (listener, dialer):
+        conn = muxed(dialer, listener.get_id())
+        assert isinstance(conn, YamuxConnection)
+        assert isinstance(conn.secured_conn, NoiseSession)
+        stream = await dialer.new_stream(listener.get_id(), [ECHO])
+        assert isinstance(stream.muxed_stream, YamuxStream)
+        await stream.reset()
+
+
+SIZES = [1, 11, 12, 13, 65518, 65519, 65520, 65536 + 13, 262144, 262145, (1 << 20) + 7, 5_000_003]
+
+
+async def test_odd_sized_payloads_round_trip_intact():
+    rng = random.Random(1)
+    async with connected(our_host(), our_host()) as (listener, dialer):
+        for size in SIZES:
+            payload = rng.randbytes(size)
+            assert await echo(dialer, listener, payload) == payload, size
+
+
+async def test_many_concurrent_streams_keep_their_bytes_apart():
+    rng = random.Random(2)
+    payloads = [rng.randbytes(rng.randrange(1, 300_000)) for _ in range(48)]
+    results: dict[int, bytes] = {}
+    async with connected(our_host(), our_host()) as (listener, dialer):
+
+        async def one(index: int) -> None:
+            results[index] = await echo(dialer, listener, payloads[index])
+
+        async with trio.open_nursery() as nursery:
+            for index in range(len(payloads)):
+                nursery.start_soon(one, index)
+    assert all(results[i] == payloads[i] for i in range(len(payloads)))
+
+
+async def test_closed_streams_are_forgotten():
+    async with connected(our_host(), our_host()) as (listener, dialer):
+        for index in range(60):
+            assert await echo(dialer, listener, bytes([index]) * 100) == bytes([index]) * 100
+        with trio.fail_after(5):
+            while muxed(dialer, listener.get_id()).statistics()["streams"]:
+                await trio.sleep(0.01)
+        assert muxed(listener, dialer.get_id()).statistics()["streams"] == 0
+
+
+async def test_private_network_host_moves_data_through_the_psk_layer():
+    psk = "ab" * 32
+    payload = random.Random(3).randbytes(2_000_001)
+    async with connected(our_host(psk), our_host(psk)) as (listener, dialer):
+        assert await echo(dialer, listener, payload) == payload
+
+
+# ---------------------------------------------------------------- interop with py-libp2p
+
+
+@pytest.mark.parametrize("we_dial", [True, False], ids=["ours-dials-stock", "stock-dials-ours"])
+async def test_interop_with_a_stock_py_libp2p_host(we_dial):
+    rng = random.Random(4)
+    ours, stock = our_host(), stock_host()
+    dialer, listener = (ours, stock) if we_dial else (stock, ours)
+    async with connected(listener, dialer):
+        assert type(muxed(ours, stock.get_id())) is YamuxConnection
+        assert type(muxed(stock, ours.get_id())) is StockYamux
+        for size in (1, 65536 + 13, 3_000_017):
+            payload = rng.randbytes(size)
+            assert await echo(dialer, listener, payload) == payload, size
+
+
+# ---------------------------------------------------------------- flow control and resets
+
+
+async def test_a_reader_that_pauses_longer_than_5_s_keeps_its_stream(mock_clock):
+    # py-libp2p's writer resets a stream whose window stays shut for 5 s; ours waits.
+    # The clock runs at real speed and jumps over the pause once everything is idle.
+    mock_clock.rate = 1.0
+    mock_clock.autojump_threshold = 0.5
+    payload = random.Random(5).randbytes(8 << 20)
+    got = bytearray(len(payload))
+    done = trio.Event()
+
+    async def slow_reader(stream) -> None:
+        view = memoryview(got)
+        await read_exactly_into(stream, view[:1])
+        await trio.sleep(7.0)  # the writer is stuck on a shut window all this time
+        await read_exactly_into(stream, view[1:])
+        done.set()
+
+    async with connected(our_host(), our_host()) as (listener, dialer):
+        listener.set_stream_handler(SINK, slow_reader)
+        stream = await dialer.new_stream(listener.get_id(), [SINK])
+        start = trio.current_time()
+        await stream.write(payload)
+        with trio.fail_after(60):
+            await done.wait()
+        assert trio.current_time() - start >= 7.0
+    assert bytes(got) == payload
+
+
+async def test_an_unread_stream_buffers_no_more_than_its_initial_window():
+    accepted: list = []
+
+    async def never_reads(stream) -> None:
+        accepted.append(stream)
+        await trio.sleep_forever()
+
+    async with connected(our_host(), our_host()) as (listener, dialer):
+        listener.set_stream_handler(SINK, never_reads)
+        stream = await dialer.new_stream(listener.get_id(), [SINK])
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stream.write, bytes(32 << 20))
+            with trio.fail_after(10):
+                while not accepted or accepted[0].muxed_stream._buffered < INITIAL_WINDOW - 65536:
+                    await trio.sleep(0.02)
+            await trio.sleep(0.3)  # give it every chance to overrun
+            assert accepted[0].muxed_stream._buffered <= INITIAL_WINDOW
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_reset_reaches_the_reader_and_the_writer():
+    started = trio.Event()
+    outcome: list[type[BaseException]] = []
+
+    async def reader(stream) -> None:
+        started.set()
+        try:
+            while True:
+                await stream.read(65536)
+        except (StreamReset, StreamEOF) as exc:
+            outcome.append(type(exc))
+
+    async with connected(our_host(), our_host()) as (listener, dialer):
+        listener.set_stream_handler(SINK, reader)
+        stream = await dialer.new_stream(listener.get_id(), [SINK])
+        await stream.write(b"x" * 1000)
+        await started.wait()
+        await stream.reset()
+        with trio.fail_after(5):
+            while not outcome:
+                await trio.sleep(0.01)
+        assert outcome == [StreamReset]
+        with pytest.raises(StreamReset):
+            await stream.write(b"more")
+
+
+async def test_a_peer_that_ignores_our_window_loses_the_connection():
+    async with connected(our_host(), our_host()) as (listener, dialer):
+        listener.set_stream_handler(SINK, lambda stream: trio.sleep_forever())
+        stream = await dialer.new_stream(listener.get_id(), [SINK])
+        conn = muxed(dialer, listener.get_id())
+        # what a misbehaving peer does: one DATA frame larger than the window it was granted
+        # (the victim may hang up before all of it is sent)
+        with contextlib.suppress(MuxedStreamReset):
+            await conn.send_data(stream.muxed_stream, memoryview(bytes(INITIAL_WINDOW + 1)))
+        with trio.fail_after(10):
+            await conn.event_closed.wait()
+        with pytest.raises((StreamReset, StreamEOF)):
+            await stream.read(1)
