@@ -19,10 +19,6 @@ from libp2p.abc import IHost
 from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
 from libp2p.network.config import ConnectionConfig
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
-from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_ID
-from libp2p.security.noise.transport import Transport as NoiseTransport
-from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_ID
-from libp2p.stream_muxer.yamux.yamux import Yamux
 from libp2p.transport.tcp.tcp import TCP
 from multiaddr import Multiaddr
 
@@ -30,6 +26,7 @@ from .addresses import expand_wildcards
 from .errors import ConfigError, ConnectError, PskMismatch
 from .identity import Identity
 from .private_network import MISMATCH
+from .transport import NOISE_ID, YAMUX_ID, NoiseTransport, YamuxConnection, use_registered_muxers
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +47,11 @@ def build_host(
     def advertised(candidates: list[Multiaddr]) -> list[Multiaddr]:
         return expand_wildcards([*extra, *candidates])
 
-    return new_host(
+    muxers = {YAMUX_ID: YamuxConnection}  # our data path, libp2p's protocol IDs (node/transport)
+    host = new_host(
         key_pair=identity.key_pair,
         sec_opt={NOISE_ID: NoiseTransport(identity.key_pair, noise_privkey=create_x25519_key_pair().private_key)},
-        muxer_opt={YAMUX_ID: Yamux},
+        muxer_opt=muxers,
         transports=[transport],
         connection_config=ConnectionConfig(
             max_connections_per_peer=1,
@@ -68,6 +66,8 @@ def build_host(
         ),
         addrs_factory=advertised,
     )
+    use_registered_muxers(host, muxers)
+    return host
 
 
 def parse_peer_addr(text: str) -> PeerInfo:
