@@ -50,8 +50,8 @@ CODECS = {
         Codec(name="fp32", value_bytes=4, scale_bytes=0, wire_dtype="float32"),
         Codec(name="fp16", value_bytes=2, scale_bytes=0, wire_dtype="float16"),
         Codec(name="bf16", value_bytes=2, scale_bytes=0, wire_dtype="bfloat16"),
-        Codec(name="int8", value_bytes=1, scale_bytes=4, wire_dtype="uint8"),
-        Codec(name="int8-f16", value_bytes=1, scale_bytes=2, wire_dtype="uint8"),
+        Codec(name="int8", value_bytes=1, scale_bytes=4, wire_dtype="int8"),
+        Codec(name="int8-f16", value_bytes=1, scale_bytes=2, wire_dtype="int8"),
     )
 }
 TENSOR_DTYPES = ("float32", "float16", "bfloat16")  # what a decoded tensor may be
@@ -157,13 +157,21 @@ def decode(
     scales, values = _split(codec, payload, numel, block_size)
     flat = out.view(-1)
     if scales is None:
-        flat.copy_(values)
-        if not allow_nonfinite and _value_range(flat) is None:
-            raise DecodeError("payload contains NaN or infinite values (or overflows the dtype)")
+        _copy_checked(values, flat, check=not allow_nonfinite)
     else:
         _check_scales(scales)
         int8_blockwise.dequantize_into(scales, values, flat, block_size=block_size)
     return out
+
+
+def _copy_checked(values: torch.Tensor, flat: torch.Tensor, *, check: bool) -> None:
+    """Copy (and convert) tile by tile, checking each tile for NaN/inf while it is in cache."""
+    step = int8_blockwise.TILE
+    for start in range(0, flat.numel(), step):
+        out_t = flat[start : start + step]
+        out_t.copy_(values[start : start + step])
+        if check and _value_range(out_t) is None:
+            raise DecodeError("payload contains NaN or infinite values (or overflows the dtype)")
 
 
 def _value_range(t: torch.Tensor) -> tuple[float, float] | None:

@@ -1,8 +1,8 @@
 """int8 blockwise quantization kernels: per block of B values one scale (absmax / 127).
 
 Wire layout of an int8 payload: all block scales first (fp32 or fp16, little-endian), then one
-byte per value. A value byte `u` stores `q + 128` with `q = round(x / scale)` in [-127, 127]
-("offset binary"), so decoding is `(u - 128) * scale`. The last block may be partial.
+signed byte per value, `q = round(x / scale)` in [-127, 127], so decoding is `q * scale`.
+The last block may be partial.
 
 Speed (see benchmarks/codec.py). A naive version makes ~6 passes over 4 bytes per value in
 main memory (abs, amax, mul, round, clamp, cast). Here the tensor is walked in tiles of
@@ -11,11 +11,12 @@ the output; inside a tile the work is a handful of vectorised torch ops on preal
 
     amax, amin             per-block extremes (no |x| temporary)
     mul(x, 1/scale)        into a cached fp32 tile
-    add_(1.5 * 2**23 + 128)  the float "magic number": adding 1.5*2^23 makes the FPU round to
-                           the nearest integer and leaves it in the low mantissa bits, so the
-                           low byte of the float's bit pattern *is* q + 128
-    copy_(int32 view)      int32 -> uint8 narrowing keeps that low byte (a fast, vectorised
-                           cast; torch's float -> uint8 cast is ~8x slower)
+    add_(1.5 * 2**23)      the float "magic number": adding 1.5*2^23 makes the FPU round to
+                           the nearest integer (ties to even) and leaves it in the low mantissa
+                           bits, so the float's bit pattern is 0x4B400000 + q and its low byte
+                           is q in two's complement
+    copy_(int32 view)      int32 -> int8 narrowing keeps that low byte (a fast, vectorised
+                           cast; torch's float -> int8 cast is several times slower)
 
 Non-finite input is detected once, from the scales, after the loop (a per-tile check costs
 a sync per tile). Error feedback (`residual=`) is fused into the same tile loop: the residual
@@ -49,7 +50,7 @@ def quantize_into(
     block_size: int,
     residual: torch.Tensor | None = None,
 ) -> None:
-    """Quantize 1-D float `x` into `scales` (n_blocks, fp32/fp16) and `values` (numel, uint8).
+    """Quantize 1-D float `x` into `scales` (n_blocks, fp32/fp16) and `values` (numel, int8).
 
     With `residual` (1-D fp32, like `x`), quantize `x + residual` and store the new residual.
     Raises ValueError on NaN/Inf input or (fp16 scales) a block too large for fp16; `values`,
@@ -63,7 +64,7 @@ def quantize_into(
         if full:
             cut = full * block_size
             step = max(1, TILE // block_size)
-            work = _Work(min(full, step), block_size, scales.dtype, residual is not None)
+            work = _Work(min(full, step), block_size, scales.dtype)
             xv = x[:cut].view(full, block_size)
             vv = values[:cut].view(full, block_size)
             rv = None if residual is None else residual[:cut].view(full, block_size)
@@ -74,7 +75,7 @@ def quantize_into(
         if numel > full * block_size:  # the partial last block
             tail = slice(full * block_size, numel)
             rt = None if residual is None else residual[tail].view(1, -1)
-            work = _Work(1, numel - full * block_size, scales.dtype, residual is not None)
+            work = _Work(1, numel - full * block_size, scales.dtype)
             _quantize_tile(x[tail].view(1, -1), scales[full:], values[tail].view(1, -1), rt, work)
         _check_encoded_scales(scales)
 
@@ -82,14 +83,11 @@ def quantize_into(
 class _Work:
     """Cache-sized scratch buffers reused by every tile of one call."""
 
-    def __init__(
-        self, blocks: int, block_size: int, scale_dtype: torch.dtype, feedback: bool
-    ) -> None:
+    def __init__(self, blocks: int, block_size: int, scale_dtype: torch.dtype) -> None:
         import torch
 
         self.blocks = blocks
         self.tmp = torch.empty(blocks, block_size)
-        self.corrected = torch.empty(blocks, block_size) if feedback else None
         self.hi = torch.empty(blocks)
         self.lo = torch.empty(blocks)
         self.inv = torch.empty(blocks)
@@ -113,8 +111,8 @@ def _quantize_tile(xt, scales_t, values_t, residual_t, work: _Work) -> None:
     w = work.take(xt.shape[0])
     if xt.dtype != torch.float32:
         xt = xt.float()
-    if residual_t is not None:
-        xt = torch.add(xt, residual_t, out=w.corrected)
+    if residual_t is not None:  # quantize x + residual, computed in the residual's own memory
+        xt = residual_t.add_(xt)
     torch.amax(xt, dim=1, out=w.hi)
     torch.amin(xt, dim=1, out=w.lo)
     absmax = torch.maximum(w.hi, w.lo.neg_(), out=w.hi).clamp_min_(_TINY)
@@ -124,11 +122,10 @@ def _quantize_tile(xt, scales_t, values_t, residual_t, work: _Work) -> None:
         scales_t.copy_(torch.div(absmax, 127.0, out=w.scale32))
         scale = w.scale32.copy_(scales_t)
     torch.reciprocal(scale, out=w.inv)
-    torch.mul(xt, w.inv[:, None], out=w.tmp).add_(_MAGIC + 128.0)
+    torch.mul(xt, w.inv[:, None], out=w.tmp).add_(_MAGIC)
     values_t.copy_(w.tmp.view(torch.int32))
-    if residual_t is not None:  # residual = (x + residual) - dequantized
-        w.tmp.sub_(_MAGIC + 128.0).mul_(scale[:, None])
-        torch.sub(xt, w.tmp, out=residual_t)
+    if residual_t is not None:  # residual = (x + residual) - q * scale; t - MAGIC == q exactly
+        residual_t.addcmul_(w.tmp.sub_(_MAGIC), scale[:, None], value=-1.0)
 
 
 def _check_encoded_scales(scales: torch.Tensor) -> None:
@@ -166,7 +163,6 @@ def _dequantize_tile(scales_t, values_t, out_t) -> None:
 
     scale = scales_t.float()[:, None]
     if out_t.dtype == torch.float32:
-        out_t.copy_(values_t)
-        out_t.sub_(128.0).mul_(scale)
+        out_t.copy_(values_t).mul_(scale)
     else:
-        out_t.copy_(values_t.float().sub_(128.0).mul_(scale))
+        out_t.copy_(values_t.float().mul_(scale))
