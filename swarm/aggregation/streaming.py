@@ -1,16 +1,18 @@
 """Chunked passes over p flat updates, so a rule never needs p extra full-size fp32 copies.
 
 Every rule touches the d-dimensional data only through three passes, each of which walks the
-coordinates in chunks of `chunk_size` and stacks the p chunks into one reused (p, c) buffer:
+coordinates in chunks of `chunk_size`:
 
 * `accumulate_statistics` – squared norms, and the p×p Gram matrix when the rule asks for it
   (fp32 matmul per chunk, fp64 accumulation across chunks);
 * `write_linear_combination` – out = Σ_i a_i g_i (mean, Multi-Krum, Flag Aggregator);
-* `write_coordinatewise` – out[chunk] = reduce(stack) along the input axis (median, trimmed mean).
+* `write_coordinatewise` – out[chunk] = reduce(p slices) per coordinate (median, trimmed mean).
 
-Inputs arrive as `UpdateSource`s: anything that can hand out an fp32 slice of itself. A received
-update kept int8-quantized can dequantize one slice at a time; an in-memory tensor is wrapped in
-`TensorSource`. Peak extra memory is then about 2·p·chunk_size floats, whatever d is.
+Only the Gram pass stacks the p slices into one reused (p, c) buffer (a matmul needs them side by
+side); the others work on the slices as read. Inputs arrive as `UpdateSource`s: anything that can
+hand out an fp32 slice of itself. A received update kept int8-quantized can dequantize one slice at
+a time; an in-memory tensor is wrapped in `TensorSource`. Peak extra memory is then about
+2·p·chunk_size floats, whatever d is.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 
 DEFAULT_CHUNK_SIZE = 1 << 20  # 4 MiB of fp32 per input per chunk: p=16 stacks to 64 MiB
 _BLOCK = 1024  # fp32 dot products run over at most this many terms, then add up in fp64
+_CACHE_COLUMNS = 1 << 16  # coordinate-wise rules work on (p, 64K) blocks: 4 MiB at p = 16
 
 
 @runtime_checkable
@@ -57,6 +60,16 @@ def iter_chunks(numel: int, chunk_size: int) -> Iterator[tuple[int, int]]:
         yield start, min(start + chunk_size, numel)
 
 
+def _read(source: UpdateSource, start: int, stop: int) -> torch.Tensor:
+    piece = source.read(start, stop)
+    if piece.dtype != torch.float32 or piece.shape != (stop - start,):
+        raise TypeError(
+            f"{type(source).__name__}.read({start}, {stop}) returned "
+            f"{piece.dtype} {tuple(piece.shape)}, expected float32 ({stop - start},)"
+        )
+    return piece
+
+
 class _Stacker:
     """Reads the same slice of every source into one reused (p, chunk) buffer."""
 
@@ -68,12 +81,7 @@ class _Stacker:
     def stack(self, start: int, stop: int) -> torch.Tensor:
         view: torch.Tensor | None = None
         for row, source in enumerate(self._sources):
-            piece = source.read(start, stop)
-            if piece.dtype != torch.float32 or piece.shape != (stop - start,):
-                raise TypeError(
-                    f"{type(source).__name__}.read({start}, {stop}) returned "
-                    f"{piece.dtype} {tuple(piece.shape)}, expected float32 ({stop - start},)"
-                )
+            piece = _read(source, start, stop)
             if self._buffer is None:  # on the device the sources live on
                 self._buffer = torch.empty(self._shape, device=piece.device)
             if view is None:
@@ -107,16 +115,16 @@ def accumulate_statistics(
 ) -> InputStatistics:
     """One pass: squared norms of every source, plus the Gram matrix when `with_gram`."""
     p = len(sources)
-    sq_norms = torch.zeros(p, dtype=torch.float64)
-    gram = torch.zeros(p, p, dtype=torch.float64) if with_gram else None
-    for _, _, stack in _chunks(sources, chunk_size):
-        if gram is not None:
+    if with_gram:  # the Gram needs all p slices side by side
+        gram = torch.zeros(p, p, dtype=torch.float64)
+        for _, _, stack in _chunks(sources, chunk_size):
             gram += _blocked_gram(stack)
-        else:
-            sq_norms += _blocked_sq_norms(stack)
-    if gram is not None:
-        sq_norms = gram.diagonal().clone()
-    return InputStatistics(sq_norms=sq_norms, gram=gram)
+        return InputStatistics(sq_norms=gram.diagonal().clone(), gram=gram)
+    sq_norms = torch.zeros(p, dtype=torch.float64)
+    for start, stop in iter_chunks(sources[0].numel, chunk_size):  # norms do not: no copies
+        for row, source in enumerate(sources):
+            sq_norms[row] += _blocked_sq_norm(_read(source, start, stop))
+    return InputStatistics(sq_norms=sq_norms, gram=None)
 
 
 def _blocked_gram(stack: torch.Tensor) -> torch.Tensor:
@@ -136,18 +144,16 @@ def _blocked_gram(stack: torch.Tensor) -> torch.Tensor:
     return total.cpu()
 
 
-def _blocked_sq_norms(stack: torch.Tensor) -> torch.Tensor:
-    """Squared row norms of a (p, c) stack, blocked like `_blocked_gram`."""
-    p, c = stack.shape
-    full = c - c % _BLOCK
-    total = torch.zeros(p, dtype=torch.float64, device=stack.device)
+def _blocked_sq_norm(piece: torch.Tensor) -> float:
+    """Squared norm of a 1-D fp32 slice, blocked like `_blocked_gram` (fp32 within a block)."""
+    full = piece.numel() - piece.numel() % _BLOCK
+    total = 0.0
     if full:
-        blocks = stack[:, :full].reshape(p, full // _BLOCK, _BLOCK)
-        total += torch.linalg.vecdot(blocks, blocks).sum(dim=1, dtype=torch.float64)
-    if full < c:
-        tail = stack[:, full:]
-        total += torch.linalg.vecdot(tail, tail).double()
-    return total.cpu()
+        norms = torch.linalg.vector_norm(piece[:full].view(-1, _BLOCK), dim=1)
+        total += float(norms.double().square().sum())
+    if full < piece.numel():
+        total += float(torch.linalg.vector_norm(piece[full:])) ** 2
+    return total
 
 
 def write_linear_combination(
@@ -157,21 +163,35 @@ def write_linear_combination(
     *,
     chunk_size: int,
 ) -> torch.Tensor:
-    """out = Σ_i coefficients[i] · source_i, one chunk at a time. Returns `out`."""
-    weights = coefficients.to(device=out.device, dtype=torch.float32).reshape(1, -1)
-    for start, stop, stack in _chunks(sources, chunk_size):
-        torch.mm(weights, stack, out=out[start:stop].view(1, -1))
+    """out = Σ_i coefficients[i] · source_i, one chunk at a time. Returns `out`.
+
+    Each slice is added straight into the output chunk (which stays in cache), no stacking copy.
+    """
+    weights = coefficients.tolist()
+    for start, stop in iter_chunks(out.numel(), chunk_size):
+        target = out[start:stop]
+        for row, (weight, source) in enumerate(zip(weights, sources, strict=True)):
+            piece = _read(source, start, stop)
+            if row == 0:
+                torch.mul(piece, weight, out=target)
+            else:
+                target.add_(piece, alpha=weight)
     return out
 
 
 def write_coordinatewise(
     sources: Sequence[UpdateSource],
-    reduce: Callable[[torch.Tensor], torch.Tensor],
+    reduce: Callable[[list[torch.Tensor]], torch.Tensor],
     out: torch.Tensor,
     *,
     chunk_size: int,
 ) -> torch.Tensor:
-    """out[chunk] = reduce(stack of chunks), where reduce maps (p, c) to (c,). Returns `out`."""
-    for start, stop, stack in _chunks(sources, chunk_size):
-        out[start:stop] = reduce(stack)
+    """out[a:b] = reduce([source[a:b] for each source]) over column blocks. Returns `out`.
+
+    Blocks are at most _CACHE_COLUMNS wide (whatever `chunk_size` says, if larger), so a sorting
+    network's many elementwise passes run over data that stays in cache, and the slices are
+    handed over as read, without a stacking copy.
+    """
+    for start, stop in iter_chunks(out.numel(), min(chunk_size, _CACHE_COLUMNS)):
+        out[start:stop] = reduce([_read(source, start, stop) for source in sources])
     return out

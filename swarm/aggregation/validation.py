@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 DEFAULT_MAX_NORM_RATIO = 1000.0
+_FLOAT32_MAX = torch.finfo(torch.float32).max
 
 
 class RejectReason(enum.StrEnum):
@@ -82,6 +83,8 @@ def judge_values(
     indices: Sequence[int], sq_norms: torch.Tensor, *, max_norm_ratio: float | None
 ) -> list[Verdict]:
     """Verdicts for inputs `indices` (structurally sound) from their squared norms."""
+    # past float32 range the rules' fp32 arithmetic would overflow: treat as non-finite
+    sq_norms = torch.where(sq_norms > _FLOAT32_MAX, float("inf"), sq_norms)
     norms = sq_norms.sqrt().tolist()
     finite = [n for n in norms if math.isfinite(n)]
     median = statistics.median(finite) if finite else 0.0
