@@ -74,3 +74,11 @@ class PeerScoreboard:
     def statistics(self) -> ScoreboardStatistics:
         banned = sum(1 for p in list(self._banned_until) if self.is_banned(p))
         return ScoreboardStatistics(tracked=len(self._scores), banned=banned, penalties=self._penalties)
+
+
+def is_misbehaviour(exc: BaseException) -> bool:
+    """Protocol errors that only a faulty or hostile peer causes. A stream that ended or stalled
+    is what honest peers do when they cancel or leave: not worth a penalty."""
+    from peertrain.protocol.errors import PeerTimeout, ProtocolError, StreamEnded
+
+    return isinstance(exc, ProtocolError) and not isinstance(exc, StreamEnded | PeerTimeout)

@@ -22,7 +22,7 @@ from peertrain.protocol.framing import read_message, write_message
 from peertrain.protocol.ids import ProtocolId
 from peertrain.protocol.messages import ErrorCode, ErrorResponse, Request, Response, check_reply
 
-from .penalties import PeerScoreboard
+from .penalties import PeerScoreboard, is_misbehaviour
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,8 @@ class RpcServer:
             try:
                 request = await read_message(stream, self.request_type, idle_timeout=self.timeout)
             except ProtocolError as exc:
-                self.scoreboard.penalise(peer.to_base58(), BAD_MESSAGE_PENALTY, f"{self.pid}: {exc}")
+                if is_misbehaviour(exc):
+                    self.scoreboard.penalise(peer.to_base58(), BAD_MESSAGE_PENALTY, f"{self.pid}: {exc}")
                 return
             response = await self.handler(peer, request)
             try:

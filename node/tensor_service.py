@@ -29,7 +29,7 @@ from peertrain.protocol.tensor_transfer import fetch_chunks, request_header, ser
 from peertrain.protocol.tensors import PreparedTensor, TensorDownload
 
 from .errors import NodeError
-from .penalties import PeerScoreboard
+from .penalties import PeerScoreboard, is_misbehaviour
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,8 @@ class TensorService:
             async with self._total:
                 await serve_tensor_request(stream, self._lookup, idle_timeout=self.idle_timeout)
         except ProtocolError as exc:
-            self.scoreboard.penalise(peer, BAD_REQUEST_PENALTY, f"tensor request: {exc}")
+            if is_misbehaviour(exc):
+                self.scoreboard.penalise(peer, BAD_REQUEST_PENALTY, f"tensor request: {exc}")
         finally:
             self._per_peer[peer] -= 1
             if not self._per_peer[peer]:

@@ -90,6 +90,7 @@ class DiLoCoDriver:
             nursery.start_soon(self._lease_loop)
             await self._catch_up(initial=True)
             task_status.started(self)
+            await self._wait_for_quorum()
             while not self.finished:
                 await self._one_round()
             self.progress.phase = "finished"
@@ -103,6 +104,15 @@ class DiLoCoDriver:
     @property
     def member(self):
         return self.built.member
+
+    async def _wait_for_quorum(self) -> None:
+        """A fresh run starts when `min_members` hold its initial state (or at `start_timeout`)."""
+        if self.member.round > 0 or self.spec.min_members <= 1:
+            return
+        self.progress.phase = f"waiting for {self.spec.min_members} members"
+        with trio.move_on_after(self.spec.start_timeout):
+            while len(self.expected_members(0)) < self.spec.min_members and self._newest_majority_round() <= 0:
+                await trio.sleep(0.2)
 
     async def _lease_loop(self) -> None:
         while True:

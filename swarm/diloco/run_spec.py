@@ -43,6 +43,8 @@ class DiLoCoSpec:
     num_shards: int = 16
     rounds: int = 0  # 0: until stopped
     round_timeout: float = 60.0  # seconds a round waits for missing members after our update
+    min_members: int = 1  # round 0 waits (up to start_timeout) until this many members are in
+    start_timeout: float = 120.0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -50,6 +52,8 @@ class DiLoCoSpec:
             raise ConfigError(f"codec must be one of {', '.join(CODECS)}, got {self.codec!r}")
         if self.inner_steps < 1 or self.batch_size < 1 or self.num_shards < 1:
             raise ConfigError("inner_steps, batch_size and num_shards must be at least 1")
+        if self.min_members < 1 or self.start_timeout < 0:
+            raise ConfigError("min_members must be at least 1 and start_timeout non-negative")
         if self.rounds < 0 or self.round_timeout <= 0:
             raise ConfigError("rounds must be ≥ 0 and round_timeout positive")
         self.model_config()

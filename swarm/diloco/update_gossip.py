@@ -10,9 +10,10 @@ sender. A round closes when the updates of every live member are in, or at the d
 announcements are dropped. Nothing here knows libp2p: the node injects the transport.
 
 Bad input is refused before aggregation: an envelope that is not signed by its claimed sender,
-targets another run or a round outside the window, comes from a non-member, or announces a
-payload of the wrong size is rejected at the gossip validator (the forwarder is penalised by the
-node); a holder that serves bytes not matching the checksum is caught chunk by chunk.
+targets another run or a round outside the window, or announces a payload of the wrong size is
+rejected at the gossip validator (the forwarder is penalised by the node); a holder that serves
+bytes not matching the checksum is caught chunk by chunk; updates of peers without a live lease
+in RunState are dropped when the round closes.
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ class UpdateGossip:
         key_pair: KeyPair,
         transport: GroupTransport,
         expected_nbytes: int,
-        members: Callable[[], set[str]],
+        is_member: Callable[[str], bool],
+        expected: Callable[[int], set[str]],
     ):
         self.run_id = run_id
         self.key_pair = key_pair
@@ -105,9 +107,11 @@ class UpdateGossip:
             self.rejected += 1
             log.info("rejected update announcement from %s: %s", origin, exc)
             return False
+        if not self._in_window(round_):
+            return True  # honest peers run ahead or lag behind: ignore, never penalise
         state = self._round(round_)
         if state is None:
-            return True  # a late announcement for a closed round: harmless, ignored
+            return True
         if not ann.holds:
             state.announced.setdefault(ann.sender, ann)
         if state.announced.get(ann.sender, ann).checksum == ann.checksum:
@@ -118,29 +122,29 @@ class UpdateGossip:
         return True
 
     def _open(self, origin: str, raw: bytes) -> tuple[int, UpdateAnnouncement]:
-        window = range(max(0, self.current_round - 1), self.current_round + ROUND_WINDOW + 1)
         env = open_envelope(
             raw,
             expected_domain=DOMAIN,
             expected_run=self.run_id,
-            expected_round=window,
+            expected_round=range(0, 2**62),
             expected_sender=ID.from_base58(origin).to_bytes(),
             max_size=MAX_ENVELOPE,
         )
         ann = decode(env.payload, UpdateAnnouncement)
         if ann.holds == (ann.sender == origin):
             raise ProtocolError("an announcement is either the sender's own or a holder's copy")
-        members = self.members()
-        if ann.sender not in members or origin not in members:
-            raise ProtocolError(
-                f"{ann.sender if ann.sender not in members else origin} is not a member of the run"
-            )
+        # Membership is not checked here: an honest joiner's lease may reach us after its first
+        # announcement (gossip races), and rejecting would penalise it. Non-members' updates
+        # are dropped when the round closes instead.
         if ann.nbytes != self.expected_nbytes:
             raise ProtocolError(
                 f"update of {ann.nbytes} bytes, the run's updates are {self.expected_nbytes}"
             )
         assert env.round is not None
         return env.round, ann
+
+    def _in_window(self, round_: int) -> bool:
+        return self.current_round - 1 <= round_ <= self.current_round + ROUND_WINDOW
 
     def _round(self, round_: int) -> _RoundState | None:
         if round_ < self.current_round:
@@ -185,7 +189,10 @@ class UpdateGossip:
                 sorted(missing)[:4],
             )
         self.current_round = round_ + 1
-        return [Contribution(sender=s, payload=p) for s, p in sorted(state.payloads.items())]
+        strangers = sorted(s for s in state.payloads if not self.is_member(s))
+        if strangers:
+            log.warning("round %d: dropping updates of non-members %s", round_, strangers[:4])
+        return [Contribution(sender=s, payload=p) for s, p in sorted(state.payloads.items()) if s not in strangers]
 
     def _complete(self, round_: int, state: _RoundState) -> bool:
         return self.expected(round_) <= set(state.payloads)
