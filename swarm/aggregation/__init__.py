@@ -5,7 +5,7 @@ Usage (sync and CPU/GPU-bound: call it from a worker thread, `trio.to_thread.run
     from peertrain.swarm.aggregation import build_aggregator
 
     agg = build_aggregator("flag")                  # or mean, median, trimmed-mean, multi-krum
-    result = agg.aggregate(updates)                 # updates: Sequence[torch.Tensor], flat fp32
+    result = agg.aggregate(updates, numel=n)        # flat fp32 tensors; numel=None: most common
     theta_delta = result.update                     # flat fp32, same length
     for verdict in result.rejected:                 # penalise these senders
         print(verdict.index, verdict.reason, verdict.detail)
@@ -36,7 +36,13 @@ flag           r=8, lam=0.0, iterations=1,  Flag Aggregator (Almasi et al. 2024)
 =============  ===========================  ====================================================
 
 `result.weights` (linear rules: mean, multi-krum, flag) gives update = Σ weights[i]·updates[i];
-`result.scores` is per-rule (Krum score, lower = central; Flag ‖Yᵀx_i‖², higher = consistent).
+`result.scores` is per-rule (Krum score, lower = central; Flag ‖Yᵀx_i‖², higher = consistent);
+`result.objective` is Flag's objective history (starting value, then each accepted iteration).
+
+Aggregators are frozen dataclasses without state: one instance may serve several threads. Inputs
+may live on a GPU (all on the same device); the small p×p maths always runs on the CPU in fp64.
+Cost: O(d·p) for mean, O(d·p²) for Multi-Krum and Flag (one Gram pass, one output pass), and
+O(d·p·log²p) for the coordinate-wise rules (a sorting network); see benchmarks/aggregate.py.
 """
 
 from peertrain.swarm.aggregation.base import AggregateResult, Aggregator

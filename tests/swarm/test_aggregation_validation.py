@@ -87,3 +87,10 @@ def test_explicit_length_rejects_every_input_of_another_length():
     with pytest.raises(NotEnoughUpdates) as caught:
         build_aggregator("mean").aggregate(_honest(), numel=32)
     assert {v.reason for v in caught.value.verdicts} == {RejectReason.SHAPE}
+
+
+def test_no_inputs_at_all_is_not_enough():
+    from peertrain.swarm.aggregation import NotEnoughUpdates
+
+    with pytest.raises(NotEnoughUpdates, match="0 of 0"):
+        build_aggregator("flag").aggregate([])
