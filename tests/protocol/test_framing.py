@@ -7,8 +7,10 @@ import struct
 import pytest
 import trio
 import trio.lowlevel
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from libp2p.network.stream.exceptions import StreamReset
-from peertrain.protocol.errors import MessageTooLarge, PeerTimeout, StreamEnded
+from peertrain.protocol.errors import MessageTooLarge, PeerTimeout, ProtocolError, StreamEnded
 from peertrain.protocol.framing import (
     read_exactly_into,
     read_frame,
@@ -106,3 +108,33 @@ async def test_messages_over_frames(stream_pair):
     got = await read_message(b, Ping)
     await write_message(b, got.reply(Pong))
     assert (await read_message(a, (Pong, ErrorResponse))).request_id == ping.request_id
+
+
+class ScriptedStream:
+    """Replays fixed chunks, then EOF: what a hostile peer's bytes look like to the reader."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = list(chunks)
+
+    async def read(self, n: int | None = None) -> bytes:
+        if not self.chunks:
+            return b""
+        chunk = self.chunks.pop(0)
+        if n is not None and len(chunk) > n:
+            chunk, rest = chunk[:n], chunk[n:]
+            self.chunks.insert(0, rest)
+        return chunk
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(min_size=1, max_size=40), max_size=6))
+def test_random_stream_bytes_raise_only_protocol_errors(chunks):
+    async def main():
+        stream = ScriptedStream(chunks)
+        try:
+            while True:
+                await read_message(stream, (Ping, Pong, ErrorResponse))
+        except ProtocolError:
+            pass
+
+    trio.run(main)
