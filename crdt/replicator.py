@@ -6,7 +6,9 @@ Two paths, both carrying only envelopes signed by the owner of the slots they wr
    published on the run's topic at most once per `publish_interval`: py-libp2p's gossipsub drops
    bursts beyond ~10 messages/s per peer and topic, and anything over 1 MiB, without a word.
    Batching keeps messages few and small (a group is never bigger than the owner's whole slot,
-   which `records.py` caps), whatever the write rate.
+   which `records.py` caps), whatever the write rate. When writes pause, we publish a snapshot
+   of our whole slot `idle_repeats` times (after 0.25 s, then 0.5 s more): it subsumes every
+   delta before it, so a peer that lost some delivery is repaired in a fraction of a second.
 2. **Anti-entropy.** Every `sync_interval` (jittered) we run a push-pull exchange (`sync.py`)
    with a random reachable peer, which repairs whatever gossip lost; a joiner's first exchange
    (`bootstrap`) brings it the whole state.
@@ -49,6 +51,8 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReplicatorConfig:
     publish_interval: float = 0.125  # <= 8 messages/s: under gossipsub's silent 10/s cut
+    idle_repeats: int = 2  # after a burst of writes, publish our whole slot this many times
+    idle_repeat_after: float = 0.25  # first repeat after this much quiet, then doubling
     sync_interval: float = 2.0
     sync_jitter: float = 0.5  # each wait is sync_interval * (1 ± jitter)
     sync_timeout: float = 10.0
@@ -148,21 +152,37 @@ class Replicator:
                 self.handle_gossip(_peer_name(msg.sender), msg.data)
 
     async def _publish_loop(self) -> None:
+        """Publish pending deltas, paced; once idle, repeat our whole slot a few times."""
+        cfg = self.config
+        repeats_left, repeat_at = 0, float("inf")
         while True:
-            await self._wake.wait()
+            with trio.move_on_at(repeat_at):
+                await self._wake.wait()
             self._wake = trio.Event()
             delta, self._pending = self._pending, None
-            if delta is None:
-                continue
-            signed = self._seal(delta, snapshot=False)
-            try:
-                await self.pubsub.publish(self.topic, signed.raw)
-            except PeertrainError as exc:  # anti-entropy will carry it instead
-                log.warning("could not publish a delta: %s", exc)
+            if delta is not None:
+                await self._publish(self._seal(delta, snapshot=False))
+                repeats_left, delay = cfg.idle_repeats, cfg.idle_repeat_after
+            elif repeats_left and trio.current_time() >= repeat_at:
+                # Gossip lost a delivery now and then; our snapshot subsumes every delta we sent,
+                # so one of these repairs any loss without waiting for anti-entropy.
+                snapshot = self.own_snapshot()
+                if snapshot is not None:
+                    await self._publish(snapshot)
+                repeats_left, delay = repeats_left - 1, delay * 2
             else:
-                self._counts.published += 1
-                self._counts.published_bytes += len(signed.raw)
-            await trio.sleep(self.config.publish_interval)
+                continue
+            repeat_at = trio.current_time() + delay if repeats_left else float("inf")
+            await trio.sleep(cfg.publish_interval)
+
+    async def _publish(self, signed: SignedDelta) -> None:
+        try:
+            await self.pubsub.publish(self.topic, signed.raw)
+        except PeertrainError as exc:  # anti-entropy will carry it instead
+            log.warning("could not publish a delta: %s", exc)
+        else:
+            self._counts.published += 1
+            self._counts.published_bytes += len(signed.raw)
 
     async def _sync_loop(self) -> None:
         cfg = self.config
@@ -271,12 +291,13 @@ class Replicator:
 
     # -- anti-entropy
 
-    def _request(self, envelopes: Sequence[bytes] = ()) -> SyncRequest:
+    def _request(self, envelopes: Sequence[bytes] = (), manifest: bytes | None = None):
         return SyncRequest(
             run=self.state.run_id,
             has_manifest=self.state.manifest is not None,
             summary=self.state.summary(),
             envelopes=tuple(envelopes),
+            manifest=manifest,
         )
 
     async def sync_with(self, peer: str) -> SyncReply | None:
@@ -289,8 +310,9 @@ class Replicator:
         mine = self.state.summary()
         stale = [o for o, h in reply.differing.items() if mine.get(o, h) != h]
         push = self._envelopes_for(stale)[0]
-        if push:
-            second = await self._ask(peer, self._request(push))
+        manifest = None if reply.has_manifest else self.state.manifest_envelope
+        if push or manifest is not None:
+            second = await self._ask(peer, self._request(push, manifest))
             if second is not None:
                 self._absorb(peer, second)
         return reply
@@ -318,18 +340,22 @@ class Replicator:
             return None
 
     def _absorb(self, peer: str, reply: SyncReply) -> None:
-        if reply.manifest is not None and self.state.manifest is None:
-            try:
-                self.state.accept_manifest(reply.manifest)
-            except ProtocolError as exc:
-                self._penalise(peer, f"bad manifest: {exc}")
+        self._take_manifest(peer, reply.manifest)
         for raw in reply.envelopes:
             self._accept_raw(peer, raw)
+
+    def _take_manifest(self, peer: str, raw: bytes | None) -> None:
+        if raw is not None and self.state.manifest is None:
+            try:
+                self.state.accept_manifest(raw)
+            except ProtocolError as exc:
+                self._penalise(peer, f"bad manifest: {exc}")
 
     def handle_sync(self, peer: str, request: SyncRequest) -> SyncReply | ErrorResponse:
         """Serve one anti-entropy request (sync: no awaits, so it never interleaves)."""
         if request.run != self.state.run_id:
             return request.reply(ErrorResponse, code=ErrorCode.NOT_FOUND, reason="not in that run")
+        self._take_manifest(peer, request.manifest)
         for raw in request.envelopes:
             self._accept_raw(peer, raw)
         mine, theirs = self.state.summary(), request.summary
@@ -339,6 +365,7 @@ class Replicator:
         return request.reply(
             SyncReply,
             manifest=None if request.has_manifest else self.state.manifest_envelope,
+            has_manifest=self.state.manifest is not None,
             envelopes=tuple(envelopes),
             differing={o: mine.get(o, b"") for o in differ if o in theirs},
             more=more,

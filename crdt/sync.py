@@ -5,7 +5,8 @@ whether it holds the manifest. The responder merges any envelopes pushed along, 
 with the signed envelopes it holds for every owner whose hash differs (the manifest too if
 missing), up to a byte budget (`more` says it stopped early), plus `differing`: its own hashes
 for owners both sides hold but disagree on. The initiator merges, and pushes back whatever still
-differs in a second request. A joiner's summary is empty, so it receives everything.
+differs (and the manifest, if the responder lacks it) in a second request. A joiner's summary is
+empty, so it receives everything.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Annotated
 from ..protocol.ids import protocol_id
 from ..protocol.messages import Request, Response, message
 from ..protocol.schema import MaxLen
+from .manifest import MAX_MANIFEST_ENVELOPE
 from .runstate import OWNER_HASH_LEN
 from .signed import MAX_DELTA_ENVELOPE
 
@@ -25,6 +27,7 @@ MAX_SYNC_ENVELOPES = 1024
 MAX_SYNC_MESSAGE = 4 * 1024 * 1024
 
 OwnerHash = Annotated[bytes, MaxLen(OWNER_HASH_LEN)]
+Manifest = Annotated[bytes, MaxLen(MAX_MANIFEST_ENVELOPE)]
 Envelopes = Annotated[
     tuple[Annotated[bytes, MaxLen(MAX_DELTA_ENVELOPE)], ...], MaxLen(MAX_SYNC_ENVELOPES)
 ]
@@ -36,11 +39,13 @@ class SyncRequest(Request):
     has_manifest: bool
     summary: Annotated[dict[str, OwnerHash], MaxLen(MAX_SUMMARY_OWNERS)]
     envelopes: Envelopes = ()
+    manifest: Manifest | None = None  # pushed when the responder said it lacks it
 
 
 @message("crdt/sync-reply", max_size=MAX_SYNC_MESSAGE)
 class SyncReply(Response):
-    manifest: Annotated[bytes, MaxLen(128 * 1024)] | None = None
+    manifest: Manifest | None = None
+    has_manifest: bool = True
     envelopes: Envelopes = ()
     differing: Annotated[dict[str, OwnerHash], MaxLen(MAX_SUMMARY_OWNERS)] = dataclasses.field(
         default_factory=dict

@@ -8,7 +8,7 @@ bytes: requests and replies go through the real wire codec, so sizes and decodin
 Inboxes are bounded; a full inbox drops (as gossipsub's queues do).
 
 `open_memory_swarm(n)` starts n replicators of one run (node 0 creates it) on a router, each
-holding a membership lease, for tests and benchmarks.
+holding the manifest and a membership lease, for tests and benchmarks.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ class RouterStatistics:
     requests_lost: int = 0
     bytes_published: int = 0
     bytes_requested: int = 0
+    bytes_replied: int = 0
 
 
 @dataclass(order=True, slots=True)
@@ -141,6 +142,7 @@ class MemoryRouter:
             raise PeerTimeout(f"request to {peer} was lost", phase="memory-router")
         response = target._handler(sender, decode(raw, SyncRequest))
         raw_reply = encode(response)
+        self.stats.bytes_replied += len(raw_reply)
         await trio.sleep(rng.uniform(0, f.delay))
         if rng.random() < f.request_loss:
             self.stats.requests_lost += 1
@@ -240,9 +242,9 @@ async def open_memory_swarm(
     limits: StateLimits | None = None,
     lease_ms: int = 60_000,
 ) -> AsyncIterator[tuple[MemoryRouter, list[MemoryNode]]]:
-    """n replicators of one fresh run on a seeded router; each has announced its membership.
+    """n replicators of one fresh run (node 0 created it) on a seeded router.
 
-    Node 0 created the run and holds the manifest; the others get it by anti-entropy.
+    Each holds the manifest (a node learns of a run through it) and has announced itself.
     """
     router = MemoryRouter(faults=faults, seed=seed)
     keys = [create_new_key_pair() for _ in range(n)]
@@ -253,8 +255,7 @@ async def open_memory_swarm(
         for i, key_pair in enumerate(keys):
             peer_id = ID.from_pubkey(key_pair.public_key).to_base58()
             state = RunState(run_id, limits=limits or StateLimits())
-            if i == 0:
-                state.accept_manifest(manifest)
+            state.accept_manifest(manifest)  # as a node does: it found the run by its manifest
             endpoint = router.endpoint(peer_id)
             rep = Replicator(
                 state=state,

@@ -90,3 +90,27 @@ async def test_a_joiner_bootstraps_the_full_state_with_the_manifest():
         assert joiner.state.total_progress() == sum(10 + i for i in range(6))
         assert joiner.state.checkpoints()[1][b"\x01" * 32] == {n.peer_id for n in nodes}
         assert joiner.state.digest() == nodes[4].state.digest()
+
+
+async def test_the_manifest_travels_both_ways_in_one_exchange():
+    async with open_memory_swarm(1, seed=4, config=FAST_SYNC) as (router, nodes):
+        holder = nodes[0].replicator
+        newcomers = []
+        for _ in range(2):
+            key = create_new_key_pair()
+            endpoint = router.endpoint(ID.from_pubkey(key.public_key).to_base58())
+            rep = Replicator(
+                state=RunState(holder.state.run_id),
+                key_pair=key,
+                pubsub=endpoint,
+                exchange=endpoint,
+                config=ReplicatorConfig(sync_interval=60),
+            )
+            endpoint.serve(rep.handle_sync)
+            newcomers.append(rep)
+        pulled, pushed_to = newcomers
+        await pulled.sync_with(holder.peer_id)  # pull: the reply carries it
+        await holder.sync_with(pushed_to.peer_id)  # push: the responder said it lacks it
+        for rep in newcomers:
+            assert rep.state.manifest == holder.state.manifest
+            assert rep.state.digest() == holder.state.digest()
