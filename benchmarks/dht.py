@@ -1,0 +1,191 @@
+"""DHT benchmark: bootstrap time, store and get latency for 16, 32 and 64 nodes in one process.
+
+    .venv/bin/python benchmarks/dht.py [--sizes 16 32 64] [--ops 100] [--seed 0]
+
+Every node is a real libp2p host (node.host.build_host: TCP + Noise + Yamux) on loopback, all
+in one trio process: every byte of every node's crypto and framing runs on one core, so these
+figures are pessimistic against separate machines (hivemind's run each peer in its own process).
+CPU seconds are printed next to wall seconds: on a shared machine their ratio shows how much
+of the wall time was spent waiting for a core.
+
+Per size:
+  bootstrap   all nodes but the first join at once, each through one random earlier node,
+              until every node finished its bootstrap (connect + self-lookup)
+  usable      bootstrap, then one record put by node 0 and found by every node
+  join one    a node joining the finished swarm: bootstrap + its first successful get
+  store, get  `--ops` sequential puts from random nodes (fresh keys), then gets of those keys
+              from random other nodes (no caches: each get walks the DHT); p50 / p99.
+              "cold": the first pass, which opens most of the connections it uses (in one
+              process, a new connection costs ≈17 ms of CPU, two thirds of it identify);
+              "warm": the same puts and gets again over the connections now open, i.e. the
+              protocol's own cost, as in a network whose nodes stay connected.
+  rpc         one request/response on an open DHT stream (the floor a lookup is built from)
+
+The last line is one JSON object with every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _report import print_json, print_table  # noqa: E402
+
+from peertrain.dht import DhtConfig, stage_key  # noqa: E402
+from peertrain.dht.messages import Ping, Pong  # noqa: E402
+from peertrain.dht.testing import DhtSwarm, open_dht_swarm, without_auto_connect  # noqa: E402
+from peertrain.node.host import build_host  # noqa: E402
+from peertrain.node.identity import Identity  # noqa: E402
+
+CONFIG = DhtConfig(publish_peer_record=False)
+TARGETS = {"bootstrap_32_s": 3.0, "store_p50_64_ms": 20.0, "get_p50_64_ms": 10.0}
+
+
+def make_host():
+    return without_auto_connect(build_host(Identity.generate()))
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+class Clock:
+    """Wall and CPU seconds of one phase."""
+
+    def __enter__(self):
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall = time.perf_counter() - self.wall
+        self.cpu = time.process_time() - self.cpu
+
+
+async def everyone_gets(swarm: DhtSwarm, key: str) -> None:
+    async def one(node):
+        while not await node.get(key):
+            await trio.sleep(0.05)
+
+    async with trio.open_nursery() as nursery:
+        for node in swarm.nodes:
+            nursery.start_soon(one, node)
+
+
+async def store_then_get(swarm: DhtSwarm, plan, rng: random.Random) -> tuple[list[float], list[float]]:
+    """Each (key, writer, reader): writer puts, then (after all puts) reader gets; ms each."""
+    stores, gets = [], []
+    for key, writer, _reader in plan:
+        start = time.perf_counter()
+        await swarm.nodes[writer].put(key, {"writer": writer, "tput": rng.random()}, ttl=300)
+        stores.append((time.perf_counter() - start) * 1e3)
+    for key, _writer, reader in plan:
+        start = time.perf_counter()
+        found = await swarm.nodes[reader].get(key)
+        gets.append((time.perf_counter() - start) * 1e3)
+        assert len(found) == 1, (key, found)
+    return stores, gets
+
+
+async def rpc_round_trip(swarm: DhtSwarm, rng: random.Random, count: int = 100) -> list[float]:
+    a, b = rng.sample(swarm.nodes, 2)
+    times = []
+    for _ in range(count):
+        start = time.perf_counter()
+        await a.links.request(b.own, Ping(server=True), Pong, timeout=5)
+        times.append((time.perf_counter() - start) * 1e3)
+    return times
+
+
+async def measure(n: int, ops: int, seed: int) -> dict[str, float]:
+    rng = random.Random(seed)
+    async with open_dht_swarm(n + 1, make_host, config=CONFIG, seed=seed) as swarm:
+        late = swarm.nodes.pop()  # listens now, joins at the end
+        late_scope = swarm.scopes.pop()
+        swarm.alive.pop()
+        with Clock() as boot:
+            await swarm.join_all()
+        with Clock() as usable:
+            await swarm.nodes[0].put(stage_key("bench", 0), {"hello": n}, ttl=300)
+            await everyone_gets(swarm, stage_key("bench", 0))
+        plan = [(stage_key("bench", i), rng.randrange(n)) for i in range(1, ops + 1)]
+        plan = [(key, writer, rng.choice([i for i in range(n) if i != writer])) for key, writer in plan]
+        with Clock() as cold:
+            cold_stores, cold_gets = await store_then_get(swarm, plan, rng)
+        with Clock() as warm:
+            warm_stores, warm_gets = await store_then_get(swarm, plan, rng)
+        rpc = await rpc_round_trip(swarm, rng)
+        with Clock() as join_one:
+            await late.bootstrap([swarm.info(rng.randrange(n))])
+            assert await late.get(plan[0][0])
+        del late_scope
+    return {
+        "nodes": n,
+        "bootstrap_s": boot.wall,
+        "bootstrap_cpu_s": boot.cpu,
+        "usable_s": boot.wall + usable.wall,
+        "join_one_s": join_one.wall,
+        "store_p50_ms": statistics.median(warm_stores),
+        "store_p99_ms": pct(warm_stores, 0.99),
+        "get_p50_ms": statistics.median(warm_gets),
+        "get_p99_ms": pct(warm_gets, 0.99),
+        "cold_store_p50_ms": statistics.median(cold_stores),
+        "cold_store_p99_ms": pct(cold_stores, 0.99),
+        "cold_get_p50_ms": statistics.median(cold_gets),
+        "cold_get_p99_ms": pct(cold_gets, 0.99),
+        "cold_cpu_per_op_ms": cold.cpu * 1e3 / (2 * ops),
+        "warm_cpu_per_op_ms": warm.cpu * 1e3 / (2 * ops),
+        "rpc_p50_ms": statistics.median(rpc),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[16, 32, 64])
+    parser.add_argument("--ops", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.CRITICAL)  # py-libp2p logs every reset stream at ERROR
+
+    results = [trio.run(measure, n, args.ops, args.seed + n) for n in args.sizes]
+    columns = [
+        ("nodes", "nodes"), ("bootstrap s", "bootstrap_s"), ("(cpu s)", "bootstrap_cpu_s"),
+        ("usable s", "usable_s"), ("join one s", "join_one_s"),
+        ("store p50 ms", "store_p50_ms"), ("p99", "store_p99_ms"),
+        ("get p50 ms", "get_p50_ms"), ("p99", "get_p99_ms"),
+        ("cold store p50", "cold_store_p50_ms"), ("p99", "cold_store_p99_ms"),
+        ("cold get p50", "cold_get_p50_ms"), ("p99", "cold_get_p99_ms"),
+        ("rpc p50 ms", "rpc_p50_ms"), ("cpu/op warm", "warm_cpu_per_op_ms"), ("cold", "cold_cpu_per_op_ms"),
+    ]
+    print_table(
+        f"DHT, all nodes in one process ({args.ops} stores then {args.ops} gets per size, "
+        "cold pass then warm pass; store/get columns are warm)",
+        [title for title, _ in columns],
+        [[row[key] for _, key in columns] for row in results],
+    )
+    by_size = {row["nodes"]: row for row in results}
+    figures: dict[str, object] = {"results": results, "targets": TARGETS}
+    if 32 in by_size:
+        figures["bootstrap_32_s"] = by_size[32]["bootstrap_s"]
+    if 64 in by_size:
+        figures["store_p50_64_ms"] = by_size[64]["store_p50_ms"]
+        figures["get_p50_64_ms"] = by_size[64]["get_p50_ms"]
+        figures["get_p50_in_rpcs_64"] = by_size[64]["get_p50_ms"] / by_size[64]["rpc_p50_ms"]
+    met = {name: figures[name] <= limit for name, limit in TARGETS.items() if name in figures}
+    print("targets: " + ", ".join(f"{k} {figures[k]:.3g} ≤ {TARGETS[k]:g}: {'met' if ok else 'NOT met'}"
+                                  for k, ok in met.items()))
+    figures["targets_met"] = met
+    print_json(figures)
+
+
+if __name__ == "__main__":
+    main()

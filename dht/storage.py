@@ -1,0 +1,123 @@
+"""What a DHT server holds for others: verified entries, merged per writer, dropped at expiry.
+
+Bounded three ways, so that no peer can make us grow without limit: a total entry count and
+byte budget, a per-key writer count (the namespace's `max_writers`), and a per-writer key count
+(one writer cannot fill the store with many keys). When a key is full, a newcomer replaces the
+entry that expires first, if the newcomer outlives it. Expired entries are never returned and
+are swept from a heap; an entry replaced by a newer one leaves a stale heap item behind, which
+the sweep skips (and the heap is rebuilt when stale items outnumber live ones).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from dataclasses import dataclass
+
+from .namespaces import Namespace
+from .records import SignedEntry
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StoreStatistics:
+    keys: int
+    entries: int
+    bytes: int
+    refused_full: int
+
+
+class RecordStore:
+    """Entries by key and writer; every method takes `now` (unix ms) from the caller's clock."""
+
+    def __init__(
+        self, *, max_entries: int = 100_000, max_bytes: int = 64 << 20, max_keys_per_writer: int = 1024
+    ) -> None:
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.max_keys_per_writer = max_keys_per_writer
+        self._by_key: dict[str, dict[bytes, SignedEntry]] = {}
+        self._expiry: list[tuple[int, str, bytes]] = []
+        self._per_writer: Counter[bytes] = Counter()
+        self._entries = 0
+        self._bytes = 0
+        self._refused_full = 0
+
+    def put(self, entry: SignedEntry, namespace: Namespace, *, now: int) -> bool:
+        """Store a *validated* entry; False if we already hold a newer one or have no room."""
+        self.purge_expired(now)
+        writers = self._by_key.get(entry.key, {})
+        current = writers.get(entry.writer)
+        if current is not None:
+            if not entry.newer_than(current):
+                return False
+            self._drop(entry.key, entry.writer)
+        elif not self._make_room(entry, writers, namespace):
+            self._refused_full += 1
+            return False
+        self._by_key.setdefault(entry.key, {})[entry.writer] = entry
+        self._per_writer[entry.writer] += 1
+        self._entries += 1
+        self._bytes += entry.size
+        heapq.heappush(self._expiry, (entry.expires_ms, entry.key, entry.writer))
+        return True
+
+    def _make_room(self, entry: SignedEntry, writers: dict[bytes, SignedEntry], ns: Namespace) -> bool:
+        if self._per_writer[entry.writer] >= self.max_keys_per_writer:
+            return False
+        evict = None
+        if len(writers) >= ns.max_writers:
+            evict = min(writers.values(), key=lambda e: e.expires_ms)
+            if evict.expires_ms >= entry.expires_ms:
+                return False
+        entries = self._entries - (evict is not None)
+        size = self._bytes - (evict.size if evict is not None else 0)
+        if entries >= self.max_entries or size + entry.size > self.max_bytes:
+            return False
+        if evict is not None:
+            self._drop(entry.key, evict.writer)
+        return True
+
+    def _drop(self, key: str, writer: bytes) -> None:
+        writers = self._by_key[key]
+        entry = writers.pop(writer)
+        if not writers:
+            del self._by_key[key]
+        self._per_writer[writer] -= 1
+        if not self._per_writer[writer]:
+            del self._per_writer[writer]
+        self._entries -= 1
+        self._bytes -= entry.size
+
+    def holds(self, entry: SignedEntry) -> bool:
+        """True if we keep `entry` or a newer entry of the same writer under the same key."""
+        current = self._by_key.get(entry.key, {}).get(entry.writer)
+        return current is not None and (current == entry or current.newer_than(entry))
+
+    def get(self, key: str, *, now: int) -> list[SignedEntry]:
+        """The unexpired entries under `key`."""
+        return [e for e in self._by_key.get(key, {}).values() if e.expires_ms > now]
+
+    def purge_expired(self, now: int) -> int:
+        """Drop every entry that expired by `now`; return how many."""
+        dropped = 0
+        while self._expiry and self._expiry[0][0] <= now:
+            expires, key, writer = heapq.heappop(self._expiry)
+            current = self._by_key.get(key, {}).get(writer)
+            if current is not None and current.expires_ms == expires:
+                self._drop(key, writer)
+                dropped += 1
+        if len(self._expiry) > 2 * self._entries + 1024:
+            self._expiry = [(e.expires_ms, k, w) for k, ws in self._by_key.items() for w, e in ws.items()]
+            heapq.heapify(self._expiry)
+        return dropped
+
+    def keys(self) -> list[str]:
+        return list(self._by_key)
+
+    def __len__(self) -> int:
+        return self._entries
+
+    def statistics(self) -> StoreStatistics:
+        return StoreStatistics(
+            keys=len(self._by_key), entries=self._entries, bytes=self._bytes, refused_full=self._refused_full
+        )

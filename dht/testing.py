@@ -1,0 +1,107 @@
+"""Many DHT nodes in one trio process, on real libp2p hosts over loopback (tests, benchmarks).
+
+    async with open_dht_swarm(32, make_host) as swarm:   # make_host: e.g. node.host.build_host
+        await swarm.join_all()                           # each bootstraps from an earlier node
+        await swarm.nodes[3].put(...)
+        await swarm.kill(5)                              # closes its host: peers see it vanish
+
+The host factory is a parameter because `dht/` may not import `node/` (DESIGN.md §1).
+Each node runs under its own cancel scope, so a test can kill one without touching the rest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+
+import trio
+from libp2p.abc import IHost
+from libp2p.peer.peerinfo import PeerInfo
+from multiaddr import Multiaddr
+
+from .node import Dht, DhtConfig
+
+LOOPBACK = "/ip4/127.0.0.1/tcp/0"
+
+
+def without_auto_connect(host: IHost) -> IHost:
+    """Stop py-libp2p's AutoConnector from dialling every peerstore peer (up to 100).
+
+    It is on by default in 0.8.1 (min_connections=50, low_watermark=100): in a swarm of tens of
+    nodes in one process it meshes everyone, and the connections' CPU swamps what we measure.
+    """
+    config = host.get_network().connection_config
+    config.min_connections = 0
+    config.low_watermark = 0
+    return host
+
+
+@dataclass
+class DhtSwarm:
+    nodes: list[Dht]
+    scopes: list[trio.CancelScope]
+    alive: list[bool] = field(default_factory=list)
+    seed: int = 0
+
+    def info(self, index: int) -> PeerInfo:
+        host = self.nodes[index].host
+        return PeerInfo(host.get_id(), [Multiaddr(str(a).split("/p2p/")[0]) for a in host.get_addrs()])
+
+    def live(self) -> list[Dht]:
+        return [node for node, up in zip(self.nodes, self.alive, strict=True) if up]
+
+    async def join_all(self, *, how: str = "random", indices: Sequence[int] | None = None) -> None:
+        """Bootstrap every node (but the first) concurrently from one earlier node.
+
+        `how="first"` joins everyone through node 0; `"random"` through a random earlier node.
+        """
+        rng = random.Random(self.seed)
+        chosen = list(indices) if indices is not None else list(range(1, len(self.nodes)))
+        async with trio.open_nursery() as nursery:
+            for index in chosen:
+                via = 0 if how == "first" or index == 0 else rng.randrange(index)
+                nursery.start_soon(self.nodes[index].bootstrap, [self.info(via)])
+
+    async def kill(self, index: int) -> None:
+        """Stop node `index`: its DHT and host shut down and its connections close."""
+        self.alive[index] = False
+        self.scopes[index].cancel()
+        await trio.sleep(0)
+
+
+async def _run_node(
+    dht: Dht, scope: trio.CancelScope, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    with scope:
+        async with dht.host.run([Multiaddr(LOOPBACK)]), trio.open_nursery() as nursery:
+            await nursery.start(dht.run)
+            task_status.started()
+            await trio.sleep_forever()
+
+
+@contextlib.asynccontextmanager
+async def open_dht_swarm(
+    n: int,
+    make_host: Callable[[], IHost],
+    *,
+    config: DhtConfig | Callable[[int], DhtConfig] = DhtConfig(publish_peer_record=False),
+    seed: int = 0,
+    **dht_kwargs,
+) -> AsyncIterator[DhtSwarm]:
+    """N listening DHT nodes, not yet joined (call `join_all`)."""
+    async with trio.open_nursery() as nursery:
+        swarm = DhtSwarm(nodes=[], scopes=[], seed=seed)
+        for index in range(n):
+            node_config = config(index) if callable(config) else config
+            dht = Dht(make_host(), node_config, **dht_kwargs)
+            scope = trio.CancelScope()
+            await nursery.start(_run_node, dht, scope)
+            swarm.nodes.append(dht)
+            swarm.scopes.append(scope)
+            swarm.alive.append(True)
+        try:
+            yield swarm
+        finally:
+            nursery.cancel_scope.cancel()

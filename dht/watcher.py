@@ -1,0 +1,104 @@
+"""Feeding the routing table from the host's connections.
+
+py-libp2p's KadDHT ignores connections it did not make; here every connection is a chance to
+learn a DHT server. The notifee only records the event (notifee callbacks run on the
+connection's own path and must not wait); workers then decide whether the peer serves the
+DHT: identify, which both sides run on every new connection, lists our protocol for servers
+and not for clients. No probe is sent when identify is slow or fails: a server that connected
+for the DHT says so in its first request, and one we query joins when it answers, so a probe
+would only add a stream and a round trip per connection (measured: most of a busy join).
+A disconnect removes the peer from the table and fails its in-flight requests at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+from libp2p.abc import INetConn, INetStream, INetwork, INotifee
+from libp2p.peer.id import ID
+from multiaddr import Multiaddr
+
+from .keyspace import peer_key
+from .messages import DHT_PROTOCOL
+
+if TYPE_CHECKING:
+    from .node import Dht
+
+log = logging.getLogger(__name__)
+
+WORKERS = 4
+QUEUE = 256
+POLL = 0.1
+
+
+class ConnectionWatcher(INotifee):
+    def __init__(self, dht: Dht) -> None:
+        self.dht = dht
+        self._send, self._receive = trio.open_memory_channel[ID](QUEUE)
+        self.dropped = 0
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            for _ in range(WORKERS):
+                nursery.start_soon(self._classify)
+            for peer in self.dht.host.get_connected_peers():  # connections made before we started
+                self._note(peer)
+            task_status.started()
+
+    def _note(self, peer: ID) -> None:
+        self.dht.connected_keys[peer_key(peer)] = peer
+        if peer in self.dht.table:
+            return
+        try:
+            self._send.send_nowait(peer)
+        except trio.WouldBlock:
+            self.dropped += 1  # it will join the table when it talks to us or answers us
+
+    async def _classify(self) -> None:
+        async for peer in self._receive:
+            if peer in self.dht.table or not self.dht.book.is_connected(peer):
+                continue
+            if await self._identified_as_server(peer):
+                self.dht._add_server(peer)
+
+    async def _identified_as_server(self, peer: ID) -> bool:
+        """True once identify lists our protocol for `peer`; False if it does not, or never says."""
+        wanted = str(DHT_PROTOCOL)
+        store = self.dht.host.get_peerstore()
+        with trio.move_on_after(self.dht.config.identify_wait):
+            while True:
+                try:
+                    protocols = store.get_protocols(peer)
+                except Exception:  # PeerStoreError: not identified yet
+                    protocols = []
+                if protocols:
+                    return wanted in protocols
+                if peer in self.dht.table:
+                    return True
+                await trio.sleep(POLL)
+        return False
+
+    async def connected(self, network: INetwork, conn: INetConn) -> None:
+        self._note(conn.muxed_conn.peer_id)
+
+    async def disconnected(self, network: INetwork, conn: INetConn) -> None:
+        peer = conn.muxed_conn.peer_id
+        if network.get_connections(peer):
+            return
+        self.dht.connected_keys.pop(peer_key(peer), None)
+        self.dht.table.remove(peer)
+        await self.dht.links.close_peer(peer)
+
+    async def opened_stream(self, network: INetwork, stream: INetStream) -> None:
+        return None
+
+    async def closed_stream(self, network: INetwork, stream: INetStream) -> None:
+        return None
+
+    async def listen(self, network: INetwork, multiaddr: Multiaddr) -> None:
+        return None
+
+    async def listen_close(self, network: INetwork, multiaddr: Multiaddr) -> None:
+        return None

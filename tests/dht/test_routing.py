@@ -1,0 +1,101 @@
+"""Routing table and lookup logic, without a network: distances, buckets, termination.
+
+The lookup runs against an in-memory population whose "answer" is each peer's own k-closest
+view, so the algorithm's convergence can be checked exactly against brute force.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import trio
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.peer.id import ID
+
+from peertrain.dht.keyspace import bucket_index, peer_key, random_key_in_bucket, record_key
+from peertrain.dht.lookup import iterative_lookup
+from peertrain.dht.routing import RoutingTable
+
+
+def new_peer() -> ID:
+    return ID.from_pubkey(create_new_key_pair().public_key)
+
+
+PEERS = [new_peer() for _ in range(120)]
+
+
+def test_closest_matches_brute_force_and_excludes():
+    table = RoutingTable(PEERS[0], bucket_size=64)
+    for peer in PEERS[1:]:
+        table.add(peer)
+    target = record_key("/peertrain/r/ckpt")
+    expected = sorted(PEERS[1:], key=lambda p: peer_key(p) ^ target)[:10]
+    assert table.closest(target, 10) == expected
+    assert expected[0] not in table.closest(target, 10, exclude=expected[0])
+
+
+def test_full_buckets_keep_their_oldest_peers_and_promote_a_replacement_on_removal():
+    table = RoutingTable(PEERS[0], bucket_size=2)
+    own = peer_key(PEERS[0])
+    far = [p for p in PEERS[1:] if bucket_index(own, peer_key(p)) == 0][:4]
+    assert [table.add(p) for p in far] == [True, True, False, False]
+    assert set(table.peers()) == set(far[:2])
+    table.remove(far[0])
+    assert set(table.peers()) == {far[1], far[3]}  # the newest replacement moved in
+    table.remove(far[2])  # a replacement that left is forgotten too
+    table.remove(far[1])
+    assert set(table.peers()) == {far[3]}
+    assert not table.add(PEERS[0]) and PEERS[0] not in table
+
+
+def test_random_keys_for_a_bucket_fall_in_that_bucket():
+    own = peer_key(PEERS[0])
+    rng = random.Random(1)
+    for index in (0, 1, 7, 100, 255):
+        key = random_key_in_bucket(own, index, rng.getrandbits(256))
+        assert bucket_index(own, key) == index
+
+
+def views(k: int) -> dict[ID, list[ID]]:
+    """Each peer knows the k peers nearest to itself plus a few random far ones."""
+    rng = random.Random(7)
+    out = {}
+    for peer in PEERS:
+        others = [p for p in PEERS if p != peer]
+        near = sorted(others, key=lambda p: peer_key(p) ^ peer_key(peer))[:k]
+        out[peer] = near + rng.sample(others, 4)
+    return out
+
+
+@pytest.mark.parametrize("alpha", [1, 3])
+async def test_a_lookup_converges_on_the_true_closest_peers(alpha):
+    known = views(8)
+    asked = []
+    dead = set(PEERS[60:70])
+
+    async def query(peer: ID):
+        asked.append(peer)
+        await trio.sleep(0)
+        if peer in dead:
+            raise ConnectionError("gone")
+        return known[peer]
+
+    target = record_key("/peertrain/run/stage/1")
+    result = await iterative_lookup(target, known[PEERS[0]][:3], query, own=PEERS[0], width=8, alpha=alpha)
+    truth = sorted((p for p in PEERS[1:] if p not in dead), key=lambda p: peer_key(p) ^ target)[:8]
+    assert result.closest == truth
+    assert len(asked) == len(set(asked)) and result.queried < len(PEERS) // 2
+
+
+async def test_a_lookup_stops_as_soon_as_the_caller_is_satisfied():
+    known = views(8)
+    answers = []
+
+    async def query(peer: ID):
+        answers.append(peer)
+        return known[peer]
+
+    result = await iterative_lookup(0, PEERS[1:10], query, own=PEERS[0], width=8, alpha=3,
+                                    done=lambda _nearest_open: len(answers) >= 2)
+    assert result.stopped_early and len(answers) <= 3
