@@ -4,6 +4,7 @@
     peertrain node start              run the daemon in the foreground
     peertrain join PEER               run the daemon, connected to PEER (a /p2p/ multiaddr)
     peertrain status [--json]         ask the daemon running on this home
+    peertrain run create --name N     start a training run on the daemon of this home
     peertrain swarm local --nodes N   N daemons on loopback, as separate processes
 
 Every option is also an environment variable: `--log-format json` is PEERTRAIN_LOG_FORMAT=json,
@@ -75,14 +76,63 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=cmd_status)
 
+    run = commands.add_parser("run", help="training runs").add_subparsers(metavar="ACTION")
+    p = run.add_parser("create", parents=[home], help="create a run on the running daemon")
+    p.add_argument("--name", required=True, help="the run's name; others join with --run NAME")
+    p.add_argument("--mode", default="diloco", choices=["diloco"])
+    add_run_options(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_run_create)
+
     swarm = commands.add_parser("swarm", help="local multi-node swarms").add_subparsers(metavar="ACTION")
     p = swarm.add_parser("local", help="spawn N daemons on loopback and watch them")
     p.add_argument("--nodes", type=int, default=4, help="number of daemons (default 4)")
     p.add_argument("--duration", type=float, default=0.0, help="seconds to run; 0 = until Ctrl-C")
     p.add_argument("--report", type=Path, help="write a JSON report here at the end")
     p.add_argument("--log-format", choices=["auto", "rich", "plain", "json"])
+    p.add_argument("--mode", choices=["none", "diloco"], default="none",
+                   help="none: daemons only; diloco: train a DiLoCo run together")
+    p.add_argument("--kill-every", type=float, default=0.0, metavar="SECONDS",
+                   help="kill a random member (not the creator) this often, and restart it")
+    add_run_options(p)
     p.set_defaults(handler=cmd_swarm_local)
     return parser
+
+
+RUN_OPTIONS = {  # flag → (spec field, type)
+    "--model": ("model", str), "--dataset": ("dataset", str), "--inner-steps": ("inner_steps", int),
+    "--batch-size": ("batch_size", int), "--lr": ("lr", float), "--codec": ("codec", str),
+    "--aggregator": ("aggregator", str), "--rounds": ("rounds", int), "--min-members": ("min_members", int),
+    "--round-timeout": ("round_timeout", float), "--seed": ("seed", int),
+}
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    for flag, (dest, kind) in RUN_OPTIONS.items():
+        p.add_argument(flag, dest=dest, type=kind, default=None)
+    p.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
+                   help="any other run setting, e.g. model_settings.n_layer=4 (value parsed as JSON)")
+
+
+def run_spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    for dest, _ in RUN_OPTIONS.values():
+        if getattr(args, dest, None) is not None:
+            spec[dest] = getattr(args, dest)
+    for item in args.set or ():
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise NodeError(f"--set {item!r}: expected KEY=VALUE")
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        target = spec
+        *parents, leaf = key.split(".")
+        for part in parents:
+            target = target.setdefault(part, {})
+        target[leaf] = value
+    return spec
 
 
 def _apply_env(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
@@ -153,7 +203,20 @@ def cmd_node_start(args: argparse.Namespace, config=None) -> int:
     config = config or _load(args)
     setup_logging(config.log_level, config.log_format)
     trio.run(serve_until_signalled, config)
+    _exit_now()
     return 0
+
+
+def _exit_now() -> None:
+    """End the process once the daemon has stopped cleanly. Interpreter finalisation after torch
+    has run can take seconds in C code (thread pools, allocators) that nothing of ours needs:
+    everything worth keeping is already on disk, so flush and leave, within the 5 s promise."""
+    import logging
+
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def cmd_join(args: argparse.Namespace) -> int:
@@ -179,10 +242,29 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"{status['name']}  {status['peer_id']}")
     print(f"  give others  {status['share']}")
     print(f"  uptime       {status['uptime_s']:.0f} s")
-    print(f"  run          {status['run'] or '-'}")
+    run = status["run"]
+    if run and "runs" not in run:
+        loss = f"{run['loss']:.4f}" if run["loss"] is not None else "-"
+        print(f"  run          {run['name']} ({run['mode']}, {run['run_id'][:12]}…)")
+        print(f"    round {run['round']}  loss {loss}  members {len(run['members'])}  phase {run['phase']}")
+    else:
+        print(f"  run          {'-' if not run else len(run['runs'])}")
     print(f"  peers        {len(status['peers'])}")
     for peer in status["peers"]:
         print(f"    {status['peer_names'].get(peer, '')}  {peer}")
+    return 0
+
+
+def cmd_run_create(args: argparse.Namespace) -> int:
+    from .config import NodeConfig
+    from .control import call_sync
+
+    result = call_sync(NodeConfig(home=_home(args)).control_socket, "run.create",
+                       {"name": args.name, "mode": args.mode, "spec": run_spec_from_args(args)}, timeout=60)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"created run {result['name']} ({result['run_id'][:16]}…); others join with --run {result['name']}")
     return 0
 
 
@@ -191,7 +273,8 @@ def cmd_swarm_local(args: argparse.Namespace) -> int:
 
     if args.nodes < 1:
         raise NodeError("--nodes must be at least 1")
-    options = LocalSwarmOptions(nodes=args.nodes, duration=args.duration, report=args.report)
+    options = LocalSwarmOptions(nodes=args.nodes, duration=args.duration, report=args.report, mode=args.mode,
+                                spec=run_spec_from_args(args), kill_every=args.kill_every)
     return run_local_swarm(options)
 
 

@@ -159,6 +159,11 @@ class RunSession:
             await nursery.start(self.driver.run)
             task_status.started(self)
 
+    async def sample(self, prompt: str, max_new_tokens: int) -> str:
+        if self.driver is None:
+            raise RuntimeError("the run is still starting")
+        return await self.driver._thread(self.driver.built.sample, prompt, max_new_tokens)
+
     def status(self) -> dict[str, Any]:
         progress = self.driver.progress if self.driver else None
         live = [p for p in self.state.members() if self.state.is_live(p)]
@@ -179,6 +184,9 @@ class RunSession:
             "bytes_published": self.driver.gossip.bytes_published if self.driver else 0,
             "bytes_fetched": self.driver.gossip.bytes_fetched if self.driver else 0,
             "finished": bool(self.driver and self.driver.finished),
+            "params": self.driver.member.layout.numel if self.driver else 0,
+            "inner_steps": self.driver.spec.inner_steps if self.driver else 0,
+            "model": self.driver.spec.model if self.driver else "",
             "error": self.error,
         }
 

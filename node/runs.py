@@ -78,7 +78,17 @@ class RunManager:
             session = await self.join(str(params.get("name") or ""), timeout=float(params.get("timeout", 30)))
             return {"run_id": session.run_id, "name": session.manifest.name}
 
-        return {"run.create": create, "run.join": join}
+        async def sample(params: dict[str, Any]) -> dict[str, Any]:
+            if not self.sessions:
+                raise ControlError("this node takes part in no run")
+            session = next(iter(self.sessions.values()))
+            try:
+                text = await session.sample(str(params.get("prompt", "")), min(int(params.get("tokens", 160)), 2000))
+            except (TypeError, RuntimeError) as exc:
+                raise ControlError(str(exc)) from None
+            return {"text": text}
+
+        return {"run.create": create, "run.join": join, "run.sample": sample}
 
     async def create(self, *, name: str, mode: str, spec: dict[str, Any]) -> RunSession:
         if not name or len(name) > 64:

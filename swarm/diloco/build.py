@@ -17,6 +17,7 @@ from peertrain.protocol.packing import pack
 
 from .compression import ProtocolCodec
 from .config import InnerConfig, OuterConfig
+from .flat import ParamLayout
 from .inner_loop import evaluate
 from .member import DiLoCoMember
 from .run_spec import DiLoCoSpec
@@ -27,6 +28,18 @@ class BuiltMember:
     member: DiLoCoMember
     shard: int
     eval_batches: list[Any]
+
+    def sample(self, prompt: str, max_new_tokens: int = 160, *, seed: int = 0) -> str:
+        """Text from θ_global (GPT runs only), on a copy so training is never disturbed."""
+        import copy
+
+        from ..models import GPT, sample_text
+
+        if not isinstance(self.member.model, GPT):
+            raise TypeError("only GPT runs can sample text")
+        model = copy.deepcopy(self.member.model)
+        ParamLayout(model).load(self.member.global_params)
+        return sample_text(model, prompt, max_new_tokens, seed=seed)
 
     def eval_loss(self) -> float:
         """Loss of θ_global on the run's fixed eval batches (the model holds θ_global between rounds)."""
