@@ -39,7 +39,7 @@ async def test_a_lying_holder_is_dropped_penalised_and_the_download_completes(nu
     tensor = torch.randn(200_000)
     prepared = prepare_tensor("w", tensor, codec="fp32", chunk_size=CHUNK)
     corrupt_payload = prepared.payload.clone()
-    corrupt_payload[CHUNK + 7] ^= 0xFF  # chunk 1 is wrong at the liar
+    corrupt_payload[7::CHUNK] ^= 0xFF  # every chunk is wrong at the liar, whichever range it serves
     liar = PreparedTensor(header=prepared.header, payload=corrupt_payload)
     async with open_test_swarm(3) as nodes:
         await wait_until(lambda: all(len(n.status()["peers"]) == 2 for n in nodes))
