@@ -14,10 +14,12 @@ until every other replica holds it is measured through the replicators' change l
 polling). Between trials all replicas reach one digest again. Anti-entropy runs with the
 default `ReplicatorConfig` (every 2 s ± 50%).
 
-Baseline, measured in the same run: the CPU cost of handling one delta (decode, verify,
-ownership check, merge) times n-1, i.e. the floor for a change to reach n-1 replicas that all
-share this one thread. Bytes: envelope sizes for single writes (payload vs signed envelope),
-the mean gossip message actually published, anti-entropy traffic per node and second.
+Baselines ("floor"), measured in the same run: for the memory arms, the CPU cost of handling
+one delta (decode, verify, ownership check, merge) times n-1, the least a change needs to reach
+n-1 replicas that share this one thread; for the libp2p arm, the p50 time for a bare 500-byte
+gossipsub message to reach every other daemon. Bytes: envelope sizes for single writes (payload
+vs signed envelope), the mean gossip message actually published (deltas and idle snapshot
+repeats), anti-entropy traffic per node and second.
 
 Target (issue 5): convergence p50 under 1 s at 16 nodes on loopback. Prints tables, then, as
 the last line, one JSON object with the figures.
@@ -34,6 +36,7 @@ from dataclasses import dataclass
 import trio
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
+from peertrain.crdt.records import CheckpointRef
 from peertrain.crdt.replicator import Replicator
 from peertrain.crdt.rundoc import RunDoc
 from peertrain.crdt.runstate import RunState
@@ -60,6 +63,7 @@ class ArmResult:
     published_bytes: int
     sync_bytes_per_node_s: float
     lost_trials: int
+    floor_s: float | None = None  # bare gossip p50 in the same run (libp2p arm)
 
     def p(self, q: float) -> float:
         ordered = sorted(self.times)
@@ -87,14 +91,12 @@ async def _trials(replicators: list[Replicator], trials: int, rng: random.Random
         arrivals.clear()
         round_ = 10_000 + trial
         digest = bytes([trial % 256]) * 32
-        from peertrain.crdt.records import CheckpointRef
-
         target.update(owner=writer.peer_id, ref=CheckpointRef(round=round_, content_hash=digest))
         start = trio.current_time()
         writer.writer.provide_checkpoint(round_, digest)
         others = len(replicators) - 1
         with trio.move_on_after(TRIAL_TIMEOUT):
-            await wait_for(lambda: len(arrivals) >= others, poll=0.001)
+            await wait_for(lambda n=others: len(arrivals) >= n, poll=0.001)
         if len(arrivals) < others:
             lost += 1
             continue
@@ -158,6 +160,7 @@ async def libp2p_arm(n: int, trials: int, seed: int) -> ArmResult:
                 reps.append(rep)
             with trio.fail_after(120):
                 await wait_for(lambda: _all_converged(reps), poll=0.05)
+            floor = await _gossip_floor(daemons, trials, random.Random(seed))
             base = [(r.statistics().published, r.statistics().published_bytes) for r in reps]
             times, per_replica, lost = await _trials(reps, trials, random.Random(seed))
             stats = [r.statistics() for r in reps]
@@ -173,7 +176,38 @@ async def libp2p_arm(n: int, trials: int, seed: int) -> ArmResult:
         published_bytes=sum(s.published_bytes for s in stats) - sum(b[1] for b in base),
         sync_bytes_per_node_s=float("nan"),
         lost_trials=lost,
+        floor_s=floor,
     )
+
+
+async def _gossip_floor(daemons, trials: int, rng: random.Random) -> float:
+    """p50 time for a bare 500-byte gossip message to reach every other daemon (no CRDT)."""
+    topic = "/peertrain/bench/floor"
+    inboxes = [await d.gossip.subscribe(topic) for d in daemons]
+    await trio.sleep(3)  # let meshes form for the new topic (1 s heartbeats)
+    times = []
+    for trial in range(trials):
+        sender = rng.randrange(len(daemons))
+        payload = trial.to_bytes(4, "big") + bytes(496)
+        start = trio.current_time()
+        await daemons[sender].gossip.publish(topic, payload)
+        arrivals = []
+        with trio.move_on_after(TRIAL_TIMEOUT):
+            async with trio.open_nursery() as nursery:
+                for i, inbox in enumerate(inboxes):
+                    if i != sender:
+                        nursery.start_soon(_await_payload, inbox, payload, arrivals)
+        if len(arrivals) == len(daemons) - 1:
+            times.append(max(arrivals) - start)
+        await trio.sleep(0.1)
+    return statistics.median(times) if times else float("nan")
+
+
+async def _await_payload(inbox, payload: bytes, arrivals: list[float]) -> None:
+    async for msg in inbox:
+        if msg.data == payload:
+            arrivals.append(trio.current_time())
+            return
 
 
 def _all_converged(reps: list[Replicator]) -> bool:
@@ -236,7 +270,7 @@ def report(args, sizes, handle_us, results: list[ArmResult]) -> None:
     print(f"handling one delta (decode + verify + ownership + merge): {handle_us:.0f} µs of CPU")
     rows = []
     for r in results:
-        floor = handle_us * 1e-6 * (r.nodes - 1)
+        floor = r.floor_s if r.floor_s is not None else handle_us * 1e-6 * (r.nodes - 1)
         p50 = r.p(0.5)
         rows.append([
             r.arm, r.nodes, len(r.times), r.lost_trials, p50 * 1e3, r.p(0.9) * 1e3,
@@ -249,7 +283,7 @@ def report(args, sizes, handle_us, results: list[ArmResult]) -> None:
     print_table(
         "convergence after a single change (until every other replica holds it)",
         ["arm", "nodes", "trials", "lost", "p50 ms", "p90 ms", "max ms", "replica p50 ms",
-         "cpu floor ms", "p50/floor", "B/gossip msg", "sync B/node/s"],
+         "floor ms", "p50/floor", "B/gossip msg", "sync B/node/s"],
         rows,
     )  # fmt: skip
     at16 = [r for r in results if r.nodes == 16]
@@ -264,6 +298,8 @@ def report(args, sizes, handle_us, results: list[ArmResult]) -> None:
         figures[f"{key}_p50_ms"] = round(r.p(0.5) * 1e3, 2)
         figures[f"{key}_p90_ms"] = round(r.p(0.9) * 1e3, 2)
         figures[f"{key}_lost_trials"] = r.lost_trials
+        if r.floor_s is not None:
+            figures[f"{key}_gossip_floor_p50_ms"] = round(r.floor_s * 1e3, 2)
     figures["target_p50_under_1s_at_16"] = all(v == "meets" for v in verdict.values())
     print_json(figures)
 
