@@ -91,9 +91,8 @@ async def _send_range(
     end = request.first_chunk + request.count
     if request.count == 0 or end > header.num_chunks:
         reason = f"chunks {request.first_chunk}..{end} outside 0..{header.num_chunks}"
-        await write_message(
-            stream, request.reply(ErrorResponse, code=ErrorCode.BAD_REQUEST, reason=reason)
-        )
+        refusal = request.reply(ErrorResponse, code=ErrorCode.BAD_REQUEST, reason=reason)
+        await write_message(stream, refusal, idle_timeout=idle_timeout)
         return
     reply = request.reply(TensorRangeReply, first_chunk=request.first_chunk, count=request.count)
     await write_message(stream, reply, idle_timeout=idle_timeout)
