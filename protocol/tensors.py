@@ -184,8 +184,13 @@ def prepare_tensor(
     else:
         payload = codecs.encode(tensor, codec, block_size=block_size)
     return prepare_encoded(
-        name, payload, dtype=str(tensor.dtype).removeprefix("torch."), shape=tuple(tensor.shape),
-        codec=codec, block_size=block_size, chunk_size=chunk_size,
+        name,
+        payload,
+        dtype=str(tensor.dtype).removeprefix("torch."),
+        shape=tuple(tensor.shape),
+        codec=codec,
+        block_size=block_size,
+        chunk_size=chunk_size,
     )
 
 
@@ -202,7 +207,9 @@ def prepare_encoded(
     """Hash an already encoded payload (flat uint8, e.g. from an error-feedback encoder)."""
     raw = payload.numpy()
     chunk_size = chunk_size or choose_chunk_size(raw.nbytes)
-    digests = b"".join(blake3_digest(raw[i : i + chunk_size]) for i in range(0, raw.nbytes, chunk_size))
+    digests = b"".join(
+        blake3_digest(raw[i : i + chunk_size]) for i in range(0, raw.nbytes, chunk_size)
+    )
     fields = dict(
         name=name,
         dtype=dtype,
