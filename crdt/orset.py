@@ -74,10 +74,14 @@ class AWORSet(Lattice, Generic[E]):
 
     # -- delta mutators
 
-    def add(self, replica: str, element: E) -> Self:
-        """Add `element` under a fresh dot of `replica`, retiring `replica`'s older dots for it."""
+    def add(self, replica: str, element: E, *, min_seq: int = 1) -> Self:
+        """Add `element` under a fresh dot of `replica`, retiring `replica`'s older dots for it.
+
+        `min_seq` lets a writer that may have forgotten its own earlier dots (a restart) start
+        above them; see `RunWriter`.
+        """
         delta = self._empty()
-        seq = self._context.max_seq(replica) + 1
+        seq = max(self._context.max_seq(replica) + 1, min_seq)
         delta._entries[replica] = {seq: element}
         delta._context.add(replica, seq)
         for old_seq, e in self._entries.get(replica, {}).items():

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from .hlc import HybridClock
+from .orset import AWORSet
 from .records import BanVote, CheckpointRef, MemberInfo
 from .rundoc import RunDoc
 from .runstate import RunState
@@ -71,7 +72,11 @@ class RunWriter:
 
     def provide_checkpoint(self, round: int, content_hash: bytes) -> RunDoc:
         ref = CheckpointRef(round=round, content_hash=content_hash)
-        return self._write(lambda d: RunDoc.of(checkpoints=d.checkpoints.add(self.peer_id, ref)))
+        return self._write(
+            lambda d: RunDoc.of(
+                checkpoints=d.checkpoints.add(self.peer_id, ref, **self._fresh(d.checkpoints))
+            )
+        )
 
     def withdraw_checkpoint(self, round: int, content_hash: bytes) -> RunDoc:
         ref = CheckpointRef(round=round, content_hash=content_hash)
@@ -81,7 +86,9 @@ class RunWriter:
 
     def vote_ban(self, peer: str, evidence: bytes) -> RunDoc:
         vote = BanVote(peer=peer, evidence=evidence)
-        return self._write(lambda d: RunDoc.of(bans=d.bans.add(self.peer_id, vote)))
+        return self._write(
+            lambda d: RunDoc.of(bans=d.bans.add(self.peer_id, vote, **self._fresh(d.bans)))
+        )
 
     def withdraw_ban(self, peer: str) -> RunDoc:
         votes = [
@@ -95,6 +102,19 @@ class RunWriter:
             return delta
 
         return self._write(mutate)
+
+    def _fresh(self, orset: AWORSet) -> dict[str, int]:
+        """Our first dot in a set we know nothing of ourselves: start at the wall clock.
+
+        A restarted peer that writes before pulling state would otherwise reuse seqs 1, 2, ...
+        that peers' causal contexts already cover, and its new entries would stay invisible.
+        Starting at 1000 × the wall clock in ms puts them above anything it wrote before, unless
+        it wrote over a thousand entries per millisecond of its previous life; the old dots then
+        fall out of the window, as they should (this peer no longer vouches for them).
+        """
+        if orset.context.max_seq(self.peer_id) == 0:
+            return {"min_seq": self.state.wall_ms() * 1000}
+        return {}
 
     def _write(self, mutate: Callable[[RunDoc], RunDoc]) -> RunDoc:
         delta = self.state.write_own(self.peer_id, mutate)
