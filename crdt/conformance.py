@@ -22,9 +22,9 @@ from typing import Generic, TypeVar
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from peertrain.protocol.errors import ProtocolError
+from peertrain.protocol.packing import unpack
 
-from ..protocol.errors import ProtocolError
-from ..protocol.packing import unpack
 from .lattice import Lattice
 from .wire import Wire
 

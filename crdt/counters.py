@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Self
 
-from ..protocol.errors import DecodeError
+from peertrain.protocol.errors import DecodeError
+
 from .lattice import Lattice
 from .wire import MAX_SEQ, Wire, check_ascending, read_int, read_list, read_str
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..protocol.errors import DecodeError
+from peertrain.protocol.errors import DecodeError
+
 from .wire import Wire, check_ascending, read_int, read_list, read_str
 
 Dot = tuple[str, int]

@@ -14,7 +14,7 @@ evidence that the sender misbehaved.
 
 from __future__ import annotations
 
-from ..protocol.errors import PeertrainError, ProtocolError
+from peertrain.protocol.errors import PeertrainError, ProtocolError
 
 
 class CRDTError(PeertrainError):

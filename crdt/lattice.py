@@ -16,7 +16,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Self
 
-from ..protocol.packing import pack
+from peertrain.protocol.packing import pack
+
 from .wire import Wire
 
 

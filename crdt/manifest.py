@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 from libp2p.crypto.keys import KeyPair
 from libp2p.peer.id import ID
+from peertrain.protocol.envelope import open_envelope, seal
+from peertrain.protocol.errors import BadSignature
+from peertrain.protocol.packing import pack, unpack
 
-from ..protocol.envelope import open_envelope, seal
-from ..protocol.errors import BadSignature
-from ..protocol.packing import pack, unpack
 from .errors import WrongRun
 from .records import read_peer
 from .wire import MAX_SEQ, read_bytes, read_int, read_list, read_str

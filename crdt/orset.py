@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Generic, Self, TypeVar
 
-from ..protocol.errors import DecodeError
+from peertrain.protocol.errors import DecodeError
+
 from .dots import CausalContext
 from .lattice import Lattice
 from .wire import Codec, Wire, check_ascending, read_int, read_list, read_str

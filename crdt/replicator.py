@@ -33,9 +33,9 @@ from dataclasses import dataclass
 import trio
 from libp2p.crypto.keys import KeyPair
 from libp2p.peer.id import ID
+from peertrain.protocol.errors import PeertrainError, ProtocolError
+from peertrain.protocol.messages import ErrorCode, ErrorResponse
 
-from ..protocol.errors import PeertrainError, ProtocolError
-from ..protocol.messages import ErrorCode, ErrorResponse
 from .errors import StateFull
 from .proofs import ProofStore, ProofStoreStatistics
 from .rundoc import RunDoc

@@ -26,7 +26,8 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..protocol.packing import pack
+from peertrain.protocol.packing import pack
+
 from .errors import ClockDrift, ForbiddenWrite, StateFull
 from .hlc import Stamp, wall_clock_ms
 from .manifest import RunManifest, open_manifest

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from libp2p.crypto.keys import KeyPair
 from libp2p.peer.id import ID
+from peertrain.protocol.envelope import open_envelope, seal
+from peertrain.protocol.packing import pack, unpack
 
-from ..protocol.envelope import open_envelope, seal
-from ..protocol.packing import pack, unpack
 from .rundoc import RunDoc
 from .wire import MAX_SEQ, read_int, read_list
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated
 
-from ..protocol.ids import protocol_id
-from ..protocol.messages import Request, Response, message
-from ..protocol.schema import MaxLen
+from peertrain.protocol.ids import protocol_id
+from peertrain.protocol.messages import Request, Response, message
+from peertrain.protocol.schema import MaxLen
+
 from .manifest import MAX_MANIFEST_ENVELOPE
 from .runstate import OWNER_HASH_LEN
 from .signed import MAX_DELTA_ENVELOPE

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 import trio
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
+from peertrain.protocol.errors import PeerTimeout
+from peertrain.protocol.messages import ErrorResponse, Response, check_reply, decode, encode
 
-from ..protocol.errors import PeerTimeout
-from ..protocol.messages import ErrorResponse, Response, check_reply, decode, encode
 from .hlc import wall_clock_ms
 from .manifest import RunManifest, sign_manifest
 from .replicator import Replicator, ReplicatorConfig

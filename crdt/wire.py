@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from ..protocol.errors import DecodeError
-from ..protocol.packing import pack
+from peertrain.protocol.errors import DecodeError
+from peertrain.protocol.packing import pack
 
 T = TypeVar("T")
 Wire = Any  # None | bool | int | float | str | bytes | list[Wire]
