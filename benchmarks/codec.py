@@ -22,6 +22,13 @@ last line, one JSON object with the figures.
 
 from __future__ import annotations
 
+import os
+
+# Set before torch starts OpenMP. On a shared machine, spinning OpenMP threads turn each of the
+# int8 kernel's many parallel regions into a wait for the scheduler (see int8_blockwise.py);
+# run with OMP_WAIT_POLICY=ACTIVE to see that. The memcpy baseline runs under the same policy.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import argparse
 import json
 import statistics
@@ -128,6 +135,7 @@ def main() -> None:
     print(
         f"{args.numel:,} fp32 values ({args.numel * 4 / 1e6:,.0f} MB),"
         f" block size {args.block_size}, {torch.get_num_threads()} torch threads,"
+        f" OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']},"
         f" {args.repeat} rounds, each operation right after a memcpy"
     )
     _print_table(results)
@@ -138,10 +146,11 @@ def main() -> None:
         f"{int8['paired_vs_memcpy']:.0%} (paired median), {int8['cpu_vs_memcpy']:.0%} (CPU time):"
         f" {verdict} the >= 50% target"
     )
-    figures: dict[str, float | int] = {
+    figures: dict[str, float | int | str] = {
         "numel": args.numel,
         "block_size": args.block_size,
         "threads": torch.get_num_threads(),
+        "omp_wait_policy": os.environ["OMP_WAIT_POLICY"],
         "int8_encode_vs_memcpy": round(int8["best_vs_memcpy"], 3),
         "int8_encode_paired_vs_memcpy": round(int8["paired_vs_memcpy"], 3),
         "int8_encode_cpu_vs_memcpy": round(int8["cpu_vs_memcpy"], 3),
