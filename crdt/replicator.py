@@ -338,6 +338,11 @@ class Replicator:
             self._counts.sync_failures += 1
             log.debug("anti-entropy with %s failed: %r", peer, exc)
             return None
+        except Exception as exc:  # noqa: BLE001 - a transport's own errors (a stream that failed
+            # to open, a reset) are the network's doing: they must not stop replication.
+            self._counts.sync_failures += 1
+            log.info("anti-entropy with %s failed in the transport: %r", peer, exc)
+            return None
 
     def _absorb(self, peer: str, reply: SyncReply) -> None:
         self._take_manifest(peer, reply.manifest)

@@ -10,7 +10,8 @@ Contract for implementations: `subscribe` hands messages over through a *bounded
 slow consumer loses messages, never grows memory) and runs `validator(sender, data)` before
 delivering (gossipsub: at the first hop, so invalid messages are not forwarded);
 `publish` may pace and may refuse oversized data with `MessageTooLarge`; `request` raises a
-`PeertrainError` (e.g. `PeerTimeout`, `RemoteError`) or `trio.TooSlowError` on failure.
+`PeertrainError` (e.g. `PeerTimeout`, `RemoteError`) or `trio.TooSlowError` on failure (the
+replicator also survives any other `Exception` from it, counted as a failed exchange).
 """
 
 from __future__ import annotations

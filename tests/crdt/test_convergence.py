@@ -9,7 +9,14 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 from peertrain.crdt.replicator import Replicator, ReplicatorConfig
 from peertrain.crdt.runstate import RunState
-from peertrain.crdt.testing import Faults, converged, open_memory_swarm, wait_for
+from peertrain.crdt.testing import (
+    Faults,
+    MemoryRouter,
+    converged,
+    new_run,
+    open_memory_swarm,
+    wait_for,
+)
 
 LOSSY = Faults(drop=0.2, duplicate=0.1, delay=0.02, reorder=0.2, reorder_delay=0.05)
 FAST_SYNC = ReplicatorConfig(sync_interval=0.5)
@@ -114,3 +121,23 @@ async def test_the_manifest_travels_both_ways_in_one_exchange():
         for rep in newcomers:
             assert rep.state.manifest == holder.state.manifest
             assert rep.state.digest() == holder.state.digest()
+
+
+class _BrokenExchange:
+    """A transport whose streams fail with its own (non-peertrain) error type."""
+
+    def peers(self):
+        return ["somebody"]
+
+    async def request(self, peer, request):
+        raise ConnectionResetError("stream reset by the network")
+
+
+async def test_transport_failures_do_not_stop_replication():
+    key = create_new_key_pair()
+    endpoint = MemoryRouter().endpoint(ID.from_pubkey(key.public_key).to_base58())
+    state = RunState(new_run(key)[0])
+    rep = Replicator(state=state, key_pair=key, pubsub=endpoint, exchange=_BrokenExchange())
+    assert await rep.sync_with("somebody") is None
+    assert not await rep.bootstrap()
+    assert rep.statistics().sync_failures == 2
