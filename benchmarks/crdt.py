@@ -263,12 +263,22 @@ async def main_async(args: argparse.Namespace) -> None:
         for arm, faults in (("memory", Faults()), ("memory-lossy", LOSSY)):
             if arm in args.arms:
                 results.append(await memory_arm(arm, n, faults, trials, args.seed))
+    failures = {}
     if "libp2p" in args.arms:
-        results.append(await libp2p_arm(16, args.trials, args.seed, args.settle))
-    report(args, sizes, handle_us, results)
+        try:
+            results.append(await libp2p_arm(16, args.trials, args.seed, args.settle))
+        except Exception as exc:  # noqa: BLE001 - a node-layer crash must not hide the other arms
+            failures["libp2p"] = _root(exc)
+    report(args, sizes, handle_us, results, failures)
 
 
-def report(args, sizes, handle_us, results: list[ArmResult]) -> None:
+def _root(exc: BaseException) -> str:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"
+
+
+def report(args, sizes, handle_us, results: list[ArmResult], failures: dict[str, str]) -> None:
     print_table(
         "bytes per delta (single writes; envelope = payload + signer, key, run, seq, signature)",
         ["write", "payload B", "envelope B"],
@@ -293,6 +303,8 @@ def report(args, sizes, handle_us, results: list[ArmResult]) -> None:
          "floor ms", "p50/floor", "B/gossip msg", "sync B/node/s"],
         rows,
     )  # fmt: skip
+    for arm, reason in failures.items():
+        print(f"arm {arm} FAILED: {reason}")
     at16 = [r for r in results if r.nodes == 16]
     verdict = {r.arm: ("meets" if r.p(0.5) < 1.0 else "MISSES") for r in at16}
     print("target p50 < 1 s at 16 nodes: " + ", ".join(f"{a} {v}" for a, v in verdict.items()))
@@ -307,7 +319,10 @@ def report(args, sizes, handle_us, results: list[ArmResult]) -> None:
         figures[f"{key}_lost_trials"] = r.lost_trials
         if r.floor_s is not None:
             figures[f"{key}_gossip_floor_p50_ms"] = round(r.floor_s * 1e3, 2)
-    figures["target_p50_under_1s_at_16"] = all(v == "meets" for v in verdict.values())
+    figures["failed_arms"] = sorted(failures)
+    figures["target_p50_under_1s_at_16"] = (
+        bool(verdict) and not failures and all(v == "meets" for v in verdict.values())
+    )
     print_json(figures)
 
 
