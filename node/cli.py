@@ -2,7 +2,8 @@
 
     peertrain id                      peer ID and friendly name of this home's identity
     peertrain node start              run the daemon in the foreground
-    peertrain join PEER               run the daemon, connected to PEER (a /p2p/ multiaddr)
+    peertrain join PEER               run the daemon, connected to PEER (a /p2p/ multiaddr, or a
+                                      bare peer ID found through the DHT from --bootstrap)
     peertrain status [--json]         ask the daemon running on this home
     peertrain run create --name N     start a training run on the daemon of this home
     peertrain swarm local --nodes N   N daemons on loopback, as separate processes
@@ -68,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_node_start)
 
     p = commands.add_parser("join", parents=[daemon], help="run the daemon connected to PEER")
-    p.add_argument("peer", metavar="PEER", help="full multiaddr ending in /p2p/<peer id>")
+    p.add_argument("peer", metavar="PEER", help="full multiaddr ending in /p2p/<peer id>, or a bare peer ID "
+                   "(then --bootstrap names any node to find it through)")
     p.add_argument("--run", metavar="NAME", help="the training run to join")
     p.set_defaults(handler=cmd_join)
 
@@ -202,6 +204,9 @@ def cmd_node_start(args: argparse.Namespace, config=None) -> int:
 
     config = config or _load(args)
     setup_logging(config.log_level, config.log_format)
+    # OpenMP's default spin-waiting turns every parallel torch op into a wait for the scheduler
+    # when other processes hold the cores (measured: int8 encode 3-5x slower); set before torch loads
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     trio.run(serve_until_signalled, config)
     _exit_now()
     return 0
@@ -223,12 +228,48 @@ def cmd_join(args: argparse.Namespace) -> int:
     from . import slim_imports
 
     slim_imports.install()  # before .host imports libp2p (see cmd_node_start)
+    if "/" not in args.peer:  # a bare peer ID: the DHT finds it once bootstrapped
+        return _join_by_peer_id(args)
     from .host import parse_peer_addr
 
     parse_peer_addr(args.peer)  # fail early with a clear message
     bootstrap = [args.peer, *(args.bootstrap or [])]
     config = _load(args, bootstrap=bootstrap, run=args.run)
     return cmd_node_start(args, config)
+
+
+def _join_by_peer_id(args: argparse.Namespace) -> int:
+    import multihash
+    import trio
+    from libp2p.peer.id import ID
+
+    from .errors import ConfigError
+    from .log_setup import setup_logging
+
+    try:
+        multihash.decode(ID.from_base58(args.peer).to_bytes())
+    except Exception:
+        raise ConfigError(f"{args.peer!r} is neither a peer address (/ip4/…/p2p/…) nor a peer ID (12D3KooW…)") from None
+    config = _load(args, run=args.run)
+    if not config.bootstrap:
+        raise ConfigError(f"to join {args.peer} by its peer ID, also give --bootstrap with the address of "
+                          "any node of the network: the DHT finds the peer from there")
+    setup_logging(config.log_level, config.log_format)
+    trio.run(_serve_and_join, config, args.peer)
+    _exit_now()
+    return 0
+
+
+async def _serve_and_join(config, peer: str) -> None:
+    import trio
+
+    from .dht_service import keep_joined
+    from .runner import serve_until_signalled
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(keep_joined, config.control_socket, peer)
+        await serve_until_signalled(config)
+        nursery.cancel_scope.cancel()
 
 
 def cmd_status(args: argparse.Namespace) -> int:
