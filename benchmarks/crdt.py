@@ -54,6 +54,7 @@ except ImportError:  # run as a script from benchmarks/
 LOSSY = Faults(drop=0.2, duplicate=0.1, delay=0.01, reorder=0.2, reorder_delay=0.05)
 TRIAL_TIMEOUT = 20.0
 ARMS = ["memory", "memory-lossy", "libp2p"]
+MEMORY_SETTLE = 2.0
 
 
 @dataclass
@@ -113,6 +114,7 @@ async def memory_arm(name: str, n: int, faults: Faults, trials: int, seed: int) 
     async with open_memory_swarm(n, faults=faults, seed=seed) as (router, nodes):
         with trio.fail_after(60):
             await wait_for(lambda: converged(nodes), poll=0.01)
+        await trio.sleep(MEMORY_SETTLE)  # the setup's own idle snapshot repeats are over
         reps = [node.replicator for node in nodes]
         base = [(r.statistics().published, r.statistics().published_bytes) for r in reps]
         sync0, t0 = router.stats.bytes_requested + router.stats.bytes_replied, trio.current_time()
