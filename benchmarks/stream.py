@@ -134,7 +134,11 @@ def listener_main(arm: str, total: int, ready: Any, result: Any, profile: str | 
     async def run() -> None:
         buffer = bytearray(total)
         listen = _tcp_listen if arm == "tcp" else _libp2p_listen
-        wall, cpu = await listen(arm, buffer, ready)
+        try:
+            wall, cpu = await listen(arm, buffer, ready)
+        except Exception as exc:
+            result.put({"error": repr(exc)})
+            return
         result.put({"seconds": wall, "rx_cpu": cpu, "ok": _payload_ok(buffer)})
 
     _run(run, profile, f"{arm}-listener")
@@ -165,14 +169,19 @@ async def _libp2p_listen(arm: str, buffer: bytearray, ready: Any) -> tuple[float
     host = _make_host(arm)
     done = trio.Event()
     timing: list[tuple[float, float]] = []
+    failure: list[Exception] = []
 
     async def handler(stream) -> None:
-        start = _clock()
-        await read_exactly_into(stream, memoryview(buffer), idle_timeout=60.0)
-        timing.append(_since(start))
-        await stream.write(b"k")  # tells the dialer it may hang up
-        await stream.close()
-        done.set()
+        try:
+            start = _clock()
+            await read_exactly_into(stream, memoryview(buffer), idle_timeout=60.0)
+            timing.append(_since(start))
+            await stream.write(b"k")  # tells the dialer it may hang up
+            await stream.close()
+        except Exception as exc:
+            failure.append(exc)
+        finally:
+            done.set()
 
     async with host.run([Multiaddr(LOOPBACK)]):
         host.set_stream_handler(PROTOCOL, handler)
@@ -180,6 +189,8 @@ async def _libp2p_listen(arm: str, buffer: bytearray, ready: Any) -> tuple[float
         ready.put((addr, host.get_id().to_base58()))
         with trio.fail_after(TRIAL_TIMEOUT):
             await done.wait()
+    if failure:
+        raise RuntimeError(f"{arm}: the transfer failed in the listener: {failure[0]!r}")
     return timing[0]
 
 
@@ -191,7 +202,11 @@ def dialer_main(
 ) -> None:
     async def run() -> None:
         send = _tcp_send if arm == "tcp" else _libp2p_send
-        wall, cpu = await send(arm, _chunks(total, chunk), target)
+        try:
+            wall, cpu = await send(arm, _chunks(total, chunk), target)
+        except Exception as exc:
+            result.put({"error": f"{arm}: the transfer failed in the dialer: {exc!r}"})
+            return
         result.put({"tx_seconds": wall, "tx_cpu": cpu})
 
     _run(run, profile, f"{arm}-dialer")
@@ -247,7 +262,10 @@ def trial(arm: str, total: int, chunk: int, profile: str | None) -> dict[str, An
         dialer.start()
         outcome: dict[str, Any] = {}
         for _ in range(2):
-            outcome.update(results.get(timeout=TRIAL_TIMEOUT))
+            report = results.get(timeout=TRIAL_TIMEOUT)
+            if "error" in report:
+                raise RuntimeError(report["error"])
+            outcome.update(report)
         return outcome
     finally:
         for proc in (dialer, listener):

@@ -18,7 +18,8 @@ handshake's, no associated data. A stock py-libp2p or go-libp2p peer cannot tell
 
 A send is atomic: it is shielded from cancellation, because half a Noise message on the wire
 breaks the connection for every stream on it. A send that makes no progress for
-`SEND_STALL_TIMEOUT` seconds (the peer stopped reading) closes the connection instead.
+`SEND_STALL_TIMEOUT` seconds (the peer stopped reading), or that outlives its caller's deadline
+by `DEADLINE_GRACE`, closes the connection instead.
 """
 
 from __future__ import annotations
@@ -49,9 +50,10 @@ log = logging.getLogger(__name__)
 MAX_MESSAGE = 65535  # Noise's limit for one transport message, tag included
 TAG = 16
 MAX_PLAINTEXT = MAX_MESSAGE - TAG
-RECV_BUFFER = 1 << 20  # bytes asked of the kernel per read; holds at least one whole message
+RECV_BUFFER = 256 * 1024  # bytes asked of the kernel per read; holds several whole messages
 COALESCE_BELOW = 16 * 1024  # pieces smaller than this share Noise messages (copied once)
-SEND_STALL_TIMEOUT = 60.0
+SEND_STALL_TIMEOUT = 30.0  # seconds without any progress before a send gives up
+DEADLINE_GRACE = 2.0  # seconds a send may outlive its caller's deadline to finish a message
 MAX_NONCE = (1 << 64) - 1  # reserved by Noise; a connection never gets near it
 
 _LENGTH = struct.Struct(">H")
@@ -218,7 +220,11 @@ class NoiseSession(BaseSession):
         await self.write_parts((data,))
 
     async def write_parts(self, parts: Sequence[Buffer]) -> None:
-        """Send the concatenation of `parts` as Noise messages, in one socket write."""
+        """Send the concatenation of `parts` as Noise messages, in one socket write.
+
+        All or nothing: a cancellation can only interrupt it before anything is encrypted
+        (while it waits for the lock); after that everything is sent, or the connection fails.
+        """
         async with self._write_lock:
             out = self._seal(parts)
             if out:
@@ -244,29 +250,33 @@ class NoiseSession(BaseSession):
     async def _send(self, out: memoryview) -> None:
         if self._closed:
             raise ConnectionClosedError("connection is closed", transport="tcp")
+        # Shielded, so half a message never goes out; bounded, so a stuck peer cannot hold us:
+        # no progress for SEND_STALL_TIMEOUT, or the caller's deadline long past, ends it all.
+        give_up = trio.current_effective_deadline() + DEADLINE_GRACE
         with trio.CancelScope(shield=True):
             try:
-                if self._socket is not None:
-                    await self._send_on_socket(out)
-                else:
-                    with trio.fail_after(SEND_STALL_TIMEOUT):
-                        await self._raw.write(bytes(out))
-            except trio.TooSlowError:
-                await self.close()
-                raise ConnectionClosedError(
-                    f"peer took nothing for {SEND_STALL_TIMEOUT:g} s", transport="tcp"
-                ) from None
+                if not await self._send_all(out, give_up):
+                    await self.close()
+                    raise ConnectionClosedError(
+                        "peer took no data in time; connection closed", transport="tcp"
+                    )
             except (trio.ClosedResourceError, trio.BrokenResourceError, OSError) as exc:
                 raise ConnectionClosedError(
                     f"connection failed while writing: {exc!r}", transport="tcp"
                 ) from exc
 
-    async def _send_on_socket(self, out: memoryview) -> None:
-        assert self._socket is not None
+    async def _send_all(self, out: memoryview, give_up: float) -> bool:
+        """Send everything; False if it stalled or ran past `give_up`."""
         sent, total = 0, len(out)
         while sent < total:
-            with trio.fail_after(SEND_STALL_TIMEOUT):
+            with trio.move_on_at(min(give_up, trio.current_time() + SEND_STALL_TIMEOUT)):
+                if self._socket is None:
+                    await self._raw.write(bytes(out))
+                    return True
                 sent += await self._socket.send(out[sent:])
+                continue
+            return False
+        return True
 
     # ------------------------------------------------------------------ the rest
 

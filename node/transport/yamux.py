@@ -63,7 +63,7 @@ from .yamux_wire import (
     header,
 )  # fmt: skip
 
-__all__ = ["PROTOCOL_ID", "YamuxConfig", "YamuxConnection"]
+__all__ = ["PROTOCOL_ID", "YamuxConfig", "YamuxConnection", "YamuxStatistics"]
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,12 @@ class YamuxConfig:
             raise ValueError(f"max_window must be at least the initial {INITIAL_WINDOW} bytes")
         if not 0 < self.max_frame <= self.max_window:
             raise ValueError("max_frame must be positive and at most max_window")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class YamuxStatistics:
+    streams: int  # open on this connection (either direction, until both ends are done)
+    queued_control: int  # frames waiting for the next write
 
 
 class YamuxConnection(IMuxedConn):
@@ -203,11 +209,11 @@ class YamuxConnection(IMuxedConn):
     def get_remote_address(self) -> tuple[str, int] | None:
         return self.secured_conn.get_remote_address()
 
-    def statistics(self) -> dict[str, int]:
-        return {
-            "streams": len(self._streams),
-            "queued_control": len(self._control) + len(self._window_updates),
-        }
+    def statistics(self) -> YamuxStatistics:
+        return YamuxStatistics(
+            streams=len(self._streams),
+            queued_control=len(self._control) + len(self._window_updates),
+        )
 
     # ------------------------------------------------------------------ sending (used by streams)
 
@@ -217,12 +223,13 @@ class YamuxConnection(IMuxedConn):
                 raise MuxedStreamClosed(f"stream {stream.stream_id} is closed for writing")
             if stream.reset_locally or stream.reset_by_peer or stream.connection_lost:
                 raise MuxedStreamReset(f"stream {stream.stream_id} was reset")
-            parts: list[Buffer] = self._take_control()
-            parts.append(header(DATA, 0, stream.stream_id, len(payload)))
-            parts.append(payload)
+            control = self._take_control()
+            data = [header(DATA, 0, stream.stream_id, len(payload)), payload]
             try:
-                with trio.CancelScope(shield=True):  # control frames are taken: they must go out
-                    await self._write_parts(parts)
+                await self._write_parts(control + data)
+            except trio.Cancelled:  # write_parts is all or nothing: none of it went out
+                self._control[:0] = control
+                raise
             except (IOException, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 raise MuxedStreamReset(f"stream {stream.stream_id}: {exc}") from exc
 
@@ -241,16 +248,16 @@ class YamuxConnection(IMuxedConn):
         self._window_updates[stream_id] = self._window_updates.get(stream_id, 0) + delta
         self._control_ready.set()
 
-    def _queue_control(self, frame: bytes) -> None:
-        if len(self._control) >= MAX_QUEUED_CONTROL:
+    def _queue_control(self, frame: bytes, *, peer_caused: bool = False) -> None:
+        if peer_caused and len(self._control) >= MAX_QUEUED_CONTROL:
             raise YamuxProtocolError(
                 "too many control frames queued: the peer floods us or stopped reading"
             )
         self._control.append(frame)
         self._control_ready.set()
 
-    def _take_control(self) -> list[Buffer]:
-        frames: list[Buffer] = list(self._control)
+    def _take_control(self) -> list[bytes]:
+        frames = list(self._control)
         self._control.clear()
         self._pongs = 0
         frames.extend(
@@ -263,8 +270,11 @@ class YamuxConnection(IMuxedConn):
         async with self._write_lock:
             frames = self._take_control()
             if frames:
-                with trio.CancelScope(shield=True):  # taken frames must go out
+                try:
                     await self._write_parts(frames)
+                except trio.Cancelled:  # none of it went out: keep it for the next write
+                    self._control[:0] = frames
+                    raise
 
     async def _flush_quietly(self) -> None:
         try:
@@ -371,7 +381,7 @@ class YamuxConnection(IMuxedConn):
         elif frame_type == PING:
             if flags & SYN and self._pongs < MAX_QUEUED_PONGS:
                 self._pongs += 1
-                self._queue_control(header(PING, ACK, 0, length))
+                self._queue_control(header(PING, ACK, 0, length), peer_caused=True)
         elif frame_type == GO_AWAY:
             self._remote_go_away = True
             log.debug("yamux %s: peer is going away (code %d)", self.peer_id, length)
@@ -404,10 +414,10 @@ class YamuxConnection(IMuxedConn):
                 refuse = True
         if refuse:
             log.debug("yamux %s: refusing stream %d (limits or closing)", self.peer_id, stream_id)
-            self._queue_control(header(WINDOW_UPDATE, RST, stream_id, 0))
+            self._queue_control(header(WINDOW_UPDATE, RST, stream_id, 0), peer_caused=True)
             return None
         self._streams[stream_id] = stream
-        self._queue_control(header(WINDOW_UPDATE, ACK, stream_id, 0))
+        self._queue_control(header(WINDOW_UPDATE, ACK, stream_id, 0), peer_caused=True)
         return stream
 
     def _forget_if_done(self, stream: YamuxStream) -> None:

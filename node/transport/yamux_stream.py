@@ -74,6 +74,33 @@ class YamuxStream(IMuxedStream):
         self._credit(len(data))
         return data
 
+    async def readinto(self, buffer: memoryview | bytearray) -> int:
+        """Fill a prefix of `buffer` (bytes, 1-D) with what is buffered, waiting for some.
+
+        One copy fewer than `read()`: the pieces go straight into the caller's buffer.
+        """
+        target = memoryview(buffer)
+        if target.format != "B" or target.ndim != 1:
+            target = target.cast("B")
+        if not len(target):
+            return 0
+        while not self._buffered:
+            self._raise_if_unreadable()
+            await self._readable.park()
+        pieces, filled, limit = self._pieces, 0, min(len(target), self._buffered)
+        while filled < limit:
+            piece = pieces.popleft()
+            size = min(len(piece), limit - filled)
+            if size < len(piece):
+                view = memoryview(piece)
+                pieces.appendleft(view[size:])
+                piece = view[:size]
+            target[filled : filled + size] = piece
+            filled += size
+        self._buffered -= filled
+        self._credit(filled)
+        return filled
+
     def _raise_if_unreadable(self) -> None:
         if self.reset_by_peer or self.reset_locally:
             raise MuxedStreamReset(f"stream {self.stream_id} was reset")

@@ -31,6 +31,7 @@ from peertrain.node.transport import NOISE_ID, YAMUX_ID, NoiseSession, YamuxConn
 from peertrain.node.transport.yamux_stream import YamuxStream
 from peertrain.node.transport.yamux_wire import INITIAL_WINDOW
 from peertrain.protocol.framing import read_exactly_into
+from peertrain.testing import wait_until
 
 ECHO = "/peertrain/test-echo/1.0.0"
 SINK = "/peertrain/test-sink/1.0.0"
@@ -137,14 +138,33 @@ async def test_many_concurrent_streams_keep_their_bytes_apart():
     assert all(results[i] == payloads[i] for i in range(len(payloads)))
 
 
+async def test_readinto_fills_a_buffer_straight_from_the_stream():
+    payload = random.Random(6).randbytes(3_000_001)
+    got = bytearray(len(payload))
+    done = trio.Event()
+
+    async def fill(stream) -> None:
+        view, filled = memoryview(got), 0
+        while filled < len(view):
+            step = random.Random(filled).choice([1, 100, 70_000, 1 << 20])
+            filled += await stream.muxed_stream.readinto(view[filled : filled + step])
+        done.set()
+
+    async with connected(our_host(), our_host()) as (listener, dialer):
+        listener.set_stream_handler(SINK, fill)
+        stream = await dialer.new_stream(listener.get_id(), [SINK])
+        await stream.write(payload)
+        with trio.fail_after(30):
+            await done.wait()
+    assert got == payload
+
+
 async def test_closed_streams_are_forgotten():
     async with connected(our_host(), our_host()) as (listener, dialer):
         for index in range(60):
             assert await echo(dialer, listener, bytes([index]) * 100) == bytes([index]) * 100
-        with trio.fail_after(5):
-            while muxed(dialer, listener.get_id()).statistics()["streams"]:
-                await trio.sleep(0.01)
-        assert muxed(listener, dialer.get_id()).statistics()["streams"] == 0
+        await wait_until(lambda: not muxed(dialer, listener.get_id()).statistics().streams)
+        assert muxed(listener, dialer.get_id()).statistics().streams == 0
 
 
 async def test_private_network_host_moves_data_through_the_psk_layer():
@@ -205,23 +225,22 @@ async def test_an_unread_stream_buffers_no_more_than_its_initial_window():
 
     async def never_reads(stream) -> None:
         accepted.append(stream)
-        await trio.sleep_forever()
+        await hold(stream)
 
     async with connected(our_host(), our_host()) as (listener, dialer):
         listener.set_stream_handler(SINK, never_reads)
         stream = await dialer.new_stream(listener.get_id(), [SINK])
         async with trio.open_nursery() as nursery:
             nursery.start_soon(stream.write, bytes(32 << 20))
-            with trio.fail_after(10):
-                while not accepted or accepted[0].muxed_stream._buffered < INITIAL_WINDOW - 65536:
-                    await trio.sleep(0.02)
+            full = INITIAL_WINDOW - 65536
+            await wait_until(lambda: accepted and accepted[0].muxed_stream._buffered >= full)
             await trio.sleep(0.3)  # give it every chance to overrun
             assert accepted[0].muxed_stream._buffered <= INITIAL_WINDOW
             nursery.cancel_scope.cancel()
 
 
 async def test_a_reset_reaches_the_reader_and_the_writer():
-    started = trio.Event()
+    started, ended = trio.Event(), trio.Event()
     outcome: list[type[BaseException]] = []
 
     async def reader(stream) -> None:
@@ -231,6 +250,7 @@ async def test_a_reset_reaches_the_reader_and_the_writer():
                 await stream.read(65536)
         except (StreamReset, StreamEOF) as exc:
             outcome.append(type(exc))
+        ended.set()
 
     async with connected(our_host(), our_host()) as (listener, dialer):
         listener.set_stream_handler(SINK, reader)
@@ -239,16 +259,46 @@ async def test_a_reset_reaches_the_reader_and_the_writer():
         await started.wait()
         await stream.reset()
         with trio.fail_after(5):
-            while not outcome:
-                await trio.sleep(0.01)
+            await ended.wait()
         assert outcome == [StreamReset]
         with pytest.raises(StreamReset):
             await stream.write(b"more")
 
 
+async def test_a_cancelled_write_leaves_stream_and_connection_consistent():
+    # A write cut short by its caller's timeout sends a prefix of its data, never half a frame.
+    payload = random.Random(7).randbytes(24 << 20)
+    marker = b"--then this, whole--"
+    received = bytearray()
+    done = trio.Event()
+
+    async def collect(stream) -> None:
+        with contextlib.suppress(StreamEOF):
+            while True:
+                received.extend(await stream.read(1 << 20))
+        done.set()
+
+    async with connected(our_host(), our_host()) as (listener, dialer):
+        listener.set_stream_handler(SINK, collect)
+        stream = await dialer.new_stream(listener.get_id(), [SINK])
+        with trio.move_on_after(0.02):
+            await stream.write(payload)
+        assert await echo(dialer, listener, b"other stream") == b"other stream"
+        await stream.write(marker)
+        await stream.close()
+        with trio.fail_after(30):
+            await done.wait()
+    assert received.endswith(marker)
+    assert payload.startswith(received[: -len(marker)])
+
+
+async def hold(stream) -> None:
+    await trio.sleep_forever()
+
+
 async def test_a_peer_that_ignores_our_window_loses_the_connection():
     async with connected(our_host(), our_host()) as (listener, dialer):
-        listener.set_stream_handler(SINK, lambda stream: trio.sleep_forever())
+        listener.set_stream_handler(SINK, hold)
         stream = await dialer.new_stream(listener.get_id(), [SINK])
         conn = muxed(dialer, listener.get_id())
         # what a misbehaving peer does: one DATA frame larger than the window it was granted
