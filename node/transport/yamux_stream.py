@@ -75,9 +75,11 @@ class YamuxStream(IMuxedStream):
         return data
 
     async def readinto(self, buffer: memoryview | bytearray) -> int:
-        """Fill a prefix of `buffer` (bytes, 1-D) with what is buffered, waiting for some.
+        """Fill a prefix of `buffer` with what is buffered (waiting for some); return its length.
 
-        One copy fewer than `read()`: the pieces go straight into the caller's buffer.
+        One copy fewer than `read()`: the pieces go straight into the caller's buffer (measured:
+        ~20% less receiver CPU on bulk transfers). Ends like `read()`: `MuxedStreamEOF` after the
+        peer's FIN once everything is read, `MuxedStreamReset` after a reset.
         """
         target = memoryview(buffer)
         if target.format != "B" or target.ndim != 1:
@@ -112,6 +114,12 @@ class YamuxStream(IMuxedStream):
             )
 
     def _take(self, limit: int) -> bytes:
+        """`limit` bytes off the front, joined into one object when they span pieces.
+
+        Handing out one 64 KiB piece per call would save this copy but cost a trip through
+        trio's scheduler per piece (NetStream.read takes a lock): measured, it halved a bulk
+        transfer. `readinto` is the copy-free way.
+        """
         pieces = self._pieces
         first = pieces[0]
         self._buffered -= limit

@@ -27,7 +27,7 @@ from libp2p.stream_muxer.yamux.yamux import Yamux as StockYamux
 from multiaddr import Multiaddr
 from peertrain.node.host import build_host
 from peertrain.node.identity import Identity
-from peertrain.node.transport import NOISE_ID, YAMUX_ID, NoiseSession, YamuxConnection
+from peertrain.node.transport import NOISE_ID, YAMUX_ID, NoiseSession, YamuxConfig, YamuxConnection
 from peertrain.node.transport.yamux_stream import YamuxStream
 from peertrain.node.transport.yamux_wire import INITIAL_WINDOW
 from peertrain.protocol.framing import read_exactly_into
@@ -309,3 +309,10 @@ async def test_a_peer_that_ignores_our_window_loses_the_connection():
             await conn.event_closed.wait()
         with pytest.raises((StreamReset, StreamEOF)):
             await stream.read(1)
+
+
+def test_config_refuses_frames_other_implementations_reject():
+    with pytest.raises(ValueError, match="rust-libp2p"):
+        YamuxConfig(max_frame=(1 << 20) + 1)
+    with pytest.raises(ValueError, match="initial"):
+        YamuxConfig(max_window=INITIAL_WINDOW - 1)
