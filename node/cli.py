@@ -59,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     daemon.add_argument("--psk", metavar="HEX64", help="pre-shared key of a private network")
     daemon.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     daemon.add_argument("--log-format", choices=["auto", "rich", "plain", "json"])
+    daemon.add_argument("--attack", metavar="NAME", help=argparse.SUPPRESS)  # Byzantine test hook
 
     p = commands.add_parser("id", parents=[home], help="print this home's peer ID and friendly name")
     p.add_argument("--json", action="store_true")
@@ -96,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="none: daemons only; diloco: train a DiLoCo run together")
     p.add_argument("--kill-every", type=float, default=0.0, metavar="SECONDS",
                    help="kill a random member (not the creator) this often, and restart it")
+    p.add_argument("--byzantine", type=int, default=0, metavar="K", help="make the last K members Byzantine")
+    p.add_argument("--attack", default="sign-flip", help="their attack: sign-flip, sign-flip-10, noise, alie, ipm, random, nan")
     add_run_options(p)
     p.set_defaults(handler=cmd_swarm_local)
     return parser
@@ -171,7 +174,8 @@ def _load(args: argparse.Namespace, **extra: Any):
 
     overrides = {
         "listen": args.listen, "bootstrap": args.bootstrap, "announce": args.announce,
-        "psk": args.psk, "log_level": args.log_level, "log_format": args.log_format, **extra,
+        "psk": args.psk, "log_level": args.log_level, "log_format": args.log_format,
+        "attack": getattr(args, "attack", None), **extra,
     }
     return load_config(args.home, overrides)
 
@@ -315,7 +319,8 @@ def cmd_swarm_local(args: argparse.Namespace) -> int:
     if args.nodes < 1:
         raise NodeError("--nodes must be at least 1")
     options = LocalSwarmOptions(nodes=args.nodes, duration=args.duration, report=args.report, mode=args.mode,
-                                spec=run_spec_from_args(args), kill_every=args.kill_every)
+                                spec=run_spec_from_args(args), kill_every=args.kill_every,
+                                byzantine=args.byzantine, attack=args.attack)
     return run_local_swarm(options)
 
 

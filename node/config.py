@@ -48,6 +48,7 @@ class NodeConfig:
     run: str | None = None
     log_level: str = "info"
     log_format: str = "auto"
+    attack: str | None = None  # research/testing: make this node Byzantine (swarm/attacks.py)
     dial_timeout: float = 10.0
     reconnect_interval: float = 2.0
 

@@ -39,6 +39,8 @@ class LocalSwarmOptions:
     mode: str = "none"
     spec: dict[str, Any] = field(default_factory=dict)
     kill_every: float = 0.0
+    byzantine: int = 0  # the last K members send attacked updates
+    attack: str = "sign-flip"
     seed: int = 0
 
 
@@ -68,7 +70,9 @@ class LocalSwarm:
                                 timeout=120)
             self.console.print(f"created run [bold]{RUN_NAME}[/] ({created['run_id'][:16]}…) on node 0")
         for index in range(1, self.options.nodes):
-            daemon = DaemonProcess(self.base / f"node{index}", self._member_args(), DAEMON_ENV).start()
+            byzantine = index >= self.options.nodes - self.options.byzantine
+            args = self._member_args() + (["--attack", self.options.attack] if byzantine else [])
+            daemon = DaemonProcess(self.base / f"node{index}", args, DAEMON_ENV).start()
             self.daemons.append(daemon)
             self._started(index, daemon.wait_ready())
 
@@ -78,7 +82,9 @@ class LocalSwarm:
         return node_args(bootstrap=[self.first_addr])
 
     def _started(self, index: int, status: dict[str, Any]) -> None:
-        self.console.print(f"started node {index}: [bold]{status['name']}[/] {status['share']}")
+        byzantine = index >= self.options.nodes - self.options.byzantine and index > 0
+        tag = f" [red](Byzantine: {self.options.attack})[/]" if byzantine else ""
+        self.console.print(f"started node {index}: [bold]{status['name']}[/] {status['share']}{tag}")
 
     def poll(self) -> list[dict[str, Any] | None]:
         statuses = []
@@ -189,7 +195,8 @@ def _watch(console, swarm: LocalSwarm) -> dict[str, Any]:
 def _training_report(swarm: LocalSwarm, statuses: list[dict[str, Any] | None]) -> dict[str, Any]:
     from peertrain.swarm.diloco.traffic import data_parallel_bytes
 
-    runs = [s["run"] for s in statuses if s and s.get("run")]
+    honest = len(statuses) - swarm.options.byzantine
+    runs = [s["run"] for s in statuses[:honest] if s and s.get("run")]  # what honest members end with
     if not runs:
         return {"rounds_completed": 0}
     first = runs[0]
@@ -205,6 +212,8 @@ def _training_report(swarm: LocalSwarm, statuses: list[dict[str, Any] | None]) -
         "params": first["params"],
         "resyncs": sum(r["resyncs"] for r in runs),
         "rejected_updates": sum(r["rejected_updates"] for r in runs),
+        "byzantine": swarm.options.byzantine,
+        "attack": swarm.options.attack if swarm.options.byzantine else None,
     }
 
 

@@ -84,7 +84,11 @@ class PeerExchange:
         return req.reply(PeersResponse, peers=tuple(self._describe(p) for p in known))
 
     def _describe(self, peer: ID) -> KnownPeer:
-        addrs = sorted(self.host.get_peerstore().addrs(peer), key=rank)[:MAX_ADDRS_PER_PEER]
+        try:
+            known = self.host.get_peerstore().addrs(peer)
+        except Exception:  # py-libp2p raises PeerStoreError for a connected peer it has no addresses of
+            known = []
+        addrs = sorted(known, key=rank)[:MAX_ADDRS_PER_PEER]
         return KnownPeer(peer_id=peer.to_base58(), addrs=tuple(str(a) for a in addrs))
 
     async def exchange_once(self) -> int:

@@ -17,7 +17,7 @@ import trio
 from libp2p.abc import IHost, INetStream
 from libp2p.peer.id import ID
 
-from peertrain.protocol.errors import ProtocolError
+from peertrain.protocol.errors import ProtocolError, StreamEnded
 from peertrain.protocol.framing import read_message, write_message
 from peertrain.protocol.ids import ProtocolId
 from peertrain.protocol.messages import ErrorCode, ErrorResponse, Request, Response, check_reply
@@ -78,7 +78,13 @@ class RpcServer:
                 if is_misbehaviour(exc):
                     self.scoreboard.penalise(peer.to_base58(), BAD_MESSAGE_PENALTY, f"{self.pid}: {exc}")
                 return
-            response = await self.handler(peer, request)
+            try:
+                response = await self.handler(peer, request)
+            except Exception:
+                # our bug, but one that a remote request triggers: answering INTERNAL keeps the
+                # node (and libp2p's swarm, which runs this handler) alive; the traceback is logged
+                log.exception("%s: handler failed on a request from %s", self.pid, peer)
+                response = refuse(request, ErrorCode.INTERNAL, "internal error")
             try:
                 await write_message(stream, response, idle_timeout=self.timeout)
             except ProtocolError as exc:
@@ -91,7 +97,10 @@ async def request(
 ) -> Response:
     """Send one request and return the matching response; ProtocolError / RemoteError otherwise."""
     with trio.fail_after(timeout):
-        stream = await host.new_stream(peer, [str(pid)])
+        try:
+            stream = await host.new_stream(peer, [str(pid)])
+        except Exception as exc:  # libp2p's StreamFailure, SwarmException, …: one error for callers
+            raise StreamEnded(f"could not open {pid} to {peer}: {exc}") from None
         try:
             await write_message(stream, message, idle_timeout=timeout)
             reply = await read_message(stream, (response_type, ErrorResponse), idle_timeout=timeout)

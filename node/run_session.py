@@ -148,14 +148,14 @@ class RunSession:
         )
         self.driver = holder["driver"] = DiLoCoDriver(
             spec=spec, peer_id=me, built=built, replicator=self.replicator, gossip=gossip, tensors=tensors,
-            addrs=self.daemon.addrs,
+            addrs=self.daemon.addrs, attack=self.daemon.config.attack,
         )
         async with trio.open_nursery() as nursery:
             inbox = await self.daemon.gossip.subscribe(tensors.topic, validator=gossip.validate)
             nursery.start_soon(_drain, inbox)  # announcements act in the validator; drop the copies
             await nursery.start(self.replicator.run)
-            if self.manifest.creator != me:
-                await self.replicator.bootstrap()
+            # joiners need the state; a restarted creator needs its own old slots back too
+            await self.replicator.bootstrap()
             await nursery.start(self.driver.run)
             task_status.started(self)
 

@@ -41,6 +41,15 @@ LEASE_MS = 30_000
 AGREEMENT_WAIT = 3.0
 
 
+def _build_attack(name: str | None):
+    if not name:
+        return None
+    from ..attacks import build_attack
+
+    log.warning("this member is Byzantine: its updates go through the %r attack", name)
+    return build_attack(name)
+
+
 class TensorTransport(Protocol):
     """Content-addressed tensors, as the node serves and fetches them."""
 
@@ -69,7 +78,7 @@ class DriverProgress:
 class DiLoCoDriver:
     def __init__(self, *, spec: DiLoCoSpec, peer_id: str, built: BuiltMember, replicator: Replicator,
                  gossip: UpdateGossip, tensors: TensorTransport, addrs: Callable[[], list[str]],
-                 on_round: Callable[[RoundReport], None] | None = None):
+                 on_round: Callable[[RoundReport], None] | None = None, attack: str | None = None):
         self.spec = spec
         self.peer_id = peer_id
         self.replicator = replicator
@@ -78,6 +87,7 @@ class DiLoCoDriver:
         self.tensors = tensors
         self.addrs = addrs
         self.on_round = on_round
+        self.attack = _build_attack(attack)
         self.progress = DriverProgress()
         self.built = built
         self._served: bytes | None = None
@@ -125,6 +135,8 @@ class DiLoCoDriver:
         round_ = self.member.round
         self.progress.phase = "inner steps"
         payload = await self._thread(self.member.prepare_update)
+        if self.attack is not None:
+            payload = await self._thread(self._forge, payload)
         if self._newest_majority_round() > round_:
             # the group finished round r without us (we were too slow or partitioned): our
             # update is late; adopt the group's state instead of computing a divergent one
@@ -239,6 +251,18 @@ class DiLoCoDriver:
         if self.progress.initial_loss is None:
             self.progress.loss = self.progress.initial_loss = await self._thread(self.built.eval_loss)
         log.info("adopted the group's state of round %d from %d provider(s)", round_, len(providers))
+
+    def _forge(self, payload: bytes) -> bytes:
+        """A Byzantine member: an ordinary member whose outgoing update goes through an attack."""
+        from ..attacks import AttackContext
+
+        codec, numel = self.member.encoder.codec, self.member.layout.numel
+        honest = codec.decode(payload, numel)
+        members = max(len(self.expected_members(self.member.round)), 2)
+        forged = self.attack(honest, AttackContext(num_workers=members, num_byzantine=1))
+        if not torch.isfinite(forged).all():
+            return bytes([0xFF]) * len(payload)  # what a NaN sender puts on the wire: receivers must refuse it
+        return codec.encode(forged)
 
     async def _thread(self, fn, *args):
         return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
