@@ -71,14 +71,21 @@ class Clock:
         self.cpu = time.process_time() - self.cpu
 
 
-async def everyone_gets(swarm: DhtSwarm, key: str) -> None:
+async def everyone_gets(swarm: DhtSwarm, key: str, *, timeout: float = 60.0) -> int:
+    """Every node gets `key` until it finds it; returns how many gets came back empty first."""
+    misses = 0
+
     async def one(node):
+        nonlocal misses
         while not await node.get(key):
+            misses += 1
             await trio.sleep(0.05)
 
-    async with trio.open_nursery() as nursery:
-        for node in swarm.nodes:
-            nursery.start_soon(one, node)
+    with trio.fail_after(timeout):
+        async with trio.open_nursery() as nursery:
+            for node in swarm.nodes:
+                nursery.start_soon(one, node)
+    return misses
 
 
 async def store_then_get(swarm: DhtSwarm, plan, rng: random.Random) -> tuple[list[float], list[float]]:
@@ -97,7 +104,9 @@ async def store_then_get(swarm: DhtSwarm, plan, rng: random.Random) -> tuple[lis
 
 
 async def rpc_round_trip(swarm: DhtSwarm, rng: random.Random, count: int = 100) -> list[float]:
-    a, b = rng.sample(swarm.nodes, 2)
+    i, j = rng.sample(range(len(swarm.nodes)), 2)
+    a, b = swarm.nodes[i], swarm.nodes[j]
+    await a.host.connect(swarm.info(j))
     times = []
     for _ in range(count):
         start = time.perf_counter()
@@ -116,7 +125,7 @@ async def measure(n: int, ops: int, seed: int) -> dict[str, float]:
             await swarm.join_all()
         with Clock() as usable:
             await swarm.nodes[0].put(stage_key("bench", 0), {"hello": n}, ttl=300)
-            await everyone_gets(swarm, stage_key("bench", 0))
+            misses = await everyone_gets(swarm, stage_key("bench", 0))
         plan = [(stage_key("bench", i), rng.randrange(n)) for i in range(1, ops + 1)]
         plan = [(key, writer, rng.choice([i for i in range(n) if i != writer])) for key, writer in plan]
         with Clock() as cold:
@@ -133,6 +142,7 @@ async def measure(n: int, ops: int, seed: int) -> dict[str, float]:
         "bootstrap_s": boot.wall,
         "bootstrap_cpu_s": boot.cpu,
         "usable_s": boot.wall + usable.wall,
+        "usable_misses": misses,
         "join_one_s": join_one.wall,
         "store_p50_ms": statistics.median(warm_stores),
         "store_p99_ms": pct(warm_stores, 0.99),

@@ -175,7 +175,7 @@ class Dht:
                 self.links.attach(nursery)
                 await nursery.start(self.watcher.run)
                 nursery.start_soon(self._maintain)
-                nursery.start_soon(self._purge_expired)
+                nursery.start_soon(self._housekeeping)
                 if self.config.publish_peer_record:
                     nursery.start_soon(self._publish_peer_record)
                 task_status.started(self)
@@ -203,8 +203,10 @@ class Dht:
         up front spent three times as long before anyone was usable. Returns the routing
         table's size. Safe to call again at any time.
         """
+        known = {p.peer_id for p in self.bootstrap_peers}
+        self.bootstrap_peers += [p for p in peers if p.peer_id not in known and p.peer_id != self.own]
         async with self._bootstrap_lock:
-            reached = await self._connect_all([*peers, *self.bootstrap_peers])
+            reached = await self._connect_all(self.bootstrap_peers)
             seeds = [*reached, *self.table.closest(self.table.own_key, self.config.alpha)]
             if seeds:
                 await self._lookup_nodes(self.table.own_key, width=1, alpha=1, seeds=seeds)
@@ -242,9 +244,19 @@ class Dht:
         for index in random.sample(stale, min(3, len(stale))):
             await self._lookup_nodes(random_key_in_bucket(self.table.own_key, index, random.getrandbits(256)))
 
-    async def _purge_expired(self) -> None:
+    async def _housekeeping(self) -> None:
+        """Every second: drop expired records, and verified peers whose connection is gone.
+
+        The disconnect notifee usually removes them at once, but py-libp2p does not notify
+        every close (a duplicate connection's end, for one), and a peer we believe connected
+        would be handed out to others as alive.
+        """
         while True:
             self.store.purge_expired(now_ms(self.clock))
+            for peer in self.table.verified_peers():
+                if not self.book.is_connected(peer):
+                    self.table.remove(peer)
+                    await self.links.close_peer(peer)
             await trio.sleep(1.0)
 
     def peer_record(self) -> dict[str, list[str]]:
@@ -325,6 +337,16 @@ class Dht:
         self._failed(result.failures)
         return result
 
+    def _heard(self, answer, target: int) -> list[ID]:
+        """Peers an answer named: candidates for this lookup, and learned contacts for the table
+        (except a peer whose key is the target itself: it may be a client that a neighbour
+        named because it holds a connection to it, see `Responder.closest`)."""
+        peers = self.book.learn(answer, own=self.own)
+        for peer in peers:
+            if peer_key(peer) != target:
+                self.table.learn(peer)
+        return peers
+
     async def _request(self, peer: ID, message, expected):
         reply = await self.links.request(peer, message, expected, timeout=self.config.request_timeout)
         self._add_server(peer)  # it answered a DHT request: it serves
@@ -339,7 +361,7 @@ class Dht:
 
         async def query(peer: ID) -> list[ID]:
             reply = await self._request(peer, FindNode(target=target.to_bytes(32, "big"), server=self.is_server, count=max(width, 3)), Nodes)
-            return self.book.learn(reply.peers, own=self.own)
+            return self._heard(reply.peers, target)
 
         return await self._lookup(target, query, width=width, alpha=alpha, done=done, seeds=seeds)
 
@@ -378,7 +400,7 @@ class Dht:
             nonlocal holders
             reply = await self._request(peer, Store(entries=(entry,), server=self.is_server, count=width), Stored)
             holders += reply.accepted
-            return self.book.learn(reply.peers, own=self.own)
+            return self._heard(reply.peers, target)
 
         result = await self._lookup(target, query, width=width, alpha=max(self.config.alpha, width))
         if self.is_server and self._among_nearest(target, result.closest):
@@ -418,7 +440,7 @@ class Dht:
             reply = await self._request(peer, FindValue(key=key, server=self.is_server, count=width), Value)
             if self._accept_answer(peer, key, reply.entries, found):
                 holders.append(peer_key(peer) ^ target)
-            return self.book.learn(reply.peers, own=self.own)
+            return self._heard(reply.peers, target)
 
         def satisfied(nearest_open: int | None) -> bool:
             return len(holders) >= quorum and (nearest_open is None or min(holders) < nearest_open)

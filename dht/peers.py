@@ -68,7 +68,7 @@ class PeerBook:
             self._hints.remember(peer, addrs[:MAX_ADDRS_PER_PEER])
 
     def describe(self, peer: ID) -> PeerAddrs:
-        addrs = self.addrs(peer)[:MAX_ADDRS_PER_PEER]
+        addrs = self.dial_addrs(peer)[:MAX_ADDRS_PER_PEER]
         cache_key = (peer, tuple(addrs))
         found = self._described.get(cache_key)
         if found is None:

@@ -49,6 +49,20 @@ def test_full_buckets_keep_their_oldest_peers_and_promote_a_replacement_on_remov
     assert not table.add(PEERS[0]) and PEERS[0] not in table
 
 
+def test_learned_contacts_take_only_free_slots_and_yield_them_to_verified_peers():
+    table = RoutingTable(PEERS[0], bucket_size=2)
+    own = peer_key(PEERS[0])
+    far = [p for p in PEERS[1:] if bucket_index(own, peer_key(p)) == 0][:4]
+    assert table.learn(far[0]) and table.learn(far[1]) and not table.learn(far[2])
+    assert table.verified_count() == 0 and len(table) == 2
+    assert table.add(far[3])  # a verified peer displaces the newest hearsay
+    assert set(table.peers()) == {far[0], far[3]} and table.is_verified(far[3])
+    assert table.add(far[0]) and table.is_verified(far[0])  # it answered: promoted in place
+    assert table.verified_count() == 2
+    table.remove(far[0])
+    assert far[0] not in table
+
+
 def test_random_keys_for_a_bucket_fall_in_that_bucket():
     own = peer_key(PEERS[0])
     rng = random.Random(1)
