@@ -4,6 +4,7 @@
       └─ nursery
            ├─ ControlServer   JSON on <home>/control.sock   (status now; runs later)
            ├─ PeerKeeper      bootstrap peers, reconnecting with backoff
+           ├─ DhtService      Kademlia DHT: records, bootstrap, bare peer IDs (node/dht_service.py)
            ├─ PeerExchange    learn peers' peers until the node is well connected
            ├─ Gossip          gossipsub, tuned and fenced (node/gossip.py)
            ├─ TensorService   content-addressed tensors for peers (state, updates)
@@ -28,6 +29,7 @@ from peertrain import __version__
 from .addresses import rank
 from .config import NodeConfig
 from .control import ControlServer
+from .dht_service import DhtService
 from .host import build_host, parse_peer_addr
 from .identity import Identity
 from .names import friendly_name
@@ -55,6 +57,7 @@ class Daemon:
         self._guard = IdentityGuard(self.host)
         self.scoreboard = PeerScoreboard()
         self.peer_exchange = PeerExchange(self.host, self.scoreboard)
+        self.dht = DhtService(self.host, self.scoreboard, self.bootstrap)
         self.gossip = Gossip(self.host, self.scoreboard)  # before connections: pubsub hears of peers by event
         self.tensor_store = TensorStore()
         self.runs = RunManager(self)
@@ -68,6 +71,7 @@ class Daemon:
                 await nursery.start(control.run)
                 keeper = PeerKeeper(self.host, self.bootstrap, interval=self.config.reconnect_interval)
                 await nursery.start(keeper.run)
+                await nursery.start(self.dht.run)
                 await nursery.start(self.peer_exchange.run)
                 await nursery.start(self.gossip.run)
                 await nursery.start(TensorService(self.host, self.tensor_store, self.scoreboard).run)
@@ -80,7 +84,7 @@ class Daemon:
         async def status(_params: dict[str, Any]) -> dict[str, Any]:
             return self.status()
 
-        return {"status": status, **self.runs.control_methods()}
+        return {"status": status, **self.runs.control_methods(), **self.dht.control_methods()}
 
     def addrs(self) -> list[str]:
         """Advertised addresses, best first: the first one is what to give other machines."""
@@ -97,6 +101,7 @@ class Daemon:
             "peers": peers,
             "peer_names": {p: friendly_name(p) for p in peers},
             "run": self.runs.status(),
+            "dht": self.dht.status(),
             "private_network": self.config.psk is not None,
             "uptime_s": round(time.monotonic() - self.started_at, 1) if self.started_at else 0.0,
             "pid": os.getpid(),

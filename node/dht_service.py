@@ -1,0 +1,122 @@
+"""The daemon's DHT: discovery wired to the node's penalties, bootstrap list and control API.
+
+`dht/` knows nothing of the node (DESIGN.md §1); this service hands it what the node has: the
+host, the bootstrap peers (the DHT bootstraps from them and from any peer that connects), the
+scoreboard (bad records cost their sender points, banned peers are refused), and exposes:
+
+    control method `resolve_peer` {"peer": "<bare peer ID>"}  find it through the DHT, connect
+    status()                                                   what `peertrain status` shows
+
+`peertrain join <peer ID>` uses `resolve_peer` once the daemon serves (node/cli.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import trio
+from libp2p.abc import IHost
+from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import PeerInfo
+
+from peertrain.dht import Dht, DhtConfig, DhtMode, PeerNotFound
+
+from .errors import ControlError
+from .penalties import PeerScoreboard
+
+log = logging.getLogger(__name__)
+
+MAX_REMEMBERED = 64  # resolutions shown in status
+
+
+class DhtService:
+    def __init__(
+        self,
+        host: IHost,
+        scoreboard: PeerScoreboard,
+        bootstrap: Sequence[PeerInfo],
+        *,
+        mode: DhtMode = DhtMode.SERVER,
+    ) -> None:
+        self.host = host
+        self.dht = Dht(
+            host, DhtConfig(mode=mode), bootstrap=bootstrap,
+            penalise=scoreboard.penalise, is_banned=scoreboard.is_banned,
+        )
+        self.resolved: dict[str, dict[str, Any]] = {}
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.dht.run)
+            task_status.started()
+
+    async def resolve_peer(self, text: str, *, timeout: float = 8.0) -> dict[str, Any]:
+        """Find the peer with ID `text` through the DHT (even when already connected: the answer
+        says how the DHT knows it, "record" or "lookup") and connect to it."""
+        try:
+            peer = ID.from_base58(text)
+            peer.to_bytes()
+        except Exception:
+            raise ControlError(f"{text!r} is not a peer ID (a base58 string such as 12D3KooW…)") from None
+        if peer == self.host.get_id():
+            raise ControlError("that is this node's own peer ID")
+        with trio.move_on_after(timeout):
+            await self.dht.wait_bootstrapped()
+        if not self.dht.bootstrapped:
+            raise ControlError("the DHT has no peers yet: give a reachable --bootstrap address")
+        try:
+            found = await self.dht.resolve(peer, timeout=timeout, fresh=True)
+        except PeerNotFound as exc:
+            raise ControlError(str(exc)) from None
+        return self._remember(peer, found.how, [str(a) for a in found.info.addrs])
+
+    def _remember(self, peer: ID, how: str, addrs: list[str]) -> dict[str, Any]:
+        entry = {"peer": peer.to_base58(), "how": how, "addrs": addrs, "at": time.time()}
+        self.resolved[entry["peer"]] = entry
+        while len(self.resolved) > MAX_REMEMBERED:
+            self.resolved.pop(next(iter(self.resolved)))
+        return entry
+
+    def control_methods(self) -> dict[str, Any]:
+        async def resolve_peer(params: dict[str, Any]) -> dict[str, Any]:
+            return await self.resolve_peer(str(params.get("peer", "")), timeout=float(params.get("timeout", 8.0)))
+
+        return {"resolve_peer": resolve_peer}
+
+    def status(self) -> dict[str, Any]:
+        stats = dataclasses.asdict(self.dht.statistics())
+        stats["resolved"] = dict(self.resolved)
+        return stats
+
+
+async def keep_joined(control_socket, peer: str, *, check_every: float = 5.0, max_backoff: float = 30.0) -> None:
+    """For `peertrain join <peer ID>`: once the daemon serves, have it resolve and connect to
+    `peer`, and again whenever that connection drops. Failures are logged and retried with
+    backoff (the peer may come online later), like PeerKeeper does for bootstrap addresses."""
+    from .control import call
+
+    backoff = 1.0
+    joined = False
+    while True:
+        try:
+            status = await call(control_socket, "status", timeout=5.0)
+        except ControlError:  # not serving yet (or stopping: then this task is cancelled)
+            await trio.sleep(0.1)
+            continue
+        if joined and peer in status["peers"]:
+            await trio.sleep(check_every)
+            continue
+        try:
+            found = await call(control_socket, "resolve_peer", {"peer": peer}, timeout=15.0)
+        except ControlError as exc:
+            log.warning("joining %s: %s (retrying in %.0f s)", peer, exc, backoff)
+            await trio.sleep(backoff)
+            backoff = min(backoff * 2, max_backoff)
+            continue
+        backoff = 1.0
+        joined = True
+        log.info("joined %s (found by %s) at %s", peer, found["how"], ", ".join(found["addrs"]))
