@@ -99,6 +99,14 @@ class DhtConfig:
             raise ValueError("timeouts, intervals and ttls must be positive")
 
 
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A resolved peer: where to dial it, and how we learned it (connected, record, lookup)."""
+
+    info: PeerInfo
+    how: str
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DhtStatistics:
     mode: str
@@ -479,12 +487,18 @@ class Dht:
 
     # ── peers ────────────────────────────────────────────────────────────────────────────
 
-    async def find_peer(self, peer: ID) -> PeerInfo | None:
-        """Addresses for `peer`: ours if connected, else its signed peer record or a lookup
-        of its key (whichever answers first; a neighbour connected to it names it)."""
-        if self.book.is_connected(peer):
-            return PeerInfo(peer, self.book.addrs(peer))
-        found: list[PeerInfo] = []
+    async def find_peer(self, peer: ID, *, fresh: bool = False) -> Found | None:
+        """Where `peer` can be dialled, and how we know.
+
+        Without `fresh`, an open connection answers at once ("connected"). Otherwise two walks
+        race and the first answer wins: a get of the peer's signed peer record ("record",
+        which also carries relay addresses), and a lookup of the peer's key that ends when a
+        peer names it or it answers itself ("lookup": a neighbour holding a connection to it
+        names it even when it is a client that no routing table lists).
+        """
+        if not fresh and self.book.is_connected(peer):
+            return Found(PeerInfo(peer, self.book.addrs(peer)), "connected")
+        found: list[Found] = []
         async with trio.open_nursery() as nursery:
 
             async def by_record() -> None:
@@ -494,32 +508,52 @@ class Dht:
                     return
                 record = records.get(peer.to_base58())
                 if record is not None:
-                    found.append(PeerInfo(peer, _dialable(record.value["addrs"], peer)))
+                    found.append(Found(PeerInfo(peer, _dialable(record.value["addrs"], peer)), "record"))
                     nursery.cancel_scope.cancel()
 
             async def by_lookup() -> None:
-                await self._lookup_nodes(peer_key(peer), done=lambda _open: bool(self.book.dial_addrs(peer)))
-                if self.book.dial_addrs(peer):
-                    found.append(PeerInfo(peer, self.book.dial_addrs(peer)))
+                addrs = await self._named_by_lookup(peer)
+                if addrs:
+                    found.append(Found(PeerInfo(peer, addrs), "lookup"))
                     nursery.cancel_scope.cancel()
 
             nursery.start_soon(by_record)
             nursery.start_soon(by_lookup)
         return found[0] if found else None
 
-    async def resolve(self, peer: ID, *, timeout: float = 15.0) -> PeerInfo:
-        """Find `peer` through the DHT and connect to it. Raises `PeerNotFound`."""
+    async def _named_by_lookup(self, peer: ID) -> list:
+        """Walk toward `peer`'s key until an answer names it (or it answers); its addresses."""
+        target = peer_key(peer)
+        raw = peer.to_bytes()
+        named: list = []
+
+        async def query(asked: ID) -> list[ID]:
+            request = FindNode(target=target.to_bytes(32, "big"), server=self.is_server, count=self.config.alpha)
+            reply = await self._request(asked, request, Nodes)
+            heard = self._heard(reply.peers, target)
+            if asked == peer or any(item.peer_id == raw for item in reply.peers):
+                named.extend(self.book.dial_addrs(peer))
+            return heard
+
+        await self._lookup(target, query, width=self.config.replicas, alpha=self.config.alpha,
+                           done=lambda _open: bool(named))
+        return named
+
+    async def resolve(self, peer: ID, *, timeout: float = 15.0, fresh: bool = False) -> Found:
+        """Find `peer` through the DHT (`find_peer`) and connect to it. Raises `PeerNotFound`."""
         with trio.move_on_after(timeout):
-            info = await self.find_peer(peer)
-            if info is None or not info.addrs:
+            found = await self.find_peer(peer, fresh=fresh)
+            if found is None or not found.info.addrs:
                 raise PeerNotFound(f"no peer in the DHT knows {peer}")
             try:
-                await self.host.connect(info)
+                await self.host.connect(found.info)
             except Exception as exc:  # py-libp2p raises many types for failed dials
-                raise PeerNotFound(f"found {peer} at {[str(a) for a in info.addrs]} but could not connect: {exc}") from None
+                raise PeerNotFound(
+                    f"found {peer} ({found.how}) at {[str(a) for a in found.info.addrs]} but could not connect: {exc}"
+                ) from None
             self._counts["resolved"] += 1
-            log.info("dht: resolved %s to %s", peer, ", ".join(str(a) for a in info.addrs))
-            return info
+            log.info("dht: resolved %s by %s to %s", peer, found.how, ", ".join(str(a) for a in found.info.addrs))
+            return found
         raise PeerNotFound(f"could not resolve {peer} within {timeout:.0f} s")
 
     # ── statistics ───────────────────────────────────────────────────────────────────────

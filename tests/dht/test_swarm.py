@@ -114,9 +114,9 @@ async def test_a_bare_peer_id_resolves_through_its_signed_peer_record(dht_swarm)
         seeker.host.get_peerstore().clear_addrs(target.own)
         seeker.book.forget(target.own)
         assert seeker.book.dial_addrs(target.own) == []  # the seeker has no address for it
-        info = await seeker.resolve(target.own)
-        assert target.own in seeker.host.get_connected_peers()
-        assert bare(info.addrs) & bare(target.host.get_addrs())
+        found = await seeker.resolve(target.own)
+        assert found.how == "record" and target.own in seeker.host.get_connected_peers()
+        assert bare(found.info.addrs) & bare(target.host.get_addrs())
 
 
 async def test_a_client_only_its_neighbour_knows_resolves_through_that_neighbour(dht_swarm):
@@ -130,6 +130,6 @@ async def test_a_client_only_its_neighbour_knows_resolves_through_that_neighbour
         await wait_until(lambda: hidden.own in neighbour.host.get_connected_peers())
         assert not any(hidden.own in n.table for n in swarm.nodes)
         assert hidden.own not in seeker.host.get_connected_peers()
-        await seeker.resolve(hidden.own, timeout=10)
-        assert hidden.own in seeker.host.get_connected_peers()
+        found = await seeker.resolve(hidden.own, timeout=10)
+        assert found.how == "lookup" and hidden.own in seeker.host.get_connected_peers()
         assert not any(n.store.get(peer_record_key(hidden.own), now=0) for n in swarm.nodes)
