@@ -40,7 +40,6 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _report import print_json, print_table  # noqa: E402
-
 from peertrain.dht import DhtConfig, stage_key  # noqa: E402
 from peertrain.dht.messages import Ping, Pong  # noqa: E402
 from peertrain.dht.testing import DhtSwarm, open_dht_swarm, without_auto_connect  # noqa: E402
@@ -72,7 +71,9 @@ class Clock:
         self.cpu = time.process_time() - self.cpu
 
 
-async def everyone_gets(swarm: DhtSwarm, key: str, *, timeout: float = 60.0, parallel: int = 16) -> int:
+async def everyone_gets(
+    swarm: DhtSwarm, key: str, *, timeout: float = 60.0, parallel: int = 16
+) -> int:
     """Every node gets `key` until it finds it; returns how many gets came back empty first.
 
     At most `parallel` at a time: 64 first gets at once are 64 nodes dialling the same few
@@ -95,7 +96,9 @@ async def everyone_gets(swarm: DhtSwarm, key: str, *, timeout: float = 60.0, par
     return misses
 
 
-async def store_then_get(swarm: DhtSwarm, plan, rng: random.Random) -> tuple[list[float], list[float]]:
+async def store_then_get(
+    swarm: DhtSwarm, plan, rng: random.Random
+) -> tuple[list[float], list[float]]:
     """Each (key, writer, reader): writer puts, then (after all puts) reader gets; ms each."""
     stores, gets = [], []
     for key, writer, _reader in plan:
@@ -134,7 +137,9 @@ async def measure(n: int, ops: int, seed: int) -> dict[str, float]:
             await swarm.nodes[0].put(stage_key("bench", 0), {"hello": n}, ttl=300)
             misses = await everyone_gets(swarm, stage_key("bench", 0))
         plan = [(stage_key("bench", i), rng.randrange(n)) for i in range(1, ops + 1)]
-        plan = [(key, writer, rng.choice([i for i in range(n) if i != writer])) for key, writer in plan]
+        plan = [
+            (key, writer, rng.choice([i for i in range(n) if i != writer])) for key, writer in plan
+        ]
         with Clock() as cold:
             cold_stores, cold_gets = await store_then_get(swarm, plan, rng)
         with Clock() as warm:
@@ -167,7 +172,9 @@ async def measure(n: int, ops: int, seed: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", type=int, nargs="+", default=[16, 32, 64])
     parser.add_argument("--ops", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
@@ -176,13 +183,22 @@ def main() -> None:
 
     results = [trio.run(measure, n, args.ops, args.seed + n) for n in args.sizes]
     columns = [
-        ("nodes", "nodes"), ("bootstrap s", "bootstrap_s"), ("(cpu s)", "bootstrap_cpu_s"),
-        ("usable s", "usable_s"), ("join one s", "join_one_s"),
-        ("store p50 ms", "store_p50_ms"), ("p99", "store_p99_ms"),
-        ("get p50 ms", "get_p50_ms"), ("p99", "get_p99_ms"),
-        ("cold store p50", "cold_store_p50_ms"), ("p99", "cold_store_p99_ms"),
-        ("cold get p50", "cold_get_p50_ms"), ("p99", "cold_get_p99_ms"),
-        ("rpc p50 ms", "rpc_p50_ms"), ("cpu/op warm", "warm_cpu_per_op_ms"), ("cold", "cold_cpu_per_op_ms"),
+        ("nodes", "nodes"),
+        ("bootstrap s", "bootstrap_s"),
+        ("(cpu s)", "bootstrap_cpu_s"),
+        ("usable s", "usable_s"),
+        ("join one s", "join_one_s"),
+        ("store p50 ms", "store_p50_ms"),
+        ("p99", "store_p99_ms"),
+        ("get p50 ms", "get_p50_ms"),
+        ("p99", "get_p99_ms"),
+        ("cold store p50", "cold_store_p50_ms"),
+        ("p99", "cold_store_p99_ms"),
+        ("cold get p50", "cold_get_p50_ms"),
+        ("p99", "cold_get_p99_ms"),
+        ("rpc p50 ms", "rpc_p50_ms"),
+        ("cpu/op warm", "warm_cpu_per_op_ms"),
+        ("cold", "cold_cpu_per_op_ms"),
     ]
     print_table(
         f"DHT, all nodes in one process ({args.ops} stores then {args.ops} gets per size, "
@@ -199,8 +215,13 @@ def main() -> None:
         figures["get_p50_64_ms"] = by_size[64]["get_p50_ms"]
         figures["get_p50_in_rpcs_64"] = by_size[64]["get_p50_ms"] / by_size[64]["rpc_p50_ms"]
     met = {name: figures[name] <= limit for name, limit in TARGETS.items() if name in figures}
-    print("targets: " + ", ".join(f"{k} {figures[k]:.3g} ≤ {TARGETS[k]:g}: {'met' if ok else 'NOT met'}"
-                                  for k, ok in met.items()))
+    print(
+        "targets: "
+        + ", ".join(
+            f"{k} {figures[k]:.3g} ≤ {TARGETS[k]:g}: {'met' if ok else 'NOT met'}"
+            for k, ok in met.items()
+        )
+    )
     figures["targets_met"] = met
     print_json(figures)
 

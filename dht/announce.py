@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
-
 from peertrain.protocol.errors import PeertrainError
 
 if TYPE_CHECKING:

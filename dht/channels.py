@@ -23,7 +23,6 @@ from collections.abc import Awaitable, Callable, Sequence
 import trio
 from libp2p.abc import IHost, INetStream
 from libp2p.peer.id import ID
-
 from peertrain.protocol.errors import PeerTimeout, ProtocolError, StreamEnded
 from peertrain.protocol.framing import read_exactly, read_frame_length, write_message
 from peertrain.protocol.ids import ProtocolId
@@ -102,7 +101,9 @@ class Links:
         """Reader tasks run in `nursery`; call before the first request."""
         self._nursery = nursery
 
-    async def request(self, peer: ID, message: Request, expected: type[Response], *, timeout: float) -> Response:
+    async def request(
+        self, peer: ID, message: Request, expected: type[Response], *, timeout: float
+    ) -> Response:
         """Send `message` to `peer` and return its answer of type `expected`.
 
         Raises `ProtocolError` (the peer failed us), `RemoteError` (it refused), or

@@ -124,7 +124,7 @@ class NamespaceRegistry:
 
 
 def check_peer_addrs(value: Any) -> None:
-    """A peer record: {"addrs": [multiaddr, ...]} with at most MAX_PEER_ADDRS parseable addresses."""
+    """A peer record: {"addrs": [multiaddr, ...]}, 1..MAX_PEER_ADDRS parseable addresses."""
     if type(value) is not dict or set(value) != {"addrs"}:
         raise ValueError('a peer record is {"addrs": [...]}')
     addrs = value["addrs"]
@@ -147,11 +147,20 @@ def check_map(value: Any) -> None:
 HOUR = 3600.0
 
 PEER = Namespace(
-    name="peer", pattern="/peertrain/peer/{peer}", max_ttl=HOUR, max_value_size=4096,
-    max_writers=1, owner="peer", check_value=check_peer_addrs,
+    name="peer",
+    pattern="/peertrain/peer/{peer}",
+    max_ttl=HOUR,
+    max_value_size=4096,
+    max_writers=1,
+    owner="peer",
+    check_value=check_peer_addrs,
 )
-RUNS = Namespace(name="runs", pattern="/peertrain/runs", max_ttl=HOUR, max_writers=1024, check_value=check_map)
-MEMBERS = Namespace(name="members", pattern="/peertrain/{run}/members", max_ttl=HOUR, max_writers=1024)
+RUNS = Namespace(
+    name="runs", pattern="/peertrain/runs", max_ttl=HOUR, max_writers=1024, check_value=check_map
+)
+MEMBERS = Namespace(
+    name="members", pattern="/peertrain/{run}/members", max_ttl=HOUR, max_writers=1024
+)
 STAGE = Namespace(name="stage", pattern="/peertrain/{run}/stage/{index}", max_ttl=HOUR)
 GROUP = Namespace(name="group", pattern="/peertrain/{run}/group/{name}", max_ttl=HOUR)
 CHECKPOINT = Namespace(name="ckpt", pattern="/peertrain/{run}/ckpt", max_ttl=6 * HOUR)

@@ -37,7 +37,6 @@ from libp2p.abc import IHost
 from libp2p.crypto.keys import KeyPair
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
-
 from peertrain.protocol.errors import PeertrainError, ProtocolError
 
 from .announce import keep_announced
@@ -58,7 +57,7 @@ from .messages import (
     Stored,
     Value,
 )
-from .namespaces import NamespaceRegistry, default_registry, peer_record_key
+from .namespaces import MAX_PEER_ADDRS, NamespaceRegistry, default_registry, peer_record_key
 from .peers import PeerBook
 from .records import Record, SignatureCache, SignedEntry, check_entry, now_ms, sign_entry, to_record
 from .routing import RoutingStatistics, RoutingTable
@@ -99,6 +98,9 @@ class DhtConfig:
             raise ValueError("timeouts, intervals and ttls must be positive")
 
 
+DEFAULT_CONFIG = DhtConfig()
+
+
 @dataclass(frozen=True, slots=True)
 class Found:
     """A resolved peer: where to dial it, and how we learned it (connected, record, lookup)."""
@@ -128,7 +130,7 @@ class Dht:
     def __init__(
         self,
         host: IHost,
-        config: DhtConfig = DhtConfig(),
+        config: DhtConfig = DEFAULT_CONFIG,
         *,
         bootstrap: Sequence[PeerInfo] = (),
         registry: NamespaceRegistry | None = None,
@@ -151,17 +153,29 @@ class Dht:
         self.signatures = SignatureCache()
         self.book = PeerBook(host)
         self.connected_keys: dict[int, ID] = {}
+        self.extra_addrs: list[str] = []  # e.g. relay circuit addresses, for our peer record
         self.links = Links(
             host, DHT_PROTOCOL, RESPONSE_TYPES, on_bad_peer=self._bad_peer, connect=self._dial
         )
         self.responder = Responder(
-            is_server=self.is_server, table=self.table, store=self.store, registry=self.registry,
-            signatures=self.signatures, book=self.book, connected_keys=self.connected_keys,
-            on_server_peer=self._add_server, on_client_peer=self.table.remove,
-            on_reject=self._bad_peer, clock=clock,
+            is_server=self.is_server,
+            table=self.table,
+            store=self.store,
+            registry=self.registry,
+            signatures=self.signatures,
+            book=self.book,
+            connected_keys=self.connected_keys,
+            on_server_peer=self._add_server,
+            on_client_peer=self.table.remove,
+            on_reject=self._bad_peer,
+            clock=clock,
         )
         self.server = Server(
-            host, DHT_PROTOCOL, REQUEST_TYPES, self.responder, on_bad_peer=self._bad_peer,
+            host,
+            DHT_PROTOCOL,
+            REQUEST_TYPES,
+            self.responder,
+            on_bad_peer=self._bad_peer,
             is_banned=is_banned,
         )
         self.watcher = ConnectionWatcher(self)
@@ -212,7 +226,9 @@ class Dht:
         table's size. Safe to call again at any time.
         """
         known = {p.peer_id for p in self.bootstrap_peers}
-        self.bootstrap_peers += [p for p in peers if p.peer_id not in known and p.peer_id != self.own]
+        self.bootstrap_peers += [
+            p for p in peers if p.peer_id not in known and p.peer_id != self.own
+        ]
         async with self._bootstrap_lock:
             reached = await self._connect_all(self.bootstrap_peers)
             seeds = [*reached, *self.table.closest(self.table.own_key, self.config.alpha)]
@@ -250,7 +266,9 @@ class Dht:
         await self._lookup_nodes(self.table.own_key, width=self.config.alpha)
         stale = self.table.stale_buckets(self.config.refresh_interval)
         for index in random.sample(stale, min(3, len(stale))):
-            await self._lookup_nodes(random_key_in_bucket(self.table.own_key, index, random.getrandbits(256)))
+            await self._lookup_nodes(
+                random_key_in_bucket(self.table.own_key, index, random.getrandbits(256))
+            )
 
     async def _housekeeping(self) -> None:
         """Every second: drop expired records, and verified peers whose connection is gone.
@@ -268,16 +286,25 @@ class Dht:
             await trio.sleep(1.0)
 
     def peer_record(self) -> dict[str, list[str]]:
-        """Our peer record's value: where we can be dialled (relay addresses included later)."""
-        return {"addrs": [str(a) for a in self.host.get_addrs()][:16]}
+        """Our peer record's value: where we can be dialled.
+
+        `extra_addrs` come first: addresses the host cannot advertise itself, such as relay
+        circuit addresses (identify mangles those, LIBP2P-NOTES.md), set by whoever makes them.
+        """
+        own = [str(a) for a in self.host.get_addrs()]
+        return {"addrs": list(dict.fromkeys([*self.extra_addrs, *own]))[:MAX_PEER_ADDRS]}
 
     async def publish_peer_record(self) -> int:
         """Put our peer record once; returns how many peers hold it."""
-        return await self.put(peer_record_key(self.own), self.peer_record(), ttl=self.config.peer_record_ttl)
+        return await self.put(
+            peer_record_key(self.own), self.peer_record(), ttl=self.config.peer_record_ttl
+        )
 
     async def _publish_peer_record(self) -> None:
         await self._bootstrapped.wait()
-        await keep_announced(self, peer_record_key(self.own), self.peer_record, ttl=self.config.peer_record_ttl)
+        await keep_announced(
+            self, peer_record_key(self.own), self.peer_record, ttl=self.config.peer_record_ttl
+        )
 
     # ── routing table feed ───────────────────────────────────────────────────────────────
 
@@ -304,9 +331,12 @@ class Dht:
         return reached
 
     async def probe(self, peer: ID) -> bool:
-        """Ping `peer`; add it to the table if it serves the DHT. False if it failed or is a client."""
+        """Ping `peer`; add it to the table if it serves the DHT. False if it failed or is a
+        client."""
         try:
-            pong = await self.links.request(peer, Ping(server=self.is_server), Pong, timeout=self.config.request_timeout)
+            pong = await self.links.request(
+                peer, Ping(server=self.is_server), Pong, timeout=self.config.request_timeout
+            )
         except (PeertrainError, trio.TooSlowError):
             return False
         if pong.server:
@@ -333,7 +363,13 @@ class Dht:
     # ── lookups ──────────────────────────────────────────────────────────────────────────
 
     async def _lookup(
-        self, target: int, query, *, width: int, alpha: int, done=lambda _open: False,
+        self,
+        target: int,
+        query,
+        *,
+        width: int,
+        alpha: int,
+        done=lambda _open: False,
         seeds: Sequence[ID] = (),
     ) -> LookupResult:
         self._counts["lookups"] += 1
@@ -356,19 +392,32 @@ class Dht:
         return peers
 
     async def _request(self, peer: ID, message, expected):
-        reply = await self.links.request(peer, message, expected, timeout=self.config.request_timeout)
+        reply = await self.links.request(
+            peer, message, expected, timeout=self.config.request_timeout
+        )
         self._add_server(peer)  # it answered a DHT request: it serves
         return reply
 
     async def _lookup_nodes(
-        self, target: int, *, width: int | None = None, alpha: int | None = None,
-        done=lambda _open: False, seeds: Sequence[ID] = (),
+        self,
+        target: int,
+        *,
+        width: int | None = None,
+        alpha: int | None = None,
+        done=lambda _open: False,
+        seeds: Sequence[ID] = (),
     ) -> LookupResult:
         width = width or self.config.replicas
         alpha = alpha or self.config.alpha
 
         async def query(peer: ID) -> list[ID]:
-            reply = await self._request(peer, FindNode(target=target.to_bytes(32, "big"), server=self.is_server, count=max(width, 3)), Nodes)
+            reply = await self._request(
+                peer,
+                FindNode(
+                    target=target.to_bytes(32, "big"), server=self.is_server, count=max(width, 3)
+                ),
+                Nodes,
+            )
             return self._heard(reply.peers, target)
 
         return await self._lookup(target, query, width=width, alpha=alpha, done=done, seeds=seeds)
@@ -406,16 +455,24 @@ class Dht:
 
         async def query(peer: ID) -> list[ID]:
             nonlocal holders
-            reply = await self._request(peer, Store(entries=(entry,), server=self.is_server, count=width), Stored)
+            reply = await self._request(
+                peer, Store(entries=(entry,), server=self.is_server, count=width), Stored
+            )
             holders += reply.accepted
             return self._heard(reply.peers, target)
 
         result = await self._lookup(target, query, width=width, alpha=max(self.config.alpha, width))
         if self.is_server and self._among_nearest(target, result.closest):
-            namespace, _ = check_entry(entry, self.registry, self.signatures, now=now_ms(self.clock))
-            holders += self.store.put(entry, namespace, now=now_ms(self.clock)) or self.store.holds(entry)
+            namespace, _ = check_entry(
+                entry, self.registry, self.signatures, now=now_ms(self.clock)
+            )
+            holders += self.store.put(entry, namespace, now=now_ms(self.clock)) or self.store.holds(
+                entry
+            )
         if not holders:
-            raise StoreFailed(f"no peer stored {entry.key!r} ({result.queried} asked, {result.failed} failed)")
+            raise StoreFailed(
+                f"no peer stored {entry.key!r} ({result.queried} asked, {result.failed} failed)"
+            )
         return holders
 
     def _among_nearest(self, target: int, closest: list[ID]) -> bool:
@@ -445,7 +502,9 @@ class Dht:
         width = self.config.replicas
 
         async def query(peer: ID) -> list[ID]:
-            reply = await self._request(peer, FindValue(key=key, server=self.is_server, count=width), Value)
+            reply = await self._request(
+                peer, FindValue(key=key, server=self.is_server, count=width), Value
+            )
             if self._accept_answer(peer, key, reply.entries, found):
                 holders.append(peer_key(peer) ^ target)
             return self._heard(reply.peers, target)
@@ -508,7 +567,9 @@ class Dht:
                     return
                 record = records.get(peer.to_base58())
                 if record is not None:
-                    found.append(Found(PeerInfo(peer, _dialable(record.value["addrs"], peer)), "record"))
+                    found.append(
+                        Found(PeerInfo(peer, _dialable(record.value["addrs"], peer)), "record")
+                    )
                     nursery.cancel_scope.cancel()
 
             async def by_lookup() -> None:
@@ -528,15 +589,22 @@ class Dht:
         named: list = []
 
         async def query(asked: ID) -> list[ID]:
-            request = FindNode(target=target.to_bytes(32, "big"), server=self.is_server, count=self.config.alpha)
+            request = FindNode(
+                target=target.to_bytes(32, "big"), server=self.is_server, count=self.config.alpha
+            )
             reply = await self._request(asked, request, Nodes)
             heard = self._heard(reply.peers, target)
             if asked == peer or any(item.peer_id == raw for item in reply.peers):
                 named.extend(self.book.dial_addrs(peer))
             return heard
 
-        await self._lookup(target, query, width=self.config.replicas, alpha=self.config.alpha,
-                           done=lambda _open: bool(named))
+        await self._lookup(
+            target,
+            query,
+            width=self.config.replicas,
+            alpha=self.config.alpha,
+            done=lambda _open: bool(named),
+        )
         return named
 
     async def resolve(self, peer: ID, *, timeout: float = 15.0, fresh: bool = False) -> Found:
@@ -548,11 +616,17 @@ class Dht:
             try:
                 await self.host.connect(found.info)
             except Exception as exc:  # py-libp2p raises many types for failed dials
+                addrs = [str(a) for a in found.info.addrs]
                 raise PeerNotFound(
-                    f"found {peer} ({found.how}) at {[str(a) for a in found.info.addrs]} but could not connect: {exc}"
+                    f"found {peer} ({found.how}) at {addrs} but could not connect: {exc}"
                 ) from None
             self._counts["resolved"] += 1
-            log.info("dht: resolved %s by %s to %s", peer, found.how, ", ".join(str(a) for a in found.info.addrs))
+            log.info(
+                "dht: resolved %s by %s to %s",
+                peer,
+                found.how,
+                ", ".join(str(a) for a in found.info.addrs),
+            )
             return found
         raise PeerNotFound(f"could not resolve {peer} within {timeout:.0f} s")
 

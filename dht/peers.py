@@ -22,7 +22,6 @@ from multiaddr import Multiaddr
 from .messages import MAX_ADDRS_PER_PEER, PeerAddrs
 
 
-
 class _Lru(OrderedDict):
     def __init__(self, size: int) -> None:
         super().__init__()
@@ -73,7 +72,9 @@ class PeerBook:
         found = self._described.get(cache_key)
         if found is None:
             texts = tuple(str(a) for a in addrs)
-            found = self._described.remember(cache_key, PeerAddrs(peer_id=peer.to_bytes(), addrs=texts))
+            found = self._described.remember(
+                cache_key, PeerAddrs(peer_id=peer.to_bytes(), addrs=texts)
+            )
         return found
 
     def describe_all(self, peers: Iterable[ID]) -> tuple[PeerAddrs, ...]:

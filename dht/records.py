@@ -25,7 +25,6 @@ from typing import Annotated, Any
 
 from libp2p.crypto.keys import KeyPair, KeyType
 from libp2p.peer.id import ID
-
 from peertrain.protocol.errors import DecodeError, MessageTooLarge
 from peertrain.protocol.messages import Message, message
 from peertrain.protocol.packing import pack, unpack
@@ -55,7 +54,9 @@ class SignedEntry(Message):
         The signature breaks the last tie so that every replica picks the same entry.
         """
         return (self.issued_ms, self.expires_ms, self.signature) > (
-            other.issued_ms, other.expires_ms, other.signature,
+            other.issued_ms,
+            other.expires_ms,
+            other.signature,
         )
 
     @property
@@ -108,7 +109,9 @@ class SignatureCache:
         self._max = max_entries
 
     def verify(self, entry: SignedEntry) -> None:
-        signed = _signed_bytes(entry.key, entry.writer, entry.value, entry.issued_ms, entry.expires_ms)
+        signed = _signed_bytes(
+            entry.key, entry.writer, entry.value, entry.issued_ms, entry.expires_ms
+        )
         token = hashlib.blake2b(signed + entry.signature, digest_size=16).digest()
         if token in self._seen:
             self._seen.move_to_end(token)
@@ -145,12 +148,17 @@ def check_entry(
     ns = match.namespace
     if len(entry.value) > ns.max_value_size:
         raise RecordRejected(
-            RejectReason.OVERSIZED, f"{len(entry.value)}-byte value, {ns.name} allows {ns.max_value_size}"
+            RejectReason.OVERSIZED,
+            f"{len(entry.value)}-byte value, {ns.name} allows {ns.max_value_size}",
         )
     if entry.expires_ms <= now:
-        raise RecordRejected(RejectReason.EXPIRED, f"expired {(now - entry.expires_ms) / 1000:.1f} s ago")
+        raise RecordRejected(
+            RejectReason.EXPIRED, f"expired {(now - entry.expires_ms) / 1000:.1f} s ago"
+        )
     if entry.expires_ms <= entry.issued_ms or entry.issued_ms > now + CLOCK_SKEW_MS:
-        raise RecordRejected(RejectReason.MALFORMED, "issued in the future or expires before issued")
+        raise RecordRejected(
+            RejectReason.MALFORMED, "issued in the future or expires before issued"
+        )
     if entry.expires_ms - max(now, entry.issued_ms) > ns.max_ttl * 1000 + CLOCK_SKEW_MS:
         raise RecordRejected(RejectReason.OVERSIZED, f"ttl over {ns.name}'s {ns.max_ttl:.0f} s")
     writer = _writer_text(entry.writer)

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 
 from libp2p.peer.id import ID
-
 from peertrain.protocol.messages import Request, Response
 
 from .errors import RecordRejected
@@ -24,8 +23,8 @@ from .messages import (
     FindNode,
     FindValue,
     Nodes,
-    Ping,
     PeerAddrs,
+    Ping,
     Pong,
     Store,
     Stored,
@@ -60,7 +59,11 @@ class Responder:
         self.table, self.store, self.registry = table, store, registry
         self.signatures, self.book = signatures, book
         self.connected_keys = connected_keys
-        self.on_server_peer, self.on_client_peer, self.on_reject = on_server_peer, on_client_peer, on_reject
+        self.on_server_peer, self.on_client_peer, self.on_reject = (
+            on_server_peer,
+            on_client_peer,
+            on_reject,
+        )
         self.clock = clock
         self.answered = 0
 
@@ -73,7 +76,10 @@ class Responder:
         if isinstance(request, Ping):
             return request.reply(Pong, server=self.is_server)
         if isinstance(request, FindNode):
-            return request.reply(Nodes, peers=self.closest(key_from_bytes_or_zero(request.target), request.count, peer))
+            return request.reply(
+                Nodes,
+                peers=self.closest(key_from_bytes_or_zero(request.target), request.count, peer),
+            )
         if isinstance(request, FindValue):
             return self._find_value(peer, request)
         assert isinstance(request, Store)
@@ -101,7 +107,9 @@ class Responder:
                 break
             entries.append(entry)
         target = record_key(request.key)
-        return request.reply(Value, entries=tuple(entries), peers=self.closest(target, request.count, peer))
+        return request.reply(
+            Value, entries=tuple(entries), peers=self.closest(target, request.count, peer)
+        )
 
     def _store(self, peer: ID, request: Store) -> Stored:
         now = now_ms(self.clock)
@@ -118,7 +126,10 @@ class Responder:
             held += self.store.put(entry, namespace, now=now) or self.store.holds(entry)
         target = record_key(request.entries[0].key) if request.entries else peer_key(peer)
         return request.reply(
-            Stored, accepted=held, rejected=tuple(reasons), peers=self.closest(target, request.count, peer)
+            Stored,
+            accepted=held,
+            rejected=tuple(reasons),
+            peers=self.closest(target, request.count, peer),
         )
 
 

@@ -30,7 +30,11 @@ class RecordStore:
     """Entries by key and writer; every method takes `now` (unix ms) from the caller's clock."""
 
     def __init__(
-        self, *, max_entries: int = 100_000, max_bytes: int = 64 << 20, max_keys_per_writer: int = 1024
+        self,
+        *,
+        max_entries: int = 100_000,
+        max_bytes: int = 64 << 20,
+        max_keys_per_writer: int = 1024,
     ) -> None:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
@@ -61,7 +65,9 @@ class RecordStore:
         heapq.heappush(self._expiry, (entry.expires_ms, entry.key, entry.writer))
         return True
 
-    def _make_room(self, entry: SignedEntry, writers: dict[bytes, SignedEntry], ns: Namespace) -> bool:
+    def _make_room(
+        self, entry: SignedEntry, writers: dict[bytes, SignedEntry], ns: Namespace
+    ) -> bool:
         if self._per_writer[entry.writer] >= self.max_keys_per_writer:
             return False
         evict = None
@@ -107,7 +113,9 @@ class RecordStore:
                 self._drop(key, writer)
                 dropped += 1
         if len(self._expiry) > 2 * self._entries + 1024:
-            self._expiry = [(e.expires_ms, k, w) for k, ws in self._by_key.items() for w, e in ws.items()]
+            self._expiry = [
+                (e.expires_ms, k, w) for k, ws in self._by_key.items() for w, e in ws.items()
+            ]
             heapq.heapify(self._expiry)
         return dropped
 
@@ -119,5 +127,8 @@ class RecordStore:
 
     def statistics(self) -> StoreStatistics:
         return StoreStatistics(
-            keys=len(self._by_key), entries=self._entries, bytes=self._bytes, refused_full=self._refused_full
+            keys=len(self._by_key),
+            entries=self._entries,
+            bytes=self._bytes,
+            refused_full=self._refused_full,
         )

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 import trio
+import trio.lowlevel
 from libp2p.abc import IHost
 from libp2p.peer.peerinfo import PeerInfo
 from multiaddr import Multiaddr
@@ -24,6 +25,7 @@ from multiaddr import Multiaddr
 from .node import Dht, DhtConfig
 
 LOOPBACK = "/ip4/127.0.0.1/tcp/0"
+QUIET = DhtConfig(publish_peer_record=False)  # swarm tests publish peer records when they want
 
 
 def without_auto_connect(host: IHost) -> IHost:
@@ -47,7 +49,9 @@ class DhtSwarm:
 
     def info(self, index: int) -> PeerInfo:
         host = self.nodes[index].host
-        return PeerInfo(host.get_id(), [Multiaddr(str(a).split("/p2p/")[0]) for a in host.get_addrs()])
+        return PeerInfo(
+            host.get_id(), [Multiaddr(str(a).split("/p2p/")[0]) for a in host.get_addrs()]
+        )
 
     def live(self) -> list[Dht]:
         return [node for node, up in zip(self.nodes, self.alive, strict=True) if up]
@@ -68,11 +72,14 @@ class DhtSwarm:
         """Stop node `index`: its DHT and host shut down and its connections close."""
         self.alive[index] = False
         self.scopes[index].cancel()
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
 
 
 async def _run_node(
-    dht: Dht, scope: trio.CancelScope, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    dht: Dht,
+    scope: trio.CancelScope,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     with scope:
         async with dht.host.run([Multiaddr(LOOPBACK)]), trio.open_nursery() as nursery:
@@ -86,7 +93,7 @@ async def open_dht_swarm(
     n: int,
     make_host: Callable[[], IHost],
     *,
-    config: DhtConfig | Callable[[int], DhtConfig] = DhtConfig(publish_peer_record=False),
+    config: DhtConfig | Callable[[int], DhtConfig] = QUIET,
     seed: int = 0,
     **dht_kwargs,
 ) -> AsyncIterator[DhtSwarm]:

@@ -22,7 +22,6 @@ import trio
 from libp2p.abc import IHost
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
-
 from peertrain.dht import Dht, DhtConfig, DhtMode, PeerNotFound
 
 from .errors import ControlError
@@ -44,8 +43,11 @@ class DhtService:
     ) -> None:
         self.host = host
         self.dht = Dht(
-            host, DhtConfig(mode=mode), bootstrap=bootstrap,
-            penalise=scoreboard.penalise, is_banned=scoreboard.is_banned,
+            host,
+            DhtConfig(mode=mode),
+            bootstrap=bootstrap,
+            penalise=scoreboard.penalise,
+            is_banned=scoreboard.is_banned,
         )
         self.resolved: dict[str, dict[str, Any]] = {}
 
@@ -61,7 +63,9 @@ class DhtService:
             peer = ID.from_base58(text)
             peer.to_bytes()
         except Exception:
-            raise ControlError(f"{text!r} is not a peer ID (a base58 string such as 12D3KooW…)") from None
+            raise ControlError(
+                f"{text!r} is not a peer ID (a base58 string such as 12D3KooW…)"
+            ) from None
         if peer == self.host.get_id():
             raise ControlError("that is this node's own peer ID")
         with trio.move_on_after(timeout):
@@ -83,7 +87,9 @@ class DhtService:
 
     def control_methods(self) -> dict[str, Any]:
         async def resolve_peer(params: dict[str, Any]) -> dict[str, Any]:
-            return await self.resolve_peer(str(params.get("peer", "")), timeout=float(params.get("timeout", 8.0)))
+            return await self.resolve_peer(
+                str(params.get("peer", "")), timeout=float(params.get("timeout", 8.0))
+            )
 
         return {"resolve_peer": resolve_peer}
 
@@ -93,7 +99,9 @@ class DhtService:
         return stats
 
 
-async def keep_joined(control_socket, peer: str, *, check_every: float = 5.0, max_backoff: float = 30.0) -> None:
+async def keep_joined(
+    control_socket, peer: str, *, check_every: float = 5.0, max_backoff: float = 30.0
+) -> None:
     """For `peertrain join <peer ID>`: once the daemon serves, have it resolve and connect to
     `peer`, and again whenever that connection drops. Failures are logged and retried with
     backoff (the peer may come online later), like PeerKeeper does for bootstrap addresses."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from peertrain.dht.testing import open_dht_swarm, without_auto_connect
 from peertrain.node.host import build_host
 from peertrain.node.identity import Identity

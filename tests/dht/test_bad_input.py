@@ -13,7 +13,6 @@ import time
 
 import pytest
 import trio
-
 from peertrain.dht import DhtConfig, peer_record_key, stage_key
 from peertrain.dht.messages import DHT_PROTOCOL, Store, Stored
 from peertrain.dht.namespaces import STAGE
@@ -26,7 +25,9 @@ CONFIG = DhtConfig(publish_peer_record=False)
 
 
 def good(node, key=None, value=None, **kwargs):
-    return sign_entry(node._key_pair, key or stage_key("run", 1), value or {"ok": 1}, ttl=60, **kwargs)
+    return sign_entry(
+        node._key_pair, key or stage_key("run", 1), value or {"ok": 1}, ttl=60, **kwargs
+    )
 
 
 def bad_signature(attacker, victim):
@@ -38,7 +39,9 @@ def wrong_writer(attacker, victim):
 
 
 def expired(attacker, victim):
-    return sign_entry(attacker._key_pair, stage_key("run", 1), {}, ttl=1, clock=lambda: time.time() - 100)
+    return sign_entry(
+        attacker._key_pair, stage_key("run", 1), {}, ttl=1, clock=lambda: time.time() - 100
+    )
 
 
 def oversized(attacker, victim):
@@ -73,19 +76,31 @@ def recorder(penalties):
 
 
 @pytest.mark.parametrize("code", list(CASES))
-async def test_each_kind_of_bad_record_is_refused_penalised_and_logged(dht_swarm, penalties, caplog, code):
+async def test_each_kind_of_bad_record_is_refused_penalised_and_logged(
+    dht_swarm, penalties, caplog, code
+):
     caplog.set_level(logging.WARNING, logger="peertrain.dht")
     async with dht_swarm(2, config=CONFIG, penalise=recorder(penalties)) as swarm:
         await swarm.join_all()
         victim, attacker = swarm.nodes
         entry = CASES[code](attacker, victim)
         reply = await attacker.links.request(
-            victim.own, Store(entries=(entry, good(attacker, stage_key("run", 2))), server=True), Stored, timeout=5
+            victim.own,
+            Store(entries=(entry, good(attacker, stage_key("run", 2))), server=True),
+            Stored,
+            timeout=5,
         )
-        assert reply.accepted == 1 and len(reply.rejected) == 1 and reply.rejected[0].startswith(code)
+        assert (
+            reply.accepted == 1 and len(reply.rejected) == 1 and reply.rejected[0].startswith(code)
+        )
         assert victim.store.get(entry.key, now=now_ms()) == []
-        assert [(p, r.split(":")[1].strip()) for p, _, r in penalties] == [(attacker.own.to_base58(), code)]
-        assert any(code in rec.getMessage() and str(attacker.own) in rec.getMessage() for rec in caplog.records)
+        assert [(p, r.split(":")[1].strip()) for p, _, r in penalties] == [
+            (attacker.own.to_base58(), code)
+        ]
+        assert any(
+            code in rec.getMessage() and str(attacker.own) in rec.getMessage()
+            for rec in caplog.records
+        )
         assert victim.statistics().rejected == {code: 1}
 
 
@@ -98,8 +113,11 @@ async def raw_stream(attacker, victim):
     [
         (HEADER.pack(100 << 20), "MessageTooLarge"),  # announces a 100 MiB frame
         (HEADER.pack(5) + b"\xc1\xc1\xc1\xc1\xc1", "DecodeError"),  # not msgpack
-        (HEADER.pack(len(pack(["dht/store", {"entries": "no"}]))) + pack(["dht/store", {"entries": "no"}]),
-         "DecodeError"),  # msgpack of the wrong shape
+        (
+            HEADER.pack(len(pack(["dht/store", {"entries": "no"}])))
+            + pack(["dht/store", {"entries": "no"}]),
+            "DecodeError",
+        ),  # msgpack of the wrong shape
     ],
 )
 async def test_undecodable_or_oversized_frames_are_penalised_and_the_stream_closed(

@@ -11,7 +11,6 @@ import pytest
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.crypto.secp256k1 import create_new_key_pair as create_secp_key_pair
 from libp2p.peer.id import ID
-
 from peertrain.dht.errors import RecordRejected, RejectReason
 from peertrain.dht.namespaces import (
     Namespace,
@@ -64,7 +63,9 @@ def test_a_changed_value_key_expiry_or_writer_breaks_the_signature():
 def test_only_the_peer_named_in_a_peer_key_may_write_it():
     addrs = {"addrs": ["/ip4/127.0.0.1/tcp/4001"]}
     check(sign_entry(ALICE, peer_record_key(ALICE_ID), addrs, ttl=60))
-    error = rejected(sign_entry(BOB, peer_record_key(ALICE_ID), addrs, ttl=60), RejectReason.WRONG_WRITER)
+    error = rejected(
+        sign_entry(BOB, peer_record_key(ALICE_ID), addrs, ttl=60), RejectReason.WRONG_WRITER
+    )
     assert ALICE_ID.to_base58() in str(error)
 
 
@@ -74,20 +75,38 @@ def test_expired_entries_are_refused():
 
 
 def test_values_over_the_namespace_limit_and_ttls_over_its_maximum_are_refused():
-    rejected(sign_entry(ALICE, stage_key("r", 0), {"blob": b"x" * 2000}, ttl=60), RejectReason.OVERSIZED)
+    rejected(
+        sign_entry(ALICE, stage_key("r", 0), {"blob": b"x" * 2000}, ttl=60), RejectReason.OVERSIZED
+    )
     rejected(sign_entry(ALICE, stage_key("r", 0), {}, ttl=7 * 3600), RejectReason.OVERSIZED)
-    rejected(sign_entry(ALICE, "/peertrain/r/stage/" + "9" * 300, {}, ttl=60), RejectReason.OVERSIZED)
+    rejected(
+        sign_entry(ALICE, "/peertrain/r/stage/" + "9" * 300, {}, ttl=60), RejectReason.OVERSIZED
+    )
 
 
-@pytest.mark.parametrize("key", ["/peertrain/r/nonsense", "/other/thing", "/peertrain/r/stage/01", "",
-                                 "/peertrain/bad run/ckpt", "/peertrain/peer/not-base58!"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "/peertrain/r/nonsense",
+        "/other/thing",
+        "/peertrain/r/stage/01",
+        "",
+        "/peertrain/bad run/ckpt",
+        "/peertrain/peer/not-base58!",
+    ],
+)
 def test_keys_outside_every_namespace_are_refused(key):
     rejected(sign_entry(ALICE, key, {}, ttl=60), RejectReason.UNKNOWN_NAMESPACE)
 
 
 def test_a_value_of_the_wrong_shape_is_malformed_even_when_signed():
     key = peer_record_key(ALICE_ID)
-    for value in ({"addrs": []}, {"addrs": ["not a multiaddr"]}, {"addr": ["/ip4/1.2.3.4/tcp/1"]}, [1, 2]):
+    for value in (
+        {"addrs": []},
+        {"addrs": ["not a multiaddr"]},
+        {"addr": ["/ip4/1.2.3.4/tcp/1"]},
+        [1, 2],
+    ):
         rejected(sign_entry(ALICE, key, value, ttl=60), RejectReason.MALFORMED)
 
 
@@ -106,12 +125,16 @@ def test_writers_without_an_embedded_ed25519_key_cannot_sign():
 
 def test_the_newer_entry_of_a_writer_wins_the_same_way_everywhere():
     old = sign_entry(ALICE, stage_key("r", 1), {"v": 1}, ttl=60)
-    new = dataclasses.replace(sign_entry(ALICE, stage_key("r", 1), {"v": 2}, ttl=60), issued_ms=old.issued_ms + 1)
+    new = dataclasses.replace(
+        sign_entry(ALICE, stage_key("r", 1), {"v": 2}, ttl=60), issued_ms=old.issued_ms + 1
+    )
     assert new.newer_than(old) and not old.newer_than(new) and not old.newer_than(old)
 
 
 def test_other_layers_register_their_own_namespaces():
-    registry = NamespaceRegistry([Namespace(name="expert", pattern="/peertrain/{run}/expert/{index}", max_ttl=60)])
+    registry = NamespaceRegistry(
+        [Namespace(name="expert", pattern="/peertrain/{run}/expert/{index}", max_ttl=60)]
+    )
     entry = sign_entry(ALICE, "/peertrain/r/expert/7", {"x": 1}, ttl=30)
     namespace, _ = check_entry(entry, registry, SignatureCache(), now=now_ms())
     assert namespace.name == "expert"

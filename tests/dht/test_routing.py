@@ -10,9 +10,9 @@ import random
 
 import pytest
 import trio
+import trio.lowlevel
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
-
 from peertrain.dht.keyspace import bucket_index, peer_key, random_key_in_bucket, record_key
 from peertrain.dht.lookup import iterative_lookup
 from peertrain.dht.routing import RoutingTable
@@ -90,13 +90,15 @@ async def test_a_lookup_converges_on_the_true_closest_peers(alpha):
 
     async def query(peer: ID):
         asked.append(peer)
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         if peer in dead:
             raise ConnectionError("gone")
         return known[peer]
 
     target = record_key("/peertrain/run/stage/1")
-    result = await iterative_lookup(target, known[PEERS[0]][:3], query, own=PEERS[0], width=8, alpha=alpha)
+    result = await iterative_lookup(
+        target, known[PEERS[0]][:3], query, own=PEERS[0], width=8, alpha=alpha
+    )
     truth = sorted((p for p in PEERS[1:] if p not in dead), key=lambda p: peer_key(p) ^ target)[:8]
     assert result.closest == truth
     assert len(asked) == len(set(asked)) and result.queried < len(PEERS) // 2
@@ -110,6 +112,13 @@ async def test_a_lookup_stops_as_soon_as_the_caller_is_satisfied():
         answers.append(peer)
         return known[peer]
 
-    result = await iterative_lookup(0, PEERS[1:10], query, own=PEERS[0], width=8, alpha=3,
-                                    done=lambda _nearest_open: len(answers) >= 2)
+    result = await iterative_lookup(
+        0,
+        PEERS[1:10],
+        query,
+        own=PEERS[0],
+        width=8,
+        alpha=3,
+        done=lambda _nearest_open: len(answers) >= 2,
+    )
     assert result.stopped_early and len(answers) <= 3

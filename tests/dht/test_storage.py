@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 
 from libp2p.crypto.ed25519 import create_new_key_pair
-
 from peertrain.dht.namespaces import STAGE, Namespace
 from peertrain.dht.records import sign_entry
 from peertrain.dht.storage import RecordStore
@@ -41,7 +40,9 @@ def test_expired_entries_are_neither_returned_nor_kept():
 
 
 def test_a_full_key_replaces_its_soonest_expiring_writer_only_with_a_longer_lived_one():
-    narrow = Namespace(name="narrow", pattern="/peertrain/{run}/narrow", max_ttl=3600, max_writers=2)
+    narrow = Namespace(
+        name="narrow", pattern="/peertrain/{run}/narrow", max_ttl=3600, max_writers=2
+    )
     store = RecordStore()
     key = "/peertrain/r/narrow"
     a, b = entry(0, key, ttl=10), entry(1, key, ttl=100)
@@ -72,5 +73,7 @@ def test_replaced_entries_do_not_grow_the_expiry_heap_without_bound():
     store = RecordStore()
     base = entry(0)
     for n in range(3000):
-        store.put(dataclasses.replace(base, issued_ms=base.issued_ms + n), STAGE, now=base.issued_ms)
+        store.put(
+            dataclasses.replace(base, issued_ms=base.issued_ms + n), STAGE, now=base.issued_ms
+        )
     assert len(store) == 1 and len(store._expiry) <= 2 * len(store) + 1025

@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 
 import trio
-
 from peertrain.dht import DhtConfig, DhtMode, keep_announced, peer_record_key, stage_key
 from peertrain.testing import wait_until
 
@@ -52,7 +51,9 @@ async def test_32_nodes_find_what_any_node_stored_and_still_do_after_a_third_die
             await swarm.kill(index)
         survivors = swarm.live()
         dead = {nodes[d].own for d in doomed}
-        await wait_until(lambda: not any(n.table.is_verified(peer) for n in survivors for peer in dead))
+        await wait_until(
+            lambda: not any(n.table.is_verified(peer) for n in survivors for peer in dead)
+        )
         for key, writer in single.items():
             check(await get_everywhere(survivors, key), {writer})
         check(await get_everywhere(survivors, shared), set(writers))
@@ -61,7 +62,9 @@ async def test_32_nodes_find_what_any_node_stored_and_still_do_after_a_third_die
         check(await get_everywhere(survivors, late), {"late"})
 
 
-async def test_expired_entries_disappear_and_reannounced_ones_stay_until_their_writer_dies(dht_swarm):
+async def test_expired_entries_disappear_and_reannounced_ones_stay_until_their_writer_dies(
+    dht_swarm,
+):
     async with dht_swarm(10, config=FAST) as swarm:
         await swarm.join_all()
         nodes = swarm.nodes
@@ -69,8 +72,16 @@ async def test_expired_entries_disappear_and_reannounced_ones_stay_until_their_w
         await nodes[1].put(brief, {"x": 1}, ttl=0.8)
         assert len(await nodes[5].get(brief)) == 1
         async with trio.open_nursery() as nursery:
-            await nursery.start(lambda task_status: keep_announced(
-                nodes[2], kept, lambda: {"alive": True}, ttl=0.8, every=0.25, task_status=task_status))
+            await nursery.start(
+                lambda task_status: keep_announced(
+                    nodes[2],
+                    kept,
+                    lambda: {"alive": True},
+                    ttl=0.8,
+                    every=0.25,
+                    task_status=task_status,
+                )
+            )
             await trio.sleep(1.6)
             assert await nodes[5].get(brief) == {}
             assert not any(n.store.get(brief, now=10**15) for n in nodes)  # purged, not just hidden
@@ -89,8 +100,10 @@ async def test_client_mode_nodes_read_and_write_but_nobody_routes_or_stores_thro
         await swarm.join_all()
         servers, clients = swarm.nodes[:8], swarm.nodes[8:]
         await clients[0].put(stage_key("r", 5), {"from": "client"}, ttl=60)
-        assert (await clients[1].get(stage_key("r", 5)))[clients[0].own.to_base58()].value == {"from": "client"}
-        assert (await servers[3].get(stage_key("r", 5)))
+        assert (await clients[1].get(stage_key("r", 5)))[clients[0].own.to_base58()].value == {
+            "from": "client"
+        }
+        assert await servers[3].get(stage_key("r", 5))
         client_ids = {c.own for c in clients}
         assert not any(client_ids & set(s.table.peers()) for s in servers)
         assert all(len(c.table) > 0 and len(c.store) == 0 for c in clients)
@@ -107,10 +120,16 @@ async def test_a_bare_peer_id_resolves_through_its_signed_peer_record(dht_swarm)
     async with dht_swarm(10, config=config) as swarm:
         await swarm.join_all()
         target, seeker = swarm.nodes[9], swarm.nodes[8]
+        relay = f"/ip4/127.0.0.1/tcp/9/p2p/{swarm.nodes[0].own}/p2p-circuit/p2p/{target.own}"
+        target.extra_addrs = [relay]  # what a relay reservation would add; identify cannot carry it
         assert await target.publish_peer_record() >= 1
+        record = (await seeker.get(peer_record_key(target.own)))[target.own.to_base58()]
+        assert record.value["addrs"][0] == relay
         for peer in target.host.get_connected_peers():  # now only its record can lead to it
             await target.host.disconnect(peer)
-        await wait_until(lambda: not any(target.own in n.host.get_connected_peers() for n in swarm.nodes[:9]))
+        await wait_until(
+            lambda: not any(target.own in n.host.get_connected_peers() for n in swarm.nodes[:9])
+        )
         seeker.host.get_peerstore().clear_addrs(target.own)
         seeker.book.forget(target.own)
         assert seeker.book.dial_addrs(target.own) == []  # the seeker has no address for it

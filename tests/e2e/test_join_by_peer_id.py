@@ -15,7 +15,6 @@ import subprocess
 import sys
 
 import pytest
-
 from peertrain.node.processes import DaemonProcess, node_args, stop_all
 from peertrain.testing import wait_until_sync
 
@@ -23,8 +22,13 @@ pytestmark = pytest.mark.slow
 
 
 def peertrain(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "peertrain", *args], capture_output=True, text=True,
-                          timeout=60, check=check)
+    return subprocess.run(
+        [sys.executable, "-m", "peertrain", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=check,
+    )
 
 
 def status_json(daemon: DaemonProcess) -> dict:
@@ -43,9 +47,19 @@ def test_a_daemon_joins_the_owner_of_a_bare_peer_id_found_through_the_dht(tmp_pa
         wait_until_sync(lambda: owner.status()["dht"]["bootstrapped"], timeout=20)
         assert owner_id not in boot_share
 
-        joiner = DaemonProcess(tmp_path / "joiner", [
-            "join", owner_id, "--bootstrap", boot_share, "--listen", "/ip4/127.0.0.1/tcp/0", "--log-format", "json",
-        ]).start()
+        joiner = DaemonProcess(
+            tmp_path / "joiner",
+            [
+                "join",
+                owner_id,
+                "--bootstrap",
+                boot_share,
+                "--listen",
+                "/ip4/127.0.0.1/tcp/0",
+                "--log-format",
+                "json",
+            ],
+        ).start()
         daemons.append(joiner)
         joiner.wait_ready()
         wait_until_sync(lambda: owner_id in status_json(joiner)["peers"], timeout=20)
@@ -53,19 +67,29 @@ def test_a_daemon_joins_the_owner_of_a_bare_peer_id_found_through_the_dht(tmp_pa
         status = status_json(joiner)
         assert owner_id in status["peers"]
         found = status["dht"]["resolved"][owner_id]
-        assert found["how"] in ("record", "lookup"), found  # the DHT named it, not an open connection
+        assert found["how"] in ("record", "lookup"), (
+            found
+        )  # the DHT named it, not an open connection
         owner_port = owner.status()["share"].split("/tcp/")[1].split("/")[0]
         assert any(f"/tcp/{owner_port}" in addr for addr in found["addrs"]), found
-        wait_until_sync(lambda: f"joined {owner_id} (found by {found['how']})" in joiner.log_path.read_text(),
-                        timeout=10)
+        wait_until_sync(
+            lambda: f"joined {owner_id} (found by {found['how']})" in joiner.log_path.read_text(),
+            timeout=10,
+        )
     finally:
         codes = stop_all(daemons)
     assert codes == [0] * len(daemons), [d.log_tail() for d in daemons]
 
 
 def test_joining_by_peer_id_without_a_bootstrap_address_fails_clearly(tmp_path):
-    peer_id = json.loads(peertrain("id", "--home", str(tmp_path / "other"), "--json").stdout)["peer_id"]
+    peer_id = json.loads(peertrain("id", "--home", str(tmp_path / "other"), "--json").stdout)[
+        "peer_id"
+    ]
     result = peertrain("join", peer_id, "--home", str(tmp_path / "me"), check=False)
-    assert result.returncode == 1 and "--bootstrap" in result.stderr and "Traceback" not in result.stderr
+    assert (
+        result.returncode == 1
+        and "--bootstrap" in result.stderr
+        and "Traceback" not in result.stderr
+    )
     result = peertrain("join", "not-a-peer-id", "--home", str(tmp_path / "me"), check=False)
     assert result.returncode == 1 and "is neither a peer address" in result.stderr
