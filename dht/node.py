@@ -484,8 +484,8 @@ class Dht:
         """Every writer's live entry under `key`, merged from the replicas that answered.
 
         The lookup stops once `quorum` replicas (this node counts as one) returned entries and
-        the nearest of them is nearer the key than every peer not yet heard from. A put stores
-        at every hop of its walk, so a peer off the nearest set may hold some writers' entries
+        the nearest of them is nearer the key than every peer not yet heard from (or once the
+        `2 × replicas` nearest peers it found have answered). A put stores at every hop of its walk, so a peer off the nearest set may hold some writers' entries
         and not others; the nearest holder is in every writer's replica set. Raises
         `ValueError` when the key belongs to no namespace.
         """
@@ -499,7 +499,10 @@ class Dht:
         holders: list[int] = []  # distances of the peers that held entries
         if self.is_server and self._merge(found, self.store.get(key, now=now_ms(self.clock))):
             holders.append(self.table.own_key ^ target)
-        width = self.config.replicas
+        # Twice the replica count: a get that finds nothing keeps walking a little longer
+        # (the put may have landed on nearest peers this node had not heard of yet); a get that
+        # finds something stops at once, so the extra width costs only misses.
+        width = 2 * self.config.replicas
 
         async def query(peer: ID) -> list[ID]:
             reply = await self._request(
