@@ -485,9 +485,10 @@ class Dht:
 
         The lookup stops once `quorum` replicas (this node counts as one) returned entries and
         the nearest of them is nearer the key than every peer not yet heard from (or once the
-        `2 × replicas` nearest peers it found have answered). A put stores at every hop of its walk, so a peer off the nearest set may hold some writers' entries
-        and not others; the nearest holder is in every writer's replica set. Raises
-        `ValueError` when the key belongs to no namespace.
+        `2 × replicas` nearest peers it found have answered). A put stores at every hop of its
+        walk, so a peer off the nearest set may hold some writers' entries and not others; the
+        nearest holder is in every writer's replica set. Raises `ValueError` when the key
+        belongs to no namespace.
         """
         self._counts["gets"] += 1
         try:
