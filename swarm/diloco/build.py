@@ -2,7 +2,9 @@
 
 Every member initialises the model from the spec's seed, so a fresh group starts from one
 θ_global without transferring it; the dataset is loaded once per process (cached by its
-settings), since members of a local swarm in one process share it read-only.
+settings), since members of a local swarm in one process share it read-only. The driver moves a
+member to another shard when the group changes (`use_shard`), so live members cover distinct
+shards instead of colliding by chance.
 """
 
 from __future__ import annotations
@@ -23,11 +25,20 @@ from .member import DiLoCoMember
 from .run_spec import DiLoCoSpec
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class BuiltMember:
     member: DiLoCoMember
     shard: int
     eval_batches: list[Any]
+    spec: DiLoCoSpec
+    dataset: Any
+
+    def use_shard(self, shard: int) -> None:
+        """Train on `shard` from now on (batches are addressed by step, so nothing is replayed)."""
+        if shard != self.shard:
+            self.member.inner.batches = self.dataset.train_batches(
+                shard, self.spec.num_shards, batch_size=self.spec.batch_size, seed=self.spec.seed)
+            self.shard = shard
 
     def sample(self, prompt: str, max_new_tokens: int = 160, *, seed: int = 0) -> str:
         """Text from θ_global (GPT runs only), on a copy so training is never disturbed."""
@@ -64,7 +75,7 @@ def build_member(spec: DiLoCoSpec, peer_id: str, *, eval_batches: int = 8) -> Bu
         aggregator=aggregator,
     )
     held_out = dataset.eval_batches(batch_size=64, max_batches=eval_batches)
-    return BuiltMember(member=member, shard=shard, eval_batches=held_out)
+    return BuiltMember(member=member, shard=shard, eval_batches=held_out, spec=spec, dataset=dataset)
 
 
 @functools.lru_cache(maxsize=4)

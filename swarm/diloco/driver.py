@@ -133,6 +133,7 @@ class DiLoCoDriver:
 
     async def _one_round(self) -> None:
         round_ = self.member.round
+        self.built.use_shard(self.spec.shard_in(self.peer_id, self.expected_members(round_)))
         self.progress.phase = "inner steps"
         payload = await self._thread(self.member.prepare_update)
         if self.attack is not None:

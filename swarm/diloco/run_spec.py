@@ -3,9 +3,9 @@
 The manifest (crdt/manifest.py) names a run by the hash of its bytes, so the spec must encode
 canonically (msgpack of a key-sorted map, no floats that differ by platform: plain Python
 floats round-trip exactly). Every member builds the same model, the same dataset and its own
-shard from it; shards come from a seeded hash of the member's peer ID, so they are stable as
-members come and go and need no coordinator (two members may share a shard, which costs
-diversity, not correctness).
+shard from it. A member's shard is its rank among the round's contributors (sorted peer IDs,
+read from the replicated RunState, so every member computes the same deal without a
+coordinator); before it knows the group it starts from a seeded hash of its peer ID.
 """
 
 from __future__ import annotations
@@ -95,6 +95,12 @@ class DiLoCoSpec:
         from ..aggregation import build_aggregator
 
         return build_aggregator(self.aggregator, **dict(self.aggregator_settings))
+
+    def shard_in(self, peer_id: str, members: set[str]) -> int:
+        """Rank of `peer_id` among `members`, modulo the shard count: distinct shards for up to
+        `num_shards` members."""
+        ranked = sorted(members | {peer_id})
+        return ranked.index(peer_id) % self.num_shards
 
     def shard_of(self, peer_id: str) -> int:
         from ..data import seeded_int
