@@ -17,8 +17,23 @@ from multiaddr import Multiaddr
 _WILDCARDS = {"0.0.0.0": "ip4", "::": "ip6"}
 
 
+_CACHE: dict[str, tuple[float, list[str]]] = {}
+CACHE_SECONDS = 30.0  # identify asks for our addresses on every connection; interfaces rarely change
+
+
 def interface_ips(family: str) -> list[str]:
-    """Every usable address of this machine for `family` ("ip4" or "ip6")."""
+    """Every usable address of this machine for `family` ("ip4" or "ip6"), cached briefly."""
+    import time
+
+    cached = _CACHE.get(family)
+    if cached is not None and time.monotonic() - cached[0] < CACHE_SECONDS:
+        return list(cached[1])
+    found = _scan(family)
+    _CACHE[family] = (time.monotonic(), found)
+    return list(found)
+
+
+def _scan(family: str) -> list[str]:
     found = []
     for addrs in psutil.net_if_addrs().values():
         for addr in addrs:

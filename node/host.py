@@ -57,9 +57,9 @@ def build_host(
             max_connections_per_peer=1,
             # libp2p's auto-connector redials known peers up to (low+high)/2 connections and
             # prunes above `high_watermark`; defaults (100/300) would dial 200 peers at once.
-            min_connections=8,
-            low_watermark=24,
-            high_watermark=96,
+            min_connections=4,
+            low_watermark=8,
+            high_watermark=64,
             dial_timeout=dial_timeout,
             outbound_upgrade_timeout=dial_timeout,
             inbound_upgrade_timeout=dial_timeout,

@@ -1,0 +1,146 @@
+"""Update gossip: announce small, pull by checksum, close at all-in or the deadline; bad input
+is refused before aggregation and the round still completes."""
+
+from __future__ import annotations
+
+import blake3
+import pytest
+import trio
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.peer.id import ID
+
+from peertrain.protocol.envelope import seal
+from peertrain.protocol.messages import encode
+from peertrain.swarm.diloco.update_gossip import DOMAIN, UpdateAnnouncement, UpdateGossip
+
+NBYTES = 64
+RUN = "run-1"
+
+
+class Group:
+    """An in-memory network: published envelopes reach every member's validator, payloads are
+    served by checksum. `verdicts` records what each validator said (False = penalise)."""
+
+    def __init__(self):
+        self.members: dict[str, UpdateGossip] = {}
+        self.store: dict[bytes, bytes] = {}
+        self.verdicts: list[tuple[str, bool]] = []
+
+    def add(self, expected: set[str] | None = None) -> UpdateGossip:
+        key = create_new_key_pair()
+        me = ID.from_pubkey(key.public_key).to_base58()
+        gossip = UpdateGossip(run_id=RUN, key_pair=key, transport=Transport(self, me), expected_nbytes=NBYTES,
+                              is_member=lambda p: p in self.members,
+                              expected=lambda r: set(self.members) if expected is None else expected)
+        self.members[me] = gossip
+        return gossip
+
+    def deliver(self, origin: str, raw: bytes) -> None:
+        for peer, member in self.members.items():
+            if peer != origin:
+                self.verdicts.append((origin, member.validate(origin, raw)))
+
+
+class Transport:
+    def __init__(self, group: Group, me: str):
+        self.group, self.me = group, me
+
+    async def publish(self, data: bytes) -> None:
+        self.group.deliver(self.me, data)
+
+    async def serve(self, owner: str, payload: bytes) -> bytes:
+        checksum = blake3.blake3(payload).digest()
+        self.group.store[checksum] = payload
+        return checksum
+
+    async def fetch(self, holders, checksum: bytes, nbytes: int) -> bytes:
+        await trio.sleep(0)
+        if checksum not in self.group.store:
+            raise LookupError("nobody holds it")
+        return self.group.store[checksum]
+
+
+async def run_round(members: list[UpdateGossip], round_: int = 0, deadline: float = 5.0):
+    results = {}
+
+    async def one(member: UpdateGossip) -> None:
+        results[member.me] = await member.exchange(round_, bytes([len(results)]) * NBYTES,
+                                                   deadline=trio.current_time() + deadline)
+
+    async with trio.open_nursery() as nursery:
+        for member in members:
+            nursery.start_soon(one, member)
+    return results
+
+
+async def test_every_member_gets_every_update_sorted_by_sender():
+    group = Group()
+    members = [group.add() for _ in range(3)]
+    results = await run_round(members)
+    for contributions in results.values():
+        assert [c.sender for c in contributions] == sorted(group.members)
+    assert all(ok for _, ok in group.verdicts)
+
+
+async def test_a_missing_member_holds_the_round_only_until_the_deadline():
+    group = Group()
+    members = [group.add() for _ in range(2)]
+    silent = group.add()  # expected, never sends
+    with trio.fail_after(3):
+        results = await run_round(members, deadline=1.0)
+    assert all(silent.me not in {c.sender for c in r} and len(r) == 2 for r in results.values())
+
+
+def forged(group: Group, member: UpdateGossip, *, key=None, run=RUN, round_=0, nbytes=NBYTES, sender=None,
+           payload=None) -> tuple[str, bytes]:
+    key = key or member.key_pair
+    origin = ID.from_pubkey(key.public_key).to_base58()
+    ann = UpdateAnnouncement(sender=sender or origin, nbytes=nbytes, checksum=b"\x01" * 32)
+    env = seal(key, domain=DOMAIN, run=run, round=round_, payload=payload if payload is not None else encode(ann))
+    return origin, env.to_bytes()
+
+
+@pytest.mark.parametrize("case", ["other run", "wrong size", "undecodable", "claims another sender", "bad signature"])
+async def test_bad_announcements_are_refused_and_the_round_completes(case):
+    group = Group()
+    honest = [group.add() for _ in range(3)]
+    liar = honest[2]
+    if case == "other run":
+        origin, raw = forged(group, liar, run="other")
+    elif case == "wrong size":
+        origin, raw = forged(group, liar, nbytes=NBYTES + 1)
+    elif case == "undecodable":
+        origin, raw = forged(group, liar, payload=b"\xc1garbage")
+    elif case == "claims another sender":
+        origin, raw = forged(group, liar, sender=honest[0].me)
+    else:
+        origin, raw = forged(group, liar)
+        raw = raw[:-5] + bytes(b ^ 0xFF for b in raw[-5:])
+    assert honest[0].validate(origin, raw) is False  # refused: the node penalises the forwarder
+    results = await run_round(honest)
+    assert all(len(r) == 3 for r in results.values())
+
+
+async def test_updates_of_strangers_are_dropped_at_round_close():
+    group = Group()
+    members = [group.add() for _ in range(2)]
+    stranger_key = create_new_key_pair()
+    stranger = ID.from_pubkey(stranger_key.public_key).to_base58()
+    payload = b"\x07" * NBYTES
+    checksum = blake3.blake3(payload).digest()
+    group.store[checksum] = payload
+    ann = UpdateAnnouncement(sender=stranger, nbytes=NBYTES, checksum=checksum)
+    raw = seal(stranger_key, domain=DOMAIN, run=RUN, round=0, payload=encode(ann)).to_bytes()
+    assert members[0].validate(stranger, raw)  # well-formed: no penalty (its lease may be late)
+    results = await run_round(members, deadline=1.0)
+    assert all(stranger not in {c.sender for c in r} for r in results.values())
+
+
+async def test_announcements_outside_the_round_window_are_ignored_without_penalty():
+    group = Group()
+    member, other = group.add(), group.add()
+    member.current_round = 10
+    origin, stale = forged(group, other, round_=3)
+    _, early = forged(group, other, round_=40)
+    assert member.validate(origin, stale) and member.validate(origin, early)
+    assert member._rounds == {}  # nothing recorded
