@@ -23,6 +23,7 @@ import struct
 from typing import Protocol
 
 import trio
+from libp2p.exceptions import BaseLibp2pError
 from libp2p.io.exceptions import IOException
 
 from .errors import MessageTooLarge, PeerTimeout, StreamEnded
@@ -41,13 +42,26 @@ class ByteStream(Protocol):
     async def write(self, data: bytes) -> None: ...
 
 
+# What a stream raises when the peer resets or the connection dies. py-libp2p's muxer errors
+# (MuxedStreamError and kin) are not IOExceptions; a stream ending is the peer's doing, not ours.
+_STREAM_FAILURES: tuple[type[BaseException], ...] = (
+    IOException, BaseLibp2pError, trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError,
+)
+
+
+def _readinto_of(stream: object):
+    """The zero-copy `readinto` of our own muxed streams (node/transport), when present."""
+    muxed = getattr(stream, "muxed_stream", stream)
+    return getattr(muxed, "readinto", None)
+
+
 async def _read_some(stream: ByteStream, n: int, *, idle_timeout: float, phase: str) -> bytes:
     with trio.move_on_after(idle_timeout):
         try:
             chunk = await stream.read(n)
         except EOFError:
             chunk = b""
-        except (IOException, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+        except _STREAM_FAILURES as exc:
             raise StreamEnded(f"stream failed during {phase}: {exc!r}") from None
         if not chunk:
             raise StreamEnded(f"stream ended during {phase}")
@@ -65,6 +79,22 @@ async def read_exactly_into(
     """Fill `buffer` (a writable byte memoryview) completely from `stream`."""
     view = buffer.cast("B") if buffer.format != "B" or buffer.ndim != 1 else buffer
     filled, total = 0, len(view)
+    readinto = _readinto_of(stream)
+    if readinto is not None:
+        while filled < total:
+            with trio.move_on_after(idle_timeout):
+                try:
+                    got = await readinto(view[filled:])
+                except EOFError:
+                    got = 0
+                except _STREAM_FAILURES as exc:
+                    raise StreamEnded(f"stream failed during {phase}: {exc!r}") from None
+                if not got:
+                    raise StreamEnded(f"stream ended during {phase}")
+                filled += got
+                continue
+            raise PeerTimeout(f"no bytes for {idle_timeout:g} s during {phase}", phase=phase)
+        return
     while filled < total:
         chunk = await _read_some(stream, total - filled, idle_timeout=idle_timeout, phase=phase)
         if len(chunk) > total - filled:  # a misbehaving stream returned more than asked for
@@ -131,7 +161,7 @@ async def write_frame(
             else:
                 await stream.write(header)
                 await stream.write(data)
-        except (IOException, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+        except _STREAM_FAILURES as exc:
             raise StreamEnded(f"stream failed while writing a frame: {exc!r}") from None
         return
     raise PeerTimeout(f"peer took {len(data)} bytes too slowly", phase="frame-write")
