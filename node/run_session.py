@@ -120,12 +120,15 @@ class RunSession:
         )
         self.driver = None
         self.error: str | None = None
+        self.directory = daemon.config.home / "runs" / run_id
+        save_manifest(self.directory, manifest_envelope)
 
     def _penalise(self, penalty: Penalty) -> None:
         self.daemon.scoreboard.penalise(penalty.peer, penalty.points, f"run state: {penalty.reason}")
 
     async def run(self, *, task_status: trio.TaskStatus[RunSession] = trio.TASK_STATUS_IGNORED) -> None:
         from peertrain.swarm.diloco.build import build_member
+        from peertrain.swarm.diloco.checkpoint import CheckpointStore
         from peertrain.swarm.diloco.driver import DiLoCoDriver
         from peertrain.swarm.diloco.run_spec import DiLoCoSpec
         from peertrain.swarm.diloco.update_gossip import UpdateGossip
@@ -149,6 +152,7 @@ class RunSession:
         self.driver = holder["driver"] = DiLoCoDriver(
             spec=spec, peer_id=me, built=built, replicator=self.replicator, gossip=gossip, tensors=tensors,
             addrs=self.daemon.addrs, attack=self.daemon.config.attack,
+            checkpoints=CheckpointStore(self.directory / "checkpoints", keep=3),
         )
         async with trio.open_nursery() as nursery:
             inbox = await self.daemon.gossip.subscribe(tensors.topic, validator=gossip.validate)
@@ -189,6 +193,26 @@ class RunSession:
             "model": self.driver.spec.model if self.driver else "",
             "error": self.error,
         }
+
+
+def save_manifest(directory, envelope: bytes) -> None:
+    """Keep the signed manifest, so this node can restart the run even if no peer is up."""
+    import os
+
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = directory / "manifest.envelope"
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(envelope)
+        os.replace(tmp, path)
+
+
+def saved_manifests(home) -> dict[str, bytes]:
+    """run ID → signed manifest envelope, for every run this home has taken part in."""
+    out = {}
+    for path in sorted((home / "runs").glob("*/manifest.envelope")):
+        out[path.parent.name] = path.read_bytes()
+    return out
 
 
 async def _drain(inbox: trio.MemoryReceiveChannel) -> None:

@@ -25,7 +25,7 @@ from peertrain.protocol.schema import MaxLen
 
 from .errors import ControlError, NodeError
 from .rpc import RpcServer, refuse, request
-from .run_session import CRDT_SYNC, RunSession
+from .run_session import CRDT_SYNC, RunSession, saved_manifests
 
 if TYPE_CHECKING:
     from .daemon import Daemon
@@ -106,6 +106,10 @@ class RunManager:
         for session in self.sessions.values():
             if name in (session.manifest.name, session.run_id):
                 return session
+        local = self._saved(name)
+        if local is not None:  # we were in this run before: restart it, peers or not
+            run_id, envelope = local
+            return await self._start(run_id, envelope, seeds=set())
         with trio.move_on_after(timeout):
             while True:
                 found = await self._lookup(name)
@@ -114,6 +118,17 @@ class RunManager:
                     return await self._start(reply.run_id, reply.manifest, seeds={peer})
                 await trio.sleep(0.5)
         raise ControlError(f"no connected peer knows a run named {name!r} (after {timeout:.0f} s)")
+
+    def _saved(self, name: str) -> tuple[str, bytes] | None:
+        for run_id, envelope in saved_manifests(self.daemon.config.home).items():
+            try:
+                manifest = open_manifest(envelope, run_id)
+            except PeertrainError:
+                log.warning("ignoring a corrupt saved manifest for run %s", run_id[:16])
+                continue
+            if name in (manifest.name, run_id):
+                return run_id, envelope
+        return None
 
     async def _join_configured(self, name: str) -> None:
         try:

@@ -30,6 +30,7 @@ from peertrain.crdt.replicator import Replicator
 from peertrain.protocol.tensors import PreparedTensor, TensorDownload, prepare_tensor
 
 from .build import BuiltMember
+from .checkpoint import CheckpointStore
 from .member import MemberState, RoundReport
 from .run_spec import DiLoCoSpec
 from .update_gossip import UpdateGossip
@@ -78,7 +79,8 @@ class DriverProgress:
 class DiLoCoDriver:
     def __init__(self, *, spec: DiLoCoSpec, peer_id: str, built: BuiltMember, replicator: Replicator,
                  gossip: UpdateGossip, tensors: TensorTransport, addrs: Callable[[], list[str]],
-                 on_round: Callable[[RoundReport], None] | None = None, attack: str | None = None):
+                 on_round: Callable[[RoundReport], None] | None = None, attack: str | None = None,
+                 checkpoints: CheckpointStore | None = None):
         self.spec = spec
         self.peer_id = peer_id
         self.replicator = replicator
@@ -88,6 +90,7 @@ class DiLoCoDriver:
         self.addrs = addrs
         self.on_round = on_round
         self.attack = _build_attack(attack)
+        self.checkpoints = checkpoints
         self.progress = DriverProgress()
         self.built = built
         self._served: bytes | None = None
@@ -152,6 +155,13 @@ class DiLoCoDriver:
         await self._publish_state()
         await self._agree_with_majority()
         await self._record(report)
+        await self._save_checkpoint()
+
+    async def _save_checkpoint(self) -> None:
+        """Our own copy of the agreed state (atomic, content-addressed, last K kept)."""
+        if self.checkpoints is not None:
+            snapshot = self.member.snapshot()
+            await self._thread(lambda: self.checkpoints.save(snapshot, manifest_hash=self.state.run_id))
 
     async def _record(self, report: RoundReport) -> None:
         loss = await self._thread(self.built.eval_loss)
@@ -219,6 +229,8 @@ class DiLoCoDriver:
             with trio.move_on_after(5.0):
                 while self._newest_majority_round() < 0 and self.replicator.exchange.peers():
                     await trio.sleep(0.1)
+        if initial:
+            await self._resume_local()
         newest = self._newest_majority_round()
         if newest >= self.member.round and newest >= 0:
             majority = self._refs(newest).most_common(1)[0][0]
@@ -229,6 +241,19 @@ class DiLoCoDriver:
         self.progress.round = self.member.round
         if self.progress.initial_loss is None:
             self.progress.loss = self.progress.initial_loss = await self._thread(self.built.eval_loss)
+
+    async def _resume_local(self) -> None:
+        """A restarted member starts from its own newest checkpoint; peers ahead of it win after."""
+        if self.checkpoints is None:
+            return
+        try:
+            found = await self._thread(self.checkpoints.latest)
+        except Exception as exc:  # a corrupt store must not stop the node: peers have the state
+            log.warning("local checkpoints unusable (%s); catching up from peers", exc)
+            return
+        if found is not None and found[1].round > self.member.round:
+            await self._thread(self.member.restore, found[1])
+            log.info("resumed from our own checkpoint of round %d", found[1].round)
 
     async def _own_checksum(self) -> bytes:
         prepared = await self._thread(lambda: prepare_tensor(STATE_NAME, self._state_tensor()))
