@@ -1,0 +1,1 @@
+"""SWARM pipelines (see module docstrings; the transport interface is in transport.py)."""
