@@ -80,7 +80,9 @@ def apply_move(stages: Sequence[StageView], move: Move) -> list[StageView]:
     result[move.source] = StageView(
         demand=source.demand, servers={p: v for p, v in source.servers.items() if p != move.peer}
     )
-    result[move.target] = StageView(demand=target.demand, servers={**target.servers, move.peer: speed})
+    result[move.target] = StageView(
+        demand=target.demand, servers={**target.servers, move.peer: speed}
+    )
     return result
 
 

@@ -10,7 +10,9 @@ from peertrain.swarm.pipeline.rebalance import (
 )
 
 
-def _view(sizes: list[int], speed: float = 1.0, demands: list[float] | None = None) -> list[StageView]:
+def _view(
+    sizes: list[int], speed: float = 1.0, demands: list[float] | None = None
+) -> list[StageView]:
     demands = demands or [1.0] * len(sizes)
     names = iter(f"peer{i}" for i in range(sum(sizes)))
     return [
