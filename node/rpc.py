@@ -10,19 +10,18 @@ instead of growing memory. `request` is the client side, with the same limits.
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from collections.abc import Awaitable, Callable
 
 import trio
 from libp2p.abc import IHost, INetStream
 from libp2p.peer.id import ID
-
 from peertrain.protocol.errors import ProtocolError, StreamEnded
 from peertrain.protocol.framing import read_message, write_message
 from peertrain.protocol.ids import ProtocolId
 from peertrain.protocol.messages import ErrorCode, ErrorResponse, Request, Response, check_reply
 
 from .penalties import PeerScoreboard, is_misbehaviour
+from .stream_limits import StreamSlots
 
 log = logging.getLogger(__name__)
 
@@ -47,28 +46,15 @@ class RpcServer:
         self.host, self.pid, self.request_type, self.handler = host, pid, request_type, handler
         self.scoreboard = scoreboard
         self.timeout = timeout
-        self._total = trio.CapacityLimiter(max_total)
-        self._per_peer: defaultdict[str, int] = defaultdict(int)
-        self.max_per_peer = max_per_peer
+        self._slots = StreamSlots(scoreboard, max_total=max_total, max_per_peer=max_per_peer)
 
     def register(self) -> None:
         self.host.set_stream_handler(str(self.pid), self._on_stream)
 
     async def _on_stream(self, stream: INetStream) -> None:
-        peer = stream.muxed_conn.peer_id
-        key = peer.to_base58()
-        if self.scoreboard.is_banned(key) or self._per_peer[key] >= self.max_per_peer:
-            await stream.reset()
-            return
-        self._per_peer[key] += 1
-        try:
-            async with self._total:
-                await self._answer(peer, stream)
-        finally:
-            self._per_peer[key] -= 1
-            if not self._per_peer[key]:
-                del self._per_peer[key]
-            await _close_quietly(stream)
+        async with self._slots.admit(stream) as peer:
+            if peer is not None:
+                await self._answer(stream.muxed_conn.peer_id, stream)
 
     async def _answer(self, peer: ID, stream: INetStream) -> None:
         with trio.move_on_after(self.timeout):

@@ -15,14 +15,13 @@ another holder. Any holder will do, since the checksum, not the holder, is trust
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import trio
 from libp2p.abc import IHost, INetStream
 from libp2p.peer.id import ID
-
 from peertrain.protocol.errors import ChecksumMismatch, ProtocolError
 from peertrain.protocol.ids import protocol_id
 from peertrain.protocol.tensor_transfer import fetch_chunks, request_header, serve_tensor_request
@@ -30,6 +29,7 @@ from peertrain.protocol.tensors import PreparedTensor, TensorDownload
 
 from .errors import NodeError
 from .penalties import PeerScoreboard, is_misbehaviour
+from .stream_limits import StreamSlots
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +101,7 @@ class TensorService:
                  max_total: int = 16, max_per_peer: int = 4, idle_timeout: float = 15.0):
         self.host, self.store, self.scoreboard = host, store, scoreboard
         self.idle_timeout = idle_timeout
-        self.max_per_peer = max_per_peer
-        self._total = trio.CapacityLimiter(max_total)
-        self._per_peer: defaultdict[str, int] = defaultdict(int)
+        self._slots = StreamSlots(scoreboard, max_total=max_total, max_per_peer=max_per_peer)
         self.bytes_served = 0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -112,25 +110,14 @@ class TensorService:
         await trio.sleep_forever()
 
     async def _on_stream(self, stream: INetStream) -> None:
-        peer = stream.muxed_conn.peer_id.to_base58()
-        if self.scoreboard.is_banned(peer) or self._per_peer[peer] >= self.max_per_peer:
-            await stream.reset()
-            return
-        self._per_peer[peer] += 1
-        try:
-            async with self._total:
-                await serve_tensor_request(stream, self._lookup, idle_timeout=self.idle_timeout)
-        except ProtocolError as exc:
-            if is_misbehaviour(exc):
-                self.scoreboard.penalise(peer, BAD_REQUEST_PENALTY, f"tensor request: {exc}")
-        finally:
-            self._per_peer[peer] -= 1
-            if not self._per_peer[peer]:
-                del self._per_peer[peer]
+        async with self._slots.admit(stream) as peer:
+            if peer is None:
+                return
             try:
-                await stream.close()
-            except Exception:
-                pass
+                await serve_tensor_request(stream, self._lookup, idle_timeout=self.idle_timeout)
+            except ProtocolError as exc:
+                if is_misbehaviour(exc):
+                    self.scoreboard.penalise(peer, BAD_REQUEST_PENALTY, f"tensor request: {exc}")
 
     def _lookup(self, checksum: bytes) -> PreparedTensor | None:
         prepared = self.store.get(checksum)

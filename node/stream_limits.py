@@ -1,0 +1,48 @@
+"""Admission of inbound streams: banned peers are refused, and each peer and all peers together
+get a bounded number of concurrent handlers, so a flood of streams waits or is reset instead of
+growing memory. One object per protocol handler."""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from collections.abc import AsyncIterator
+
+import trio
+from libp2p.abc import INetStream
+
+from .penalties import PeerScoreboard
+
+
+class StreamSlots:
+    def __init__(self, scoreboard: PeerScoreboard, *, max_total: int, max_per_peer: int):
+        self.scoreboard = scoreboard
+        self.max_per_peer = max_per_peer
+        self._total = trio.CapacityLimiter(max_total)
+        self._per_peer: defaultdict[str, int] = defaultdict(int)
+
+    @contextlib.asynccontextmanager
+    async def admit(self, stream: INetStream) -> AsyncIterator[str | None]:
+        """Yield the peer's base58 ID while it holds a slot, or None (stream reset) if refused.
+        The stream is closed on the way out either way."""
+        peer = stream.muxed_conn.peer_id.to_base58()
+        if self.scoreboard.is_banned(peer) or self._per_peer[peer] >= self.max_per_peer:
+            await _quietly(stream.reset())
+            yield None
+            return
+        self._per_peer[peer] += 1
+        try:
+            async with self._total:
+                yield peer
+        finally:
+            self._per_peer[peer] -= 1
+            if not self._per_peer[peer]:
+                del self._per_peer[peer]
+            await _quietly(stream.close())
+
+
+async def _quietly(awaitable) -> None:
+    try:
+        await awaitable
+    except Exception:  # the peer may already have reset it
+        pass
