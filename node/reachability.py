@@ -1,0 +1,301 @@
+"""Is this node reachable from the internet? Asked of peers, answered by a fresh dial back.
+
+libp2p's AutoNAT v1 gets this wrong both ways (LIBP2P-NOTES.md): a public node advertising
+0.0.0.0 is told "private", and a NATed node is told "public" because the server "dials back"
+over the connection that already exists. Our check, `/peertrain/dialback/1.0.0`:
+
+    client ── DialbackRequest(addrs=[its listen addresses]) ──▶ server
+    server: builds a throwaway host (new key, so a new peer ID; new socket, so a new source
+            port) and dials the client's peer ID at each address it may dial:
+              - a candidate whose IP is the one the server sees the client coming from;
+              - the seen IP with each candidate's port (a forwarded port, an outer NAT address).
+            The Noise handshake proves it reached *the client*, not whoever holds that address.
+    client ◀── DialbackResponse(observed=…, reached=[…], tried=[…]) ── server
+
+Only the seen IP is ever dialed, so the service cannot be used to make us dial third parties.
+The client asks at least `min_servers` distinct peers and decides: "public" when an address was
+reached by at least `min_servers` of them, "private" when that many answered and none reached
+anything, "unknown" otherwise. `Reachability.text` says it to the user in plain words.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import random
+import time
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import trio
+from libp2p.abc import IHost, INetStream
+from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import PeerInfo
+from multiaddr import Multiaddr
+
+from peertrain.protocol.errors import PeertrainError, ProtocolError
+from peertrain.protocol.framing import read_message, write_message
+from peertrain.protocol.ids import protocol_id
+from peertrain.protocol.messages import Request, Response, message
+from peertrain.protocol.schema import MaxLen
+
+from .errors import NodeError
+from .identity import Identity
+
+log = logging.getLogger(__name__)
+
+DIALBACK = protocol_id("dialback", "1.0.0")
+MAX_CANDIDATES = 8
+MAX_DIALS = 4
+Addr = Annotated[str, MaxLen(256)]
+
+
+@message("node/dialback-request", max_size=4096)
+class DialbackRequest(Request):
+    addrs: Annotated[tuple[Addr, ...], MaxLen(MAX_CANDIDATES)]
+
+
+@message("node/dialback-response", max_size=4096)
+class DialbackResponse(Response):
+    observed: Addr  # the IP the server saw the request come from
+    reached: Annotated[tuple[Addr, ...], MaxLen(MAX_DIALS)]
+    tried: Annotated[tuple[Addr, ...], MaxLen(MAX_DIALS)]
+
+
+def dial_targets(candidates: tuple[str, ...], observed_ip: str) -> list[Multiaddr]:
+    """The addresses a server may dial for a client seen at `observed_ip`, at most MAX_DIALS."""
+    targets: list[str] = []
+    ports: list[str] = []
+    for text in candidates[:MAX_CANDIDATES]:
+        try:
+            addr = Multiaddr(text)
+            ip, port = addr.value_for_protocol("ip4"), addr.value_for_protocol("tcp")
+        except Exception:  # a malformed or non-ip4/tcp candidate is simply not dialed
+            continue
+        if ip == observed_ip:
+            targets.append(f"/ip4/{ip}/tcp/{port}")
+        ports.append(port)
+    targets += [f"/ip4/{observed_ip}/tcp/{port}" for port in ports]
+    return [Multiaddr(t) for t in dict.fromkeys(targets)][:MAX_DIALS]
+
+
+async def dial_fresh(peer: ID, addr: Multiaddr, *, timeout: float) -> bool:
+    """Can a stranger (new key, new socket) complete a handshake with `peer` at `addr`?"""
+    from .host import build_host  # late: host imports transports this module's users may not need
+
+    probe = build_host(Identity.generate(), dial_timeout=timeout)
+    try:
+        async with probe.run([]):
+            with trio.move_on_after(timeout):
+                await probe.connect(PeerInfo(peer, [addr]))
+                return True
+    except Exception as exc:  # refused, timed out, wrong peer: all mean "not reached"
+        log.debug("dial-back to %s at %s failed: %s", peer, addr, exc)
+    return False
+
+
+class DialbackServer:
+    """Answers dial-back requests, a few at a time (each costs a host and some dials)."""
+
+    def __init__(self, host: IHost, *, dial_timeout: float = 5.0, max_concurrent: int = 2):
+        self.host = host
+        self.dial_timeout = dial_timeout
+        self._limiter = trio.CapacityLimiter(max_concurrent)
+
+    def register(self) -> None:
+        self.host.set_stream_handler(str(DIALBACK), self._on_stream)
+
+    async def _on_stream(self, stream: INetStream) -> None:
+        peer = stream.muxed_conn.peer_id
+        remote = stream.get_remote_address()
+        try:
+            if remote is None or self._limiter.available_tokens == 0:
+                return  # busy or no address to dial: closing tells the client to ask elsewhere
+            async with self._limiter:
+                request = await read_message(stream, DialbackRequest, idle_timeout=self.dial_timeout)
+                response = await self.answer(peer, remote[0], request)
+                await write_message(stream, response, idle_timeout=self.dial_timeout)
+        except ProtocolError as exc:
+            log.debug("dial-back request from %s: %s", peer, exc)
+        finally:
+            await _close_quietly(stream)
+
+    async def answer(self, peer: ID, observed_ip: str, request: DialbackRequest) -> DialbackResponse:
+        targets = dial_targets(request.addrs, observed_ip)
+        results = [False] * len(targets)
+
+        async def one(i: int) -> None:
+            results[i] = await dial_fresh(peer, targets[i], timeout=self.dial_timeout)
+
+        async with trio.open_nursery() as nursery:
+            for i in range(len(targets)):
+                nursery.start_soon(one, i)
+        reached = tuple(str(t) for t, ok in zip(targets, results) if ok)
+        return request.reply(
+            DialbackResponse, observed=observed_ip, reached=reached, tried=tuple(str(t) for t in targets)
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reachability:
+    """What the node knows about how others can reach it."""
+
+    status: str  # "public" | "private" | "unknown"
+    addrs: tuple[str, ...] = ()  # dialed back by at least `min_servers` peers
+    observed_ips: tuple[str, ...] = ()  # how peers see us
+    answers: int = 0
+    checked_at: float | None = None  # time.time()
+    text: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status, "addrs": list(self.addrs), "observed_ips": list(self.observed_ips),
+            "answers": self.answers, "checked_at": self.checked_at, "text": self.text,
+        }
+
+
+def decide(
+    answers: list[DialbackResponse], *, peer_id: str, listen: list[str], min_servers: int = 2
+) -> Reachability:
+    """Turn servers' answers into a verdict and the words for it."""
+    counts: dict[str, int] = {}
+    for answer in answers:
+        for addr in set(answer.reached):
+            counts[addr] = counts.get(addr, 0) + 1
+    confirmed = tuple(a for a, n in sorted(counts.items()) if n >= min_servers)
+    observed = tuple(dict.fromkeys(a.observed for a in answers))
+    if confirmed:
+        status = "public"
+    elif len(answers) >= min_servers:
+        status = "private"
+    else:
+        status = "unknown"
+    text = verdict_text(status, confirmed=confirmed, observed=observed, peer_id=peer_id,
+                        listen=listen, answers=len(answers), min_servers=min_servers)
+    return Reachability(status=status, addrs=confirmed, observed_ips=observed, answers=len(answers),
+                        checked_at=time.time(), text=text)
+
+
+def verdict_text(
+    status: str, *, confirmed: tuple[str, ...], observed: tuple[str, ...], peer_id: str,
+    listen: list[str], answers: int, min_servers: int,
+) -> str:
+    if status == "public":
+        where = ", ".join(f"{a}/p2p/{peer_id}" for a in confirmed)
+        return f"reachable directly at {where} (dialed back by {min_servers}+ peers)"
+    if status == "unknown":
+        return (f"reachability not known yet: {answers} of the {min_servers} peers needed answered "
+                "the dial-back check; connect to more peers (--bootstrap) to find out")
+    seen = " / ".join(observed) or "?"
+    ports = sorted({_port(a) for a in listen if _port(a)}) or ["4001"]
+    local = next((a for a in listen if not _is_loopback(a)), listen[0] if listen else "?")
+    return (
+        f"behind NAT: peers see you as {seen} but cannot connect back to you. Outgoing "
+        "connections work. To accept connections: "
+        f"1. forward TCP port {ports[0]} on your router to this machine ({local}) and restart "
+        f"with --announce /ip4/{observed[0] if observed else '<public ip>'}/tcp/{ports[0]}; "
+        "2. or enable UPnP on your router; "
+        "3. or run the node on a machine with a public IP address"
+    )
+
+
+def _port(addr: str) -> str | None:
+    try:
+        return Multiaddr(addr).value_for_protocol("tcp")
+    except Exception:
+        return None
+
+
+def _is_loopback(addr: str) -> bool:
+    try:
+        return ipaddress.ip_address(Multiaddr(addr).value_for_protocol("ip4")).is_loopback
+    except Exception:
+        return False
+
+
+class ReachabilityCheck:
+    """Serves dial-backs and, every `interval` seconds, checks this node's own reachability."""
+
+    def __init__(
+        self, host: IHost, *, min_servers: int = 2, max_servers: int = 3, interval: float = 600.0,
+        retry: float = 5.0, timeout: float = 15.0, serve: bool = True,
+    ):
+        self.host = host
+        self.min_servers, self.max_servers = min_servers, max_servers
+        self.interval, self.retry, self.timeout = interval, retry, timeout
+        self.server = DialbackServer(host) if serve else None
+        self.current = Reachability(status="unknown", text="reachability not checked yet")
+        self._changed = trio.Event()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        if self.server is not None:
+            self.server.register()
+        task_status.started()
+        while True:
+            verdict = await self.check()
+            await trio.sleep(self.interval if verdict.status != "unknown" else self.retry)
+
+    async def wait_decided(self) -> Reachability:
+        """The first verdict other than "unknown"."""
+        while self.current.status == "unknown":
+            await self._changed.wait()
+        return self.current
+
+    async def check(self) -> Reachability:
+        """Ask up to `max_servers` connected peers; update and return the verdict."""
+        peers = list(self.host.get_connected_peers())
+        random.shuffle(peers)
+        answers: list[DialbackResponse] = []
+
+        async def ask(peer: ID) -> None:
+            try:
+                answers.append(await self.ask(peer))
+            except PeertrainError as exc:
+                log.debug("dial-back check with %s: %s", peer, exc)
+
+        async with trio.open_nursery() as nursery:
+            for peer in peers[: self.max_servers]:
+                nursery.start_soon(ask, peer)
+        listen = [str(a) for a in self.host.get_addrs()]
+        verdict = decide(answers, peer_id=self.host.get_id().to_base58(), listen=listen,
+                         min_servers=self.min_servers)
+        if verdict.status != "unknown" or self.current.status == "unknown":
+            if verdict.status != self.current.status:
+                log.info("reachability: %s", verdict.text)
+            self.current = verdict
+            self._changed.set()
+            self._changed = trio.Event()
+        return self.current
+
+    async def ask(self, peer: ID) -> DialbackResponse:
+        addrs = tuple(_without_p2p(a) for a in self.host.get_addrs())[:MAX_CANDIDATES]
+        request = DialbackRequest(addrs=addrs)
+        with trio.move_on_after(self.timeout):
+            try:
+                stream = await self.host.new_stream(peer, [str(DIALBACK)])
+            except Exception as exc:  # no such protocol, connection gone: this peer cannot help
+                raise DialbackUnavailable(f"{peer} does not serve {DIALBACK}: {exc}") from None
+            try:
+                await write_message(stream, request, idle_timeout=self.timeout)
+                response = await read_message(stream, DialbackResponse, idle_timeout=self.timeout)
+            finally:
+                await _close_quietly(stream)
+            if response.request_id != request.request_id:
+                raise DialbackUnavailable(f"{peer} answered another request")
+            return response
+        raise DialbackUnavailable(f"{peer} did not answer the dial-back check in {self.timeout:.0f} s")
+
+
+class DialbackUnavailable(NodeError):
+    """A peer could not or would not run the dial-back check for us."""
+
+
+def _without_p2p(addr: Multiaddr) -> str:
+    return str(addr).split("/p2p/")[0]
+
+
+async def _close_quietly(stream: INetStream) -> None:
+    try:
+        await stream.close()
+    except Exception:  # already reset by the peer
+        pass

@@ -1,0 +1,90 @@
+"""The dial-back reachability check on loopback: real hosts, real dials, no namespaces needed."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+import trio
+from libp2p.peer.peerinfo import PeerInfo
+from multiaddr import Multiaddr
+
+from peertrain.node.host import build_host
+from peertrain.node.identity import Identity
+from peertrain.node.reachability import (
+    DialbackResponse, ReachabilityCheck, decide, dial_targets,
+)
+
+
+@asynccontextmanager
+async def running_host(listen: list[str]):
+    host = build_host(Identity.generate(), dial_timeout=3.0)
+    async with host.run([Multiaddr(a) for a in listen]):
+        yield host
+
+
+@asynccontextmanager
+async def servers(n: int):
+    async with trio.open_nursery() as nursery:
+        hosts = []
+        async with running_host(["/ip4/127.0.0.1/tcp/0"]) as a, running_host(["/ip4/127.0.0.1/tcp/0"]) as b:
+            for host in [a, b][:n]:
+                await nursery.start(ReachabilityCheck(host, interval=3600).run)
+                hosts.append(host)
+            yield hosts
+            nursery.cancel_scope.cancel()
+
+
+async def connect_all(client, hosts) -> None:
+    for host in hosts:
+        await client.connect(PeerInfo(host.get_id(), host.get_addrs()))
+
+
+async def test_listening_node_on_loopback_is_public():
+    async with servers(2) as hosts, running_host(["/ip4/127.0.0.1/tcp/0"]) as client:
+        await connect_all(client, hosts)
+        with trio.fail_after(20):
+            verdict = await ReachabilityCheck(client, serve=False).check()
+        port = client.get_addrs()[0].value_for_protocol("tcp")
+        assert verdict.status == "public", verdict
+        assert verdict.addrs == (f"/ip4/127.0.0.1/tcp/{port}",)
+        assert verdict.text.startswith("reachable directly at /ip4/127.0.0.1/tcp/")
+
+
+async def test_dial_back_uses_a_fresh_connection_not_the_existing_one():
+    # the client connected out to both servers but listens nowhere: a server that reused the
+    # existing connection (AutoNAT v1's mistake) would report it reachable
+    async with servers(2) as hosts, running_host([]) as client:
+        await connect_all(client, hosts)
+        check = ReachabilityCheck(client, serve=False)
+        check.host.get_addrs = lambda: [Multiaddr("/ip4/127.0.0.1/tcp/9")]  # discard port: nobody there
+        with trio.fail_after(20):
+            verdict = await check.check()
+        assert verdict.status == "private", verdict
+        assert verdict.answers == 2
+        assert verdict.text.startswith("behind NAT: peers see you as 127.0.0.1")
+        assert "1. forward TCP port 9" in verdict.text
+
+
+async def test_one_server_is_not_enough_to_decide():
+    async with servers(1) as hosts, running_host(["/ip4/127.0.0.1/tcp/0"]) as client:
+        await connect_all(client, hosts)
+        with trio.fail_after(20):
+            verdict = await ReachabilityCheck(client, serve=False).check()
+        assert verdict.status == "unknown"
+        assert "1 of the 2 peers" in verdict.text
+
+
+def test_only_the_observed_ip_is_dialed():
+    candidates = ("/ip4/192.168.1.5/tcp/4001", "/ip4/203.0.113.9/tcp/4002", "/dns4/x/tcp/1", "garbage")
+    targets = [str(t) for t in dial_targets(candidates, "203.0.113.9")]
+    assert targets == ["/ip4/203.0.113.9/tcp/4002", "/ip4/203.0.113.9/tcp/4001"]
+    many = tuple(f"/ip4/10.0.0.1/tcp/{p}" for p in range(4000, 4020))
+    assert len(dial_targets(many, "10.0.0.1")) == 4
+
+
+def test_an_address_needs_two_confirmations():
+    one = DialbackResponse(request_id=1, observed="1.2.3.4", reached=("/ip4/1.2.3.4/tcp/1",), tried=())
+    none = DialbackResponse(request_id=2, observed="1.2.3.4", reached=(), tried=())
+    assert decide([one, none], peer_id="P", listen=[]).status == "private"
+    assert decide([one, one], peer_id="P", listen=[]).status == "public"
+    assert decide([one], peer_id="P", listen=[]).status == "unknown"
