@@ -188,7 +188,7 @@ def verdict_text(
                 "the dial-back check; connect to more peers (--bootstrap) to find out")
     seen = " / ".join(observed) or "?"
     ports = sorted({_port(a) for a in listen if _port(a)}) or ["4001"]
-    local = next((a for a in listen if not _is_loopback(a)), listen[0] if listen else "?")
+    local = next((_host_port(a) for a in listen if not _is_loopback(a)), "this machine's address")
     return (
         f"behind NAT: peers see you as {seen} but cannot connect back to you. Outgoing "
         "connections work. To accept connections: "
@@ -204,6 +204,14 @@ def _port(addr: str) -> str | None:
         return Multiaddr(addr).value_for_protocol("tcp")
     except Exception:
         return None
+
+
+def _host_port(addr: str) -> str:
+    try:
+        ma = Multiaddr(addr)
+        return f"{ma.value_for_protocol('ip4')}:{ma.value_for_protocol('tcp')}"
+    except Exception:
+        return addr
 
 
 def _is_loopback(addr: str) -> bool:

@@ -1,0 +1,85 @@
+"""The namespace test internet (scripts/netns-nat) as seen from the tests: set up, skip, run in it.
+
+Every process started here is ours: we keep its Popen and stop it by PID. The namespaces are
+torn down at the end of the session, which also ends anything an aborted test left inside.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from peertrain.node.processes import DaemonProcess
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "netns-nat"
+
+# name of the namespace a node runs in → the address it listens on there
+PUBLIC = {"pub": "10.213.0.10", "pub2": "10.213.0.11"}
+NATED = {"cone": "192.168.21.2", "cone2": "192.168.24.2", "sym": "192.168.22.2",
+         "sym2": "192.168.25.2", "fwd": "192.168.23.2"}
+WAN = {"cone": "10.213.0.21", "cone2": "10.213.0.24", "sym": "10.213.0.22",
+       "sym2": "10.213.0.25", "fwd": "10.213.0.23"}
+FORWARDED_PORT = 4001
+
+
+def ns(name: str) -> str:
+    return f"pt-{name}"
+
+
+def ip_of(name: str) -> str:
+    return PUBLIC.get(name) or NATED[name]
+
+
+def why_unavailable() -> str | None:
+    """None when the namespaces can be built here, else the reason to skip."""
+    if os.geteuid() != 0:
+        return "NAT tests need root (network namespaces); run them as root or skip"
+    for tool in ("ip", "nft"):
+        if shutil.which(tool) is None:
+            return f"NAT tests need '{tool}' (apt-get install {'iproute2' if tool == 'ip' else 'nftables'})"
+    probe = subprocess.run(["ip", "netns", "add", "pt-probe"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"cannot create network namespaces here: {probe.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", "pt-probe"], capture_output=True)
+    return None
+
+
+def setup() -> None:
+    subprocess.run([str(SCRIPT), "setup"], check=True, capture_output=True, text=True)
+
+
+def teardown() -> None:
+    subprocess.run([str(SCRIPT), "teardown"], check=False, capture_output=True, text=True)
+
+
+def in_ns(name: str, argv: list[str]) -> list[str]:
+    return ["ip", "netns", "exec", ns(name), *argv]
+
+
+class NamespacedDaemon(DaemonProcess):
+    """A `peertrain node start` process inside one of the namespaces (control socket: a file)."""
+
+    def __init__(self, name: str, home: Path, args: list[str], env: dict[str, str] | None = None):
+        super().__init__(home, args, env)
+        self.name = name
+
+    def start(self) -> NamespacedDaemon:
+        self.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._signalled = False
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **(self.env or {})}
+        argv = in_ns(self.name, [sys.executable, "-m", "peertrain", *self.args, "--home", str(self.home)])
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, env=env)
+        return self
+
+
+def daemon_args(name: str, *, bootstrap: list[str] = (), port: int = FORWARDED_PORT) -> list[str]:
+    args = ["node", "start", "--listen", f"/ip4/{ip_of(name)}/tcp/{port}", "--log-format", "json"]
+    for addr in bootstrap:
+        args += ["--bootstrap", addr]
+    return args
