@@ -1,0 +1,51 @@
+"""Real `peertrain node start` daemons in the namespaces: NATed nodes reach the public node."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+
+import pytest
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow]
+
+
+@contextmanager
+def daemons_in(world, base, specs):
+    """specs: [(namespace name, bootstrap addrs or a callable of earlier statuses)]."""
+    started = []
+    try:
+        statuses = []
+        for name, bootstrap in specs:
+            boot = bootstrap(statuses) if callable(bootstrap) else bootstrap
+            daemon = world.NamespacedDaemon(name, base / name, world.daemon_args(name, bootstrap=boot))
+            started.append(daemon.start())
+            statuses.append(daemon.wait_ready(timeout=30))
+        yield started, statuses
+    finally:
+        for daemon in started:
+            daemon.send_signal()
+        for daemon in started:
+            daemon.stop()
+
+
+def wait_for(predicate, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"not true after {timeout} s")
+
+
+def test_nated_daemons_connect_to_the_public_node(nat_world, tmp_path):
+    first = lambda statuses: [statuses[0]["share"]]  # noqa: E731
+    specs = [("pub", []), ("cone", first), ("sym", first), ("fwd", first)]
+    with daemons_in(nat_world, tmp_path, specs) as (daemons, statuses):
+        public = statuses[0]
+        assert public["share"].startswith("/ip4/10.213.0.10/tcp/4001/p2p/")
+        for daemon, status in zip(daemons[1:], statuses[1:]):
+            wait_for(lambda: public["peer_id"] in daemon.status()["peers"])
+        seen_by_public = wait_for(lambda: len(daemons[0].status()["peers"]) >= 3 and daemons[0].status()["peers"])
+        assert {s["peer_id"] for s in statuses[1:]} <= set(seen_by_public)
