@@ -81,9 +81,16 @@ class TimedTensors(NodeTensors):
     async def fetch(self, holders, checksum: bytes, max_nbytes: int):
         t0 = time.monotonic()
         download = await super().fetch(holders, checksum, max_nbytes)
-        self.events.append({"op": "transfer", "checksum": checksum.hex(), "holders": len(holders),
-                            "t0": t0 - self.origin, "t1": time.monotonic() - self.origin,
-                            "nbytes": download.header.nbytes})
+        self.events.append(
+            {
+                "op": "transfer",
+                "checksum": checksum.hex(),
+                "holders": len(holders),
+                "t0": t0 - self.origin,
+                "t1": time.monotonic() - self.origin,
+                "nbytes": download.header.nbytes,
+            }
+        )
         return download
 
 
@@ -103,10 +110,19 @@ class TimedTransport(_UpdateTransport):
         try:
             result = await call
         except BaseException as exc:
-            self.events.append({"op": op, "t0": t0 - self.origin, "t1": time.monotonic() - self.origin,
-                                "error": repr(exc)[:300], **fields})
+            self.events.append(
+                {
+                    "op": op,
+                    "t0": t0 - self.origin,
+                    "t1": time.monotonic() - self.origin,
+                    "error": repr(exc)[:300],
+                    **fields,
+                }
+            )
             raise
-        self.events.append({"op": op, "t0": t0 - self.origin, "t1": time.monotonic() - self.origin, **fields})
+        self.events.append(
+            {"op": op, "t0": t0 - self.origin, "t1": time.monotonic() - self.origin, **fields}
+        )
         return result
 
     async def publish(self, data: bytes) -> None:
@@ -118,8 +134,12 @@ class TimedTransport(_UpdateTransport):
         return checksum
 
     async def fetch(self, holders, checksum: bytes, nbytes: int) -> bytes:
-        return await self._timed("fetch", super().fetch(holders, checksum, nbytes),
-                                 checksum=checksum.hex(), holders=len(holders))
+        return await self._timed(
+            "fetch",
+            super().fetch(holders, checksum, nbytes),
+            checksum=checksum.hex(),
+            holders=len(holders),
+        )
 
 
 # ---------------------------------------------------------------- one node's part
@@ -128,7 +148,6 @@ class TimedTransport(_UpdateTransport):
 def encode_update(numel: int, seed: int) -> tuple[bytes, float]:
     """A random pseudo-gradient, int8 + error feedback encoded as a member does; (payload, s)."""
     import torch
-
     from peertrain.swarm.diloco.compression import ErrorFeedbackEncoder, ProtocolCodec
 
     delta = torch.randn(numel, generator=torch.Generator().manual_seed(seed)).mul_(1e-3)
@@ -141,7 +160,6 @@ def encode_update(numel: int, seed: int) -> tuple[bytes, float]:
 def decode_check(payload: bytes, numel: int) -> tuple[float, bool]:
     """Decode one received update as aggregation will; (seconds, all values finite)."""
     import torch
-
     from peertrain.swarm.diloco.compression import ProtocolCodec
 
     t0 = time.perf_counter()
@@ -160,12 +178,17 @@ class BenchNode:
         self.daemon, self.numel, self.peers = daemon, numel, peers
         self.me = daemon.identity.peer_id.to_base58()
         self.members: set[str] = {self.me}
-        tensors = TimedTensors(daemon, TOPIC, codec=CODEC, block_size=DEFAULT_BLOCK_SIZE, numel=numel)
+        tensors = TimedTensors(
+            daemon, TOPIC, codec=CODEC, block_size=DEFAULT_BLOCK_SIZE, numel=numel
+        )
         self.transport = TimedTransport(tensors)
         self.gossip = UpdateGossip(
-            run_id=RUN_ID, key_pair=daemon.identity.key_pair, transport=self.transport,
+            run_id=RUN_ID,
+            key_pair=daemon.identity.key_pair,
+            transport=self.transport,
             expected_nbytes=ProtocolCodec(CODEC).payload_bytes(numel),
-            is_member=lambda peer: True, expected=lambda round_: set(self.members),
+            is_member=lambda peer: True,
+            expected=lambda round_: set(self.members),
         )
         self.payload: bytes | None = None
         self.encode_s = 0.0
@@ -180,11 +203,16 @@ class BenchNode:
 
     async def wait_connected(self) -> None:
         # an announcement published before the gossipsub mesh forms (next heartbeat) is lost
+        from peertrain.testing import wait_until
+
         gossip, want = self.daemon.gossip, min(self.peers - 1, 4)
-        with trio.fail_after(SETUP_TIMEOUT):
-            while (len(gossip.topic_peers(TOPIC)) < self.peers - 1
-                   or len(gossip.router.mesh.get(TOPIC, ())) < want):
-                await trio.sleep(0.05)
+        await wait_until(
+            lambda: (
+                len(gossip.topic_peers(TOPIC)) >= self.peers - 1
+                and len(gossip.router.mesh.get(TOPIC, ())) >= want
+            ),
+            timeout=SETUP_TIMEOUT,
+        )
 
     async def encode(self, seed: int) -> None:
         self.payload, self.encode_s = await trio.to_thread.run_sync(encode_update, self.numel, seed)
@@ -192,15 +220,23 @@ class BenchNode:
     async def exchange(self, start_at: float, deadline_s: float) -> dict[str, Any]:
         await trio.sleep(max(0.0, start_at - time.monotonic()))
         self.transport.start_clock(start_at)
-        cpu0 = time.process_time()
         payload, self.payload = self.payload, None
-        contributions = await self.gossip.exchange(0, payload, deadline=trio.current_time() + deadline_s)
+        contributions = await self.gossip.exchange(
+            0, payload, deadline=trio.current_time() + deadline_s
+        )
         done = time.monotonic() - start_at
         self.received = {c.sender: c.payload for c in contributions}
-        return {"peer": self.me, "done_s": done, "got": len(contributions), "encode_s": self.encode_s,
-                "cpu_round_s": time.process_time() - cpu0, "events": list(self.transport.events),
-                "bytes_fetched": self.gossip.bytes_fetched, "rejected": self.gossip.rejected,
-                "missing": sorted(self.members - set(self.received)), "links": self.remote_ports()}
+        return {
+            "peer": self.me,
+            "done_s": done,
+            "got": len(contributions),
+            "encode_s": self.encode_s,
+            "events": list(self.transport.events),
+            "bytes_fetched": self.gossip.bytes_fetched,
+            "rejected": self.gossip.rejected,
+            "missing": sorted(self.members - set(self.received)),
+            "links": self.remote_ports(),
+        }
 
     async def check_one(self) -> dict[str, Any]:
         other = next((p for s, p in self.received.items() if s != self.me), None)
@@ -229,8 +265,12 @@ async def _drain(inbox: trio.MemoryReceiveChannel) -> None:
 def _node_config(home: Path, bootstrap: Sequence[str]):
     from peertrain.node.config import NodeConfig
 
-    return NodeConfig(home=home, listen=("/ip4/127.0.0.1/tcp/0",), bootstrap=tuple(bootstrap),
-                      reconnect_interval=0.2)
+    return NodeConfig(
+        home=home,
+        listen=("/ip4/127.0.0.1/tcp/0",),
+        bootstrap=tuple(bootstrap),
+        reconnect_interval=0.2,
+    )
 
 
 # ---------------------------------------------------------------- processes mode
@@ -247,7 +287,9 @@ def node_process(index: int, numel: int, peers: int, home: str, conn, profile: s
         conn.send({"error": f"node {index}: {exc!r}", "traceback": traceback.format_exc()[-4000:]})
 
 
-async def _node_main(index: int, numel: int, peers: int, home: Path, conn, profile: str | None) -> None:
+async def _node_main(
+    index: int, numel: int, peers: int, home: Path, conn, profile: str | None
+) -> None:
     from peertrain.node.daemon import Daemon
     from peertrain.node.host import connect, parse_peer_addr
     from peertrain.node.identity import Identity
@@ -260,7 +302,9 @@ async def _node_main(index: int, numel: int, peers: int, home: Path, conn, profi
         node = BenchNode(daemon, numel, peers)
         conn.send({"peer": node.me, "addr": daemon.addrs()[0], "port": node.listen_port()})
         roster = await recv()
-        for addr in roster["addrs"][:index]:  # node i dials the nodes before it: one connection a pair
+        for addr in roster["addrs"][
+            :index
+        ]:  # node i dials the nodes before it: one connection a pair
             await connect(daemon.host, parse_peer_addr(addr))
         await node.join(nursery, set(roster["members"]))
         await node.wait_connected()
@@ -272,14 +316,20 @@ async def _node_main(index: int, numel: int, peers: int, home: Path, conn, profi
             elif command["do"] == "round":
                 profiler = _profiler(profile)
                 await trio.sleep(max(0.0, command["start_at"] - time.monotonic()))
-                cpu0 = time.process_time()
+                cpu0, loop0 = time.process_time(), time.thread_time()
                 report = await node.exchange(command["start_at"], command["deadline_s"])
                 conn.send(report)
                 await recv()  # everyone is done: what we spent serving the others counts too
                 if profiler is not None:
                     profiler.disable()
                     profiler.dump_stats(os.path.join(profile, f"node{index}.prof"))
-                conn.send({"cpu_s": time.process_time() - cpu0, **(await node.check_one() if index == 0 else {})})
+                conn.send(
+                    {
+                        "cpu_s": time.process_time() - cpu0,
+                        "loop_cpu_s": time.thread_time() - loop0,
+                        **(await node.check_one() if index == 0 else {}),
+                    }
+                )
         nursery.cancel_scope.cancel()
 
 
@@ -301,8 +351,11 @@ def run_processes(args: argparse.Namespace) -> dict[str, Any]:
         try:
             for index in range(args.peers):
                 parent, child = ctx.Pipe()
-                proc = ctx.Process(target=node_process, daemon=True,
-                                   args=(index, args.numel, args.peers, f"{tmp}/n{index}", child, args.profile))
+                proc = ctx.Process(
+                    target=node_process,
+                    daemon=True,
+                    args=(index, args.numel, args.peers, f"{tmp}/n{index}", child, args.profile),
+                )
                 proc.start()
                 pipes.append(parent)
                 procs.append(proc)
@@ -328,8 +381,11 @@ def run_processes(args: argparse.Namespace) -> dict[str, Any]:
             for report, pipe in zip(reports, pipes, strict=True):
                 report.update(_get(pipe))
                 pipe.send({"do": "stop"})
-            return {"reports": reports, "ports": {h["peer"]: h["port"] for h in hello},
-                    "links": link_bytes(reports, {h["peer"]: h["port"] for h in hello}, before, after)}
+            return {
+                "reports": reports,
+                "ports": {h["peer"]: h["port"] for h in hello},
+                "links": link_bytes(reports, {h["peer"]: h["port"] for h in hello}, before, after),
+            }
         finally:
             for proc in procs:
                 proc.join(10)
@@ -353,8 +409,10 @@ async def run_inproc(args: argparse.Namespace) -> dict[str, Any]:
     from peertrain.testing import open_test_swarm, wait_until
 
     async with open_test_swarm(args.peers) as daemons, trio.open_nursery() as nursery:
-        await wait_until(lambda: all(len(d.host.get_connected_peers()) >= args.peers - 1 for d in daemons),
-                         timeout=SETUP_TIMEOUT)
+        await wait_until(
+            lambda: all(len(d.host.get_connected_peers()) >= args.peers - 1 for d in daemons),
+            timeout=SETUP_TIMEOUT,
+        )
         nodes = [BenchNode(d, args.numel, args.peers) for d in daemons]
         members = {n.me for n in nodes}
         for node in nodes:
@@ -366,7 +424,7 @@ async def run_inproc(args: argparse.Namespace) -> dict[str, Any]:
         ports = {n.me: n.listen_port() for n in nodes}
         before = tcp_counters(set(ports.values()))
         start_at = time.monotonic() + 0.5
-        cpu0 = time.process_time()
+        cpu0, loop0 = time.process_time(), time.thread_time()
         reports: list[dict[str, Any]] = [{}] * len(nodes)
 
         async def one(index: int) -> None:
@@ -376,9 +434,9 @@ async def run_inproc(args: argparse.Namespace) -> dict[str, Any]:
             for index in range(len(nodes)):
                 round_nursery.start_soon(one, index)
         after = tcp_counters(set(ports.values()))
-        cpu = time.process_time() - cpu0
-        for report in reports:
-            report["cpu_s"] = cpu / len(reports)  # one process: its CPU shared out evenly
+        cpu, loop = time.process_time() - cpu0, time.thread_time() - loop0
+        for report in reports:  # one process: its CPU shared out evenly
+            report["cpu_s"], report["loop_cpu_s"] = cpu / len(reports), loop / len(reports)
         reports[0].update(await nodes[0].check_one())
         for node in nodes[1:]:
             node.received = {}
@@ -393,8 +451,12 @@ def tcp_counters(ports: set[int]) -> dict[tuple[int, int], tuple[int, int]]:
     """(local port, peer port) -> (bytes acked, bytes received) of established loopback sockets
     whose local port is one of `ports` (the listening side of each connection)."""
     where = " or ".join(f"sport = :{p}" for p in sorted(ports))
-    text = subprocess.run(["ss", "-tinH", "state", "established", f"( {where} )"],
-                          capture_output=True, text=True, check=True).stdout
+    text = subprocess.run(
+        ["ss", "-tinH", "state", "established", f"( {where} )"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     out: dict[tuple[int, int], tuple[int, int]] = {}
     key = None
     for line in text.splitlines():
@@ -404,14 +466,24 @@ def tcp_counters(ports: set[int]) -> dict[tuple[int, int], tuple[int, int]]:
         elif key is not None:
             acked = re.search(r"bytes_acked:(\d+)", line)
             received = re.search(r"bytes_received:(\d+)", line)
-            out[key] = (int(acked.group(1)) if acked else 0, int(received.group(1)) if received else 0)
+            out[key] = (
+                int(acked.group(1)) if acked else 0,
+                int(received.group(1)) if received else 0,
+            )
     return out
 
 
-def link_bytes(reports: list[dict[str, Any]], ports: dict[str, int], before, after) -> list[dict[str, Any]]:
+def link_bytes(
+    reports: list[dict[str, Any]], ports: dict[str, int], before, after
+) -> list[dict[str, Any]]:
     """Bytes per direction of each node pair during the round, from the listener's socket."""
     owner = {port: peer for peer, port in ports.items()}
-    dialers = {(r["peer"], port): peer for r in reports for peer, rports in r["links"].items() for port in rports}
+    dialers = {
+        (r["peer"], port): peer
+        for r in reports
+        for peer, rports in r["links"].items()
+        for port in rports
+    }
     links: dict[tuple[str, str], int] = {}
     for (local, remote), (sent, received) in after.items():
         listener = owner.get(local)
@@ -443,16 +515,27 @@ def analyse(result: dict[str, Any], nbytes: int, peers: int) -> dict[str, Any]:
     for r in reports:
         ev = r["events"]
         for fetch in (e for e in ev if e["op"] == "fetch" and "error" not in e):
-            transfer = next(e for e in ev if e["op"] == "transfer" and e["checksum"] == fetch["checksum"])
-            reserve = next(e for e in ev if e["op"] == "serve" and e.get("checksum") == fetch["checksum"])
+            transfer = next(
+                e for e in ev if e["op"] == "transfer" and e["checksum"] == fetch["checksum"]
+            )
+            reserve = next(
+                e for e in ev if e["op"] == "serve" and e.get("checksum") == fetch["checksum"]
+            )
             sender = owner_of.get(fetch["checksum"], "?")
-            pulls.append({
-                "node": r["peer"], "sender": sender, "holders": fetch["holders"],
-                "gossip_delay_s": fetch["t0"] - announced.get(sender, 0.0),
-                "start_s": fetch["t0"], "transfer_s": transfer["t1"] - transfer["t0"],
-                "copy_out_s": fetch["t1"] - transfer["t1"], "reserve_s": reserve["t1"] - reserve["t0"],
-                "in_at_s": fetch["t1"], "MBps": transfer["nbytes"] / MB / max(1e-9, transfer["t1"] - transfer["t0"]),
-            })
+            pulls.append(
+                {
+                    "node": r["peer"],
+                    "sender": sender,
+                    "holders": fetch["holders"],
+                    "gossip_delay_s": fetch["t0"] - announced.get(sender, 0.0),
+                    "start_s": fetch["t0"],
+                    "transfer_s": transfer["t1"] - transfer["t0"],
+                    "copy_out_s": fetch["t1"] - transfer["t1"],
+                    "reserve_s": reserve["t1"] - reserve["t0"],
+                    "in_at_s": fetch["t1"],
+                    "MBps": transfer["nbytes"] / MB / max(1e-9, transfer["t1"] - transfer["t0"]),
+                }
+            )
     failures = [dict(node=r["peer"], **e) for r in reports for e in r["events"] if "error" in e]
     ideal = nbytes
     links = result["links"]
@@ -460,20 +543,32 @@ def analyse(result: dict[str, Any], nbytes: int, peers: int) -> dict[str, Any]:
     complete = all(r["got"] == peers and not r["missing"] for r in reports)
     moved = sum(link["bytes"] for link in links)
     cpu = sum(r.get("cpu_s", 0.0) for r in reports)
+    loop_cpu = sum(r.get("loop_cpu_s", 0.0) for r in reports)
 
     def med(key: str) -> float:
         return statistics.median(p[key] for p in pulls) if pulls else float("nan")
 
     return {
-        "round_s": round_s, "complete": complete, "pulls": pulls, "failures": failures,
-        "prepare_s": statistics.median(prepare), "encode_s": statistics.median(r["encode_s"] for r in reports),
-        "gossip_delay_s": med("gossip_delay_s"), "transfer_s": med("transfer_s"),
+        "round_s": round_s,
+        "complete": complete,
+        "pulls": pulls,
+        "failures": failures,
+        "prepare_s": statistics.median(prepare),
+        "encode_s": statistics.median(r["encode_s"] for r in reports),
+        "gossip_delay_s": med("gossip_delay_s"),
+        "transfer_s": med("transfer_s"),
         "transfer_max_s": max((p["transfer_s"] for p in pulls), default=float("nan")),
-        "copy_out_s": med("copy_out_s"), "reserve_s": med("reserve_s"),
-        "bytes_total": moved, "bytes_ideal_total": ideal * peers * (peers - 1),
+        "copy_out_s": med("copy_out_s"),
+        "reserve_s": med("reserve_s"),
+        "bytes_total": moved,
+        "bytes_ideal_total": ideal * peers * (peers - 1),
         "link_max_bytes": max((link["bytes"] for link in links), default=0),
-        "link_min_bytes": min((link["bytes"] for link in links), default=0), "link_ideal_bytes": ideal,
-        "cpu_s": cpu, "decode_s": reports[0].get("decode_s"), "decoded_finite": reports[0].get("decoded_finite"),
+        "link_min_bytes": min((link["bytes"] for link in links), default=0),
+        "link_ideal_bytes": ideal,
+        "cpu_s": cpu,
+        "loop_cpu_s": loop_cpu,
+        "decode_s": reports[0].get("decode_s"),
+        "decoded_finite": reports[0].get("decoded_finite"),
         "aggregate_MBps": moved / MB / round_s if round_s else 0.0,
     }
 
@@ -488,57 +583,158 @@ def baseline(nbytes: int) -> dict[str, float]:
     return out
 
 
-def report(args: argparse.Namespace, result: dict[str, Any], figures: dict[str, Any],
-           base: dict[str, float], load: tuple[float, float], nbytes: int) -> None:
+def report(
+    args: argparse.Namespace,
+    result: dict[str, Any],
+    figures: dict[str, Any],
+    base: dict[str, float],
+    load: tuple[float, float],
+    nbytes: int,
+) -> None:
     names = {r["peer"]: f"n{i}" for i, r in enumerate(result["reports"])}
-    rows = [(names[r["peer"]], r["encode_s"], next(e["t1"] - e["t0"] for e in r["events"]
-             if e["op"] == "serve" and e.get("owner") == r["peer"]), r["got"], r["done_s"], r.get("cpu_s", 0.0))
-            for r in result["reports"]]
-    print_table(f"nodes ({args.mode}; {args.peers} x {args.numel:,} floats, {CODEC}: {nbytes / MB:.1f} MB each)",
-                ["node", "encode s", "prepare own s", "payloads", "all in at s", "CPU s in round"], rows)
-    rows = [(names[p["node"]], names.get(p["sender"], "?"), p["holders"], p["start_s"], p["gossip_delay_s"],
-             p["transfer_s"], p["MBps"], p["copy_out_s"], p["reserve_s"], p["in_at_s"])
-            for p in sorted(figures["pulls"], key=lambda p: (p["node"], p["start_s"]))]
-    print_table("pulls (seconds from the common start)",
-                ["node", "from", "holders", "starts", "gossip delay", "transfer s", "MB/s", "copy out s",
-                 "re-serve s", "in at"], rows)
-    rows = [(names[link["src"]], names[link["dst"]], link["bytes"] / MB, link["bytes"] / nbytes)
-            for link in result["links"]]
-    print_table("bytes per link direction during the round (kernel TCP counters)",
-                ["from", "to", "MB", "x ideal (1 payload)"], rows)
+    rows = [
+        (
+            names[r["peer"]],
+            r["encode_s"],
+            next(
+                e["t1"] - e["t0"]
+                for e in r["events"]
+                if e["op"] == "serve" and e.get("owner") == r["peer"]
+            ),
+            r["got"],
+            r["done_s"],
+            r.get("cpu_s", 0.0),
+            r.get("loop_cpu_s", 0.0),
+        )
+        for r in result["reports"]
+    ]
+    print_table(
+        f"nodes ({args.mode}; {args.peers} x {args.numel:,} floats,"
+        f" {CODEC}: {nbytes / MB:.1f} MB each)",
+        [
+            "node",
+            "encode s",
+            "prepare own s",
+            "payloads",
+            "all in at s",
+            "CPU s in round",
+            "of it event loop",
+        ],
+        rows,
+    )
+    rows = [
+        (
+            names[p["node"]],
+            names.get(p["sender"], "?"),
+            p["holders"],
+            p["start_s"],
+            p["gossip_delay_s"],
+            p["transfer_s"],
+            p["MBps"],
+            p["copy_out_s"],
+            p["reserve_s"],
+            p["in_at_s"],
+        )
+        for p in sorted(figures["pulls"], key=lambda p: (p["node"], p["start_s"]))
+    ]
+    print_table(
+        "pulls (seconds from the common start)",
+        [
+            "node",
+            "from",
+            "holders",
+            "starts",
+            "gossip delay",
+            "transfer s",
+            "MB/s",
+            "copy out s",
+            "re-serve s",
+            "in at",
+        ],
+        rows,
+    )
+    rows = [
+        (names[link["src"]], names[link["dst"]], link["bytes"] / MB, link["bytes"] / nbytes)
+        for link in result["links"]
+    ]
+    print_table(
+        "bytes per link direction during the round (kernel TCP counters)",
+        ["from", "to", "MB", "x ideal (1 payload)"],
+        rows,
+    )
     for failure in figures["failures"]:
-        print(f"  FAILED {failure['op']} on {names[failure['node']]} at {failure['t0']:.2f} s: {failure['error']}")
+        where = f"{failure['op']} on {names[failure['node']]} at {failure['t0']:.2f} s"
+        print(f"  FAILED {where}: {failure['error']}")
     f = figures
     rows = [
-        ("round (all nodes hold all payloads)", f["round_s"], f"target {TARGET_S} s: {'met' if f['met'] else 'NOT met'}"),
-        ("encode own update (int8 + error feedback)", f["encode_s"], "before the round, one node at a time"),
+        (
+            "round (all nodes hold all payloads)",
+            f["round_s"],
+            f"target {TARGET_S} s: {'met' if f['met'] else 'NOT met'}",
+        ),
+        (
+            "encode own update (int8 + error feedback)",
+            f["encode_s"],
+            "before the round, one node at a time",
+        ),
         ("prepare own payload (copy + blake3)", f["prepare_s"], "median node"),
         ("gossip delay (announced -> pull starts)", f["gossip_delay_s"], "median pull"),
-        ("transfer one payload (fetch_tensor)", f["transfer_s"], f"median; max {f['transfer_max_s']:.2f} s"),
+        (
+            "transfer one payload (fetch_tensor)",
+            f["transfer_s"],
+            f"median; max {f['transfer_max_s']:.2f} s",
+        ),
         ("copy out to bytes", f["copy_out_s"], "median pull"),
         ("re-serve as holder (copy + blake3)", f["reserve_s"], "median pull"),
-        ("decode one payload (after the round)", f["decode_s"] or float("nan"), "node 0, for reference"),
-        ("CPU seconds, all nodes, during the round", f["cpu_s"], f"{os.cpu_count()} CPUs"),
-        ("bytes moved / ideal", f["bytes_total"] / max(1, f["bytes_ideal_total"]),
-         f"{f['bytes_total'] / MB:.0f} MB vs {f['bytes_ideal_total'] / MB:.0f} MB"),
+        (
+            "decode one payload (after the round)",
+            f["decode_s"] or float("nan"),
+            "node 0, for reference",
+        ),
+        (
+            "CPU seconds, all nodes, during the round",
+            f["cpu_s"],
+            f"{f['cpu_s'] / (f['round_s'] * (os.cpu_count() or 1)):.0%} of {os.cpu_count()} CPUs;"
+            f" event loops {f['loop_cpu_s']:.2f} s",
+        ),
+        (
+            "bytes moved / ideal",
+            f["bytes_total"] / max(1, f["bytes_ideal_total"]),
+            f"{f['bytes_total'] / MB:.0f} MB vs {f['bytes_ideal_total'] / MB:.0f} MB",
+        ),
         ("aggregate MB/s over all links", f["aggregate_MBps"], "bytes moved / round"),
     ]
     if base:
-        rows += [("loopback TCP MB/s (2 processes)", base["tcp"], "physical limit, one link"),
-                 ("our Noise+Yamux stream MB/s", base["ours"], f"{base['ours_cpu_MBps']:.0f} MB per CPU-s")]
+        rows += [
+            ("loopback TCP MB/s (2 processes)", base["tcp"], "physical limit, one link"),
+            (
+                "our Noise+Yamux stream MB/s",
+                base["ours"],
+                f"{base['ours_cpu_MBps']:.0f} MB per CPU-s",
+            ),
+        ]
     print_table("summary", ["what", "value", "note"], rows)
-    print(f"hivemind all-reduce, same size, this machine: {HIVEMIND_S['fp32']} s fp32, {HIVEMIND_S['8bit']} s 8-bit")
+    hivemind = f"{HIVEMIND_S['fp32']} s fp32, {HIVEMIND_S['8bit']} s 8-bit"
+    print(f"hivemind all-reduce, same size, this machine: {hivemind}")
     print(f"load average {load[0]:.2f} -> {load[1]:.2f} on {os.cpu_count()} CPUs")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--numel", type=int, default=100_000_000, help="floats per update")
     parser.add_argument("--peers", type=int, default=4)
     parser.add_argument("--mode", choices=("processes", "inproc"), default="processes")
-    parser.add_argument("--deadline", type=float, default=300.0, help="the round's deadline in seconds")
-    parser.add_argument("--no-baseline", action="store_true", help="skip the TCP / single-stream baselines")
-    parser.add_argument("--profile", metavar="DIR", help="cProfile each node's event loop during the round")
+    parser.add_argument(
+        "--deadline", type=float, default=300.0, help="the round's deadline in seconds"
+    )
+    parser.add_argument(
+        "--no-baseline", action="store_true", help="skip the TCP / single-stream baselines"
+    )
+    parser.add_argument(
+        "--profile", metavar="DIR", help="cProfile each node's event loop during the round"
+    )
     args = parser.parse_args()
     if args.peers < 2:
         parser.error("--peers must be at least 2")
@@ -554,21 +750,50 @@ def main() -> None:
     figures["met"] = bool(figures["complete"] and figures["round_s"] <= TARGET_S)
     load = (load0, os.getloadavg()[0])
     report(args, result, figures, base, load, nbytes)
-    print_json({
-        "benchmark": "update_round", "mode": args.mode, "peers": args.peers, "numel": args.numel,
-        "codec": CODEC, "payload_bytes": nbytes, "round_s": round(figures["round_s"], 3), "target_s": TARGET_S,
-        "met": figures["met"], "complete": figures["complete"], "failures": len(figures["failures"]),
-        "breakdown": {k: None if figures[k] is None else round(figures[k], 4) for k in (
-            "encode_s", "prepare_s", "gossip_delay_s", "transfer_s", "transfer_max_s", "copy_out_s",
-            "reserve_s", "decode_s", "cpu_s")},
-        "tcp_MBps": round(base["tcp"], 1) if base else None,
-        "stream_MBps": round(base["ours"], 1) if base else None,
-        "aggregate_MBps": round(figures["aggregate_MBps"], 1),
-        "bytes_per_link": {"ideal": figures["link_ideal_bytes"], "min": figures["link_min_bytes"],
-                           "max": figures["link_max_bytes"], "total": figures["bytes_total"],
-                           "ideal_total": figures["bytes_ideal_total"]},
-        "hivemind_s": HIVEMIND_S, "load_avg": [round(x, 2) for x in load], "cpus": os.cpu_count(),
-    })
+    print_json(
+        {
+            "benchmark": "update_round",
+            "mode": args.mode,
+            "peers": args.peers,
+            "numel": args.numel,
+            "codec": CODEC,
+            "payload_bytes": nbytes,
+            "round_s": round(figures["round_s"], 3),
+            "target_s": TARGET_S,
+            "met": figures["met"],
+            "complete": figures["complete"],
+            "decoded_finite": figures["decoded_finite"],
+            "failures": len(figures["failures"]),
+            "breakdown": {
+                k: None if figures[k] is None else round(figures[k], 4)
+                for k in (
+                    "encode_s",
+                    "prepare_s",
+                    "gossip_delay_s",
+                    "transfer_s",
+                    "transfer_max_s",
+                    "copy_out_s",
+                    "reserve_s",
+                    "decode_s",
+                    "cpu_s",
+                    "loop_cpu_s",
+                )
+            },
+            "tcp_MBps": round(base["tcp"], 1) if base else None,
+            "stream_MBps": round(base["ours"], 1) if base else None,
+            "aggregate_MBps": round(figures["aggregate_MBps"], 1),
+            "bytes_per_link": {
+                "ideal": figures["link_ideal_bytes"],
+                "min": figures["link_min_bytes"],
+                "max": figures["link_max_bytes"],
+                "total": figures["bytes_total"],
+                "ideal_total": figures["bytes_ideal_total"],
+            },
+            "hivemind_s": HIVEMIND_S,
+            "load_avg": [round(x, 2) for x in load],
+            "cpus": os.cpu_count(),
+        }
+    )
 
 
 if __name__ == "__main__":
