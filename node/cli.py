@@ -259,6 +259,7 @@ def _join_by_peer_id(args: argparse.Namespace) -> int:
         raise ConfigError(f"to join {args.peer} by its peer ID, also give --bootstrap with the address of "
                           "any node of the network: the DHT finds the peer from there")
     setup_logging(config.log_level, config.log_format)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see cmd_node_start
     trio.run(_serve_and_join, config, args.peer)
     _exit_now()
     return 0
