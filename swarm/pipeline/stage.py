@@ -125,6 +125,11 @@ class StageServer:
     def pending_samples(self) -> int:
         return self._samples
 
+    def gradient_sum(self) -> tuple[torch.Tensor, int]:
+        """(flat sample-weighted gradient sum since the last step, samples): all-reduce input."""
+        with self._lock:
+            return torch.cat([g.reshape(-1) for g in self._grad_sum]), self._samples
+
     def step(self, average: Average) -> int:
         """Average gradients with the stage's peers (weighted by samples), step; total samples."""
         with self._lock:

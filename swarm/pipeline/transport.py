@@ -1,0 +1,43 @@
+"""The one interface between a pipeline trainer and stage servers: three async calls.
+
+The trainer never talks to sockets; it is given a `StageTransport`. The in-process harness
+(harness.py) implements it with threads; the network implementation (node/, to be wired) sends the
+same three requests over our protocol to a stage server daemon:
+
+    forward(peer, stage, x)                  -> y                  stage < S-1
+    backward(peer, stage, x, grad_out)       -> grad_x or None     stage < S-1 (None for stage 0)
+    loss_backward(peer, stage, x, targets)   -> (loss, grad_x)     stage S-1
+
+`x`, `y`, `grad_out`, `grad_x` are `BoundaryTensor`s (codec, shape, block size, uint8 payload):
+they map one-to-one onto a protocol TensorHeader + payload. `targets` is the microbatch's int64
+label tensor. Every request carries `stage`, so a server that has just migrated to another stage
+refuses it instead of computing with the wrong slice. Any failure of one server (connection
+refused or reset, timeout, remote error, wrong stage, a payload that does not decode) must raise
+`ServerUnavailable`: the trainer then excludes that peer and retries the call on another server of
+the stage. Errors that are the trainer's own bugs should propagate.
+
+Peers are opaque hashable ids (a libp2p peer id string in the network version). The set of servers
+per stage reaches the trainer through `StageWiring.announce` / `exclude` (in the network version:
+from the DHT stage keys and RunState, re-announced periodically with measured throughput).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from .boundary import BoundaryTensor
+from .wiring import PeerKey
+
+
+class StageTransport(Protocol):
+    async def forward(self, peer: PeerKey, *, stage: int, x: BoundaryTensor) -> BoundaryTensor: ...
+
+    async def backward(
+        self, peer: PeerKey, *, stage: int, x: BoundaryTensor, grad_out: BoundaryTensor
+    ) -> BoundaryTensor | None: ...
+
+    async def loss_backward(
+        self, peer: PeerKey, *, stage: int, x: BoundaryTensor, targets: torch.Tensor
+    ) -> tuple[float, BoundaryTensor | None]: ...
