@@ -288,6 +288,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"{status['name']}  {status['peer_id']}")
     print(f"  give others  {status['share']}")
     print(f"  uptime       {status['uptime_s']:.0f} s")
+    if "reachability" in status:
+        print(f"  reachable    {status['reachability']['text']}")
     run = status["run"]
     if run and "runs" not in run:
         loss = f"{run['loss']:.4f}" if run["loss"] is not None else "-"

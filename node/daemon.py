@@ -8,6 +8,7 @@
            ├─ PeerExchange    learn peers' peers until the node is well connected
            ├─ Gossip          gossipsub, tuned and fenced (node/gossip.py)
            ├─ TensorService   content-addressed tensors for peers (state, updates)
+           ├─ Reachability    serves dial-backs, asks peers to dial us (node/reachability.py)
            └─ RunManager      runs this node creates or joins (one RunSession each)
 
 A crash in a service stops the node loudly; a misbehaving remote peer never does. Torch is not
@@ -35,6 +36,7 @@ from .identity import Identity
 from .names import friendly_name
 from .gossip import Gossip
 from .peer_exchange import PeerExchange
+from .reachability import ReachabilityCheck
 from .runs import RunManager
 from .tensor_service import TensorService, TensorStore
 from .peers import IdentityGuard, PeerKeeper
@@ -61,6 +63,7 @@ class Daemon:
         self.gossip = Gossip(self.host, self.scoreboard)  # before connections: pubsub hears of peers by event
         self.tensor_store = TensorStore()
         self.runs = RunManager(self)
+        self.reachability = ReachabilityCheck(self.host, psk=config.psk)
 
     async def run(self, *, task_status: trio.TaskStatus[Daemon] = trio.TASK_STATUS_IGNORED) -> None:
         listen = [Multiaddr(a) for a in self.config.listen]
@@ -75,6 +78,7 @@ class Daemon:
                 await nursery.start(self.peer_exchange.run)
                 await nursery.start(self.gossip.run)
                 await nursery.start(TensorService(self.host, self.tensor_store, self.scoreboard).run)
+                await nursery.start(self.reachability.run)
                 await nursery.start(self.runs.run)
                 self.started_at = time.monotonic()
                 log.info("node %s serving as %s", self.identity.name, self.identity.peer_id)
@@ -102,6 +106,7 @@ class Daemon:
             "peer_names": {p: friendly_name(p) for p in peers},
             "run": self.runs.status(),
             "dht": self.dht.status(),
+            "reachability": self.reachability.current.as_dict(),
             "private_network": self.config.psk is not None,
             "uptime_s": round(time.monotonic() - self.started_at, 1) if self.started_at else 0.0,
             "pid": os.getpid(),

@@ -32,7 +32,6 @@ from libp2p.abc import IHost, INetStream
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 from multiaddr import Multiaddr
-
 from peertrain.protocol.errors import PeertrainError, ProtocolError
 from peertrain.protocol.framing import read_message, write_message
 from peertrain.protocol.ids import protocol_id
@@ -47,6 +46,7 @@ log = logging.getLogger(__name__)
 DIALBACK = protocol_id("dialback", "1.0.0")
 MAX_CANDIDATES = 8
 MAX_DIALS = 4
+MAX_UNDECIDED_DELAY = 60.0
 Addr = Annotated[str, MaxLen(256)]
 
 
@@ -79,11 +79,17 @@ def dial_targets(candidates: tuple[str, ...], observed_ip: str) -> list[Multiadd
     return [Multiaddr(t) for t in dict.fromkeys(targets)][:MAX_DIALS]
 
 
-async def dial_fresh(peer: ID, addr: Multiaddr, *, timeout: float) -> bool:
+async def dial_fresh(
+    peer: ID,
+    addr: Multiaddr,
+    *,
+    timeout: float,  # noqa: ASYNC109 (it bounds the probe host's dial and handshake too)
+    psk: str | None = None,
+) -> bool:
     """Can a stranger (new key, new socket) complete a handshake with `peer` at `addr`?"""
     from .host import build_host  # late: host imports transports this module's users may not need
 
-    probe = build_host(Identity.generate(), dial_timeout=timeout)
+    probe = build_host(Identity.generate(), psk=psk, dial_timeout=timeout)
     try:
         async with probe.run([]):
             with trio.move_on_after(timeout):
@@ -97,8 +103,15 @@ async def dial_fresh(peer: ID, addr: Multiaddr, *, timeout: float) -> bool:
 class DialbackServer:
     """Answers dial-back requests, a few at a time (each costs a host and some dials)."""
 
-    def __init__(self, host: IHost, *, dial_timeout: float = 5.0, max_concurrent: int = 2):
-        self.host = host
+    def __init__(
+        self,
+        host: IHost,
+        *,
+        psk: str | None = None,
+        dial_timeout: float = 5.0,
+        max_concurrent: int = 2,
+    ):
+        self.host, self.psk = host, psk
         self.dial_timeout = dial_timeout
         self._limiter = trio.CapacityLimiter(max_concurrent)
 
@@ -112,7 +125,9 @@ class DialbackServer:
             if remote is None or self._limiter.available_tokens == 0:
                 return  # busy or no address to dial: closing tells the client to ask elsewhere
             async with self._limiter:
-                request = await read_message(stream, DialbackRequest, idle_timeout=self.dial_timeout)
+                request = await read_message(
+                    stream, DialbackRequest, idle_timeout=self.dial_timeout
+                )
                 response = await self.answer(peer, remote[0], request)
                 await write_message(stream, response, idle_timeout=self.dial_timeout)
         except ProtocolError as exc:
@@ -120,19 +135,24 @@ class DialbackServer:
         finally:
             await _close_quietly(stream)
 
-    async def answer(self, peer: ID, observed_ip: str, request: DialbackRequest) -> DialbackResponse:
+    async def answer(
+        self, peer: ID, observed_ip: str, request: DialbackRequest
+    ) -> DialbackResponse:
         targets = dial_targets(request.addrs, observed_ip)
         results = [False] * len(targets)
 
         async def one(i: int) -> None:
-            results[i] = await dial_fresh(peer, targets[i], timeout=self.dial_timeout)
+            results[i] = await dial_fresh(peer, targets[i], timeout=self.dial_timeout, psk=self.psk)
 
         async with trio.open_nursery() as nursery:
             for i in range(len(targets)):
                 nursery.start_soon(one, i)
-        reached = tuple(str(t) for t, ok in zip(targets, results) if ok)
+        reached = tuple(str(t) for t, ok in zip(targets, results, strict=True) if ok)
         return request.reply(
-            DialbackResponse, observed=observed_ip, reached=reached, tried=tuple(str(t) for t in targets)
+            DialbackResponse,
+            observed=observed_ip,
+            reached=reached,
+            tried=tuple(str(t) for t in targets),
         )
 
 
@@ -149,8 +169,12 @@ class Reachability:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "status": self.status, "addrs": list(self.addrs), "observed_ips": list(self.observed_ips),
-            "answers": self.answers, "checked_at": self.checked_at, "text": self.text,
+            "status": self.status,
+            "addrs": list(self.addrs),
+            "observed_ips": list(self.observed_ips),
+            "answers": self.answers,
+            "checked_at": self.checked_at,
+            "text": self.text,
         }
 
 
@@ -170,22 +194,43 @@ def decide(
         status = "private"
     else:
         status = "unknown"
-    text = verdict_text(status, confirmed=confirmed, observed=observed, peer_id=peer_id,
-                        listen=listen, answers=len(answers), min_servers=min_servers)
-    return Reachability(status=status, addrs=confirmed, observed_ips=observed, answers=len(answers),
-                        checked_at=time.time(), text=text)
+    text = verdict_text(
+        status,
+        confirmed=confirmed,
+        observed=observed,
+        peer_id=peer_id,
+        listen=listen,
+        answers=len(answers),
+        min_servers=min_servers,
+    )
+    return Reachability(
+        status=status,
+        addrs=confirmed,
+        observed_ips=observed,
+        answers=len(answers),
+        checked_at=time.time(),
+        text=text,
+    )
 
 
 def verdict_text(
-    status: str, *, confirmed: tuple[str, ...], observed: tuple[str, ...], peer_id: str,
-    listen: list[str], answers: int, min_servers: int,
+    status: str,
+    *,
+    confirmed: tuple[str, ...],
+    observed: tuple[str, ...],
+    peer_id: str,
+    listen: list[str],
+    answers: int,
+    min_servers: int,
 ) -> str:
     if status == "public":
         where = ", ".join(f"{a}/p2p/{peer_id}" for a in confirmed)
         return f"reachable directly at {where} (dialed back by {min_servers}+ peers)"
     if status == "unknown":
-        return (f"reachability not known yet: {answers} of the {min_servers} peers needed answered "
-                "the dial-back check; connect to more peers (--bootstrap) to find out")
+        return (
+            f"reachability not known yet: {answers} of the {min_servers} peers needed answered "
+            "the dial-back check; connect to more peers (--bootstrap) to find out"
+        )
     seen = " / ".join(observed) or "?"
     ports = sorted({_port(a) for a in listen if _port(a)}) or ["4001"]
     local = next((_host_port(a) for a in listen if not _is_loopback(a)), "this machine's address")
@@ -225,13 +270,23 @@ class ReachabilityCheck:
     """Serves dial-backs and, every `interval` seconds, checks this node's own reachability."""
 
     def __init__(
-        self, host: IHost, *, min_servers: int = 2, max_servers: int = 3, interval: float = 600.0,
-        retry: float = 5.0, timeout: float = 15.0, serve: bool = True,
+        self,
+        host: IHost,
+        *,
+        min_servers: int = 2,
+        max_servers: int = 3,
+        interval: float = 600.0,
+        retry: float = 5.0,
+        timeout: float = 15.0,
+        serve: bool = True,
+        psk: str | None = None,
     ):
         self.host = host
         self.min_servers, self.max_servers = min_servers, max_servers
         self.interval, self.retry, self.timeout = interval, retry, timeout
-        self.server = DialbackServer(host) if serve else None
+        self.server = (
+            DialbackServer(host, psk=psk) if serve else None
+        )  # a private network dials back with its key
         self.current = Reachability(status="unknown", text="reachability not checked yet")
         self._changed = trio.Event()
 
@@ -239,9 +294,14 @@ class ReachabilityCheck:
         if self.server is not None:
             self.server.register()
         task_status.started()
+        delay = self.retry  # undecided (too few peers yet): ask again soon, then less often
         while True:
-            verdict = await self.check()
-            await trio.sleep(self.interval if verdict.status != "unknown" else self.retry)
+            if (await self.check()).status != "unknown":
+                delay = self.retry
+                await trio.sleep(self.interval)
+            else:
+                await trio.sleep(delay)
+                delay = min(delay * 2, MAX_UNDECIDED_DELAY, self.interval)
 
     async def wait_decided(self) -> Reachability:
         """The first verdict other than "unknown"."""
@@ -265,8 +325,12 @@ class ReachabilityCheck:
             for peer in peers[: self.max_servers]:
                 nursery.start_soon(ask, peer)
         listen = [str(a) for a in self.host.get_addrs()]
-        verdict = decide(answers, peer_id=self.host.get_id().to_base58(), listen=listen,
-                         min_servers=self.min_servers)
+        verdict = decide(
+            answers,
+            peer_id=self.host.get_id().to_base58(),
+            listen=listen,
+            min_servers=self.min_servers,
+        )
         if verdict.status != "unknown" or self.current.status == "unknown":
             if verdict.status != self.current.status:
                 log.info("reachability: %s", verdict.text)
@@ -291,7 +355,9 @@ class ReachabilityCheck:
             if response.request_id != request.request_id:
                 raise DialbackUnavailable(f"{peer} answered another request")
             return response
-        raise DialbackUnavailable(f"{peer} did not answer the dial-back check in {self.timeout:.0f} s")
+        raise DialbackUnavailable(
+            f"{peer} did not answer the dial-back check in {self.timeout:.0f} s"
+        )
 
 
 class DialbackUnavailable(NodeError):

@@ -13,7 +13,9 @@ import pytest
 
 
 def _load_helpers():
-    spec = importlib.util.spec_from_file_location("peertrain_nat_netns", Path(__file__).with_name("netns.py"))
+    spec = importlib.util.spec_from_file_location(
+        "peertrain_nat_netns", Path(__file__).with_name("netns.py")
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -19,10 +19,20 @@ SCRIPT = ROOT / "scripts" / "netns-nat"
 
 # name of the namespace a node runs in → the address it listens on there
 PUBLIC = {"pub": "10.213.0.10", "pub2": "10.213.0.11"}
-NATED = {"cone": "192.168.21.2", "cone2": "192.168.24.2", "sym": "192.168.22.2",
-         "sym2": "192.168.25.2", "fwd": "192.168.23.2"}
-WAN = {"cone": "10.213.0.21", "cone2": "10.213.0.24", "sym": "10.213.0.22",
-       "sym2": "10.213.0.25", "fwd": "10.213.0.23"}
+NATED = {
+    "cone": "192.168.21.2",
+    "cone2": "192.168.24.2",
+    "sym": "192.168.22.2",
+    "sym2": "192.168.25.2",
+    "fwd": "192.168.23.2",
+}
+WAN = {
+    "cone": "10.213.0.21",
+    "cone2": "10.213.0.24",
+    "sym": "10.213.0.22",
+    "sym2": "10.213.0.25",
+    "fwd": "10.213.0.23",
+}
 FORWARDED_PORT = 4001
 
 
@@ -40,7 +50,8 @@ def why_unavailable() -> str | None:
         return "NAT tests need root (network namespaces); run them as root or skip"
     for tool in ("ip", "nft"):
         if shutil.which(tool) is None:
-            return f"NAT tests need '{tool}' (apt-get install {'iproute2' if tool == 'ip' else 'nftables'})"
+            package = "iproute2" if tool == "ip" else "nftables"
+            return f"NAT tests need '{tool}' (apt-get install {package})"
     probe = subprocess.run(["ip", "netns", "add", "pt-probe"], capture_output=True, text=True)
     if probe.returncode != 0:
         return f"cannot create network namespaces here: {probe.stderr.strip()}"
@@ -71,10 +82,13 @@ class NamespacedDaemon(DaemonProcess):
         self.home.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._signalled = False
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **(self.env or {})}
-        argv = in_ns(self.name, [sys.executable, "-m", "peertrain", *self.args, "--home", str(self.home)])
+        argv = in_ns(
+            self.name, [sys.executable, "-m", "peertrain", *self.args, "--home", str(self.home)]
+        )
         with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, env=env)
+            self.process = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+            )
         return self
 
 

@@ -18,7 +18,9 @@ def daemons_in(world, base, specs):
         statuses = []
         for name, bootstrap in specs:
             boot = bootstrap(statuses) if callable(bootstrap) else bootstrap
-            daemon = world.NamespacedDaemon(name, base / name, world.daemon_args(name, bootstrap=boot))
+            daemon = world.NamespacedDaemon(
+                name, base / name, world.daemon_args(name, bootstrap=boot)
+            )
             started.append(daemon.start())
             statuses.append(daemon.wait_ready(timeout=30))
         yield started, statuses
@@ -45,7 +47,42 @@ def test_nated_daemons_connect_to_the_public_node(nat_world, tmp_path):
     with daemons_in(nat_world, tmp_path, specs) as (daemons, statuses):
         public = statuses[0]
         assert public["share"].startswith("/ip4/10.213.0.10/tcp/4001/p2p/")
-        for daemon, status in zip(daemons[1:], statuses[1:]):
-            wait_for(lambda: public["peer_id"] in daemon.status()["peers"])
-        seen_by_public = wait_for(lambda: len(daemons[0].status()["peers"]) >= 3 and daemons[0].status()["peers"])
+        for daemon in daemons[1:]:
+            wait_for(lambda d=daemon: public["peer_id"] in d.status()["peers"])
+        seen_by_public = wait_for(
+            lambda: len(daemons[0].status()["peers"]) >= 3 and daemons[0].status()["peers"]
+        )
         assert {s["peer_id"] for s in statuses[1:]} <= set(seen_by_public)
+
+
+def test_daemons_report_their_reachability(nat_world, tmp_path):
+    # two public daemons serve the dial-back; every node bootstraps from both
+    both = lambda statuses: [s["share"] for s in statuses[:2]]  # noqa: E731
+    specs = [
+        ("pub", []),
+        ("pub2", lambda statuses: [statuses[0]["share"]]),
+        ("cone", both),
+        ("sym", both),
+        ("fwd", both),
+    ]
+    with daemons_in(nat_world, tmp_path, specs) as (daemons, _):
+
+        def verdict(daemon):
+            return wait_for(
+                lambda: (r := daemon.status()["reachability"])["status"] != "unknown" and r, 40
+            )
+
+        by_name = {d.name: verdict(d) for d in daemons}
+        assert by_name["pub"]["status"] == "public"
+        assert by_name["pub"]["addrs"] == ["/ip4/10.213.0.10/tcp/4001"]
+        assert by_name["pub2"]["status"] == "public"
+        for name in ("cone", "sym"):
+            assert by_name[name]["status"] == "private", by_name[name]
+            assert by_name[name]["text"].startswith(
+                f"behind NAT: peers see you as {nat_world.WAN[name]}"
+            )
+        assert by_name["fwd"]["status"] == "public"
+        assert by_name["fwd"]["addrs"] == ["/ip4/10.213.0.23/tcp/4001"]
+        assert by_name["fwd"]["text"].startswith(
+            "reachable directly at /ip4/10.213.0.23/tcp/4001/p2p/"
+        )

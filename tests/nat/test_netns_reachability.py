@@ -20,7 +20,9 @@ def dialback_servers(world):
     try:
         addrs = []
         for name in ("pub", "pub2"):
-            argv = world.in_ns(name, [sys.executable, NODE, "--listen", f"/ip4/{world.ip_of(name)}/tcp/4500"])
+            argv = world.in_ns(
+                name, [sys.executable, NODE, "--listen", f"/ip4/{world.ip_of(name)}/tcp/4500"]
+            )
             proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             procs.append(proc)
             addrs.append(json.loads(proc.stdout.readline())["addr"])
@@ -36,8 +38,16 @@ def dialback_servers(world):
 
 
 def verdict_of(world, name: str, servers: list[str], port: int = 4001) -> dict:
-    argv = world.in_ns(name, [sys.executable, NODE, "--listen", f"/ip4/{world.ip_of(name)}/tcp/{port}",
-                              *[a for s in servers for a in ("--ask", s)]])
+    argv = world.in_ns(
+        name,
+        [
+            sys.executable,
+            NODE,
+            "--listen",
+            f"/ip4/{world.ip_of(name)}/tcp/{port}",
+            *[a for s in servers for a in ("--ask", s)],
+        ],
+    )
     out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     lines = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     verdicts = [line["verdict"] for line in lines if "verdict" in line]

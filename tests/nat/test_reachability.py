@@ -7,11 +7,13 @@ from contextlib import asynccontextmanager
 import trio
 from libp2p.peer.peerinfo import PeerInfo
 from multiaddr import Multiaddr
-
 from peertrain.node.host import build_host
 from peertrain.node.identity import Identity
 from peertrain.node.reachability import (
-    DialbackResponse, ReachabilityCheck, decide, dial_targets,
+    DialbackResponse,
+    ReachabilityCheck,
+    decide,
+    dial_targets,
 )
 
 
@@ -26,7 +28,10 @@ async def running_host(listen: list[str]):
 async def servers(n: int):
     async with trio.open_nursery() as nursery:
         hosts = []
-        async with running_host(["/ip4/127.0.0.1/tcp/0"]) as a, running_host(["/ip4/127.0.0.1/tcp/0"]) as b:
+        async with (
+            running_host(["/ip4/127.0.0.1/tcp/0"]) as a,
+            running_host(["/ip4/127.0.0.1/tcp/0"]) as b,
+        ):
             for host in [a, b][:n]:
                 await nursery.start(ReachabilityCheck(host, interval=3600).run)
                 hosts.append(host)
@@ -56,7 +61,9 @@ async def test_dial_back_uses_a_fresh_connection_not_the_existing_one():
     async with servers(2) as hosts, running_host([]) as client:
         await connect_all(client, hosts)
         check = ReachabilityCheck(client, serve=False)
-        check.host.get_addrs = lambda: [Multiaddr("/ip4/127.0.0.1/tcp/9")]  # discard port: nobody there
+        check.host.get_addrs = lambda: [
+            Multiaddr("/ip4/127.0.0.1/tcp/9")
+        ]  # discard port: nobody there
         with trio.fail_after(20):
             verdict = await check.check()
         assert verdict.status == "private", verdict
@@ -75,7 +82,12 @@ async def test_one_server_is_not_enough_to_decide():
 
 
 def test_only_the_observed_ip_is_dialed():
-    candidates = ("/ip4/192.168.1.5/tcp/4001", "/ip4/203.0.113.9/tcp/4002", "/dns4/x/tcp/1", "garbage")
+    candidates = (
+        "/ip4/192.168.1.5/tcp/4001",
+        "/ip4/203.0.113.9/tcp/4002",
+        "/dns4/x/tcp/1",
+        "garbage",
+    )
     targets = [str(t) for t in dial_targets(candidates, "203.0.113.9")]
     assert targets == ["/ip4/203.0.113.9/tcp/4002", "/ip4/203.0.113.9/tcp/4001"]
     many = tuple(f"/ip4/10.0.0.1/tcp/{p}" for p in range(4000, 4020))
@@ -83,7 +95,9 @@ def test_only_the_observed_ip_is_dialed():
 
 
 def test_an_address_needs_two_confirmations():
-    one = DialbackResponse(request_id=1, observed="1.2.3.4", reached=("/ip4/1.2.3.4/tcp/1",), tried=())
+    one = DialbackResponse(
+        request_id=1, observed="1.2.3.4", reached=("/ip4/1.2.3.4/tcp/1",), tried=()
+    )
     none = DialbackResponse(request_id=2, observed="1.2.3.4", reached=(), tried=())
     assert decide([one, none], peer_id="P", listen=[]).status == "private"
     assert decide([one, one], peer_id="P", listen=[]).status == "public"
