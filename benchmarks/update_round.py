@@ -69,6 +69,27 @@ SETUP_TIMEOUT = 120.0
 MB = 1e6
 
 
+class LogTally(logging.Handler):
+    """Counts error records (libp2p logs failed streams there) and the foreign peers they name:
+    other programs on this shared loopback sometimes dial ports our nodes reuse."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.ERROR)
+        self.records: list[tuple[float, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if len(self.records) < 1000:
+            self.records.append((time.monotonic(), record.getMessage()))
+
+    def since(self, start: float, ours: set[str]) -> dict[str, Any]:
+        texts = [text for at, text in self.records if at >= start]
+        named = {m for t in texts for m in re.findall(r"12D3KooW[1-9A-HJ-NP-Za-km-z]+", t)}
+        return {"log_errors": len(texts), "foreign_peers": sorted(named - ours)}
+
+
+TALLY = LogTally()
+
+
 # ---------------------------------------------------------------- clocks around the real transport
 
 
@@ -279,6 +300,7 @@ def _node_config(home: Path, bootstrap: Sequence[str]):
 def node_process(index: int, numel: int, peers: int, home: str, conn, profile: str | None) -> None:
     """Child: one daemon; commands from the parent over `conn` (see `run_processes`)."""
     logging.basicConfig(level=logging.WARNING)
+    logging.getLogger().addHandler(TALLY)
     try:
         trio.run(_node_main, index, numel, peers, Path(home), conn, profile)
     except BaseException as exc:
@@ -327,6 +349,7 @@ async def _node_main(
                     {
                         "cpu_s": time.process_time() - cpu0,
                         "loop_cpu_s": time.thread_time() - loop0,
+                        **TALLY.since(command["start_at"], node.members),
                         **(await node.check_one() if index == 0 else {}),
                     }
                 )
@@ -437,6 +460,7 @@ async def run_inproc(args: argparse.Namespace) -> dict[str, Any]:
         cpu, loop = time.process_time() - cpu0, time.thread_time() - loop0
         for report in reports:  # one process: its CPU shared out evenly
             report["cpu_s"], report["loop_cpu_s"] = cpu / len(reports), loop / len(reports)
+        reports[0].update(TALLY.since(start_at, members))
         reports[0].update(await nodes[0].check_one())
         for node in nodes[1:]:
             node.received = {}
@@ -544,6 +568,7 @@ def analyse(result: dict[str, Any], nbytes: int, peers: int) -> dict[str, Any]:
     moved = sum(link["bytes"] for link in links)
     cpu = sum(r.get("cpu_s", 0.0) for r in reports)
     loop_cpu = sum(r.get("loop_cpu_s", 0.0) for r in reports)
+    foreign = sorted({p for r in reports for p in r.get("foreign_peers", ())})
 
     def med(key: str) -> float:
         return statistics.median(p[key] for p in pulls) if pulls else float("nan")
@@ -567,6 +592,8 @@ def analyse(result: dict[str, Any], nbytes: int, peers: int) -> dict[str, Any]:
         "link_ideal_bytes": ideal,
         "cpu_s": cpu,
         "loop_cpu_s": loop_cpu,
+        "log_errors": sum(r.get("log_errors", 0) for r in reports),
+        "foreign_peers": foreign,
         "decode_s": reports[0].get("decode_s"),
         "decoded_finite": reports[0].get("decoded_finite"),
         "aggregate_MBps": moved / MB / round_s if round_s else 0.0,
@@ -595,6 +622,7 @@ def report(
     rows = [
         (
             names[r["peer"]],
+            r["peer"][-8:],
             r["encode_s"],
             next(
                 e["t1"] - e["t0"]
@@ -613,6 +641,7 @@ def report(
         f" {CODEC}: {nbytes / MB:.1f} MB each)",
         [
             "node",
+            "peer ID ends",
             "encode s",
             "prepare own s",
             "payloads",
@@ -698,6 +727,11 @@ def report(
             f" event loops {f['loop_cpu_s']:.2f} s",
         ),
         (
+            "round if the CPUs were ours alone",
+            f["cpu_s"] / (os.cpu_count() or 1),
+            "CPU seconds / CPUs: the CPU-bound floor here",
+        ),
+        (
             "bytes moved / ideal",
             f["bytes_total"] / max(1, f["bytes_ideal_total"]),
             f"{f['bytes_total'] / MB:.0f} MB vs {f['bytes_ideal_total'] / MB:.0f} MB",
@@ -717,6 +751,11 @@ def report(
     hivemind = f"{HIVEMIND_S['fp32']} s fp32, {HIVEMIND_S['8bit']} s 8-bit"
     print(f"hivemind all-reduce, same size, this machine: {hivemind}")
     print(f"load average {load[0]:.2f} -> {load[1]:.2f} on {os.cpu_count()} CPUs")
+    if f["log_errors"]:
+        print(
+            f"libp2p logged {f['log_errors']} errors during the round; foreign peers named:"
+            f" {len(f['foreign_peers'])} (other programs on this loopback dialling our ports)"
+        )
 
 
 def main() -> None:
@@ -739,6 +778,7 @@ def main() -> None:
     if args.peers < 2:
         parser.error("--peers must be at least 2")
     logging.basicConfig(level=logging.WARNING)
+    logging.getLogger().addHandler(TALLY)
     from peertrain.swarm.diloco.compression import ProtocolCodec
 
     nbytes = ProtocolCodec(CODEC).payload_bytes(args.numel)
@@ -764,6 +804,9 @@ def main() -> None:
             "complete": figures["complete"],
             "decoded_finite": figures["decoded_finite"],
             "failures": len(figures["failures"]),
+            "cpu_floor_s": round(figures["cpu_s"] / (os.cpu_count() or 1), 3),
+            "log_errors": figures["log_errors"],
+            "foreign_peers": len(figures["foreign_peers"]),
             "breakdown": {
                 k: None if figures[k] is None else round(figures[k], 4)
                 for k in (
