@@ -6,6 +6,7 @@ torn down at the end of the session, which also ends anything an aborted test le
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -97,3 +98,46 @@ def daemon_args(name: str, *, bootstrap: list[str] = (), port: int = FORWARDED_P
     for addr in bootstrap:
         args += ["--bootstrap", addr]
     return args
+
+
+NAT_NODE = Path(__file__).with_name("nat_node.py")
+
+
+class Role:
+    """A `nat_node.py` process in a namespace: JSON lines out, stopped by closing its stdin."""
+
+    def __init__(self, name: str, args: list[str]):
+        argv = in_ns(name, [sys.executable, str(NAT_NODE), *args])
+        self.process = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+
+    def line(self, key: str) -> dict:
+        """The next JSON line that has `key` (the process must print it, or this fails)."""
+        for raw in self.process.stdout:
+            if raw.startswith("{") and key in (fields := json.loads(raw)):
+                return fields
+        raise RuntimeError(f"nat_node exited with {self.process.wait()} before printing {key!r}")
+
+    def stop(self) -> None:
+        if self.process.stdin:
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def send(name: str, to: str, nbytes: int = 16 << 20, timeout: float = 60) -> dict:
+    """Run `nat_node.py send` in namespace `name`; its result line."""
+    argv = in_ns(name, [sys.executable, str(NAT_NODE), "send", "--to", to, "--bytes", str(nbytes)])
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    results = [json.loads(x) for x in out.stdout.splitlines() if x.startswith('{"connect_s"')]
+    if not results:
+        raise RuntimeError(f"send from {name} to {to} failed:\n{out.stderr[-3000:]}")
+    return results[0]

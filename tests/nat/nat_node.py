@@ -1,0 +1,142 @@
+"""One role of a NAT experiment, run as a script inside a namespace (tests and benchmarks/nat.py).
+
+    nat_node.py relay --listen ADDR                 circuit relay v2 hop with explicit limits
+    nat_node.py sink  --listen ADDR [--relay FULL]  receives payloads; with --relay, reserves a slot
+    nat_node.py send  --to FULL --bytes N [--relay FULL]
+                                                    connects (directly, or through the circuit
+                                                    address when --to names one) and sends N bytes
+
+Every role prints JSON lines: first {"addr": …} (and {"circuit": …, "reserve_ms": …} after a
+reservation), `send` prints {"connect_s", "seconds", "mb_per_s", "relayed"} and exits. Servers
+run until stdin closes. The payload protocol is 8 bytes of length, the bytes, then b"ok" back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import trio
+from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import PeerInfo
+from libp2p.relay.circuit_v2.config import RelayConfig
+from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID, CircuitV2Protocol
+from libp2p.relay.circuit_v2.resources import RelayLimits
+from libp2p.relay.circuit_v2.transport import CircuitV2Transport
+from libp2p.tools.anyio_service import background_trio_service
+from multiaddr import Multiaddr
+from peertrain.node.host import build_host, parse_peer_addr
+from peertrain.node.identity import Identity
+
+PAYLOAD = "/peertrain-test/payload/1.0.0"
+CHUNK = 1 << 20
+LIMITS = RelayLimits(  # explicit: a relay must bound what strangers can make it carry
+    duration=600, data=1 << 30, max_circuit_conns=16, max_reservations=16, reservation_ttl=3600
+)
+
+
+def emit(**fields) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+async def serve_payloads(stream) -> None:
+    header = await read_exactly(stream, 8)
+    remaining = int.from_bytes(header, "big")
+    while remaining:
+        chunk = await stream.read(min(remaining, CHUNK))
+        if not chunk:
+            return
+        remaining -= len(chunk)
+    await stream.write(b"ok")
+    await stream.close()
+
+
+async def read_exactly(stream, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = await stream.read(n - len(data))
+        if not chunk:
+            raise EOFError("stream ended early")
+        data += chunk
+    return data
+
+
+async def until_stdin_closes() -> None:
+    await trio.to_thread.run_sync(sys.stdin.read, abandon_on_cancel=True)
+
+
+async def main(args: argparse.Namespace) -> None:
+    host = build_host(Identity.generate(), dial_timeout=10.0)
+    listen = [Multiaddr(args.listen)] if args.listen else []
+    relay = CircuitV2Protocol(host, limits=LIMITS, allow_hop=args.role == "relay")
+    async with host.run(listen), background_trio_service(relay), trio.open_nursery() as nursery:
+        transport = CircuitV2Transport(host, relay, RelayConfig())
+        if listen:
+            emit(addr=f"{host.get_addrs()[0]}")
+        if args.role == "relay":
+            await until_stdin_closes()
+        elif args.role == "sink":
+            host.set_stream_handler(PAYLOAD, serve_payloads)
+            if args.relay:
+                relay_info = parse_peer_addr(args.relay)
+                await host.connect(relay_info)
+                started = time.perf_counter()
+                stream = await host.new_stream(relay_info.peer_id, [PROTOCOL_ID])
+                if not await transport.reserve(stream, relay_info.peer_id, nursery):
+                    raise SystemExit("relay refused the reservation")
+                circuit = f"{args.relay}/p2p-circuit/p2p/{host.get_id()}"
+                emit(circuit=circuit, reserve_ms=round((time.perf_counter() - started) * 1000, 1))
+            await until_stdin_closes()
+        else:
+            await send(host, transport, args)
+        nursery.cancel_scope.cancel()
+
+
+async def send(host, transport: CircuitV2Transport, args: argparse.Namespace) -> None:
+    to = Multiaddr(args.to)
+    started = time.perf_counter()
+    if "p2p-circuit" in args.to:
+        relay_part, _, dest = args.to.partition("/p2p-circuit/p2p/")
+        await host.connect(parse_peer_addr(relay_part))
+        await transport.dial(to)
+        peer = ID.from_base58(dest)
+    else:
+        info = parse_peer_addr(args.to)
+        await host.connect(PeerInfo(info.peer_id, info.addrs))
+        peer = info.peer_id
+    connect_s = time.perf_counter() - started
+    stream = await host.new_stream(peer, [PAYLOAD])
+    payload = bytes(CHUNK)
+    started = time.perf_counter()
+    await stream.write(args.bytes.to_bytes(8, "big"))
+    for offset in range(0, args.bytes, CHUNK):
+        await stream.write(payload[: min(CHUNK, args.bytes - offset)])
+    if await read_exactly(stream, 2) != b"ok":
+        raise SystemExit("no acknowledgement")
+    seconds = time.perf_counter() - started
+    emit(
+        connect_s=round(connect_s, 4),
+        seconds=round(seconds, 4),
+        relayed=is_relayed(host, peer),
+        mb_per_s=round(args.bytes / seconds / 1e6, 1),
+    )
+    await stream.close()
+
+
+def is_relayed(host, peer: ID) -> bool:
+    """Whether the connection the payload used runs through a relay (its address says so)."""
+    conns = host.get_network().get_connections(peer)
+    addrs = [str(a) for conn in conns for a in conn.get_transport_addresses()]
+    return bool(addrs) and all("p2p-circuit" in a for a in addrs)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("role", choices=["relay", "sink", "send"])
+    parser.add_argument("--listen")
+    parser.add_argument("--relay")
+    parser.add_argument("--to")
+    parser.add_argument("--bytes", type=int, default=16 << 20)
+    trio.run(main, parser.parse_args())

@@ -1,0 +1,61 @@
+"""16 MiB payloads across the NAT matrix: directly where a side is reachable, else via a relay."""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+
+import pytest
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow]
+PORT = 4700
+MiB16 = 16 << 20
+
+
+def start(world, stack: ExitStack, name: str, *args: str):
+    role = world.Role(name, list(args))
+    stack.callback(role.stop)
+    return role
+
+
+def test_payloads_direct_and_through_a_relay(nat_world):
+    world = nat_world
+    with ExitStack() as stack:
+        relay = start(world, stack, "pub", "relay", "--listen", f"/ip4/10.213.0.10/tcp/{PORT}")
+        relay_addr = relay.line("addr")["addr"]
+        public_sink = start(
+            world, stack, "pub2", "sink", "--listen", f"/ip4/10.213.0.11/tcp/{PORT}"
+        )
+        public_addr = public_sink.line("addr")["addr"]
+        fwd = start(
+            world, stack, "fwd", "sink", "--listen", f"/ip4/192.168.23.2/tcp/{world.FORWARDED_PORT}"
+        )
+        fwd_id = fwd.line("addr")["addr"].rsplit("/p2p/", 1)[1]
+        circuits = {}
+        for name in ("cone", "sym"):
+            sink = start(
+                world,
+                stack,
+                name,
+                "sink",
+                "--listen",
+                f"/ip4/{world.ip_of(name)}/tcp/{PORT}",
+                "--relay",
+                relay_addr,
+            )
+            reserved = sink.line("circuit")
+            assert reserved["reserve_ms"] < 2000
+            circuits[name] = reserved["circuit"]
+
+        # a NATed node reaches a public one directly
+        direct = world.send("cone", public_addr)
+        assert direct["relayed"] is False
+        # the forwarded port makes a NATed node directly reachable from outside
+        forwarded = world.send(
+            "cone2", f"/ip4/{world.WAN['fwd']}/tcp/{world.FORWARDED_PORT}/p2p/{fwd_id}"
+        )
+        assert forwarded["relayed"] is False
+        # NATed to NATed: through the relay, whatever the NATs
+        for src, dst in (("cone2", "cone"), ("sym2", "cone"), ("sym2", "sym"), ("cone", "sym")):
+            relayed = world.send(src, circuits[dst])
+            assert relayed["relayed"] is True, (src, dst, relayed)
+            assert relayed["seconds"] > 0
