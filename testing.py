@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import trio
-
 from peertrain.node.config import NodeConfig
 from peertrain.node.daemon import Daemon
 from peertrain.node.identity import Identity

@@ -24,23 +24,22 @@ from typing import Any
 
 import trio
 from multiaddr import Multiaddr
-
 from peertrain import __version__
 
 from .addresses import rank
 from .config import NodeConfig
 from .control import ControlServer
 from .dht_service import DhtService
+from .gossip import Gossip
 from .host import build_host, parse_peer_addr
 from .identity import Identity
 from .names import friendly_name
-from .gossip import Gossip
 from .peer_exchange import PeerExchange
+from .peers import IdentityGuard, PeerKeeper
+from .penalties import PeerScoreboard
 from .reachability import ReachabilityCheck
 from .runs import RunManager
 from .tensor_service import TensorService, TensorStore
-from .peers import IdentityGuard, PeerKeeper
-from .penalties import PeerScoreboard
 
 log = logging.getLogger(__name__)
 

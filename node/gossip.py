@@ -24,7 +24,6 @@ from libp2p.peer.id import ID
 from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11, GossipSub
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.tools.anyio_service import background_trio_service
-
 from peertrain.protocol.errors import MessageTooLarge
 
 from .penalties import PeerScoreboard

@@ -21,7 +21,6 @@ from libp2p.abc import IHost
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 from multiaddr import Multiaddr
-
 from peertrain.protocol.errors import PeertrainError
 from peertrain.protocol.ids import protocol_id
 from peertrain.protocol.messages import Message, Request, Response, message

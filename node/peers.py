@@ -9,7 +9,6 @@ machines started from a copied home look like one peer and corrupt each other's 
 from __future__ import annotations
 
 import logging
-
 from collections.abc import Sequence
 
 import trio

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 from libp2p.peer.id import ID
-
 from peertrain.crdt.manifest import RunManifest
 from peertrain.crdt.replicator import Penalty, Replicator
 from peertrain.crdt.runstate import RunState
@@ -71,7 +70,6 @@ class NodeTensors:
 
     async def serve(self, owner: str, payload: bytes) -> bytes:
         import torch
-
         from peertrain.protocol.tensors import prepare_encoded
 
         def prepare():

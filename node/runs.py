@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import trio
 from libp2p.peer.id import ID
-
 from peertrain.crdt.manifest import RunManifest, open_manifest, sign_manifest
 from peertrain.crdt.sync import SyncRequest
 from peertrain.protocol.errors import PeertrainError

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from peertrain.testing import cli_daemons, open_test_swarm
 
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-
 from peertrain.protocol.packing import pack
 
 from .compression import ProtocolCodec

@@ -25,7 +25,6 @@ from typing import Protocol
 
 import torch
 import trio
-
 from peertrain.crdt.replicator import Replicator
 from peertrain.protocol.tensors import PreparedTensor, TensorDownload, prepare_tensor
 

@@ -26,7 +26,6 @@ from typing import Annotated, Protocol
 import trio
 from libp2p.crypto.keys import KeyPair
 from libp2p.peer.id import ID
-
 from peertrain.protocol.envelope import open_envelope, seal
 from peertrain.protocol.errors import ProtocolError
 from peertrain.protocol.messages import Message, decode, encode, message

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import trio
-
 from peertrain.testing import open_test_swarm, wait_until
 
 SPEC = dict(model="mlp", dataset="digits", inner_steps=10, batch_size=32, lr=3e-3, warmup_steps=5,

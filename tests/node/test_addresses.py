@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from multiaddr import Multiaddr
-
 from peertrain.node.addresses import expand_wildcards, rank, shareable
 
 

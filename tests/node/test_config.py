@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from peertrain.node.config import control_socket_path, load_config
 from peertrain.node.errors import ConfigError
 

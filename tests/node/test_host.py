@@ -14,7 +14,6 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.peerinfo import PeerInfo
 from libp2p.security.insecure.transport import PLAINTEXT_PROTOCOL_ID, InsecureTransport
 from multiaddr import Multiaddr
-
 from peertrain.node.errors import ConnectError, PskMismatch
 from peertrain.node.host import build_host, connect
 from peertrain.node.identity import Identity

@@ -6,7 +6,6 @@ import re
 import stat
 
 import pytest
-
 from peertrain.node.errors import IdentityError
 from peertrain.node.identity import KEY_FILE, load_or_create_identity
 from peertrain.node.names import friendly_name

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from peertrain.node.tensor_service import TensorService, TensorStore, TransferFailed, fetch_tensor
 from peertrain.protocol.tensors import PreparedTensor, prepare_tensor
 from peertrain.testing import open_test_swarm, wait_until
