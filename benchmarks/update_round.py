@@ -350,10 +350,17 @@ async def _node_main(
                         "cpu_s": time.process_time() - cpu0,
                         "loop_cpu_s": time.thread_time() - loop0,
                         **TALLY.since(command["start_at"], node.members),
+                        "max_rss_MB": _max_rss_mb(),
                         **(await node.check_one() if index == 0 else {}),
                     }
                 )
         nursery.cancel_scope.cancel()
+
+
+def _max_rss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
 def _profiler(folder: str | None):
@@ -462,6 +469,8 @@ async def run_inproc(args: argparse.Namespace) -> dict[str, Any]:
         for report in reports:  # one process: its CPU shared out evenly
             report["cpu_s"], report["loop_cpu_s"] = cpu / len(reports), loop / len(reports)
         reports[0].update(TALLY.since(start_at, members))
+        for report in reports:
+            report["max_rss_MB"] = _max_rss_mb()  # one process holds all the nodes
         reports[0].update(await nodes[0].check_one())
         for node in nodes[1:]:
             node.received = {}
@@ -641,6 +650,7 @@ def report(
             r["done_s"],
             r.get("cpu_s", 0.0),
             r.get("loop_cpu_s", 0.0),
+            r.get("max_rss_MB", 0.0),
         )
         for r in result["reports"]
     ]
@@ -656,6 +666,7 @@ def report(
             "all in at s",
             "CPU s in round",
             "of it event loop",
+            "peak RSS MB",
         ],
         rows,
     )
@@ -815,6 +826,7 @@ def main() -> None:
             "cpu_floor_s": round(figures["cpu_floor_s"], 3),
             "log_errors": figures["log_errors"],
             "foreign_peers": len(figures["foreign_peers"]),
+            "max_rss_MB": round(max(r.get("max_rss_MB", 0.0) for r in result["reports"])),
             "breakdown": {
                 k: None if figures[k] is None else round(figures[k], 4)
                 for k in (
