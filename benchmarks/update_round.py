@@ -29,6 +29,12 @@ transfer show up; the ideal is one payload per direction of each link. The same 
 plain loopback TCP and one Noise+Yamux stream of our host (benchmarks/stream.py's two-process
 trial) with the payload's size: the physical and the single-link ceilings.
 
+On a shared machine the wall-clock round falls with everyone else's load, so each node also
+reports its CPU seconds during the round (all threads, and its event loop's alone); their sum
+over the cores (or the busiest event loop, whichever is longer) is the round this code would
+take with the machine to itself. Other programs on a shared loopback sometimes dial ports our
+nodes happen to reuse; libp2p then logs failed streams, counted per round ("log_errors").
+
     python benchmarks/update_round.py [--numel 100000000] [--peers 4] [--mode processes|inproc]
                                       [--deadline 300] [--no-baseline] [--profile DIR]
 """
