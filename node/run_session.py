@@ -81,9 +81,13 @@ class NodeTensors:
         self.daemon.tensor_store.put(prepared)
         return prepared.header.checksum
 
-    async def fetch_payload(self, holders, checksum: bytes, nbytes: int) -> bytes:
+    async def fetch_payload(self, holders, checksum: bytes, nbytes: int) -> memoryview:
+        """The verified payload, served on to others as is (no copy, no second hash)."""
+        from peertrain.protocol.tensors import PreparedTensor
+
         download = await self.fetch(holders, checksum, nbytes)
-        return bytes(download.payload.numpy())
+        self.daemon.tensor_store.put(PreparedTensor(header=download.header, payload=download.payload))
+        return memoryview(download.payload.numpy())
 
 
 class _UpdateTransport:

@@ -58,7 +58,8 @@ class GroupTransport(Protocol):
         ...
 
     async def fetch(self, holders: Sequence[str], checksum: bytes, nbytes: int) -> bytes:
-        """Verified payload bytes from any of `holders`; raises on failure."""
+        """Verified payload bytes from any of `holders`, which the transport then also serves
+        (a fetched copy is as good as the sender's: it is addressed by checksum); raises on failure."""
         ...
 
 
@@ -209,15 +210,14 @@ class UpdateGossip:
                 continue
             state.payloads[ann.sender] = payload
             self.bytes_fetched += len(payload)
-            await self.transport.serve(ann.sender, payload)
+            fetching.discard(ann.sender)
+            state.changed.set()  # the round may close now; telling others we hold it can follow
             await self._announce(
                 round_,
                 UpdateAnnouncement(
                     sender=ann.sender, nbytes=ann.nbytes, checksum=ann.checksum, holds=True
                 ),
             )
-            fetching.discard(ann.sender)
-            state.changed.set()
             return
 
     async def _announce(self, round_: int, ann: UpdateAnnouncement) -> None:
