@@ -21,9 +21,10 @@ already exist in this package:
 2. A stage server daemon service wrapping `StageServer`: handlers call its (sync) methods through
    `trio.to_thread.run_sync` with a CapacityLimiter(1), refuse requests for another stage, and
    after each backward check whether the stage's accumulated samples reached the target batch.
-3. The stage all-reduce: `StageServer.gradient_sum()` gives (flat gradient sum, samples); the
-   service sums these over the stage's live servers (e.g. our aggregation/gossip exchange) and
-   calls `StageServer.step(average)` with an `average(local, n) -> (total, N)` returning the totals.
+3. The stage all-reduce: `StageServer.step(average)` takes the server's (flat sample-weighted
+   gradient sum, samples) and calls `average(local, n) -> (total, N)`, a blocking all-reduce over
+   the stage's live servers (e.g. our tensor exchange, in a worker thread), then steps with the
+   totals; the server keeps serving while `average` runs.
 4. Announcements: each server periodically puts (stage, measured throughput) under the run's
    per-stage DHT key / RunState; trainers feed them to `StageWiring.announce`, and every server
    runs `plan_move` on the same view each period (the mover downloads `StageServer.state()` from

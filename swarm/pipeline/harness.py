@@ -7,15 +7,15 @@ time, FIFO) and, to model a slower machine, pads every call to `base_seconds · 
 fail its current and future calls, exactly as a dead peer looks to a trainer (`ServerUnavailable`).
 
 Servers of a stage average and step when the stage's accumulated samples reach `target_batch`:
-the in-process all-reduce sums every live server's (gradient sum, samples) while holding all the
-stage's hosts, then each server steps with the totals. `rebalance` applies `plan_move`: the mover
-finishes its current call, downloads the target stage's state from a live server there, swaps its
-slice, and is re-announced to every attached trainer's wiring in its new stage.
+the in-process all-reduce takes every live server's (gradient sum, samples), sums them, and each
+server steps with the totals; servers keep serving meanwhile, as over the network. `rebalance`
+applies `plan_move`: the mover finishes its current call, downloads the target stage's state from
+a live server there, swaps its slice, and is re-announced to every attached trainer's wiring in
+its new stage.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -146,12 +146,8 @@ class InProcessSwarm:
     async def _maybe_step(self, stage: int) -> None:
         if self._pending(stage) < self.spec.target_batch or self._step_locks[stage].locked():
             return
-        async with self._step_locks[stage], contextlib.AsyncExitStack() as held:
-            members = sorted(self.members(stage), key=lambda h: h.peer)
-            for host in members:  # one fixed order: no two steppers can deadlock
-                await held.enter_async_context(host.lock)
-            if self._pending(stage) < self.spec.target_batch:
-                return
+        async with self._step_locks[stage]:
+            members = self.members(stage)
             await trio.to_thread.run_sync(self._all_reduce_and_step, members)
             self.steps[stage] += 1
 
@@ -160,11 +156,16 @@ class InProcessSwarm:
 
     @staticmethod
     def _all_reduce_and_step(members: list[ServerHost]) -> None:
-        parts = [h.server.gradient_sum() for h in members]
+        """Sum every live server's (gradient sum, samples), then step each with the totals.
+
+        Servers keep serving meanwhile (no host is held): a backward that lands between the take
+        and the step counts towards the next step.
+        """
+        parts = [h.server.take_gradients() for h in members]
         total = torch.stack([flat for flat, _ in parts]).sum(0)
         samples = sum(n for _, n in parts)
         for host in members:
-            host.server.step(lambda _local, _n: (total, samples))
+            host.server.apply_average(total, samples)
 
     # --- rebalancing ----------------------------------------------------------------------
     def views(self) -> list[StageView]:

@@ -23,6 +23,7 @@ All methods are synchronous and hold the server's lock: call them from a worker 
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -125,26 +126,41 @@ class StageServer:
     def pending_samples(self) -> int:
         return self._samples
 
-    def gradient_sum(self) -> tuple[torch.Tensor, int]:
-        """(flat sample-weighted gradient sum since the last step, samples): all-reduce input."""
-        with self._lock:
-            return torch.cat([g.reshape(-1) for g in self._grad_sum]), self._samples
+    def take_gradients(self) -> tuple[torch.Tensor, int]:
+        """(flat sample-weighted gradient sum, samples) since the last take; resets both.
 
-    def step(self, average: Average) -> int:
-        """Average gradients with the stage's peers (weighted by samples), step; total samples."""
+        Backwards that arrive after the take accumulate towards the next step, so the server
+        keeps serving while the stage's all-reduce runs.
+        """
         with self._lock:
-            local = torch.cat([g.reshape(-1) for g in self._grad_sum])
-            total, samples = average(local, self._samples)
-            if samples > 0:
-                for p, g in zip(self._params, self._split(total / samples), strict=True):
-                    p.grad = g.clone()
-                self._optimizer.step()
-                self._optimizer.zero_grad(set_to_none=True)
-                self._steps += 1
+            flat = torch.cat([g.reshape(-1) for g in self._grad_sum])
+            samples = self._samples
             for acc in self._grad_sum:
                 acc.zero_()
             self._samples = 0
-            return samples
+            return flat, samples
+
+    def apply_average(self, total: torch.Tensor, samples: int) -> None:
+        """One optimizer step with the stage's gradient `total / samples` (no-op for 0 samples)."""
+        if samples <= 0:
+            return
+        with self._lock:
+            for p, g in zip(self._params, self._split(total / samples), strict=True):
+                p.grad = g.clone()
+            self._optimizer.step()
+            self._optimizer.zero_grad(set_to_none=True)
+            self._steps += 1
+
+    def step(self, average: Average) -> int:
+        """Take the gradients, average them with the stage's peers (weighted by samples), step.
+
+        `average(local, n) -> (total, N)` is the blocking all-reduce; the server lock is NOT held
+        while it runs, so forwards and backwards go on meanwhile. Returns N.
+        """
+        local, samples = self.take_gradients()
+        total, stage_samples = average(local, samples)
+        self.apply_average(total, stage_samples)
+        return stage_samples
 
     def _split(self, flat: torch.Tensor) -> list[torch.Tensor]:
         sizes = [p.numel() for p in self._params]
@@ -156,7 +172,8 @@ class StageServer:
         with self._lock:
             return {
                 "module": {k: v.clone() for k, v in self.module.state_dict().items()},
-                "optimizer": self._optimizer.state_dict(),
+                # deep: load_state_dict may keep the tensors it is given (shared Adam moments)
+                "optimizer": copy.deepcopy(self._optimizer.state_dict()),
             }
 
     def load_state(self, state: dict) -> None:
