@@ -22,6 +22,7 @@ import trio
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 from libp2p.relay.circuit_v2.config import RelayConfig
+from libp2p.relay.circuit_v2.dcutr import DCUtRProtocol
 from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID, CircuitV2Protocol
 from libp2p.relay.circuit_v2.resources import RelayLimits
 from libp2p.relay.circuit_v2.transport import CircuitV2Transport
@@ -71,7 +72,13 @@ async def main(args: argparse.Namespace) -> None:
     host = build_host(Identity.generate(), dial_timeout=10.0)
     listen = [Multiaddr(args.listen)] if args.listen else []
     relay = CircuitV2Protocol(host, limits=LIMITS, allow_hop=args.role == "relay")
-    async with host.run(listen), background_trio_service(relay), trio.open_nursery() as nursery:
+    dcutr = DCUtRProtocol(host)  # answers (sink) or starts (send --punch) hole punching
+    async with (
+        host.run(listen),
+        background_trio_service(relay),
+        background_trio_service(dcutr),
+        trio.open_nursery() as nursery,
+    ):
         transport = CircuitV2Transport(host, relay, RelayConfig())
         if listen:
             emit(addr=f"{host.get_addrs()[0]}")
@@ -90,11 +97,11 @@ async def main(args: argparse.Namespace) -> None:
                 emit(circuit=circuit, reserve_ms=round((time.perf_counter() - started) * 1000, 1))
             await until_stdin_closes()
         else:
-            await send(host, transport, args)
+            await send(host, transport, dcutr, args)
         nursery.cancel_scope.cancel()
 
 
-async def send(host, transport: CircuitV2Transport, args: argparse.Namespace) -> None:
+async def send(host, transport: CircuitV2Transport, dcutr, args: argparse.Namespace) -> None:
     to = Multiaddr(args.to)
     started = time.perf_counter()
     if "p2p-circuit" in args.to:
@@ -107,6 +114,13 @@ async def send(host, transport: CircuitV2Transport, args: argparse.Namespace) ->
         await host.connect(PeerInfo(info.peer_id, info.addrs))
         peer = info.peer_id
     connect_s = time.perf_counter() - started
+    punch_s = None
+    if args.punch and is_relayed(host, peer):
+        started = time.perf_counter()
+        with trio.move_on_after(args.punch):
+            while is_relayed(host, peer) and not await dcutr.initiate_hole_punch(peer):  # noqa: ASYNC110
+                await trio.sleep(0.2)
+        punch_s = round(time.perf_counter() - started, 3)
     stream = await host.new_stream(peer, [PAYLOAD])
     payload = bytes(CHUNK)
     started = time.perf_counter()
@@ -119,15 +133,18 @@ async def send(host, transport: CircuitV2Transport, args: argparse.Namespace) ->
     emit(
         connect_s=round(connect_s, 4),
         seconds=round(seconds, 4),
-        relayed=is_relayed(host, peer),
+        relayed=is_relayed(host, peer, stream),
         mb_per_s=round(args.bytes / seconds / 1e6, 1),
+        punch_s=punch_s,
     )
     await stream.close()
 
 
-def is_relayed(host, peer: ID) -> bool:
-    """Whether the connection the payload used runs through a relay (its address says so)."""
+def is_relayed(host, peer: ID, stream=None) -> bool:
+    """Whether our connections to `peer` (or the one carrying `stream`) all run through a relay."""
     conns = host.get_network().get_connections(peer)
+    if stream is not None:
+        conns = [c for c in conns if getattr(c, "muxed_conn", None) is stream.muxed_conn]
     addrs = [str(a) for conn in conns for a in conn.get_transport_addresses()]
     return bool(addrs) and all("p2p-circuit" in a for a in addrs)
 
@@ -139,4 +156,5 @@ if __name__ == "__main__":
     parser.add_argument("--relay")
     parser.add_argument("--to")
     parser.add_argument("--bytes", type=int, default=16 << 20)
+    parser.add_argument("--punch", type=float, default=0.0, help="seconds to try DCUtR (send)")
     trio.run(main, parser.parse_args())

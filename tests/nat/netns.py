@@ -133,9 +133,21 @@ class Role:
             self.process.wait()
 
 
-def send(name: str, to: str, nbytes: int = 16 << 20, timeout: float = 60) -> dict:
-    """Run `nat_node.py send` in namespace `name`; its result line."""
-    argv = in_ns(name, [sys.executable, str(NAT_NODE), "send", "--to", to, "--bytes", str(nbytes)])
+def send(
+    name: str,
+    to: str,
+    nbytes: int = 16 << 20,
+    timeout: float = 60,
+    *,
+    punch: float = 0.0,
+    port: int = 0,
+) -> dict:
+    """Run `nat_node.py send` in namespace `name`; its result line. With `punch` seconds, it
+    listens on `port` (hole punches leave from the listen port) and tries DCUtR over the relay."""
+    args = ["send", "--to", to, "--bytes", str(nbytes)]
+    if punch:
+        args += ["--punch", str(punch), "--listen", f"/ip4/{ip_of(name)}/tcp/{port}"]
+    argv = in_ns(name, [sys.executable, str(NAT_NODE), *args])
     out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     results = [json.loads(x) for x in out.stdout.splitlines() if x.startswith('{"connect_s"')]
     if not results:

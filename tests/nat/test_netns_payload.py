@@ -59,3 +59,24 @@ def test_payloads_direct_and_through_a_relay(nat_world):
             relayed = world.send(src, circuits[dst])
             assert relayed["relayed"] is True, (src, dst, relayed)
             assert relayed["seconds"] > 0
+
+
+def test_hole_punching_makes_cone_to_cone_direct(nat_world):
+    world = nat_world
+    with ExitStack() as stack:
+        relay = start(world, stack, "pub", "relay", "--listen", f"/ip4/10.213.0.10/tcp/{PORT + 1}")
+        relay_addr = relay.line("addr")["addr"]
+        sink = start(
+            world,
+            stack,
+            "cone",
+            "sink",
+            "--listen",
+            f"/ip4/192.168.21.2/tcp/{PORT + 1}",
+            "--relay",
+            relay_addr,
+        )
+        circuit = sink.line("circuit")["circuit"]
+        punched = world.send("cone2", circuit, punch=10, port=PORT + 2)
+        assert punched["relayed"] is False, punched  # the payload went over the punched connection
+        assert punched["punch_s"] < 10
