@@ -559,8 +559,10 @@ def analyse(result: dict[str, Any], nbytes: int, peers: int) -> dict[str, Any]:
             transfer = next(
                 e for e in ev if e["op"] == "transfer" and e["checksum"] == fetch["checksum"]
             )
+            # a fetched payload is served on as verified, without a second serve (0 s)
             reserve = next(
-                e for e in ev if e["op"] == "serve" and e.get("checksum") == fetch["checksum"]
+                (e for e in ev if e["op"] == "serve" and e.get("checksum") == fetch["checksum"]),
+                {"t0": 0.0, "t1": 0.0},
             )
             sender = owner_of.get(fetch["checksum"], "?")
             pulls.append(
