@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/peertrain swarm local --nodes 4 --mode diloco --rounds 20 --inner-steps 50 --report demo-report.json
+	$(BIN)/peertrain swarm local --nodes 4 --mode diloco --rounds 32 --inner-steps 50 --report demo-report.json
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
