@@ -4,17 +4,18 @@ Runs in the network namespaces of scripts/netns-nat (root only; built and remove
 they already exist). Per cell, a sink in the destination namespace (with a circuit relay v2
 reservation on the public relay when it sits behind a NAT) and a fresh sender process in the
 source namespace; the sender connects directly when the destination is reachable (public,
-forwarded port), else through the relay. No hole punching yet: cone/cone stays relayed
-(issue 6 wants it direct). Figures are medians over --repeats fresh senders.
+forwarded port), else through the relay, and then tries DCUtR hole punching for --punch
+seconds; the payload goes over whichever connection it ends on ("punched" = relayed first,
+then direct). Figures are medians over the fresh senders that delivered (of --repeats).
 
-    sudo .venv/bin/python benchmarks/nat.py [--repeats 3] [--mib 16]
+    sudo .venv/bin/python benchmarks/nat.py [--repeats 3] [--mib 16] [--punch 5]
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
+import itertools
 import statistics
 import subprocess
 from contextlib import ExitStack
@@ -68,32 +69,62 @@ def start_sinks(
     return targets, reserve_ms
 
 
-def measure(world, repeats: int, nbytes: int) -> tuple[list[list], dict]:
+def measure(world, repeats: int, nbytes: int, punch: float) -> tuple[list[list], dict]:
     rows, figures = [], {}
+    ports = itertools.count(PORT + 10)  # a fresh listen port per sender: no stale NAT state
     with ExitStack() as stack:
         relay = world.Role("pub", ["relay", "--listen", f"/ip4/10.213.0.10/tcp/{PORT}"])
         stack.callback(relay.stop)
         targets, reserve_ms = start_sinks(world, stack, relay.line("addr")["addr"])
         for src, dst, cell in CELLS:
-            runs = [world.send(src, targets[dst], nbytes) for _ in range(repeats)]
-            connect_ms = statistics.median(r["connect_s"] for r in runs) * 1000
-            mb_s = statistics.median(r["mb_per_s"] for r in runs)
-            relayed = {r["relayed"] for r in runs}
-            how = "relayed" if relayed == {True} else "direct" if relayed == {False} else "mixed"
-            rows.append([cell, how, round(connect_ms, 1), reserve_ms.get(dst, "-"), mb_s])
-            figures[cell] = {
-                "connection": how,
-                "connect_ms": round(connect_ms, 1),
-                "reserve_ms": reserve_ms.get(dst),
-                "mb_per_s": mb_s,
-            }
+            via_relay = "p2p-circuit" in targets[dst]
+            runs, failures = [], []
+            for _ in range(repeats):
+                try:
+                    runs.append(
+                        world.send(
+                            src,
+                            targets[dst],
+                            nbytes,
+                            punch=punch if via_relay else 0.0,
+                            port=next(ports),
+                        )
+                    )
+                except RuntimeError as exc:  # counted, and the reason kept for the JSON line
+                    failures.append(str(exc).splitlines()[-1][:200])
+            rows.append(row(cell, via_relay, runs, reserve_ms.get(dst), repeats))
+            figures[cell] = dict(zip(FIELDS, rows[-1][1:], strict=True)) | {"failures": failures}
     return rows, figures
+
+
+FIELDS = ["ends_on", "delivered", "connect_ms", "reserve_ms", "punch_s", "mb_per_s"]
+
+
+def row(cell: str, via_relay: bool, runs: list[dict], reserve: float | None, repeats: int) -> list:
+    delivered = f"{len(runs)}/{repeats}"
+    if not runs:
+        return [cell, "failed", delivered, None, reserve, None, None]
+    relayed = {r["relayed"] for r in runs}
+    how = "relayed" if relayed == {True} else "direct" if relayed == {False} else "mixed"
+    if via_relay and how == "direct":
+        how = "punched"  # relayed first, then a direct connection by DCUtR
+    punch_s = [r["punch_s"] for r in runs if r.get("punch_s") is not None]
+    return [
+        cell,
+        how,
+        delivered,
+        round(statistics.median(r["connect_s"] for r in runs) * 1000, 1),
+        reserve,
+        round(statistics.median(punch_s), 2) if punch_s else None,
+        statistics.median(r["mb_per_s"] for r in runs),
+    ]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--mib", type=int, default=16)
+    parser.add_argument("--punch", type=float, default=5.0, help="seconds of DCUtR per sender")
     args = parser.parse_args()
     world = load_netns()
     reason = world.why_unavailable()
@@ -104,15 +135,23 @@ def main() -> None:
     existed = subprocess.run([str(world.SCRIPT), "status"], capture_output=True).returncode == 0
     world.setup()
     try:
-        rows, figures = measure(world, args.repeats, args.mib << 20)
+        rows, figures = measure(world, args.repeats, args.mib << 20, args.punch)
     finally:
         if not existed:
             world.teardown()
-    header = ["cell (sender → receiver)", "connection", "first conn ms", "reservation ms", "MB/s"]
+    header = [
+        "cell (sender → receiver)",
+        "ends on",
+        "delivered",
+        "first conn ms",
+        "reservation ms",
+        "punch s",
+        "MB/s",
+    ]
     print_table(
-        f"NAT matrix, {args.mib} MiB payload, median of {args.repeats} (pid {os.getpid()})",
+        f"NAT matrix, {args.mib} MiB payload, medians over {args.repeats} senders per cell",
         header,
-        rows,
+        [["-" if v is None else v for v in r] for r in rows],
     )
     print_json({"payload_mib": args.mib, "repeats": args.repeats, "cells": figures})
 

@@ -121,6 +121,12 @@ async def send(host, transport: CircuitV2Transport, dcutr, args: argparse.Namesp
             while is_relayed(host, peer) and not await dcutr.initiate_hole_punch(peer):  # noqa: ASYNC110
                 await trio.sleep(0.2)
         punch_s = round(time.perf_counter() - started, 3)
+    redialed = False
+    if "p2p-circuit" in args.to and not host.get_network().get_connections(peer):
+        # a failed DCUtR attempt sometimes ends the relayed connection too (py-libp2p 0.8.1,
+        # seen with symmetric NATs): dial the circuit again rather than lose the peer
+        await transport.dial(to)
+        redialed = True
     stream = await host.new_stream(peer, [PAYLOAD])
     payload = bytes(CHUNK)
     started = time.perf_counter()
@@ -136,6 +142,7 @@ async def send(host, transport: CircuitV2Transport, dcutr, args: argparse.Namesp
         relayed=is_relayed(host, peer, stream),
         mb_per_s=round(args.bytes / seconds / 1e6, 1),
         punch_s=punch_s,
+        redialed=redialed,
     )
     await stream.close()
 

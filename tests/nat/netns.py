@@ -151,5 +151,7 @@ def send(
     out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     results = [json.loads(x) for x in out.stdout.splitlines() if x.startswith('{"connect_s"')]
     if not results:
-        raise RuntimeError(f"send from {name} to {to} failed:\n{out.stderr[-3000:]}")
+        lines = [x.strip(" |") for x in out.stderr.splitlines()]
+        reason = next((x for x in reversed(lines) if "Error" in x or "Exception" in x), "no result")
+        raise RuntimeError(f"{out.stderr[-3000:]}\nsend from {name} failed: {reason}")
     return results[0]
