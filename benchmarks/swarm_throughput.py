@@ -8,6 +8,12 @@ backward 2.5). Every stage has servers at speeds 1:2:4.
     static     one fixed pipeline: the fastest server of each stage (the best static choice)
     ideal      Σ of the slowest stage's server capacities (speed / (cost per sample · base))
 
+Throughput is the steady rate between 10% and 75% of the microbatches completed (see
+`steady_rate`), the same window for every arm.
+
+Rebalancing: 6 equal servers started 4/1/1 over the 3 stages, with and without the rebalancing rule
+(one move per 0.5 s period), steady throughput once the moves are done, vs the 2/2/2 ideal.
+
 Then the same number of microbatches with fp32 and with int8 boundaries, one microbatch in flight
 so the two runs see the same data in the same order: eval accuracy on the digits eval split.
 Last line: one JSON object with the figures.
@@ -25,6 +31,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _report import print_json, print_table  # noqa: E402
+from peertrain.swarm.data.batches import Batches  # noqa: E402
 from peertrain.swarm.data.digits import DigitsDatasetConfig  # noqa: E402
 from peertrain.swarm.pipeline.harness import InProcessSwarm, SwarmSpec, evaluate  # noqa: E402
 from peertrain.swarm.pipeline.trainer import PipelineTrainer, TrainerConfig  # noqa: E402
@@ -60,12 +67,59 @@ async def measure(
         wiring=wiring,
         config=TrainerConfig(in_flight=in_flight),
     )
-    warmup = microbatches // 10  # the EMAs start from no measurement; do not time that
-    await trainer.train(batches, steps=warmup)
-    started = time.perf_counter()
-    await trainer.train(batches, steps=microbatches, start=warmup)
-    elapsed = time.perf_counter() - started
-    return microbatches * BATCH / elapsed, trainer.statistics().lost
+    return await steady_throughput(trainer, batches, microbatches), trainer.statistics().lost
+
+
+async def steady_throughput(
+    trainer: PipelineTrainer, batches: Batches, microbatches: int, *, start: int = 0
+) -> float:
+    """Samples/s of `trainer` over `microbatches`, measured by `steady_rate`."""
+    samples: list[tuple[float, int]] = []
+    done_before = trainer.statistics().completed
+
+    async def sample_progress() -> None:
+        while True:  # a fixed-rate sampler, not a wait: it records the completion curve
+            samples.append((time.perf_counter(), trainer.statistics().completed - done_before))
+            await trio.sleep(0.05)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sample_progress)
+        await trainer.train(batches, steps=microbatches, start=start)
+        nursery.cancel_scope.cancel()
+    return steady_rate(samples, microbatches) * BATCH
+
+
+def steady_rate(samples: list[tuple[float, int]], total: int) -> float:
+    """Microbatches/s between 10% and 75% completed: after the EMAs warmed up, before the drain.
+
+    Timing start to end would count the start (no measurements yet) and the drain (the last
+    `in_flight` microbatches finishing on ever fewer servers), which a continuous run never has.
+    """
+    start = next(s for s in samples if s[1] >= total // 10)
+    end = next(s for s in samples if s[1] >= total * 3 // 4)
+    return (end[1] - start[1]) / (end[0] - start[0])
+
+
+async def rebalancing(
+    *, enabled: bool, microbatches: int, in_flight: int, base: float
+) -> tuple[float, list[list[int]], int]:
+    """6 equal servers started 4/1/1, with or without rebalancing (one period per 0.5 s):
+    (steady samples/s once the moves are done, stage sizes over time, lost microbatches)."""
+    data = DigitsDatasetConfig().build()
+    batches = data.train_batches(0, 1, batch_size=BATCH, seed=0)
+    swarm = InProcessSwarm(SwarmSpec(speeds=((1.0,) * 4, (1.0,), (1.0,)), base_seconds=base))
+    wiring = PipelineWiring(STAGES, seed=0)
+    swarm.attach(wiring)
+    trainer = PipelineTrainer(
+        num_stages=STAGES, transport=swarm, wiring=wiring, config=TrainerConfig(in_flight=in_flight)
+    )
+    async with trio.open_nursery() as nursery:
+        if enabled:
+            nursery.start_soon(swarm.rebalance_every, 0.5)
+        await trainer.train(batches, steps=2 * in_flight)  # the moves happen in here (~1 s)
+        rate = await steady_throughput(trainer, batches, microbatches, start=2 * in_flight)
+        nursery.cancel_scope.cancel()
+    return rate, swarm.stage_sizes, trainer.statistics().lost
 
 
 async def accuracy(codec: str, microbatches: int) -> tuple[float, float, float]:
@@ -105,6 +159,18 @@ async def main(args: argparse.Namespace) -> None:
             ["static", static_tp, static_tp / ideal, 1.0],
         ],
     )
+    fixed, _, lost_fixed = await rebalancing(
+        enabled=False, microbatches=args.microbatches // 6, in_flight=16, base=args.base
+    )
+    moved, sizes, lost_moved = await rebalancing(
+        enabled=True, microbatches=args.microbatches // 6, in_flight=16, base=args.base
+    )
+    two = 2 / ((1.0 + BACKWARD_COST) * args.base)  # stages 0 and 1 at 2 servers: the bottleneck
+    print_table(
+        "rebalancing: 6 equal servers started 4/1/1 (one move per 0.5 s period)",
+        ["swarm", "samples/s", "ideal 2/2/2", "stage sizes"],
+        [["no rebalancing", fixed, two, sizes[0]], ["rebalancing", moved, two, sizes[-1]]],
+    )
     rows, figures = [], {}
     for codec in ("fp32", "int8"):
         initial, final, acc = await accuracy(codec, args.accuracy_microbatches)
@@ -122,7 +188,12 @@ async def main(args: argparse.Namespace) -> None:
             "static_throughput": static_tp,
             "throughput_vs_ideal": swarm_tp / ideal,
             "throughput_vs_static": swarm_tp / static_tp,
-            "lost_microbatches": swarm_lost,
+            "lost_microbatches": swarm_lost + lost_fixed + lost_moved,
+            "stage_sizes": sizes,
+            "throughput_411_fixed": fixed,
+            "throughput_411_rebalanced": moved,
+            "initial_loss": figures["fp32"]["initial_loss"],
+            "final_loss": figures["fp32"]["final_loss"],
             "accuracy_fp32": figures["fp32"]["accuracy"],
             "accuracy_int8": figures["int8"]["accuracy"],
             "accuracy_gap_points": 100
@@ -135,7 +206,7 @@ async def main(args: argparse.Namespace) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--microbatches", type=int, default=400)
+    parser.add_argument("--microbatches", type=int, default=600)
     parser.add_argument("--in-flight", type=int, default=64)
     parser.add_argument("--base", type=float, default=5e-3, help="seconds per sample at speed 1")
     parser.add_argument("--accuracy-microbatches", type=int, default=600)
