@@ -26,7 +26,7 @@ from peertrain.swarm.models.mlp import MLPConfig
 
 from .boundary import BoundaryTensor
 from .errors import ServerUnavailable
-from .rebalance import Move, StageView, plan_move
+from .rebalance import Move, StageView, plan_move, stage_for_new_peer
 from .slices import mlp_stage_module
 from .stage import StageServer
 from .wiring import BACKWARD_COST, PeerKey, PipelineWiring
@@ -178,6 +178,21 @@ class InProcessSwarm:
             )
             for stage in range(self.spec.num_stages)
         ]
+
+    async def join(self, speed: float) -> str:
+        """A new server joins the stage with the most need, with that stage's current state."""
+        stage = stage_for_new_peer(self.views())
+        peer = f"j{len(self.hosts)}"
+        server = self._server(stage)
+        donors = self.members(stage)
+        if donors:
+            state = await trio.to_thread.run_sync(donors[0].server.state)
+            await trio.to_thread.run_sync(server.load_state, state)
+        self.hosts[peer] = ServerHost(peer, stage, server, speed=speed)
+        for wiring in self._wirings:
+            wiring[stage].announce(peer)
+        self.stage_sizes.append(self.sizes())
+        return peer
 
     async def rebalance(self, period: int) -> Move | None:
         """One period of the rebalancing rule; the move made, if any."""

@@ -41,3 +41,23 @@ async def test_running_swarm_rebalances_and_movers_catch_up() -> None:
             for p, q in zip(first, host.server.module.parameters(), strict=True):
                 assert torch.allclose(p, q, atol=1e-5)
     assert all(steps > 0 for steps in swarm.steps)
+
+
+async def test_joiner_serves_the_stage_with_most_need_with_its_state() -> None:
+    data = DigitsDatasetConfig().build()
+    batches = data.train_batches(0, 1, batch_size=16, seed=3)
+    swarm = InProcessSwarm(SwarmSpec(speeds=((1.0, 1.0), (1.0,), (1.0, 1.0)), target_batch=32))
+    wiring = PipelineWiring(3, seed=0)
+    swarm.attach(wiring)
+    trainer = PipelineTrainer(num_stages=3, transport=swarm, wiring=wiring)
+    await trainer.train(batches, steps=12)
+    assert swarm.steps[1] > 0
+    peer = await swarm.join(speed=1.0)
+    assert swarm.hosts[peer].stage == 1 and swarm.sizes() == [2, 2, 2]
+    assert peer in wiring[1].peers
+    veteran = swarm.members(1)[0].server.module.parameters()
+    for p, q in zip(veteran, swarm.hosts[peer].server.module.parameters(), strict=True):
+        assert torch.equal(p, q)  # trained weights, not the initial ones
+    await trainer.train(batches, steps=12, start=12)
+    assert trainer.statistics().lost == 0
+    assert swarm.hosts[peer].server.statistics().backwards > 0  # the trainer uses it
