@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from peertrain.protocol.errors import DecodeError
 from torch import nn
 
 from .boundary import BoundaryTensor, pack, unpack
@@ -62,7 +63,13 @@ class StageServer:
         is_last: bool,
         codec: str = "fp32",
         optimizer: OptimizerFactory = default_optimizer,
+        max_rows: int = 4096,
     ) -> None:
+        linears = [m for m in module.modules() if isinstance(m, nn.Linear)]
+        if not linears:
+            raise ValueError("a stage slice needs a Linear layer: it fixes the input/output widths")
+        self.in_features, self.out_features = linears[0].in_features, linears[-1].out_features
+        self.max_rows = max_rows
         self.stage = stage
         self.is_last = is_last
         self.codec = codec
@@ -76,14 +83,16 @@ class StageServer:
 
     # --- serving --------------------------------------------------------------------------
     def forward(self, x: BoundaryTensor) -> BoundaryTensor:
+        inputs = self._checked(x, self.in_features, "input")
         with self._lock, torch.no_grad():
-            out = self.module(unpack(x))
+            out = self.module(inputs)
             self._forwards += 1
         return pack(out, self.codec)
 
     def backward(self, x: BoundaryTensor, grad_out: BoundaryTensor) -> BoundaryTensor | None:
         """Recompute the forward on `x`, backpropagate `grad_out`; the input's gradient or None."""
-        inputs, grad = unpack(x), unpack(grad_out)
+        inputs = self._checked(x, self.in_features, "input")
+        grad = self._checked(grad_out, self.out_features, "output gradient", rows=x.shape[0])
         with self._lock:
             grad_in = self._backprop(
                 inputs, lambda out: (out, grad), need_input_grad=self.stage > 0
@@ -96,7 +105,12 @@ class StageServer:
         """Last stage: forward, mean cross-entropy, backward; (loss, input gradient)."""
         if not self.is_last:
             raise ValueError(f"stage {self.stage} is not the last stage")
-        inputs = unpack(x)
+        inputs = self._checked(x, self.in_features, "input")
+        if targets.dtype != torch.int64 or tuple(targets.shape) != (x.shape[0],):
+            raise DecodeError(f"targets must be {x.shape[0]} int64 labels")
+        classes = self.out_features
+        if targets.numel() and not 0 <= int(targets.min()) <= int(targets.max()) < classes:
+            raise DecodeError(f"targets must be class indices below {self.out_features}")
         losses: list[float] = []
 
         def loss_of(out: torch.Tensor) -> tuple[torch.Tensor, None]:
@@ -107,6 +121,18 @@ class StageServer:
         with self._lock:
             grad_in = self._backprop(inputs, loss_of, need_input_grad=self.stage > 0)
         return losses[0], None if grad_in is None else pack(grad_in, self.codec)
+
+    def _checked(
+        self, tensor: BoundaryTensor, width: int, what: str, *, rows: int | None = None
+    ) -> torch.Tensor:
+        """Decode a tensor from the network, refusing shapes this slice cannot take (DecodeError:
+        the sender is to blame) instead of failing inside torch."""
+        shape = tuple(tensor.shape)
+        if len(shape) != 2 or shape[1] != width or not 0 < shape[0] <= self.max_rows:
+            raise DecodeError(f"stage {self.stage} {what} has shape {shape}, not (rows, {width})")
+        if rows is not None and shape[0] != rows:
+            raise DecodeError(f"stage {self.stage} {what} has {shape[0]} rows, input has {rows}")
+        return unpack(tensor)
 
     def _backprop(self, inputs, head, *, need_input_grad: bool) -> torch.Tensor | None:
         inputs = inputs.detach().requires_grad_(need_input_grad)

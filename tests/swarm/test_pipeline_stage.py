@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
+from peertrain.protocol.errors import DecodeError
 from peertrain.swarm.models.mlp import MLPConfig
 from peertrain.swarm.pipeline.boundary import pack, unpack
 from peertrain.swarm.pipeline.slices import mlp_stage_modules
@@ -112,3 +114,18 @@ def test_migrating_server_downloads_state() -> None:
     newcomer.load_state(veteran.state())
     for p, q in zip(veteran.module.parameters(), newcomer.module.parameters(), strict=True):
         assert torch.equal(p, q)
+
+
+def test_bad_input_is_refused_not_crashed() -> None:
+    first, middle, last = _servers()
+    with pytest.raises(DecodeError):
+        middle.forward(pack(torch.rand(4, 64)))  # stage 1 takes 32 features
+    with pytest.raises(DecodeError):
+        middle.backward(pack(torch.rand(4, 32)), pack(torch.rand(5, 32)))  # rows differ
+    with pytest.raises(DecodeError):
+        last.loss_backward(pack(torch.rand(4, 32)), torch.tensor([0, 1, 2, 10]))
+    garbled = pack(torch.rand(4, 64))
+    garbled.payload[:4].fill_(255)  # a NaN where a float was
+    with pytest.raises(DecodeError):
+        first.forward(garbled)
+    assert middle.statistics().backwards == 0 and middle.pending_samples == 0
