@@ -1,8 +1,10 @@
 """One role of a NAT experiment, run as a script inside a namespace (tests and benchmarks/nat.py).
 
     nat_node.py relay --listen ADDR                 circuit relay v2 hop with explicit limits
-    nat_node.py sink  --listen ADDR [--relay FULL]  receives payloads; with --relay, reserves a slot
-    nat_node.py send  --to FULL --bytes N [--relay FULL]
+    nat_node.py sink  --listen ADDR [--relay FULL …] [--reservations K]
+                                                    receives payloads; holds reservations on K of
+                                                    the relays, replacing one that goes away
+    nat_node.py send  --to FULL --bytes N [--punch SECONDS --listen ADDR]
                                                     connects (directly, or through the circuit
                                                     address when --to names one) and sends N bytes
 
@@ -87,18 +89,57 @@ async def main(args: argparse.Namespace) -> None:
         elif args.role == "sink":
             host.set_stream_handler(PAYLOAD, serve_payloads)
             if args.relay:
-                relay_info = parse_peer_addr(args.relay)
-                await host.connect(relay_info)
-                started = time.perf_counter()
-                stream = await host.new_stream(relay_info.peer_id, [PROTOCOL_ID])
-                if not await transport.reserve(stream, relay_info.peer_id, nursery):
-                    raise SystemExit("relay refused the reservation")
-                circuit = f"{args.relay}/p2p-circuit/p2p/{host.get_id()}"
-                emit(circuit=circuit, reserve_ms=round((time.perf_counter() - started) * 1000, 1))
+                keeper = ReservationKeeper(host, transport, args.relay, want=args.reservations)
+                nursery.start_soon(keeper.run, nursery)
             await until_stdin_closes()
         else:
             await send(host, transport, dcutr, args)
         nursery.cancel_scope.cancel()
+
+
+class ReservationKeeper:
+    """Holds reservations on `want` relays out of the candidates; replaces one that goes away.
+
+    A relay that stops closes its connections, so watching our connection to it is enough
+    here; a relay whose machine vanishes silently needs a keepalive to be noticed (not done).
+    Each new reservation is printed as {"circuit", "reserve_ms", "relay"}; a lost one as
+    {"lost": relay}.
+    """
+
+    def __init__(self, host, transport: CircuitV2Transport, candidates: list[str], *, want: int):
+        self.host, self.transport = host, transport
+        self.candidates, self.want = candidates, want
+        self.held: dict[str, ID] = {}  # relay address → relay peer ID
+
+    async def run(self, nursery: trio.Nursery) -> None:
+        while True:
+            for addr, relay_id in list(self.held.items()):
+                if not self.host.get_network().get_connections(relay_id):
+                    del self.held[addr]
+                    emit(lost=addr)
+            for addr in self.candidates:
+                if len(self.held) >= self.want:
+                    break
+                if addr not in self.held:
+                    await self.reserve(addr, nursery)
+            await trio.sleep(0.5)
+
+    async def reserve(self, addr: str, nursery: trio.Nursery) -> None:
+        relay = parse_peer_addr(addr)
+        started = time.perf_counter()
+        try:
+            with trio.fail_after(5):
+                await self.host.connect(relay)
+                stream = await self.host.new_stream(relay.peer_id, [PROTOCOL_ID])
+                if not await self.transport.reserve(stream, relay.peer_id, nursery):
+                    return
+        except Exception:  # relay down or refusing: try the next candidate
+            return
+        self.held[addr] = relay.peer_id
+        circuit = f"{addr}/p2p-circuit/p2p/{self.host.get_id()}"
+        emit(
+            circuit=circuit, relay=addr, reserve_ms=round((time.perf_counter() - started) * 1000, 1)
+        )
 
 
 async def send(host, transport: CircuitV2Transport, dcutr, args: argparse.Namespace) -> None:
@@ -160,7 +201,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("role", choices=["relay", "sink", "send"])
     parser.add_argument("--listen")
-    parser.add_argument("--relay")
+    parser.add_argument("--relay", action="append", default=[], help="relay(s) to reserve on / via")
+    parser.add_argument("--reservations", type=int, default=1, help="relays to hold (sink)")
     parser.add_argument("--to")
     parser.add_argument("--bytes", type=int, default=16 << 20)
     parser.add_argument("--punch", type=float, default=0.0, help="seconds to try DCUtR (send)")

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 from peertrain.node.processes import DaemonProcess
@@ -115,13 +118,27 @@ class Role:
             stderr=subprocess.DEVNULL,
             text=True,
         )
+        self._lines: queue.Queue[str | None] = queue.Queue(maxsize=1000)
+        threading.Thread(target=self._read, daemon=True).start()
 
-    def line(self, key: str) -> dict:
-        """The next JSON line that has `key` (the process must print it, or this fails)."""
-        for raw in self.process.stdout:
+    def line(self, key: str, timeout: float = 30.0) -> dict:
+        """The next JSON line that has `key`; fails if none comes within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                raw = self._lines.get(timeout=left)
+            except queue.Empty:
+                break
+            if raw is None:
+                raise RuntimeError(f"nat_node exited with {self.process.wait()} before {key!r}")
             if raw.startswith("{") and key in (fields := json.loads(raw)):
                 return fields
-        raise RuntimeError(f"nat_node exited with {self.process.wait()} before printing {key!r}")
+        raise RuntimeError(f"nat_node printed no {key!r} within {timeout} s")
+
+    def _read(self) -> None:
+        for raw in self.process.stdout:
+            self._lines.put(raw)
+        self._lines.put(None)
 
     def stop(self) -> None:
         if self.process.stdin:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from contextlib import ExitStack
 
 import pytest
@@ -80,3 +81,39 @@ def test_hole_punching_makes_cone_to_cone_direct(nat_world):
         punched = world.send("cone2", circuit, punch=10, port=PORT + 2)
         assert punched["relayed"] is False, punched  # the payload went over the punched connection
         assert punched["punch_s"] < 10
+
+
+def test_a_relay_that_dies_is_replaced_within_30_s(nat_world):
+    world = nat_world
+    with ExitStack() as stack:
+        spots = [("pub", PORT + 3), ("pub2", PORT + 3), ("pub", PORT + 4)]
+        relays = [
+            start(world, stack, ns, "relay", "--listen", f"/ip4/{world.ip_of(ns)}/tcp/{port}")
+            for ns, port in spots
+        ]
+        addrs = [relay.line("addr")["addr"] for relay in relays]
+        sink = start(
+            world,
+            stack,
+            "sym",
+            "sink",
+            "--listen",
+            f"/ip4/192.168.22.2/tcp/{PORT + 3}",
+            "--reservations",
+            "2",
+            *[a for addr in addrs for a in ("--relay", addr)],
+        )
+        held = {sink.line("circuit")["relay"], sink.line("circuit")["relay"]}
+        assert held == set(addrs[:2])
+
+        relays[0].stop()
+        stopped = time.monotonic()
+        assert sink.line("lost")["lost"] == addrs[0]
+        replacement = sink.line("circuit", timeout=30)
+        assert replacement["relay"] == addrs[2]
+        replaced_after = time.monotonic() - stopped
+        print(f"relay replaced after {replaced_after:.2f} s")
+        assert replaced_after < 30
+
+        delivered = world.send("cone", replacement["circuit"])
+        assert delivered["relayed"] is True
