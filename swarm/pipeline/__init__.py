@@ -10,10 +10,14 @@ Modules, each one concept:
     transport.py  THE interface between trainers and servers (StageTransport)
     trainer.py    a trainer: microbatches through one server per stage, retries, no loss
     harness.py    a whole swarm in one process (threads), for tests and benchmarks
+    local_run.py  one in-process run with the report of `peertrain swarm local --mode swarm`
 
 Wiring it onto the network (node/, not done here) needs four things, all behind interfaces that
 already exist in this package:
 
+0. The CLI: `peertrain swarm local --mode swarm --nodes N --stages S --trainers T --speeds ...
+   --kill-at SECONDS --report FILE` can call `run_local(LocalRunConfig(...))` today and write
+   `report.to_json()`; the daemon version keeps the report and replaces the harness by 1-4.
 1. A `StageTransport` over our protocol: three request/response calls, `forward`, `backward`,
    `loss_backward` (see transport.py for their exact arguments). A `BoundaryTensor` is a protocol
    TensorHeader (codec, shape, block size) plus its uint8 payload; targets are a small int64
