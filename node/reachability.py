@@ -24,6 +24,7 @@ import ipaddress
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -114,6 +115,7 @@ class DialbackServer:
         self.host, self.psk = host, psk
         self.dial_timeout = dial_timeout
         self._limiter = trio.CapacityLimiter(max_concurrent)
+        self._serving: set[str] = set()  # bounded by max_concurrent (others are refused)
 
     def register(self) -> None:
         self.host.set_stream_handler(str(DIALBACK), self._on_stream)
@@ -121,9 +123,12 @@ class DialbackServer:
     async def _on_stream(self, stream: INetStream) -> None:
         peer = stream.muxed_conn.peer_id
         remote = stream.get_remote_address()
+        key = peer.to_base58()
+        if remote is None or key in self._serving or self._limiter.available_tokens == 0:
+            await _close_quietly(stream)  # busy or nothing to dial: the client asks elsewhere
+            return
+        self._serving.add(key)  # one check at a time per peer, so one peer cannot hog us
         try:
-            if remote is None or self._limiter.available_tokens == 0:
-                return  # busy or no address to dial: closing tells the client to ask elsewhere
             async with self._limiter:
                 request = await read_message(
                     stream, DialbackRequest, idle_timeout=self.dial_timeout
@@ -133,6 +138,7 @@ class DialbackServer:
         except ProtocolError as exc:
             log.debug("dial-back request from %s: %s", peer, exc)
         finally:
+            self._serving.discard(key)
             await _close_quietly(stream)
 
     async def answer(
@@ -165,6 +171,7 @@ class Reachability:
     observed_ips: tuple[str, ...] = ()  # how peers see us
     answers: int = 0
     checked_at: float | None = None  # time.time()
+    circuits: tuple[str, ...] = ()  # relay addresses others can reach us through
     text: str = ""
 
     def as_dict(self) -> dict[str, Any]:
@@ -174,12 +181,18 @@ class Reachability:
             "observed_ips": list(self.observed_ips),
             "answers": self.answers,
             "checked_at": self.checked_at,
+            "circuits": list(self.circuits),
             "text": self.text,
         }
 
 
 def decide(
-    answers: list[DialbackResponse], *, peer_id: str, listen: list[str], min_servers: int = 2
+    answers: list[DialbackResponse],
+    *,
+    peer_id: str,
+    listen: list[str],
+    min_servers: int = 2,
+    circuits: tuple[str, ...] = (),
 ) -> Reachability:
     """Turn servers' answers into a verdict and the words for it."""
     counts: dict[str, int] = {}
@@ -202,6 +215,7 @@ def decide(
         listen=listen,
         answers=len(answers),
         min_servers=min_servers,
+        circuits=circuits,
     )
     return Reachability(
         status=status,
@@ -209,6 +223,7 @@ def decide(
         observed_ips=observed,
         answers=len(answers),
         checked_at=time.time(),
+        circuits=circuits,
         text=text,
     )
 
@@ -222,6 +237,7 @@ def verdict_text(
     listen: list[str],
     answers: int,
     min_servers: int,
+    circuits: tuple[str, ...] = (),
 ) -> str:
     if status == "public":
         where = ", ".join(f"{a}/p2p/{peer_id}" for a in confirmed)
@@ -234,13 +250,21 @@ def verdict_text(
     seen = " / ".join(observed) or "?"
     ports = sorted({_port(a) for a in listen if _port(a)}) or ["4001"]
     local = next((_host_port(a) for a in listen if not _is_loopback(a)), "this machine's address")
-    return (
-        f"behind NAT: peers see you as {seen} but cannot connect back to you. Outgoing "
-        "connections work. To accept connections: "
+    fixes = (
         f"1. forward TCP port {ports[0]} on your router to this machine ({local}) and restart "
         f"with --announce /ip4/{observed[0] if observed else '<public ip>'}/tcp/{ports[0]}; "
         "2. or enable UPnP on your router; "
         "3. or run the node on a machine with a public IP address"
+    )
+    if circuits:
+        return (
+            f"behind NAT (peers see you as {seen}): reachable through relays "
+            f"{', '.join(circuits)}; direct connections by hole punching when the other side "
+            f"allows. For direct connections from everyone: {fixes}"
+        )
+    return (
+        f"behind NAT: peers see you as {seen} but cannot connect back to you. Outgoing "
+        f"connections work. To accept connections: {fixes}"
     )
 
 
@@ -280,8 +304,10 @@ class ReachabilityCheck:
         timeout: float = 15.0,
         serve: bool = True,
         psk: str | None = None,
+        circuits: Callable[[], list[str]] | None = None,
     ):
         self.host = host
+        self.circuits = circuits  # the relay addresses we hold reservations on, when relays run
         self.min_servers, self.max_servers = min_servers, max_servers
         self.interval, self.retry, self.timeout = interval, retry, timeout
         self.server = (
@@ -325,11 +351,13 @@ class ReachabilityCheck:
             for peer in peers[: self.max_servers]:
                 nursery.start_soon(ask, peer)
         listen = [str(a) for a in self.host.get_addrs()]
+        circuits = tuple(self.circuits()) if self.circuits else ()
         verdict = decide(
             answers,
             peer_id=self.host.get_id().to_base58(),
             listen=listen,
             min_servers=self.min_servers,
+            circuits=circuits,
         )
         if verdict.status != "unknown" or self.current.status == "unknown":
             if verdict.status != self.current.status:

@@ -102,3 +102,16 @@ def test_an_address_needs_two_confirmations():
     assert decide([one, none], peer_id="P", listen=[]).status == "private"
     assert decide([one, one], peer_id="P", listen=[]).status == "public"
     assert decide([one], peer_id="P", listen=[]).status == "unknown"
+
+
+def test_a_private_node_with_relays_is_told_how_it_is_reached():
+    none = DialbackResponse(request_id=2, observed="1.2.3.4", reached=(), tried=())
+    circuit = "/ip4/5.6.7.8/tcp/4001/p2p/R/p2p-circuit/p2p/P"
+    verdict = decide(
+        [none, none], peer_id="P", listen=["/ip4/10.0.0.2/tcp/4001"], circuits=(circuit,)
+    )
+    assert verdict.status == "private"
+    assert verdict.text.startswith(
+        f"behind NAT (peers see you as 1.2.3.4): reachable through relays {circuit};"
+    )
+    assert "1. forward TCP port 4001 on your router to this machine (10.0.0.2:4001)" in verdict.text
