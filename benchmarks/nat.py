@@ -7,6 +7,8 @@ source namespace; the sender connects directly when the destination is reachable
 forwarded port), else through the relay, and then tries DCUtR hole punching for --punch
 seconds; the payload goes over whichever connection it ends on ("punched" = relayed first,
 then direct). Figures are medians over the fresh senders that delivered (of --repeats).
+A second table starts real CLI daemons (public, public, cone, symmetric, forwarded) and times
+their first connection to the public node and their reachability verdict.
 
     sudo .venv/bin/python benchmarks/nat.py [--repeats 3] [--mib 16] [--punch 5]
 """
@@ -17,7 +19,8 @@ import argparse
 import importlib.util
 import itertools
 import statistics
-import subprocess
+import tempfile
+import time
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -120,6 +123,58 @@ def row(cell: str, via_relay: bool, runs: list[dict], reserve: float | None, rep
     ]
 
 
+def measure_daemons(world, base: Path) -> tuple[list[list], dict]:
+    """CLI daemons: seconds from start to connected to the public node, and to a verdict."""
+    names = ["pub", "pub2", "cone", "sym", "fwd"]
+    daemons, rows, figures = [], [], {}
+    try:
+        shares: list[str] = []
+        for name in names:
+            args = world.daemon_args(name, bootstrap=shares[:2])
+            daemon = world.NamespacedDaemon(name, base / name, args)
+            started = time.monotonic()
+            daemons.append(daemon.start())
+            status = daemon.wait_ready(timeout=30)
+            daemon.started, daemon.ready_at = started, time.monotonic()
+            shares.append(status["share"])
+        public_id = shares[0].rsplit("/p2p/", 1)[1]
+        connected = poll_all(daemons, lambda d: d.name == "pub" or public_id in d.status()["peers"])
+        decided = poll_all(daemons, lambda d: d.status()["reachability"]["status"] != "unknown")
+        for daemon in daemons:
+            verdict = daemon.status()["reachability"]["status"]
+            times = [
+                since(daemon, t)
+                for t in (daemon.ready_at, connected[daemon.name], decided[daemon.name])
+            ]
+            rows.append([daemon.name, verdict, *times])
+            figures[daemon.name] = dict(zip(DAEMON_FIELDS, rows[-1][1:], strict=True))
+    finally:
+        for daemon in daemons:
+            daemon.send_signal()
+        for daemon in daemons:
+            daemon.stop()
+    return rows, figures
+
+
+DAEMON_FIELDS = ["verdict", "ready_s", "connected_s", "verdict_s"]
+
+
+def poll_all(daemons, predicate, timeout: float = 60.0) -> dict[str, float | None]:
+    """When `predicate` first held for each daemon (all polled together), by name."""
+    first: dict[str, float | None] = {d.name: None for d in daemons}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and None in first.values():
+        for daemon in daemons:
+            if first[daemon.name] is None and predicate(daemon):
+                first[daemon.name] = time.monotonic()
+        time.sleep(0.05)
+    return first
+
+
+def since(daemon, at: float | None) -> float | None:
+    return None if at is None else round(at - daemon.started, 2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -132,10 +187,12 @@ def main() -> None:
         print(f"skipped: {reason}")
         print_json({"skipped": reason})
         return
-    existed = subprocess.run([str(world.SCRIPT), "status"], capture_output=True).returncode == 0
+    existed = world.exists()
     world.setup()
     try:
         rows, figures = measure(world, args.repeats, args.mib << 20, args.punch)
+        with tempfile.TemporaryDirectory() as home:
+            daemon_rows, daemon_figures = measure_daemons(world, Path(home))
     finally:
         if not existed:
             world.teardown()
@@ -153,7 +210,20 @@ def main() -> None:
         header,
         [["-" if v is None else v for v in r] for r in rows],
     )
-    print_json({"payload_mib": args.mib, "repeats": args.repeats, "cells": figures})
+    print_table(
+        "CLI daemons (node start): seconds from process start until ready / connected to the "
+        "public node / reachability verdict",
+        ["node", "verdict", "ready s", "connected s", "verdict s"],
+        [["-" if v is None else v for v in r] for r in daemon_rows],
+    )
+    print_json(
+        {
+            "payload_mib": args.mib,
+            "repeats": args.repeats,
+            "cells": figures,
+            "daemons": daemon_figures,
+        }
+    )
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import trio
-from libp2p.abc import IHost, INetStream
+from libp2p.abc import IHost, INetConn, INetStream, INetwork, INotifee
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 from multiaddr import Multiaddr
@@ -48,6 +48,7 @@ DIALBACK = protocol_id("dialback", "1.0.0")
 MAX_CANDIDATES = 8
 MAX_DIALS = 4
 MAX_UNDECIDED_DELAY = 60.0
+ARRIVAL_SETTLE = 1.0
 Addr = Annotated[str, MaxLen(256)]
 
 
@@ -314,11 +315,13 @@ class ReachabilityCheck:
             DialbackServer(host, psk=psk) if serve else None
         )  # a private network dials back with its key
         self.current = Reachability(status="unknown", text="reachability not checked yet")
+        self._arrivals = _Arrivals()
         self._changed = trio.Event()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         if self.server is not None:
             self.server.register()
+        self.host.get_network().register_notifee(self._arrivals)
         task_status.started()
         delay = self.retry  # undecided (too few peers yet): ask again soon, then less often
         while True:
@@ -326,8 +329,19 @@ class ReachabilityCheck:
                 delay = self.retry
                 await trio.sleep(self.interval)
             else:
-                await trio.sleep(delay)
+                with trio.move_on_after(delay):
+                    await self._enough_peers()
                 delay = min(delay * 2, MAX_UNDECIDED_DELAY, self.interval)
+
+    async def _enough_peers(self) -> None:
+        """Return once new connections bring us to `min_servers` peers (checked 1 s after each
+        arrival: identify has run by then, and our own dial-back probes have gone again)."""
+        while True:
+            await self._arrivals.event.wait()
+            self._arrivals.event = trio.Event()
+            await trio.sleep(ARRIVAL_SETTLE)
+            if len(self.host.get_connected_peers()) >= self.min_servers:
+                return
 
     async def wait_decided(self) -> Reachability:
         """The first verdict other than "unknown"."""
@@ -386,6 +400,31 @@ class ReachabilityCheck:
         raise DialbackUnavailable(
             f"{peer} did not answer the dial-back check in {self.timeout:.0f} s"
         )
+
+
+class _Arrivals(INotifee):
+    """Sets `event` when a connection opens, so an undecided check can ask again at once."""
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+
+    async def connected(self, network: INetwork, conn: INetConn) -> None:
+        self.event.set()
+
+    async def disconnected(self, network: INetwork, conn: INetConn) -> None:
+        return None
+
+    async def opened_stream(self, network: INetwork, stream: INetStream) -> None:
+        return None
+
+    async def closed_stream(self, network: INetwork, stream: INetStream) -> None:
+        return None
+
+    async def listen(self, network: INetwork, multiaddr: Multiaddr) -> None:
+        return None
+
+    async def listen_close(self, network: INetwork, multiaddr: Multiaddr) -> None:
+        return None
 
 
 class DialbackUnavailable(NodeError):

@@ -40,8 +40,17 @@ WAN = {
 FORWARDED_PORT = 4001
 
 
+# namespace names are global on the machine: each test session (pid) gets its own set
+PREFIX = os.environ.get("NETNS_NAT_PREFIX") or f"pt{os.getpid() % 100000}-"
+
+
 def ns(name: str) -> str:
-    return f"pt-{name}"
+    return f"{PREFIX}{name}"
+
+
+def _script(command: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NETNS_NAT_PREFIX": PREFIX}
+    return subprocess.run([str(SCRIPT), command], capture_output=True, text=True, env=env)
 
 
 def ip_of(name: str) -> str:
@@ -56,19 +65,26 @@ def why_unavailable() -> str | None:
         if shutil.which(tool) is None:
             package = "iproute2" if tool == "ip" else "nftables"
             return f"NAT tests need '{tool}' (apt-get install {package})"
-    probe = subprocess.run(["ip", "netns", "add", "pt-probe"], capture_output=True, text=True)
+    name = f"{PREFIX}probe"
+    probe = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
     if probe.returncode != 0:
         return f"cannot create network namespaces here: {probe.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", "pt-probe"], capture_output=True)
+    subprocess.run(["ip", "netns", "del", name], capture_output=True)
     return None
 
 
 def setup() -> None:
-    subprocess.run([str(SCRIPT), "setup"], check=True, capture_output=True, text=True)
+    done = _script("setup")
+    if done.returncode != 0:
+        raise RuntimeError(f"scripts/netns-nat setup failed:\n{done.stderr}")
 
 
 def teardown() -> None:
-    subprocess.run([str(SCRIPT), "teardown"], check=False, capture_output=True, text=True)
+    _script("teardown")
+
+
+def exists() -> bool:
+    return _script("status").returncode == 0
 
 
 def in_ns(name: str, argv: list[str]) -> list[str]:

@@ -115,3 +115,16 @@ def test_a_private_node_with_relays_is_told_how_it_is_reached():
         f"behind NAT (peers see you as 1.2.3.4): reachable through relays {circuit};"
     )
     assert "1. forward TCP port 4001 on your router to this machine (10.0.0.2:4001)" in verdict.text
+
+
+async def test_an_undecided_node_asks_again_when_peers_arrive():
+    async with servers(2) as hosts, running_host(["/ip4/127.0.0.1/tcp/0"]) as client:
+        async with trio.open_nursery() as nursery:
+            check = ReachabilityCheck(client, serve=False, retry=60)  # the timer alone: 60 s
+            await nursery.start(check.run)
+            assert check.current.status == "unknown"  # no peers yet
+            await connect_all(client, hosts)
+            with trio.fail_after(10):
+                verdict = await check.wait_decided()
+            assert verdict.status == "public"
+            nursery.cancel_scope.cancel()
