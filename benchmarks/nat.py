@@ -7,8 +7,9 @@ source namespace; the sender connects directly when the destination is reachable
 forwarded port), else through the relay, and then tries DCUtR hole punching for --punch
 seconds; the payload goes over whichever connection it ends on ("punched" = relayed first,
 then direct). Figures are medians over the fresh senders that delivered (of --repeats).
-A second table starts real CLI daemons (public, public, cone, symmetric, forwarded) and times
-their first connection to the public node and their reachability verdict.
+A second table starts real CLI daemons one after another (public, public, cone, symmetric,
+forwarded; each bootstraps from the public ones) and times, from each one's process start,
+its first connection to the public node and its reachability verdict.
 
     sudo .venv/bin/python benchmarks/nat.py [--repeats 3] [--mib 16] [--punch 5]
 """
@@ -139,6 +140,7 @@ def measure_daemons(world, base: Path) -> tuple[list[list], dict]:
             shares.append(status["share"])
         public_id = shares[0].rsplit("/p2p/", 1)[1]
         connected = poll_all(daemons, lambda d: d.name == "pub" or public_id in d.status()["peers"])
+        connected["pub"] = None  # the public node itself: nothing to connect to
         decided = poll_all(daemons, lambda d: d.status()["reachability"]["status"] != "unknown")
         for daemon in daemons:
             verdict = daemon.status()["reachability"]["status"]

@@ -110,8 +110,8 @@ class DialbackServer:
         host: IHost,
         *,
         psk: str | None = None,
-        dial_timeout: float = 5.0,
-        max_concurrent: int = 2,
+        dial_timeout: float = 3.0,
+        max_concurrent: int = 4,
     ):
         self.host, self.psk = host, psk
         self.dial_timeout = dial_timeout
@@ -301,7 +301,7 @@ class ReachabilityCheck:
         min_servers: int = 2,
         max_servers: int = 3,
         interval: float = 600.0,
-        retry: float = 5.0,
+        retry: float = 2.0,
         timeout: float = 15.0,
         serve: bool = True,
         psk: str | None = None,
