@@ -242,7 +242,8 @@ def verdict_text(
 ) -> str:
     if status == "public":
         where = ", ".join(f"{a}/p2p/{peer_id}" for a in confirmed)
-        return f"reachable directly at {where} (dialed back by {min_servers}+ peers)"
+        scope = _scope(confirmed)
+        return f"reachable directly at {where} ({scope}dialed back by {min_servers}+ peers)"
     if status == "unknown":
         return (
             f"reachability not known yet: {answers} of the {min_servers} peers needed answered "
@@ -267,6 +268,21 @@ def verdict_text(
         f"behind NAT: peers see you as {seen} but cannot connect back to you. Outgoing "
         f"connections work. To accept connections: {fixes}"
     )
+
+
+def _scope(confirmed: tuple[str, ...]) -> str:
+    """Who can use these addresses: a loopback or LAN address is no join string for strangers."""
+    ips = []
+    for addr in confirmed:
+        try:
+            ips.append(ipaddress.ip_address(Multiaddr(addr).value_for_protocol("ip4")))
+        except Exception:
+            return ""
+    if ips and all(ip.is_loopback for ip in ips):
+        return "from this machine only: "
+    if ips and all(ip.is_private for ip in ips):
+        return "from your local network only: "
+    return ""
 
 
 def _port(addr: str) -> str | None:

@@ -53,6 +53,7 @@ async def test_listening_node_on_loopback_is_public():
         assert verdict.status == "public", verdict
         assert verdict.addrs == (f"/ip4/127.0.0.1/tcp/{port}",)
         assert verdict.text.startswith("reachable directly at /ip4/127.0.0.1/tcp/")
+        assert "(from this machine only: dialed back by 2+ peers)" in verdict.text
 
 
 async def test_dial_back_uses_a_fresh_connection_not_the_existing_one():
