@@ -40,6 +40,7 @@ from peertrain.protocol.messages import Request, Response, message
 from peertrain.protocol.schema import MaxLen
 
 from .errors import NodeError
+from .host import build_host
 from .identity import Identity
 
 log = logging.getLogger(__name__)
@@ -89,8 +90,6 @@ async def dial_fresh(
     psk: str | None = None,
 ) -> bool:
     """Can a stranger (new key, new socket) complete a handshake with `peer` at `addr`?"""
-    from .host import build_host  # late: host imports transports this module's users may not need
-
     probe = build_host(Identity.generate(), psk=psk, dial_timeout=timeout)
     try:
         async with probe.run([]):
