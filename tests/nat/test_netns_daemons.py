@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from contextlib import contextmanager
 
@@ -81,6 +83,14 @@ def test_daemons_report_their_reachability(nat_world, tmp_path):
             assert by_name[name]["text"].startswith(
                 f"behind NAT: peers see you as {nat_world.WAN[name]}"
             )
+        cone = next(d for d in daemons if d.name == "cone")
+        shown = subprocess.run(
+            [sys.executable, "-m", "peertrain", "status", "--home", str(cone.home)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+        assert f"  reachable    behind NAT: peers see you as {nat_world.WAN['cone']}" in shown
         assert by_name["fwd"]["status"] == "public"
         assert by_name["fwd"]["addrs"] == ["/ip4/10.213.0.23/tcp/4001"]
         assert by_name["fwd"]["text"].startswith(
