@@ -12,12 +12,12 @@ import logging
 from collections.abc import Sequence
 
 import trio
-from libp2p.abc import IHost, INetConn, INetStream, INetwork, INotifee
+from libp2p.abc import IHost, INetConn, INetwork
 from libp2p.peer.peerinfo import PeerInfo
-from multiaddr import Multiaddr
 
 from .errors import ConnectError
 from .host import connect
+from .notifee import ConnectionEvents
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class PeerKeeper:
             await trio.sleep(self.interval)
 
 
-class IdentityGuard(INotifee):
+class IdentityGuard(ConnectionEvents):
     """A network notifee: a connection whose remote peer ID is our own means a cloned identity."""
 
     def __init__(self, host: IHost):
@@ -81,21 +81,6 @@ class IdentityGuard(INotifee):
         if remote == self.host.get_id():
             self.duplicates_seen += 1
             log.critical(DUPLICATE_WARNING.format(detail=f"a connection from {_remote_text(conn)} proved our key"))
-
-    async def disconnected(self, network: INetwork, conn: INetConn) -> None:
-        return None
-
-    async def opened_stream(self, network: INetwork, stream: INetStream) -> None:
-        return None
-
-    async def closed_stream(self, network: INetwork, stream: INetStream) -> None:
-        return None
-
-    async def listen(self, network: INetwork, multiaddr: Multiaddr) -> None:
-        return None
-
-    async def listen_close(self, network: INetwork, multiaddr: Multiaddr) -> None:
-        return None
 
 
 def _remote_text(conn: INetConn) -> str:

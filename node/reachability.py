@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import trio
-from libp2p.abc import IHost, INetConn, INetStream, INetwork, INotifee
+from libp2p.abc import IHost, INetConn, INetStream, INetwork
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 from multiaddr import Multiaddr
@@ -42,6 +42,7 @@ from peertrain.protocol.schema import MaxLen
 from .errors import NodeError
 from .host import build_host
 from .identity import Identity
+from .notifee import ConnectionEvents
 
 log = logging.getLogger(__name__)
 
@@ -417,7 +418,7 @@ class ReachabilityCheck:
         )
 
 
-class _Arrivals(INotifee):
+class _Arrivals(ConnectionEvents):
     """Sets `event` when a connection opens, so an undecided check can ask again at once."""
 
     def __init__(self) -> None:
@@ -425,21 +426,6 @@ class _Arrivals(INotifee):
 
     async def connected(self, network: INetwork, conn: INetConn) -> None:
         self.event.set()
-
-    async def disconnected(self, network: INetwork, conn: INetConn) -> None:
-        return None
-
-    async def opened_stream(self, network: INetwork, stream: INetStream) -> None:
-        return None
-
-    async def closed_stream(self, network: INetwork, stream: INetStream) -> None:
-        return None
-
-    async def listen(self, network: INetwork, multiaddr: Multiaddr) -> None:
-        return None
-
-    async def listen_close(self, network: INetwork, multiaddr: Multiaddr) -> None:
-        return None
 
 
 class DialbackUnavailable(NodeError):
