@@ -44,7 +44,7 @@ def test_payloads_direct_and_through_a_relay(nat_world):
                 relay_addr,
             )
             reserved = sink.line("circuit")
-            assert reserved["reserve_ms"] < 2000
+            assert reserved["circuit"].endswith("/p2p-circuit") or "p2p-circuit" in reserved["circuit"]  # timing: benchmarks/nat.py
             circuits[name] = reserved["circuit"]
 
         # a NATed node reaches a public one directly
