@@ -90,6 +90,7 @@ class DiLoCoDriver:
         self.on_round = on_round
         self.attack = _build_attack(attack)
         self.checkpoints = checkpoints
+        self._dealt_to: set[str] = set()
         self.progress = DriverProgress()
         self.built = built
         self._served: bytes | None = None
@@ -135,7 +136,10 @@ class DiLoCoDriver:
 
     async def _one_round(self) -> None:
         round_ = self.member.round
-        self.built.use_shard(self.spec.shard_in(self.peer_id, self.expected_members(round_)))
+        # the deal must be the same on every member: the senders the group aggregated last round
+        # are (members agree on their state, hence on that set); fresh runs use round 0's quorum
+        group = self._dealt_to or self.expected_members(round_)
+        self.built.use_shard(self.spec.shard_in(self.peer_id, group))
         self.progress.phase = "inner steps"
         payload = await self._thread(self.member.prepare_update)
         if self.attack is not None:
@@ -149,6 +153,7 @@ class DiLoCoDriver:
         contributions = await self.gossip.exchange(round_, payload, deadline=trio.current_time() + self.spec.round_timeout)
         self.progress.phase = "outer step"
         report = await self._thread(self.member.apply_update, contributions)
+        self._dealt_to = set(report.accepted) | set(s for s, _ in report.rejected) | {self.peer_id}
         self.progress.rejected_updates += len(report.rejected)
         self.replicator.writer.add_progress(self.spec.inner_steps)
         await self._publish_state()

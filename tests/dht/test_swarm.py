@@ -29,7 +29,10 @@ async def test_32_nodes_find_what_any_node_stored_and_still_do_after_a_third_die
     async with dht_swarm(32, config=FAST, seed=3) as swarm:
         await swarm.join_all()
         nodes = swarm.nodes
-        assert all(node.bootstrapped for node in nodes)
+        # a join whose first dial failed (a loaded machine) is retried by the node itself
+        with trio.fail_after(30):
+            while not all(node.bootstrapped for node in nodes):
+                await trio.sleep(0.1)
         rng = random.Random(5)
         single = {stage_key("run", i): rng.randrange(32) for i in range(4)}
         for key, writer in single.items():

@@ -11,11 +11,11 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-# Five members, digits, one shard each. Flag with r=1: with p=5 inputs, r must stay below the
+# Seven members (two Byzantine), digits, one shard each. Flag with r=1: with p=7 inputs, r must stay below the
 # number of honest members or the subspace spans the attackers too (r >= p is a plain mean).
-SETTINGS = ["--nodes", "5", "--mode", "diloco", "--model", "mlp", "--dataset", "digits", "--inner-steps", "20",
+SETTINGS = ["--nodes", "7", "--mode", "diloco", "--model", "mlp", "--dataset", "digits", "--inner-steps", "20",
             "--lr", "0.001", "--batch-size", "32", "--rounds", "10", "--aggregator", "flag",
-            "--set", "num_shards=5", "--set", "aggregator_settings.r=1", "--round-timeout", "20"]
+            "--set", "num_shards=7", "--set", "aggregator_settings.r=1", "--round-timeout", "20"]
 
 
 def swarm(tmp_path, name: str, *extra: str) -> dict:
