@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 
 import torch
-from peertrain.protocol import codecs
+from peertrain.protocol import codecs, int8_fused
 from peertrain.protocol.error_feedback import ErrorFeedback
 from peertrain.protocol.int8_blockwise import DEFAULT_BLOCK_SIZE
 from peertrain.protocol.tensors import blake3_digest
@@ -136,7 +136,8 @@ def main() -> None:
         f"{args.numel:,} fp32 values ({args.numel * 4 / 1e6:,.0f} MB),"
         f" block size {args.block_size}, {torch.get_num_threads()} torch threads,"
         f" OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']},"
-        f" {args.repeat} rounds, each operation right after a memcpy"
+        f" {args.repeat} rounds, each operation right after a memcpy;"
+        f" int8 kernel: {'numba one-pass (1 thread)' if int8_fused.available() else 'torch tiles'}"
     )
     _print_table(results)
     int8 = results["int8 encode"]
@@ -151,6 +152,7 @@ def main() -> None:
         "block_size": args.block_size,
         "threads": torch.get_num_threads(),
         "omp_wait_policy": os.environ["OMP_WAIT_POLICY"],
+        "int8_kernel": "numba" if int8_fused.available() else "torch",
         "int8_encode_vs_memcpy": round(int8["best_vs_memcpy"], 3),
         "int8_encode_paired_vs_memcpy": round(int8["paired_vs_memcpy"], 3),
         "int8_encode_cpu_vs_memcpy": round(int8["cpu_vs_memcpy"], 3),

@@ -4,7 +4,9 @@ Wire layout of an int8 payload: all block scales first (fp32 or fp16, little-end
 signed byte per value, `q = round(x / scale)` in [-127, 127], so decoding is `q * scale`.
 The last block may be partial.
 
-Speed (see benchmarks/codec.py). A naive version makes ~6 passes over 4 bytes per value in
+Speed (see benchmarks/codec.py). The common case (fp32 in, fp32 scales) runs in one compiled
+pass (int8_fused.py, numba) at about memory speed. What follows is the torch path, used for fp16
+scales, fp16/bf16 input, and where numba is missing. A naive version makes ~6 passes over 4 bytes per value in
 main memory (abs, amax, mul, round, clamp, cast). Here the tensor is walked in tiles of
 `TILE` values that stay in cache, so main memory sees one read of the input and one write of
 the output; inside a tile the work is a handful of vectorised torch ops on preallocated buffers:
@@ -33,6 +35,8 @@ the scale exactly as stored (fp16-rounded when the scales are fp16).
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from . import int8_fused
 
 if TYPE_CHECKING:
     import torch
@@ -64,6 +68,10 @@ def quantize_into(
     """
     import torch
 
+    if _fused_applies(x, scales, residual):
+        int8_fused.quantize_fp32(x, scales, values, block_size=block_size, residual=residual)
+        _check_encoded_scales(scales)
+        return
     numel = x.numel()
     full = numel // block_size
     with torch.no_grad():
@@ -84,6 +92,18 @@ def quantize_into(
             work = _Work(1, numel - full * block_size, scales.dtype)
             _quantize_tile(x[tail].view(1, -1), scales[full:], values[tail].view(1, -1), rt, work)
         _check_encoded_scales(scales)
+
+
+def _fused_applies(x, scales, residual) -> bool:
+    """The compiled one-pass kernel covers the common case: fp32 in, fp32 scales, contiguous."""
+    import torch
+
+    tensors = (x, scales) if residual is None else (x, scales, residual)
+    return (
+        int8_fused.available()
+        and all(t.dtype == torch.float32 and t.is_contiguous() for t in tensors)
+        and not any(t.requires_grad for t in tensors)
+    )
 
 
 class _Work:

@@ -1,0 +1,63 @@
+"""The compiled one-pass int8 encoder is the torch kernel, byte for byte, only faster."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from peertrain.protocol import codecs, int8_blockwise, int8_fused
+
+pytestmark = pytest.mark.skipif(not int8_fused.available(), reason="numba is not installed")
+
+SIZES = [1, 5, 127, 128, 129, 1000, 100_003]
+BLOCKS = [1, 7, 128, 256]
+
+
+def _torch_path(monkeypatch, x, block_size, residual=None):
+    monkeypatch.setattr(int8_blockwise, "_fused_applies", lambda *_: False)
+    try:
+        return _encode(x, block_size, residual)
+    finally:
+        monkeypatch.undo()
+
+
+def _encode(x, block_size, residual=None):
+    blocks = int8_blockwise.num_blocks(x.numel(), block_size)
+    scales, values = torch.empty(blocks), torch.empty(x.numel(), dtype=torch.int8)
+    int8_blockwise.quantize_into(x, scales, values, block_size=block_size, residual=residual)
+    return scales, values
+
+
+@pytest.mark.parametrize("numel", SIZES)
+@pytest.mark.parametrize("block_size", BLOCKS)
+def test_same_scales_and_values_as_the_torch_kernel(monkeypatch, numel, block_size):
+    x = torch.randn(numel, generator=torch.Generator().manual_seed(numel)) * 3
+    assert int8_blockwise._fused_applies(x, torch.empty(1), None)
+    fused = _encode(x, block_size)
+    reference = _torch_path(monkeypatch, x, block_size)
+    assert torch.equal(fused[0], reference[0]) and torch.equal(fused[1], reference[1])
+
+
+@pytest.mark.parametrize("numel", SIZES)
+def test_error_feedback_matches_the_torch_kernel(monkeypatch, numel):
+    gen = torch.Generator().manual_seed(7)
+    x, residual = torch.randn(numel, generator=gen), torch.randn(numel, generator=gen) * 0.01
+    reference_residual = residual.clone()
+    fused = _encode(x, 128, residual)
+    reference = _torch_path(monkeypatch, x, 128, reference_residual)
+    assert torch.equal(fused[0], reference[0]) and torch.equal(fused[1], reference[1])
+    torch.testing.assert_close(residual, reference_residual, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_input_is_refused(bad):
+    x = torch.randn(1000)
+    x[517] = bad
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        codecs.encode(x, "int8", block_size=128)
+
+
+def test_all_zero_blocks_decode_to_zero():
+    payload = codecs.encode(torch.zeros(300), "int8", block_size=128)
+    decoded = codecs.decode(payload, "int8", dtype="float32", shape=(300,), block_size=128)
+    assert torch.equal(decoded, torch.zeros(300))
