@@ -109,8 +109,11 @@ class _UpdateTransport:
 class RunSession:
     """Everything this node does for one run. `await nursery.start(session.run)`."""
 
-    def __init__(self, daemon: Daemon, *, run_id: str, manifest_envelope: bytes, seeds: set[str] = frozenset()):
+    def __init__(self, daemon: Daemon, *, run_id: str, manifest_envelope: bytes, seeds: set[str] = frozenset(),
+                 role: dict[str, Any] | None = None):
         self.daemon = daemon
+        self.role = dict(role or {})  # swarm runs: {"role": "server"|"trainer", "speed": …, "stage": …}
+        self.pipeline = None
         self.state = RunState(run_id)
         self.state.accept_manifest(manifest_envelope)
         self.manifest: RunManifest = self.state.manifest
@@ -135,6 +138,9 @@ class RunSession:
         from peertrain.swarm.diloco.run_spec import DiLoCoSpec
         from peertrain.swarm.diloco.update_gossip import UpdateGossip
 
+        if self.manifest.mode == "swarm":
+            await self._run_pipeline(task_status)
+            return
         if self.manifest.mode != "diloco":
             raise NotImplementedError(f"mode {self.manifest.mode!r} is not served by this node yet")
         spec = DiLoCoSpec.from_bytes(self.manifest.spec)
@@ -165,12 +171,24 @@ class RunSession:
             await nursery.start(self.driver.run)
             task_status.started(self)
 
+    async def _run_pipeline(self, task_status: trio.TaskStatus[RunSession]) -> None:
+        from .pipeline_session import PipelineSession
+
+        self.pipeline = PipelineSession(self, **self.role)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.pipeline.run)
+            task_status.started(self)
+
     async def sample(self, prompt: str, max_new_tokens: int) -> str:
         if self.driver is None:
             raise RuntimeError("the run is still starting")
         return await self.driver._thread(self.driver.built.sample, prompt, max_new_tokens)
 
     def status(self) -> dict[str, Any]:
+        if self.pipeline is not None:
+            return {"name": self.manifest.name, "run_id": self.run_id, "mode": self.manifest.mode,
+                    "creator": self.manifest.creator, "round": 0, "loss": None, "phase": "serving",
+                    "error": self.error, **self.pipeline.status()}
         progress = self.driver.progress if self.driver else None
         live = [p for p in self.state.members() if self.state.is_live(p)]
         return {

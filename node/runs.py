@@ -70,11 +70,12 @@ class RunManager:
     def control_methods(self) -> dict[str, Any]:
         async def create(params: dict[str, Any]) -> dict[str, Any]:
             session = await self.create(name=str(params.get("name") or ""), mode=str(params.get("mode") or "diloco"),
-                                        spec=params.get("spec") or {})
+                                        spec=params.get("spec") or {}, role=_role(params))
             return {"run_id": session.run_id, "name": session.manifest.name}
 
         async def join(params: dict[str, Any]) -> dict[str, Any]:
-            session = await self.join(str(params.get("name") or ""), timeout=float(params.get("timeout", 30)))
+            session = await self.join(str(params.get("name") or ""), timeout=float(params.get("timeout", 30)),
+                                      role=_role(params))
             return {"run_id": session.run_id, "name": session.manifest.name}
 
         async def sample(params: dict[str, Any]) -> dict[str, Any]:
@@ -89,7 +90,8 @@ class RunManager:
 
         return {"run.create": create, "run.join": join, "run.sample": sample}
 
-    async def create(self, *, name: str, mode: str, spec: dict[str, Any]) -> RunSession:
+    async def create(self, *, name: str, mode: str, spec: dict[str, Any],
+                     role: dict[str, Any] | None = None) -> RunSession:
         if not name or len(name) > 64:
             raise ControlError("a run needs a name of 1-64 characters (--name)")
         if any(s.manifest.name == name for s in self.sessions.values()):
@@ -99,22 +101,22 @@ class RunManager:
                                name=name, mode=mode, spec=spec_bytes)
         envelope = sign_manifest(self.daemon.identity.key_pair, manifest)
         log.info("created run %s (%s)", name, manifest.run_id[:16])
-        return await self._start(manifest.run_id, envelope, seeds=set())
+        return await self._start(manifest.run_id, envelope, seeds=set(), role=role)
 
-    async def join(self, name: str, *, timeout: float = 30.0) -> RunSession:
+    async def join(self, name: str, *, timeout: float = 30.0, role: dict[str, Any] | None = None) -> RunSession:
         for session in self.sessions.values():
             if name in (session.manifest.name, session.run_id):
                 return session
         local = self._saved(name)
         if local is not None:  # we were in this run before: restart it, peers or not
             run_id, envelope = local
-            return await self._start(run_id, envelope, seeds=set())
+            return await self._start(run_id, envelope, seeds=set(), role=role)
         with trio.move_on_after(timeout):
             while True:
                 found = await self._lookup(name)
                 if found is not None:
                     peer, reply = found
-                    return await self._start(reply.run_id, reply.manifest, seeds={peer})
+                    return await self._start(reply.run_id, reply.manifest, seeds={peer}, role=role)
                 await trio.sleep(0.5)
         raise ControlError(f"no connected peer knows a run named {name!r} (after {timeout:.0f} s)")
 
@@ -149,11 +151,12 @@ class RunManager:
             return peer.to_base58(), reply
         return None
 
-    async def _start(self, run_id: str, envelope: bytes, *, seeds: set[str]) -> RunSession:
+    async def _start(self, run_id: str, envelope: bytes, *, seeds: set[str],
+                     role: dict[str, Any] | None = None) -> RunSession:
         if len(self.sessions) >= MAX_RUNS:
             raise ControlError(f"this node already takes part in {MAX_RUNS} runs")
         assert self._nursery is not None
-        session = RunSession(self.daemon, run_id=run_id, manifest_envelope=envelope, seeds=seeds)
+        session = RunSession(self.daemon, run_id=run_id, manifest_envelope=envelope, seeds=seeds, role=role)
         self.sessions[run_id] = session
         await self._nursery.start(session.run)
         return session
@@ -179,13 +182,35 @@ class RunManager:
         return statuses[0] if len(statuses) == 1 else {"runs": statuses}
 
 
+def _role(params: dict[str, Any]) -> dict[str, Any] | None:
+    """A swarm run's role from control parameters: {"role", "speed", "stage"} (all optional)."""
+    out: dict[str, Any] = {}
+    try:
+        if params.get("role"):
+            out["role"] = str(params["role"])
+            if out["role"] not in ("server", "trainer"):
+                raise ValueError(f"role must be server or trainer, not {out['role']!r}")
+        if params.get("speed") is not None:
+            out["speed"] = float(params["speed"])
+            if not 0 < out["speed"] < 1e6:
+                raise ValueError("speed must be positive")
+        if params.get("stage") is not None:
+            out["stage"] = int(params["stage"])
+    except (TypeError, ValueError) as exc:
+        raise ControlError(f"invalid role settings: {exc}") from None
+    return out or None
+
+
 def _spec_bytes(mode: str, spec: dict[str, Any]) -> bytes:
-    if mode != "diloco":
-        raise ControlError(f"unknown mode {mode!r}; this version trains `diloco` runs")
+    if mode not in ("diloco", "swarm"):
+        raise ControlError(f"unknown mode {mode!r}; this version trains `diloco` and `swarm` runs")
     from peertrain.swarm.diloco.run_spec import DiLoCoSpec
     from peertrain.swarm.models.config import ConfigError
+    from peertrain.swarm.pipeline.run_spec import PipelineSpec
 
     try:
+        if mode == "swarm":
+            return PipelineSpec.from_settings(spec).to_bytes()
         return DiLoCoSpec(**spec).to_bytes()
     except (ConfigError, TypeError, ValueError) as exc:
         raise ControlError(f"invalid run settings: {exc}") from None

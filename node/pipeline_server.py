@@ -1,0 +1,323 @@
+"""A stage server in a SWARM run: serves one slice of the model over `/peertrain/pipeline/1.0.0`.
+
+What it does, each piece from swarm/pipeline/:
+
+- **serve** forward / backward / loss_backward (`StageServer`, recompute-on-backward, so any
+  server of a stage may take any microbatch's backward), one call at a time in arrival order,
+  torch in a worker thread. With `base_seconds` > 0 every call is padded to
+  `base_seconds · work / speed` (testing: heterogeneous servers on one machine);
+- **measure** its own throughput (bias-corrected EMA of forward-equivalent samples per second of
+  service time, queueing excluded) and **announce** (stage, throughput) in RunState every second
+  with a short lease, and in the DHT stage key;
+- **average** within the stage over the network and step (`StageAverager`: numbered rounds,
+  all-gather of sample-weighted gradient sums among the stage's live servers);
+- **rebalance**: every `rebalance_period`, evaluate `plan_move` on the RunState view at the
+  middle of the period (peers' clocks agree on the period index there); the mover downloads its
+  new stage's state (parameters + Adam moments + round) from a server of that stage, then
+  switches and re-announces. A joiner takes the stage with the most need, the same way.
+
+Remote misbehaviour never stops the server: a request for a run or stage we do not serve is
+refused (`ErrorResponse`, small penalty: an honest trainer may lag a move by a second); an
+undecodable, oversized, non-finite or mis-shaped tensor, or a forged digest, is refused with a
+penalty (`PeerScoreboard`), and the server goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import torch
+import trio
+from libp2p.abc import INetStream
+from peertrain.dht import stage_key
+from peertrain.protocol.errors import DecodeError, PeertrainError, ProtocolError
+from peertrain.protocol.framing import read_message, write_message
+from peertrain.protocol.messages import ErrorCode, ErrorResponse, Request
+from peertrain.swarm.pipeline.averaging import StageAverager
+from peertrain.swarm.pipeline.membership import server_role, servers, stage_views
+from peertrain.swarm.pipeline.migration import export_state, import_state
+from peertrain.swarm.pipeline.rebalance import plan_move, stage_for_new_peer
+from peertrain.swarm.pipeline.run_spec import PipelineSpec
+from peertrain.swarm.pipeline.slices import mlp_stage_module
+from peertrain.swarm.pipeline.stage import StageServer
+from peertrain.swarm.pipeline.wiring import BACKWARD_COST, ThroughputEMA
+
+from .penalties import is_misbehaviour
+from .pipeline_transport import NetworkStageTransport
+from .pipeline_wire import (
+    MAX_BOUNDARY_BYTES,
+    PIPELINE,
+    GradientsReply,
+    GradientsRequest,
+    StageCall,
+    StageReply,
+    StateReply,
+    StateRequest,
+    boundary_of,
+    prepare_boundary,
+    prepare_flat,
+    read_payloads,
+    write_payloads,
+)
+from .rpc import refuse
+from .stream_limits import StreamSlots
+
+if TYPE_CHECKING:
+    from .run_session import RunSession
+
+log = logging.getLogger(__name__)
+
+LEASE_MS = 5_000
+ANNOUNCE_EVERY = 1.0
+DHT_EVERY = 10.0
+WRONG_STAGE = 101  # ErrorResponse code: the server serves another stage (it may just have moved)
+BAD_INPUT_PENALTY = 25.0
+WRONG_STAGE_PENALTY = 1.0
+IDLE_TIMEOUT = 10.0
+
+
+class PipelineServer:
+    """This node's stage server in one run. `await nursery.start(server.run)`."""
+
+    def __init__(self, session: RunSession, spec: PipelineSpec, *, speed: float = 1.0,
+                 stage: int | None = None) -> None:
+        if speed <= 0:
+            raise ValueError("a server's speed must be positive")
+        self.session, self.spec, self.speed = session, spec, speed
+        self.daemon = session.daemon
+        self.me = self.daemon.identity.peer_id.to_base58()
+        self.transport = NetworkStageTransport(self.daemon.host, session.run_id, timeout=20.0)
+        self.stage = -1 if stage is None else stage
+        self._wanted = stage
+        self.server: StageServer | None = None
+        self.averager: StageAverager | None = None
+        self._ema = ThroughputEMA(beta=0.9)
+        self._serve = trio.Lock()  # one call at a time, FIFO
+        self._thread = trio.CapacityLimiter(1)
+        self._slots = StreamSlots(self.daemon.scoreboard, max_total=64, max_per_peer=24)
+        self._nursery: trio.Nursery | None = None
+        self.moves: list[dict[str, Any]] = []
+        self.calls = self.refused = 0
+
+    # --- lifecycle -------------------------------------------------------------------------
+    async def run(self, *, task_status: trio.TaskStatus[PipelineServer] = trio.TASK_STATUS_IGNORED) -> None:
+        self.daemon.host.set_stream_handler(str(PIPELINE), self._on_stream)
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            stage = self._wanted if self._wanted is not None else self._stage_with_most_need()
+            await self._become(stage)
+            nursery.start_soon(self._announce_loop)
+            nursery.start_soon(self._dht_loop)
+            if self.spec.rebalance_period > 0:
+                nursery.start_soon(self._rebalance_loop)
+            task_status.started(self)
+
+    def _view(self):
+        entries = servers(self.session.state, self.spec.stages)
+        return entries, stage_views(entries, [self.spec.demand(s) for s in range(self.spec.stages)])
+
+    def _stage_with_most_need(self) -> int:
+        entries = servers(self.session.state, self.spec.stages)
+        entries.pop(self.me, None)  # a restarted server: our old record says nothing of need
+        return stage_for_new_peer(stage_views(entries, [self.spec.demand(s) for s in range(self.spec.stages)]))
+
+    def _stage_peers(self) -> list[str]:
+        entries, _ = self._view()
+        return sorted(p for p, e in entries.items() if e.stage == self.stage and p != self.me)
+
+    async def _become(self, stage: int) -> None:
+        """Serve `stage` with its current state, downloaded from one of its servers if any."""
+        spec = self.spec
+        module = mlp_stage_module(spec.model_config(), spec.stages, stage, seed=spec.seed)
+        server = StageServer(module, stage=stage, is_last=stage == spec.stages - 1, codec=spec.codec,
+                             optimizer=lambda params: torch.optim.Adam(params, lr=spec.lr))
+        completed = 0
+        async with self._serve:  # the call in progress finishes first; none starts meanwhile
+            for donor in [p for p, e in self._view()[0].items() if e.stage == stage and p != self.me][:3]:
+                try:
+                    flat, adam_step, completed = await self.transport.state(donor, stage=stage)
+                    await trio.to_thread.run_sync(import_state, server, flat, adam_step, limiter=self._thread)
+                    break
+                except (PeertrainError, ValueError) as exc:
+                    log.info("stage %d state from %s failed: %s", stage, donor, exc)
+                    completed = 0
+            old = self.stage
+            self.server, self.stage = server, stage
+            self.averager = StageAverager(server, fetch=self._fetch_gradients, peers=self._stage_peers,
+                                          completed=completed)
+            self._ema = ThroughputEMA(beta=0.9)
+        self._announce()
+        if old >= 0:
+            self.moves.append({"at": time.time(), "from": old, "to": stage})
+        log.info("serving stage %d of run %s (round %d)", stage, self.session.run_id[:12], completed)
+
+    async def _fetch_gradients(self, peer: str, round_: int) -> tuple[torch.Tensor, int]:
+        return await self.transport.gradients(peer, stage=self.stage, round_=round_)
+
+    # --- announcements -----------------------------------------------------------------------
+    def throughput(self) -> float:
+        seconds = self._ema.value
+        return 0.0 if not seconds else 1.0 / max(seconds, 1e-9)
+
+    def _announce(self) -> None:
+        self.session.replicator.writer.announce(role=server_role(self.stage), addrs=self.daemon.addrs()[:8],
+                                                throughput=self.throughput(), lease_ms=LEASE_MS)
+
+    async def _announce_loop(self) -> None:
+        while True:
+            await trio.sleep(ANNOUNCE_EVERY)
+            self._announce()
+
+    async def _dht_loop(self) -> None:
+        """The DHT stage key, for discovery from outside the run (decisions use RunState)."""
+        dht = self.daemon.dht.dht
+        while True:
+            with trio.move_on_after(DHT_EVERY):
+                try:
+                    await dht.put(stage_key(self.session.run_id[:64], self.stage),
+                                  {"tput": round(self.throughput(), 3)}, ttl=6 * DHT_EVERY)
+                except (PeertrainError, ValueError) as exc:
+                    log.debug("dht stage announcement failed: %s", exc)
+            await trio.sleep(DHT_EVERY)
+
+    async def _rebalance_loop(self) -> None:
+        period_s = self.spec.rebalance_period
+        while True:
+            now = time.time()
+            midpoint = (int(now // period_s) + 0.5) * period_s
+            await trio.sleep(midpoint - now if midpoint > now else midpoint + period_s - now)
+            period = int(time.time() // period_s)
+            _, views = self._view()
+            move = plan_move(views, period)
+            if move is not None and move.peer == self.me and move.source == self.stage:
+                log.info("rebalancing: moving from stage %d to %d (period %d)", move.source, move.target, period)
+                await self._become(move.target)
+
+    # --- serving ---------------------------------------------------------------------------
+    async def _on_stream(self, stream: INetStream) -> None:
+        async with self._slots.admit(stream) as peer:
+            if peer is None:
+                return
+            with trio.move_on_after(120.0):
+                await self._answer(peer, stream)
+
+    async def _answer(self, peer: str, stream: INetStream) -> None:
+        try:
+            req = await read_message(stream, (StageCall, GradientsRequest, StateRequest), idle_timeout=IDLE_TIMEOUT)
+        except ProtocolError as exc:
+            self._penalise_if_bad(peer, exc)
+            return
+        prepared: tuple = ()
+        try:
+            if isinstance(req, StageCall):
+                tensors = await read_payloads(stream, req.tensors, max_nbytes=MAX_BOUNDARY_BYTES,
+                                              idle_timeout=IDLE_TIMEOUT)
+                reply, prepared = await self._stage_call(peer, req, tensors)
+            elif isinstance(req, GradientsRequest):
+                reply, prepared = await self._gradients(peer, req)
+            else:
+                reply, prepared = await self._state(req)
+        except ProtocolError as exc:  # a payload that is too big, forged or cut short
+            self._penalise_if_bad(peer, exc)
+            reply, prepared = refuse(req, ErrorCode.BAD_REQUEST, str(exc)), ()
+        if isinstance(reply, ErrorResponse):
+            self.refused += 1
+        try:
+            await write_message(stream, reply, idle_timeout=IDLE_TIMEOUT)
+            await write_payloads(stream, prepared, idle_timeout=IDLE_TIMEOUT)
+        except ProtocolError as exc:
+            log.debug("pipeline: could not answer %s: %s", peer, exc)
+
+    def _penalise_if_bad(self, peer: str, exc: ProtocolError, points: float = BAD_INPUT_PENALTY) -> None:
+        if is_misbehaviour(exc):
+            self.daemon.scoreboard.penalise(peer, points, f"pipeline: {exc}")
+
+    def _wrong_place(self, peer: str, req: Request, run: str, stage: int) -> ErrorResponse | None:
+        if run != self.session.run_id:
+            return refuse(req, ErrorCode.NOT_FOUND, "not in that run")
+        if stage != self.stage:
+            self.daemon.scoreboard.penalise(peer, WRONG_STAGE_PENALTY, f"pipeline: stage {stage} asked of {self.stage}")
+            return refuse(req, WRONG_STAGE, f"this server serves stage {self.stage}, not {stage}")
+        return None
+
+    async def _stage_call(self, peer: str, req: StageCall, tensors: list[torch.Tensor]):
+        wrong = self._wrong_place(peer, req, req.run, req.stage)
+        if wrong is not None:
+            return wrong, ()
+        last = self.spec.stages - 1
+        expected = {"forward": 1, "backward": 2, "loss": 1}[req.op]
+        if (req.op == "loss") != (req.stage == last) or len(req.tensors) != expected \
+                or (req.op != "loss" and req.targets):
+            self._penalise_if_bad(peer, DecodeError("malformed stage call"))
+            return refuse(req, ErrorCode.BAD_REQUEST, f"{req.op} with {len(req.tensors)} tensors at stage {req.stage}"), ()
+        x = boundary_of(req.tensors[0], tensors[0])
+        async with self._serve:
+            server = self.server
+            if req.stage != self.stage or server is None:  # moved while the call waited
+                return refuse(req, WRONG_STAGE, f"this server now serves stage {self.stage}"), ()
+            started = trio.current_time()
+            try:
+                if req.op == "forward":
+                    out = await trio.to_thread.run_sync(server.forward, x, limiter=self._thread)
+                    loss, result = 0.0, out
+                elif req.op == "backward":
+                    grad = boundary_of(req.tensors[1], tensors[1])
+                    loss, result = 0.0, await trio.to_thread.run_sync(server.backward, x, grad, limiter=self._thread)
+                else:
+                    targets = torch.tensor(req.targets, dtype=torch.int64)
+                    loss, result = await trio.to_thread.run_sync(server.loss_backward, x, targets,
+                                                                 limiter=self._thread)
+            except DecodeError as exc:  # NaN/inf, wrong width, wrong rows, bad labels
+                self._penalise_if_bad(peer, exc)
+                return refuse(req, ErrorCode.BAD_REQUEST, str(exc)), ()
+            work = x.rows * (1.0 if req.op == "forward" else BACKWARD_COST)
+            if self.spec.base_seconds > 0:
+                await trio.sleep(max(0.0, self.spec.base_seconds * work / self.speed
+                                     - (trio.current_time() - started)))
+            self._ema.update((trio.current_time() - started) / work)
+            self.calls += 1
+        if req.op != "forward" and self.averager is not None and self._nursery is not None:
+            share = -(-self.spec.target_batch // (1 + len(self._stage_peers())))
+            await self.averager.maybe_start(self._nursery, share)
+        prepared = () if result is None else (prepare_boundary(result),)
+        return req.reply(StageReply, loss=float(loss), tensors=tuple(p.header for p in prepared)), prepared
+
+    async def _gradients(self, peer: str, req: GradientsRequest):
+        wrong = self._wrong_place(peer, req, req.run, req.stage)
+        if wrong is not None or self.averager is None or self._nursery is None:
+            return wrong or refuse(req, ErrorCode.BUSY, "starting"), ()
+        contribution = await self.averager.contribution(self._nursery, req.round, peer)
+        if contribution is None:
+            return refuse(req, ErrorCode.NOT_FOUND, f"no contribution for round {req.round}"), ()
+        flat, samples = contribution
+        prepared = (await trio.to_thread.run_sync(prepare_flat, "gradients", flat),)
+        return req.reply(GradientsReply, samples=samples, tensors=(prepared[0].header,)), prepared
+
+    async def _state(self, req: StateRequest):
+        if req.run != self.session.run_id or req.stage != self.stage or self.server is None:
+            return refuse(req, WRONG_STAGE, f"this server serves stage {self.stage}"), ()
+        server, averager = self.server, self.averager
+        flat, adam_step = await trio.to_thread.run_sync(export_state, server)
+        prepared = (await trio.to_thread.run_sync(prepare_flat, "stage-state", flat),)
+        return req.reply(StateReply, round=averager.completed if averager else 0, adam_step=adam_step,
+                         tensors=(prepared[0].header,)), prepared
+
+    # --- status --------------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        stats = self.server.statistics() if self.server else None
+        return {
+            "role": "server",
+            "stage": self.stage,
+            "speed": self.speed,
+            "throughput": round(self.throughput(), 3),
+            "calls": self.calls,
+            "refused": self.refused,
+            "forwards": stats.forwards if stats else 0,
+            "backwards": stats.backwards if stats else 0,
+            "steps": stats.steps if stats else 0,
+            "round": self.averager.completed if self.averager else 0,
+            "round_sizes": list(self.averager.contributors) if self.averager else [],
+            "moves": list(self.moves),
+        }

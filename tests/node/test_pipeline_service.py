@@ -1,0 +1,93 @@
+"""SWARM pipeline services on real in-process daemons (libp2p on loopback): stage servers and a
+trainer find each other through RunState, microbatches cross the network, servers refuse bad
+input with an error and a penalty and keep serving."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from libp2p.peer.id import ID
+from peertrain.node.pipeline_transport import NetworkStageTransport
+from peertrain.node.pipeline_wire import PIPELINE, StageCall, StageReply
+from peertrain.protocol.framing import read_message, write_message
+from peertrain.protocol.messages import ErrorResponse
+from peertrain.protocol.tensors import TensorHeader, root_checksum
+from peertrain.swarm.pipeline.boundary import pack
+from peertrain.swarm.pipeline.errors import ServerUnavailable
+from peertrain.testing import open_test_swarm, wait_until
+
+SPEC = {"stages": 3, "batch_size": 16, "target_batch": 64, "in_flight": 4, "lr": 0.003}
+
+
+async def start_pipeline(nodes, *, trainers: int = 1):
+    """Node 0 creates the run and serves; the next servers join; the last `trainers` train."""
+    session = await nodes[0].runs.create(name="pipe", mode="swarm", spec=SPEC, role={"role": "server"})
+    for node in nodes[1:]:
+        await wait_until(lambda: len(node.host.get_connected_peers()) > 0, timeout=10)
+    servers = nodes[: len(nodes) - trainers]
+    for node in servers[1:]:
+        await node.runs.join("pipe", timeout=10, role={"role": "server"})
+        me = node.identity.peer_id.to_base58()
+        await wait_until(lambda: me in session.state.members(), timeout=10)
+    for node in nodes[len(servers):]:
+        await node.runs.join("pipe", timeout=10, role={"role": "trainer"})
+    return session
+
+
+def run_status(node) -> dict:
+    return next(iter(node.runs.sessions.values())).status()
+
+
+async def test_three_servers_and_a_trainer_train_over_the_network():
+    async with open_test_swarm(4) as nodes:
+        await start_pipeline(nodes)
+        stages = sorted(run_status(n)["stage"] for n in nodes[:3])
+        assert stages == [0, 1, 2]  # joiners took the stage with most need, one each
+        trainer = nodes[3]
+        await wait_until(lambda: run_status(trainer)["completed"] >= 120, timeout=60, interval=0.2)
+        status = run_status(trainer)
+        assert status["lost_microbatches"] == 0
+        assert status["loss"] < status["initial_loss"] - 0.3  # it learns
+        steps = [run_status(n)["steps"] for n in nodes[:3]]
+        assert min(steps) >= 2  # every stage averaged (alone here) and stepped
+
+
+async def test_a_server_refuses_bad_input_penalises_the_sender_and_keeps_serving():
+    async with open_test_swarm(4) as nodes:
+        session = await start_pipeline(nodes)
+        client = nodes[3]  # a trainer, misbehaving by hand
+        transport = NetworkStageTransport(client.host, session.run_id, timeout=5)
+        stage0 = next(n for n in nodes[:3] if run_status(n)["stage"] == 0)
+        peer = stage0.identity.peer_id.to_base58()
+        me = client.identity.peer_id.to_base58()
+        board = stage0.scoreboard
+        good = pack(torch.randn(4, 64))
+        nan = pack(torch.full((4, 64), float("nan")))
+        narrow = pack(torch.randn(4, 7))
+        for bad in (nan, narrow):
+            with pytest.raises(ServerUnavailable, match="RemoteError"):
+                await transport.forward(peer, stage=0, x=bad)
+        with pytest.raises(ServerUnavailable, match="serves stage 0"):
+            await transport.forward(peer, stage=1, x=good)
+        reply = await oversized_call(client, peer, session.run_id)
+        assert isinstance(reply, ErrorResponse) and "limit" in reply.reason
+        assert board.score(me) >= 3 * 25
+        out = await transport.forward(peer, stage=0, x=good)  # still serving, the same peer too
+        assert out.shape == (4, 64) and math.isfinite(float(out.payload.float().sum()))
+
+
+async def oversized_call(client, peer: str, run_id: str):
+    """A call announcing a 1 GiB activation: refused from its header, before any allocation."""
+    rows, width = 1 << 22, 64
+    fields = dict(name="boundary", dtype="float32", shape=(rows, width), codec="fp32", block_size=1,
+                  nbytes=rows * width * 4, chunk_size=1 << 30, chunk_digests=bytes(32))
+    header = TensorHeader(**fields, checksum=root_checksum(**fields))
+    call = StageCall(run=run_id, op="forward", stage=0, tensors=(header,))
+    stream = await client.host.new_stream(ID.from_base58(peer), [str(PIPELINE)])
+    try:
+        await write_message(stream, call, idle_timeout=5)
+        return await read_message(stream, (StageReply, ErrorResponse), idle_timeout=5)
+    finally:
+        await stream.close()
