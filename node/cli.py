@@ -6,6 +6,7 @@
                                       bare peer ID found through the DHT from --bootstrap)
     peertrain status [--json]         ask the daemon running on this home
     peertrain run create --name N     start a training run on the daemon of this home
+    peertrain run join --name N       join a run from the daemon of this home (swarm: --role)
     peertrain swarm local --nodes N   N daemons on loopback, as separate processes
 
 Every option is also an environment variable: `--log-format json` is PEERTRAIN_LOG_FORMAT=json,
@@ -82,10 +83,16 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="training runs").add_subparsers(metavar="ACTION")
     p = run.add_parser("create", parents=[home], help="create a run on the running daemon")
     p.add_argument("--name", required=True, help="the run's name; others join with --run NAME")
-    p.add_argument("--mode", default="diloco", choices=["diloco"])
+    p.add_argument("--mode", default="diloco", choices=["diloco", "swarm"])
     add_run_options(p)
+    add_role_options(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_run_create)
+    p = run.add_parser("join", parents=[home], help="join a run from the running daemon")
+    p.add_argument("--name", required=True, help="the run's name (or ID)")
+    add_role_options(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_run_join)
 
     swarm = commands.add_parser("swarm", help="local multi-node swarms").add_subparsers(metavar="ACTION")
     p = swarm.add_parser("local", help="spawn N daemons on loopback and watch them")
@@ -93,22 +100,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, default=0.0, help="seconds to run; 0 = until Ctrl-C")
     p.add_argument("--report", type=Path, help="write a JSON report here at the end")
     p.add_argument("--log-format", choices=["auto", "rich", "plain", "json"])
-    p.add_argument("--mode", choices=["none", "diloco"], default="none",
-                   help="none: daemons only; diloco: train a DiLoCo run together")
+    p.add_argument("--mode", choices=["none", "diloco", "swarm"], default="none",
+                   help="none: daemons only; diloco: train a DiLoCo run together; swarm: a SWARM pipeline")
     p.add_argument("--kill-every", type=float, default=0.0, metavar="SECONDS",
                    help="kill a random member (not the creator) this often, and restart it")
     p.add_argument("--byzantine", type=int, default=0, metavar="K", help="make the last K members Byzantine")
     p.add_argument("--attack", default="sign-flip", help="their attack: sign-flip, sign-flip-10, noise, alie, ipm, random, nan")
+    p.add_argument("--trainers", type=int, default=2, help="swarm: trainer daemons besides the --nodes servers")
+    p.add_argument("--speeds", default="1", metavar="S1,S2,…", help="swarm: server speeds, cycled over servers")
+    p.add_argument("--kill-at", type=float, default=None, metavar="SECONDS", help="swarm: kill a stage-1 server then")
     add_run_options(p)
     p.set_defaults(handler=cmd_swarm_local)
     return parser
+
+
+def add_role_options(p: argparse.ArgumentParser) -> None:
+    """Swarm runs: what this node does in the run."""
+    p.add_argument("--role", choices=["server", "trainer"], default=None, help="swarm runs: server (default) or trainer")
+    p.add_argument("--speed", type=float, default=None, help="swarm servers: artificial speed (with base_seconds)")
+    p.add_argument("--stage", type=int, default=None, help="swarm servers: serve this stage (default: most need)")
+
+
+def role_params(args: argparse.Namespace) -> dict[str, Any]:
+    return {k: getattr(args, k) for k in ("role", "speed", "stage") if getattr(args, k, None) is not None}
 
 
 RUN_OPTIONS = {  # flag → (spec field, type)
     "--model": ("model", str), "--dataset": ("dataset", str), "--inner-steps": ("inner_steps", int),
     "--batch-size": ("batch_size", int), "--lr": ("lr", float), "--codec": ("codec", str),
     "--aggregator": ("aggregator", str), "--rounds": ("rounds", int), "--min-members": ("min_members", int),
-    "--round-timeout": ("round_timeout", float), "--seed": ("seed", int),
+    "--round-timeout": ("round_timeout", float), "--seed": ("seed", int), "--stages": ("stages", int),
 }
 
 
@@ -308,7 +329,8 @@ def cmd_run_create(args: argparse.Namespace) -> int:
     from .control import call_sync
 
     result = call_sync(NodeConfig(home=_home(args)).control_socket, "run.create",
-                       {"name": args.name, "mode": args.mode, "spec": run_spec_from_args(args)}, timeout=60)
+                       {"name": args.name, "mode": args.mode, "spec": run_spec_from_args(args), **role_params(args)},
+                       timeout=60)
     if args.json:
         print(json.dumps(result))
     else:
@@ -316,9 +338,23 @@ def cmd_run_create(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run_join(args: argparse.Namespace) -> int:
+    from .config import NodeConfig
+    from .control import call_sync
+
+    result = call_sync(NodeConfig(home=_home(args)).control_socket, "run.join",
+                       {"name": args.name, "timeout": 60, **role_params(args)}, timeout=120)
+    print(json.dumps(result) if args.json else f"joined run {result['name']} ({result['run_id'][:16]}…)")
+    return 0
+
+
 def cmd_swarm_local(args: argparse.Namespace) -> int:
     from .local_swarm import LocalSwarmOptions, run_local_swarm
 
+    if args.mode == "swarm":
+        from .local_swarm import run_swarm_pipeline
+
+        return run_swarm_pipeline(args, run_spec_from_args(args))
     if args.nodes < 1:
         raise NodeError("--nodes must be at least 1")
     options = LocalSwarmOptions(nodes=args.nodes, duration=args.duration, report=args.report, mode=args.mode,

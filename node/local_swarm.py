@@ -5,7 +5,8 @@ would on the internet. With `--mode diloco` the first daemon creates a run throu
 API and the others start as `peertrain join <first> --run local`, exactly the commands a user
 types. The supervisor polls each daemon's `status` (the same call a user makes), shows a live
 table, optionally kills and restarts members (`--kill-every`), and on exit or Ctrl-C stops
-every daemon it started. The report (`--report FILE`) is JSON.
+every daemon it started. The report (`--report FILE`) is JSON. `--mode swarm` (a SWARM pipeline: stage servers and
+trainers) has its own supervisor in node/pipeline_local.py.
 """
 
 from __future__ import annotations
@@ -120,6 +121,22 @@ class LocalSwarm:
             return False
         runs = [s["run"] for s in statuses if s and s.get("run")]
         return len(runs) == len(self.daemons) and all(r["finished"] for r in runs)
+
+
+def run_swarm_pipeline(args, spec: dict[str, Any]) -> int:
+    """`--mode swarm`: a SWARM pipeline run of daemon processes (node/pipeline_local.py)."""
+    from .errors import NodeError
+    from .pipeline_local import PipelineLocalOptions, run_pipeline_local
+
+    try:
+        speeds = tuple(float(v) for v in str(args.speeds).split(",") if v.strip())
+    except ValueError:
+        raise NodeError(f"--speeds {args.speeds!r}: expected numbers like 1,2,4") from None
+    options = PipelineLocalOptions(
+        nodes=args.nodes, stages=int(spec.pop("stages", 3)), trainers=args.trainers, speeds=speeds,
+        duration=args.duration, kill_at=args.kill_at, report=args.report, spec=spec,
+    )
+    return run_pipeline_local(options)
 
 
 def run_local_swarm(options: LocalSwarmOptions) -> int:

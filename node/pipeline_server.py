@@ -7,8 +7,8 @@ What it does, each piece from swarm/pipeline/:
   torch in a worker thread. With `base_seconds` > 0 every call is padded to
   `base_seconds · work / speed` (testing: heterogeneous servers on one machine);
 - **measure** its own throughput (bias-corrected EMA of forward-equivalent samples per second of
-  service time, queueing excluded) and **announce** (stage, throughput) in RunState every second
-  with a short lease, and in the DHT stage key;
+  service time, queueing excluded) and **announce** (stage, throughput) in RunState
+  every few seconds with a short lease, and in the DHT stage key;
 - **average** within the stage over the network and step (`StageAverager`: numbered rounds,
   all-gather of sample-weighted gradient sums among the stage's live servers);
 - **rebalance**: every `rebalance_period`, evaluate `plan_move` on the RunState view at the
@@ -69,8 +69,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LEASE_MS = 5_000
-ANNOUNCE_EVERY = 1.0
+LEASE_MS = 10_000
+ANNOUNCE_EVERY = 3.0
 DHT_EVERY = 10.0
 WRONG_STAGE = 101  # ErrorResponse code: the server serves another stage (it may just have moved)
 BAD_INPUT_PENALTY = 25.0
@@ -309,6 +309,7 @@ class PipelineServer:
         stats = self.server.statistics() if self.server else None
         return {
             "role": "server",
+            "phase": "serving",
             "stage": self.stage,
             "speed": self.speed,
             "throughput": round(self.throughput(), 3),

@@ -41,10 +41,11 @@ class PipelineSession:
             await nursery.start(session.replicator.run)
             await session.replicator.bootstrap()
             if self.role == "server":
-                self.service = PipelineServer(session, self.spec, speed=self.speed, stage=self.stage)
+                service: Any = PipelineServer(session, self.spec, speed=self.speed, stage=self.stage)
             else:
-                self.service = PipelineTrainerService(session, self.spec)
-            await nursery.start(self.service.run)
+                service = PipelineTrainerService(session, self.spec)
+            await nursery.start(service.run)
+            self.service = service
             task_status.started(self)
 
     def status(self) -> dict[str, Any]:
@@ -65,5 +66,5 @@ class PipelineSession:
         if self.service is not None:
             out.update(self.service.status())
         else:
-            out["role"] = self.role
+            out.update(role=self.role, phase="starting")
         return out

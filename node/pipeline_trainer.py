@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +42,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SYNC_EVERY = 0.5
-LEASE_MS = 5_000
+LEASE_MS = 10_000
+ANNOUNCE_EVERY = 3.0
 LOSS_WINDOW = 20
 SHARDS = 4
 
@@ -101,7 +103,7 @@ class PipelineTrainerService:
             rate = self._recent_throughput()
             self.session.replicator.writer.announce(role=TRAINER_ROLE, addrs=self.daemon.addrs()[:8],
                                                     throughput=rate, lease_ms=LEASE_MS)
-            await trio.sleep(1.0)
+            await trio.sleep(ANNOUNCE_EVERY)
 
     def _entries(self) -> dict[str, ServerEntry]:
         return servers(self.session.state, self.spec.stages)
@@ -155,17 +157,28 @@ class PipelineTrainerService:
         return trainer
 
     async def _steps(self, trainer: PipelineTrainer, batches, step: int, *, until: float | None) -> int:
-        """Microbatches in chunks until `until` (monotonic) or the spec's count; next step index."""
-        chunk = 2 * self.spec.in_flight
+        """Microbatches `in_flight` at a time until `until` (monotonic) or the spec's count; the
+        next step index. Microbatches in flight at `until` complete (none is abandoned)."""
         total = self.spec.microbatches
-        while (until is None or time.monotonic() < until) and (not total or step < total):
-            count = chunk if not total else min(chunk, total - step)
-            for loss in await trainer.train(batches, steps=count, start=step):
-                if loss is not None:
-                    self.losses.append(loss)
-                    if len(self.first_losses) < LOSS_WINDOW:
-                        self.first_losses.append(loss)
-            step += count
+        limiter = trio.Semaphore(self.spec.in_flight)
+
+        async def one(index: int) -> None:
+            try:
+                x, y = batches.batch(index)
+                loss = await trainer.try_microbatch(x, y)
+            finally:
+                limiter.release()
+            if loss is not None:
+                self.losses.append(loss)
+                if len(self.first_losses) < LOSS_WINDOW:
+                    self.first_losses.append(loss)
+
+        async with trio.open_nursery() as nursery:
+            while (until is None or time.monotonic() < until) and (not total or step < total):
+                with trio.move_on_at(trio.current_time() + until - time.monotonic() if until else math.inf):
+                    await limiter.acquire()
+                    nursery.start_soon(one, step)
+                    step += 1
         return step
 
     async def _sync_loop(self, sync: WiringSync) -> None:

@@ -19,6 +19,7 @@ from peertrain.crdt.runstate import RunState
 from peertrain.crdt.sync import SyncReply, SyncRequest
 from peertrain.protocol.ids import protocol_id
 
+from .receive_buffers import ReceiveBuffers
 from .rpc import request
 from .tensor_service import fetch_tensor
 
@@ -51,6 +52,11 @@ class NodeTensors:
     def __init__(self, daemon: Daemon, topic: str, *, codec: str, block_size: int, numel: int):
         self.daemon, self.topic = daemon, topic
         self.codec, self.block_size, self.numel = codec, block_size, numel
+        self.receive_buffers = ReceiveBuffers()  # peers' updates land in last rounds' memory
+
+    async def reserve_receive_buffers(self, count: int, nbytes: int) -> None:
+        """Fault in buffers for `count` incoming updates now, not during the first round."""
+        await trio.to_thread.run_sync(self.receive_buffers.reserve, count, nbytes)
 
     # driver: whole tensors
     def put(self, prepared, *, pin: bool) -> None:
@@ -68,12 +74,12 @@ class NodeTensors:
     async def publish(self, data: bytes) -> None:
         await self.daemon.gossip.publish(self.topic, data)
 
-    async def serve(self, owner: str, payload: bytes) -> bytes:
-        import torch
+    async def serve(self, owner: str, payload) -> bytes:
         from peertrain.protocol.tensors import prepare_encoded
+        from peertrain.swarm.diloco.compression import payload_tensor
 
         def prepare():
-            raw = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+            raw = payload_tensor(payload)  # our encoder's buffer itself, hashed in place
             return prepare_encoded(f"update/{owner}", raw, dtype="float32", shape=(self.numel,),
                                    codec=self.codec, block_size=self.block_size)
 
@@ -85,7 +91,10 @@ class NodeTensors:
         """The verified payload, served on to others as is (no copy, no second hash)."""
         from peertrain.protocol.tensors import PreparedTensor
 
-        download = await self.fetch(holders, checksum, nbytes)
+        ids = [ID.from_base58(h) if isinstance(h, str) else h for h in holders]
+        download = await fetch_tensor(self.daemon.host, ids, checksum, max_nbytes=nbytes,
+                                      scoreboard=self.daemon.scoreboard,
+                                      allocate=self.receive_buffers.acquire)
         self.daemon.tensor_store.put(PreparedTensor(header=download.header, payload=download.payload))
         return memoryview(download.payload.numpy())
 
@@ -99,7 +108,7 @@ class _UpdateTransport:
     async def publish(self, data: bytes) -> None:
         await self.tensors.publish(data)
 
-    async def serve(self, owner: str, payload: bytes) -> bytes:
+    async def serve(self, owner: str, payload) -> bytes:
         return await self.tensors.serve(owner, payload)
 
     async def fetch(self, holders, checksum: bytes, nbytes: int) -> bytes:
@@ -165,6 +174,9 @@ class RunSession:
         async with trio.open_nursery() as nursery:
             inbox = await self.daemon.gossip.subscribe(tensors.topic, validator=gossip.validate)
             nursery.start_soon(_drain, inbox)  # announcements act in the validator; drop the copies
+            # buffers for a quorum's updates, faulted in while the first inner steps run
+            nursery.start_soon(tensors.reserve_receive_buffers, spec.min_members - 1,
+                               codec.payload_bytes(numel))
             await nursery.start(self.replicator.run)
             # joiners need the state; a restarted creator needs its own old slots back too
             await self.replicator.bootstrap()
@@ -172,12 +184,14 @@ class RunSession:
             task_status.started(self)
 
     async def _run_pipeline(self, task_status: trio.TaskStatus[RunSession]) -> None:
+        # started at once: importing torch and fetching a stage's state may take longer than a
+        # control request may wait; `status` says "starting" meanwhile
+        task_status.started(self)
         from .pipeline_session import PipelineSession
 
-        self.pipeline = PipelineSession(self, **self.role)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(self.pipeline.run)
-            task_status.started(self)
+        pipeline = await trio.to_thread.run_sync(lambda: PipelineSession(self, **self.role))
+        self.pipeline = pipeline
+        await pipeline.run()
 
     async def sample(self, prompt: str, max_new_tokens: int) -> str:
         if self.driver is None:
@@ -185,10 +199,11 @@ class RunSession:
         return await self.driver._thread(self.driver.built.sample, prompt, max_new_tokens)
 
     def status(self) -> dict[str, Any]:
-        if self.pipeline is not None:
+        if self.manifest.mode == "swarm":
             return {"name": self.manifest.name, "run_id": self.run_id, "mode": self.manifest.mode,
-                    "creator": self.manifest.creator, "round": 0, "loss": None, "phase": "serving",
-                    "error": self.error, **self.pipeline.status()}
+                    "creator": self.manifest.creator, "round": 0, "loss": None, "phase": "starting",
+                    "members": [], "error": self.error, **self.role,
+                    **(self.pipeline.status() if self.pipeline is not None else {})}
         progress = self.driver.progress if self.driver else None
         live = [p for p in self.state.members() if self.state.is_live(p)]
         return {

@@ -92,6 +92,14 @@ class PipelineTrainer:
         self._samples += rows
         return loss
 
+    async def try_microbatch(self, x: torch.Tensor, y: torch.Tensor) -> float | None:
+        """`microbatch`, except that a lost one is counted and returns None."""
+        try:
+            return await self.microbatch(x, y)
+        except MicrobatchLost:
+            self._lost += 1
+            return None
+
     async def train(self, batches: Batches, *, steps: int, start: int = 0) -> list[float | None]:
         """Microbatches `start` … `start+steps-1`, `in_flight` at a time; losses (None: lost)."""
         losses: list[float | None] = [None] * steps
@@ -100,9 +108,7 @@ class PipelineTrainer:
         async def one(index: int) -> None:
             try:
                 x, y = batches.batch(start + index)
-                losses[index] = await self.microbatch(x, y)
-            except MicrobatchLost:
-                self._lost += 1
+                losses[index] = await self.try_microbatch(x, y)
             finally:
                 limiter.release()
 
