@@ -143,7 +143,8 @@ class PipelineSwarm:
             run = statuses[index]
             if run and run.get("role") == "server" and run.get("stage") == 1 and self.daemons[index].alive():
                 self.daemons[index].stop(signal.SIGKILL)
-                self.killed = {"node": index, "stage": 1, "at_s": round(elapsed, 2)}
+                done = sum((r or {}).get("completed", 0) for r in statuses[self.options.nodes:])
+                self.killed = {"node": index, "stage": 1, "at_s": round(elapsed, 2), "completed_before": done}
                 self.console.print(f"[red]killed node {index} (a server of stage 1) at {elapsed:.1f} s[/]")
                 return
 
