@@ -105,9 +105,9 @@ class TimedTensors(NodeTensors):
     events: list[dict[str, Any]]
     origin: float
 
-    async def fetch(self, holders, checksum: bytes, max_nbytes: int):
+    async def fetch(self, holders, checksum: bytes, max_nbytes: int, **options: Any):
         t0 = time.monotonic()
-        download = await super().fetch(holders, checksum, max_nbytes)
+        download = await super().fetch(holders, checksum, max_nbytes, **options)
         self.events.append(
             {
                 "op": "transfer",
@@ -205,7 +205,7 @@ class BenchNode:
         self.daemon, self.numel, self.peers = daemon, numel, peers
         self.me = daemon.identity.peer_id.to_base58()
         self.members: set[str] = {self.me}
-        tensors = TimedTensors(
+        self.tensors = tensors = TimedTensors(
             daemon, TOPIC, codec=CODEC, block_size=DEFAULT_BLOCK_SIZE, numel=numel
         )
         self.transport = TimedTransport(tensors)
@@ -227,6 +227,9 @@ class BenchNode:
         self.members = set(members)
         inbox = await self.daemon.gossip.subscribe(TOPIC, validator=self.gossip.validate)
         nursery.start_soon(_drain, inbox)  # announcements act in the validator, as in RunSession
+        # as RunSession does when a run starts (it overlaps the first inner steps there)
+        nbytes = self.gossip.expected_nbytes
+        await self.tensors.reserve_receive_buffers(len(members) - 1, nbytes)
 
     async def wait_connected(self) -> None:
         # an announcement published before the gossipsub mesh forms (next heartbeat) is lost

@@ -65,10 +65,10 @@ class NodeTensors:
     def unpin(self, checksum: bytes) -> None:
         self.daemon.tensor_store.unpin(checksum)
 
-    async def fetch(self, holders, checksum: bytes, max_nbytes: int):
+    async def fetch(self, holders, checksum: bytes, max_nbytes: int, *, allocate=None):
         ids = [ID.from_base58(h) if isinstance(h, str) else h for h in holders]
         return await fetch_tensor(self.daemon.host, ids, checksum, max_nbytes=max_nbytes,
-                                  scoreboard=self.daemon.scoreboard)
+                                  scoreboard=self.daemon.scoreboard, allocate=allocate)
 
     # update gossip: encoded payloads
     async def publish(self, data: bytes) -> None:
@@ -91,10 +91,7 @@ class NodeTensors:
         """The verified payload, served on to others as is (no copy, no second hash)."""
         from peertrain.protocol.tensors import PreparedTensor
 
-        ids = [ID.from_base58(h) if isinstance(h, str) else h for h in holders]
-        download = await fetch_tensor(self.daemon.host, ids, checksum, max_nbytes=nbytes,
-                                      scoreboard=self.daemon.scoreboard,
-                                      allocate=self.receive_buffers.acquire)
+        download = await self.fetch(holders, checksum, nbytes, allocate=self.receive_buffers.acquire)
         self.daemon.tensor_store.put(PreparedTensor(header=download.header, payload=download.payload))
         return memoryview(download.payload.numpy())
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import trio
 from libp2p.abc import IHost, INetStream
@@ -30,6 +31,9 @@ from peertrain.protocol.tensors import PreparedTensor, TensorDownload
 from .errors import NodeError
 from .penalties import PeerScoreboard, is_misbehaviour
 from .stream_limits import StreamSlots
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -129,10 +133,13 @@ class TensorService:
 async def fetch_tensor(
     host: IHost, holders: Sequence[ID], checksum: bytes, *, max_nbytes: int,
     scoreboard: PeerScoreboard | None = None, idle_timeout: float = 15.0,
+    allocate: Callable[[int], torch.Tensor] | None = None,
 ) -> TensorDownload:
-    """Download and verify tensor `checksum` from `holders` in parallel; raise TransferFailed."""
+    """Download and verify tensor `checksum` from `holders` in parallel; raise TransferFailed.
+
+    `allocate(nbytes)` may supply the payload buffer (node/receive_buffers.py)."""
     holders = [h for h in dict.fromkeys(holders) if h != host.get_id()]
-    download, failures = await _first_header(host, holders, checksum, max_nbytes, idle_timeout)
+    download, failures = await _first_header(host, holders, checksum, max_nbytes, idle_timeout, allocate)
     pending = _split(download)
     alive = list(holders)
 
@@ -164,13 +171,14 @@ async def fetch_tensor(
 
 
 async def _first_header(host: IHost, holders: Sequence[ID], checksum: bytes, max_nbytes: int,
-                        idle_timeout: float) -> tuple[TensorDownload, list[str]]:
+                        idle_timeout: float, allocate) -> tuple[TensorDownload, list[str]]:
     failures: list[str] = []
     for holder in holders:
         try:
             stream = await host.new_stream(holder, [str(TENSOR)])
             try:
-                return await request_header(stream, checksum, max_nbytes=max_nbytes, idle_timeout=idle_timeout), failures
+                return await request_header(stream, checksum, max_nbytes=max_nbytes, idle_timeout=idle_timeout,
+                                            allocate=allocate), failures
             finally:
                 await stream.close()
         except Exception as exc:  # NOT_FOUND, dead holder, bad header: try the next one

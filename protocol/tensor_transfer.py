@@ -17,7 +17,7 @@ stops reading for long (hashing a 4 MiB chunk takes about 2 ms), as Yamux requir
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from .errors import DecodeError
 from .framing import (
@@ -32,6 +32,9 @@ from .framing import (
 from .messages import ErrorCode, ErrorResponse, Request, Response, check_reply, message
 from .schema import IntRange, MaxLen
 from .tensors import DIGEST_BYTES, MAX_CHUNKS, PreparedTensor, TensorDownload, TensorHeader
+
+if TYPE_CHECKING:
+    import torch
 
 Checksum = Annotated[bytes, MaxLen(DIGEST_BYTES)]
 ChunkIndex = Annotated[int, IntRange(0, MAX_CHUNKS)]
@@ -113,15 +116,19 @@ async def request_header(
     *,
     max_nbytes: int,
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+    allocate: Callable[[int], torch.Tensor] | None = None,
 ) -> TensorDownload:
-    """Ask a holder for the header of tensor `checksum`; returns a ready, verified download."""
+    """Ask a holder for the header of tensor `checksum`; returns a ready, verified download
+    (its payload buffer from `allocate`, when given: see `TensorDownload`)."""
     request = TensorHeaderRequest(checksum=checksum)
     await write_message(stream, request, idle_timeout=idle_timeout)
     reply = check_reply(
         request,
         await read_message(stream, (TensorHeaderReply, ErrorResponse), idle_timeout=idle_timeout),
     )
-    return TensorDownload(reply.header, max_nbytes=max_nbytes, expected_checksum=checksum)
+    return TensorDownload(
+        reply.header, max_nbytes=max_nbytes, expected_checksum=checksum, allocate=allocate
+    )
 
 
 async def fetch_chunks(

@@ -20,6 +20,7 @@ shape is refused (`MessageTooLarge`) before anything is allocated. `prepare_tens
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
 
 import blake3
@@ -228,17 +229,32 @@ def prepare_encoded(
     return PreparedTensor(header=header, payload=payload)
 
 
+def _empty_uint8(nbytes: int) -> torch.Tensor:
+    import torch
+
+    return torch.empty(nbytes, dtype=torch.uint8)
+
+
 class TensorDownload:
     """A receiver's state for one tensor: a preallocated payload and which chunks verified."""
 
     def __init__(
-        self, header: TensorHeader, *, max_nbytes: int, expected_checksum: bytes | None = None
+        self,
+        header: TensorHeader,
+        *,
+        max_nbytes: int,
+        expected_checksum: bytes | None = None,
+        allocate: Callable[[int], torch.Tensor] | None = None,
     ) -> None:
+        """`allocate(nbytes)` may supply the payload buffer (a reused one: see the node's
+        receive buffers); it must return a contiguous uint8 tensor of exactly `nbytes`."""
         import torch
 
         check_header(header, max_nbytes=max_nbytes, expected_checksum=expected_checksum)
         self.header = header
-        self.payload = torch.empty(header.nbytes, dtype=torch.uint8)
+        self.payload = (allocate or _empty_uint8)(header.nbytes)
+        if self.payload.dtype != torch.uint8 or self.payload.shape != (header.nbytes,):
+            raise ValueError("allocate() must return a flat uint8 tensor of the payload's size")
         self._view = memoryview(self.payload.numpy())
         self._verified = bytearray(header.num_chunks)
 

@@ -20,6 +20,20 @@ from peertrain.protocol.int8_blockwise import DEFAULT_BLOCK_SIZE
 
 from ..models.config import ConfigError
 
+# A payload is any bytes-like object. Ours are writable memoryviews over the encoder's output
+# tensor: 100M int8 values are not copied into a `bytes` on the way to the wire (nor back out on
+# decode), which on the update round's critical path saves a copy of ~100 MB per member.
+Payload = bytes | bytearray | memoryview
+
+
+def payload_tensor(payload: Payload) -> torch.Tensor:
+    """A flat uint8 tensor over `payload`: no copy when the buffer is writable."""
+    if not len(payload):
+        return torch.empty(0, dtype=torch.uint8)
+    if isinstance(payload, bytes) or (isinstance(payload, memoryview) and payload.readonly):
+        payload = bytearray(payload)  # torch wants a writable buffer; we never write through it
+    return torch.frombuffer(payload, dtype=torch.uint8)
+
 
 class UpdateCodec(Protocol):
     """Flat fp32 vector ↔ bytes; `decode` raises `DecodeError` unless it gets `numel` finite values.
@@ -31,9 +45,9 @@ class UpdateCodec(Protocol):
     name: str
     supports_error_feedback: bool
 
-    def encode(self, values: torch.Tensor, *, residual: torch.Tensor | None = None) -> bytes: ...
+    def encode(self, values: torch.Tensor, *, residual: torch.Tensor | None = None) -> Payload: ...
 
-    def decode(self, payload: bytes, numel: int) -> torch.Tensor: ...
+    def decode(self, payload: Payload, numel: int) -> torch.Tensor: ...
 
     def payload_bytes(self, numel: int) -> int: ...
 
@@ -48,18 +62,15 @@ class ProtocolCodec:
         self.block_size = block_size
         self.supports_error_feedback = codecs.CODECS[name].scale_bytes > 0
 
-    def encode(self, values: torch.Tensor, *, residual: torch.Tensor | None = None) -> bytes:
-        payload = codecs.encode(values, self.name, block_size=self.block_size, residual=residual)
-        return payload.numpy().tobytes()
+    def encode(self, values: torch.Tensor, *, residual: torch.Tensor | None = None) -> Payload:
+        out = torch.empty(self.payload_bytes(values.numel()), dtype=torch.uint8)
+        codecs.encode(values, self.name, block_size=self.block_size, residual=residual, out=out)
+        return memoryview(out.numpy())
 
-    def decode(self, payload: bytes, numel: int) -> torch.Tensor:
-        raw = (
-            torch.frombuffer(bytearray(payload), dtype=torch.uint8)
-            if payload
-            else torch.empty(0, dtype=torch.uint8)
-        )
+    def decode(self, payload: Payload, numel: int) -> torch.Tensor:
         return codecs.decode(
-            raw, self.name, dtype="float32", shape=(numel,), block_size=self.block_size
+            payload_tensor(payload), self.name, dtype="float32", shape=(numel,),
+            block_size=self.block_size,
         )
 
     def payload_bytes(self, numel: int) -> int:
@@ -79,5 +90,5 @@ class ErrorFeedbackEncoder:
         self.enabled = enabled and codec.supports_error_feedback
         self.residual = torch.zeros(numel, dtype=torch.float32)
 
-    def encode(self, delta: torch.Tensor) -> bytes:
+    def encode(self, delta: torch.Tensor) -> Payload:
         return self.codec.encode(delta, residual=self.residual if self.enabled else None)
