@@ -51,6 +51,15 @@ class NodeConfig:
     attack: str | None = None  # research/testing: make this node Byzantine (swarm/attacks.py)
     dial_timeout: float = 10.0
     reconnect_interval: float = 2.0
+    # NAT traversal (node/relays.py): what a public node grants strangers as a circuit relay v2
+    # hop, and how many relays a node behind NAT holds reservations on
+    relay_reservations: int = 64  # reservations granted at once
+    relay_circuits: int = 8  # relayed connections at once per reserving peer
+    relay_duration: float = 600.0  # seconds a relayed connection may last
+    relay_data: int = 1 << 30  # bytes a relayed connection may carry
+    relay_bandwidth: float = 16e6  # bytes/s per direction of a relayed connection (0: no cap)
+    relays: int = 2  # reservations a node behind NAT holds
+    upnp: bool = True  # ask a UPnP gateway for a port mapping when behind NAT
 
     @property
     def control_socket(self) -> Path:
@@ -128,6 +137,19 @@ def _coerce(name: str, value: Any) -> Any:
         if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"`{name}` must be a list of strings, got {value!r}")
         return tuple(value)
+    if isinstance(default, bool):
+        words = {"1": True, "true": True, "yes": True, "on": True,
+                 "0": False, "false": False, "no": False, "off": False}
+        if isinstance(value, str) and value.lower() in words:
+            return words[value.lower()]
+        if not isinstance(value, bool):
+            raise ConfigError(f"`{name}` must be true or false, got {value!r}")
+        return value
+    if isinstance(default, int):
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"`{name}` must be a whole number, got {value!r}") from None
     if isinstance(default, float):
         try:
             return float(value)
@@ -150,9 +172,13 @@ def _validate(config: NodeConfig) -> None:
         )
     if not config.listen:
         raise ConfigError("`listen` is empty; give at least one address such as /ip4/0.0.0.0/tcp/0")
-    for name in ("dial_timeout", "reconnect_interval"):
+    for name in ("dial_timeout", "reconnect_interval", "relay_reservations", "relay_circuits",
+                 "relay_duration", "relay_data"):
         if getattr(config, name) <= 0:
             raise ConfigError(f"`{name}` must be positive")
+    for name in ("relay_bandwidth", "relays"):
+        if getattr(config, name) < 0:
+            raise ConfigError(f"`{name}` must be zero or more")
     _validate_multiaddrs(config)
 
 

@@ -9,6 +9,7 @@
            ├─ Gossip          gossipsub, tuned and fenced (node/gossip.py)
            ├─ TensorService   content-addressed tensors for peers (state, updates)
            ├─ Reachability    serves dial-backs, asks peers to dial us (node/reachability.py)
+           ├─ NatTraversal    relay hop when public; reservations, DCUtR, UPnP when not
            └─ RunManager      runs this node creates or joins (one RunSession each)
 
 A crash in a service stops the node loudly; a misbehaving remote peer never does. Torch is not
@@ -25,6 +26,7 @@ from typing import Any
 import trio
 from multiaddr import Multiaddr
 from peertrain import __version__
+from peertrain.protocol.errors import PeertrainError
 
 from .addresses import rank
 from .config import NodeConfig
@@ -34,10 +36,12 @@ from .gossip import Gossip
 from .host import build_host, parse_peer_addr
 from .identity import Identity
 from .names import friendly_name
+from .nat_traversal import NatTraversal
 from .peer_exchange import PeerExchange
 from .peers import IdentityGuard, PeerKeeper
 from .penalties import PeerScoreboard
 from .reachability import ReachabilityCheck
+from .relays import HopLimits
 from .runs import RunManager
 from .tensor_service import TensorService, TensorStore
 
@@ -63,6 +67,17 @@ class Daemon:
         self.tensor_store = TensorStore()
         self.runs = RunManager(self)
         self.reachability = ReachabilityCheck(self.host, psk=config.psk)
+        self.nat = NatTraversal(
+            self.host,
+            self.reachability,
+            limits=HopLimits.of(config),
+            relays=config.relays,
+            prefer=[p.peer_id for p in self.bootstrap],
+            upnp=config.upnp,
+            publish=self._publish_addrs,
+            dial_timeout=config.dial_timeout,
+        )
+        self.dht.connect = self.nat.connect
 
     async def run(self, *, task_status: trio.TaskStatus[Daemon] = trio.TASK_STATUS_IGNORED) -> None:
         listen = [Multiaddr(a) for a in self.config.listen]
@@ -78,6 +93,7 @@ class Daemon:
                 await nursery.start(self.gossip.run)
                 await nursery.start(TensorService(self.host, self.tensor_store, self.scoreboard).run)
                 await nursery.start(self.reachability.run)
+                await nursery.start(self.nat.run)
                 await nursery.start(self.runs.run)
                 self.started_at = time.monotonic()
                 log.info("node %s serving as %s", self.identity.name, self.identity.peer_id)
@@ -87,7 +103,24 @@ class Daemon:
         async def status(_params: dict[str, Any]) -> dict[str, Any]:
             return self.status()
 
-        return {"status": status, **self.runs.control_methods(), **self.dht.control_methods()}
+        from .payload_check import control_methods as payload_methods
+
+        return {
+            "status": status,
+            **self.runs.control_methods(),
+            **self.dht.control_methods(),
+            **payload_methods(self),
+        }
+
+    async def _publish_addrs(self, addrs: list[str]) -> None:
+        """Circuits and dialed-back addresses go in our DHT peer record: identify would mangle
+        the former and does not know the latter."""
+        self.dht.dht.extra_addrs = list(addrs)
+        if self.dht.dht.bootstrapped:  # else the first announcement after bootstrap has them
+            try:
+                await self.dht.dht.publish_peer_record()
+            except PeertrainError as exc:  # the periodic re-announcement will carry them
+                log.info("publishing circuit addresses: %s", exc)
 
     def addrs(self) -> list[str]:
         """Advertised addresses, best first: the first one is what to give other machines."""
@@ -105,7 +138,7 @@ class Daemon:
             "peer_names": {p: friendly_name(p) for p in peers},
             "run": self.runs.status(),
             "dht": self.dht.status(),
-            "reachability": self.reachability.current.as_dict(),
+            "reachability": {**self.reachability.current.as_dict(), **self.nat.status()},
             "private_network": self.config.psk is not None,
             "uptime_s": round(time.monotonic() - self.started_at, 1) if self.started_at else 0.0,
             "pid": os.getpid(),

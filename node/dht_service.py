@@ -15,16 +15,18 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import trio
 from libp2p.abc import IHost
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
-from peertrain.dht import Dht, DhtConfig, DhtMode, PeerNotFound
+from multiaddr import Multiaddr
+from peertrain.dht import Dht, DhtConfig, DhtMode, PeerNotFound, peer_record_key
+from peertrain.protocol.errors import PeertrainError
 
-from .errors import ControlError
+from .errors import ControlError, NodeError
 from .penalties import PeerScoreboard
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,8 @@ class DhtService:
             is_banned=scoreboard.is_banned,
         )
         self.resolved: dict[str, dict[str, Any]] = {}
+        # set by the daemon to NAT traversal's connect (dials circuits, which host.connect refuses)
+        self.connect: Callable[[ID, list[Multiaddr]], Awaitable[str]] | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -72,11 +76,50 @@ class DhtService:
             await self.dht.wait_bootstrapped()
         if not self.dht.bootstrapped:
             raise ControlError("the DHT has no peers yet: give a reachable --bootstrap address")
+        if self.connect is not None:
+            return await self._resolve_and_connect(peer, within=timeout)
         try:
             found = await self.dht.resolve(peer, timeout=timeout, fresh=True)
         except PeerNotFound as exc:
             raise ControlError(str(exc)) from None
         return self._remember(peer, found.how, [str(a) for a in found.info.addrs])
+
+    async def _resolve_and_connect(self, peer: ID, *, within: float) -> dict[str, Any]:
+        """Like `Dht.resolve`, but dials circuits too: when the walk that answered first named
+        no circuit, the peer record (which carries them) is read as well."""
+        with trio.move_on_after(within):
+            try:
+                found = await self.dht.find_peer(peer, fresh=True)
+            except trio.TooSlowError:  # a request inside a walk timed out: the record may do
+                log.info("dht: looking up %s timed out; reading its peer record", peer)
+                found = None
+            addrs = list(found.info.addrs) if found else []
+            if not any("/p2p-circuit" in str(a) for a in addrs):
+                addrs += [a for a in await self._record_addrs(peer) if a not in addrs]
+            if not addrs:
+                raise ControlError(f"no peer in the DHT knows {peer}")
+            try:
+                kind = await self.connect(peer, addrs)
+            except NodeError as exc:
+                raise ControlError(f"found {peer} but {exc}") from None
+            entry = self._remember(peer, found.how if found else "record", [str(a) for a in addrs])
+            return {**entry, "connection": kind}
+        raise ControlError(f"could not resolve {peer} within {within:.0f} s")
+
+    async def _record_addrs(self, peer: ID) -> list[Multiaddr]:
+        try:
+            records = await self.dht.get(peer_record_key(peer))
+        except (PeertrainError, trio.TooSlowError):
+            return []
+        record = records.get(peer.to_base58())
+        suffix = f"/p2p/{peer.to_base58()}"
+        out = []
+        for text in record.value.get("addrs", []) if record is not None else []:
+            try:
+                out.append(Multiaddr(text.removesuffix(suffix)))
+            except Exception:  # a malformed address in a signed record: skip it
+                continue
+        return out
 
     def _remember(self, peer: ID, how: str, addrs: list[str]) -> dict[str, Any]:
         entry = {"peer": peer.to_base58(), "how": how, "addrs": addrs, "at": time.time()}

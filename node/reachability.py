@@ -331,6 +331,7 @@ class ReachabilityCheck:
             DialbackServer(host, psk=psk) if serve else None
         )  # a private network dials back with its key
         self.current = Reachability(status="unknown", text="reachability not checked yet")
+        self._answers: list[DialbackResponse] = []  # of the check that set `current`
         self._arrivals = _Arrivals()
         self._changed = trio.Event()
 
@@ -359,6 +360,17 @@ class ReachabilityCheck:
             if len(self.host.get_connected_peers()) >= self.min_servers:
                 return
 
+    async def wait_changed(self) -> Reachability:
+        """The next verdict (or the same verdict said with other relays)."""
+        await self._changed.wait()
+        return self.current
+
+    def circuits_changed(self) -> None:
+        """Say the current verdict again with the relays we hold now (no new dial-backs)."""
+        if self.current.status == "unknown":
+            return
+        self._set(self._verdict(self._answers), announce=True)
+
     async def wait_decided(self) -> Reachability:
         """The first verdict other than "unknown"."""
         while self.current.status == "unknown":
@@ -380,22 +392,27 @@ class ReachabilityCheck:
         async with trio.open_nursery() as nursery:
             for peer in peers[: self.max_servers]:
                 nursery.start_soon(ask, peer)
-        listen = [str(a) for a in self.host.get_addrs()]
-        circuits = tuple(self.circuits()) if self.circuits else ()
-        verdict = decide(
+        verdict = self._verdict(answers)
+        if verdict.status != "unknown" or self.current.status == "unknown":
+            self._answers = answers
+            self._set(verdict, announce=verdict.status != self.current.status)
+        return self.current
+
+    def _verdict(self, answers: list[DialbackResponse]) -> Reachability:
+        return decide(
             answers,
             peer_id=self.host.get_id().to_base58(),
-            listen=listen,
+            listen=[str(a) for a in self.host.get_addrs()],
             min_servers=self.min_servers,
-            circuits=circuits,
+            circuits=tuple(self.circuits()) if self.circuits else (),
         )
-        if verdict.status != "unknown" or self.current.status == "unknown":
-            if verdict.status != self.current.status:
-                log.info("reachability: %s", verdict.text)
-            self.current = verdict
-            self._changed.set()
-            self._changed = trio.Event()
-        return self.current
+
+    def _set(self, verdict: Reachability, *, announce: bool) -> None:
+        if announce:
+            log.info("reachability: %s", verdict.text)
+        self.current = verdict
+        self._changed.set()
+        self._changed = trio.Event()
 
     async def ask(self, peer: ID) -> DialbackResponse:
         addrs = tuple(_without_p2p(a) for a in self.host.get_addrs())[:MAX_CANDIDATES]

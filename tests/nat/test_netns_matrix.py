@@ -1,0 +1,157 @@
+"""The NAT matrix through real `peertrain` daemons: every pair connects and moves 16 MiB.
+
+Three public daemons (two in `pub`, one in `pub2`) and daemons behind each kind of NAT, all
+started with only the first public node as --bootstrap. Pairs find each other by bare peer ID
+(`peertrain join <id>`, or `debug.fetch` given only the ID), which resolves through the DHT
+to the peer record with its circuit addresses:
+
+    cone2  joins cone    cone / cone             relayed, then direct by DCUtR
+    sym2   joins sym     symmetric / symmetric   relayed (no punch gets through)
+    cone2  fetches sym   cone / symmetric        relayed
+    cone   fetches fwd   forwarded / cone        direct to the forwarded port
+
+Each payload is a 16 MiB tensor served by the tensor service and verified chunk by chunk.
+Then a relay that cone holds a reservation on stops: cone reserves on the third within 30 s.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+
+import pytest
+from peertrain.node.control import call_sync
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow]
+MiB16 = 16
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"{what}: not within {timeout} s")
+
+
+class Nodes:
+    """Named daemons of one test; all stopped (SIGTERM, then SIGKILL) when the test ends."""
+
+    def __init__(self, world, base, stack: ExitStack):
+        self.world, self.base = world, base
+        self.by_name: dict = {}
+        stack.callback(self.stop_all)
+
+    def start(self, key: str, ns: str, port: int, args: list[str]):
+        listen = ["--listen", f"/ip4/{self.world.ip_of(ns)}/tcp/{port}", "--log-format", "json"]
+        daemon = self.world.NamespacedDaemon(ns, self.base / key, [*args, *listen])
+        self.by_name[key] = daemon.start()
+        return daemon
+
+    def ready(self, *keys: str) -> dict[str, dict]:
+        return {k: self.by_name[k].wait_ready(timeout=30) for k in keys}
+
+    def status(self, key: str) -> dict:
+        return self.by_name[key].status()
+
+    def call(self, key: str, method: str, params: dict, timeout: float = 60.0) -> dict:
+        return call_sync(self.by_name[key].control_socket, method, params, timeout=timeout)
+
+    def stop_all(self) -> None:
+        for daemon in self.by_name.values():
+            daemon.send_signal()
+        for daemon in self.by_name.values():
+            daemon.stop()
+
+
+def relays_of(nodes: Nodes, key: str) -> list[dict]:
+    return nodes.status(key)["reachability"]["relays"]
+
+
+def test_matrix_through_cli_daemons(nat_world, tmp_path):
+    world = nat_world
+    with ExitStack() as stack:
+        nodes = Nodes(world, tmp_path, stack)
+        nodes.start("pub", "pub", 4001, ["node", "start"])
+        boot = nodes.ready("pub")["pub"]["share"]
+        start = ["node", "start", "--bootstrap", boot]
+        nodes.start("pub2", "pub2", 4001, start)
+        nodes.start("pub3", "pub", 4002, start)
+        nodes.start("fwd", "fwd", world.FORWARDED_PORT, start)
+        nodes.start("cone", "cone", 4001, start)
+        nodes.start("sym", "sym", 4001, start)
+        ids = {k: s["peer_id"] for k, s in nodes.ready("pub2", "pub3", "fwd", "cone", "sym").items()}
+        for key in ("cone", "sym"):  # reservations on two public peers, circuits published
+            wait_for(lambda k=key: len(relays_of(nodes, k)) >= 2, 40, f"{key} holds 2 relays")
+        nodes.start("cone2", "cone2", 4001, ["join", ids["cone"], "--bootstrap", boot])
+        nodes.start("sym2", "sym2", 4001, ["join", ids["sym"], "--bootstrap", boot])
+        nodes.ready("cone2", "sym2")
+
+        # cone / cone: through the relay first, then direct by hole punching
+        wait_for(
+            lambda: nodes.status("cone2")["reachability"]["connections"].get(ids["cone"])
+            == "direct",
+            30,
+            "cone2 directly connected to cone",
+        )
+        wait_for(
+            lambda: ids["sym"] in nodes.status("sym2")["reachability"]["connections"],
+            30,
+            "sym2 connected to sym",
+        )
+
+        pairs = (("cone2", "cone"), ("sym2", "sym"), ("cone2", "sym"), ("cone", "fwd"))
+        offers = {}
+        for key in ("cone", "sym", "fwd", "cone2", "sym2"):  # also loads torch on the fetchers
+            offers[key] = nodes.call(key, "debug.offer", {"mib": MiB16})
+        fetched = {}
+        for src, dst in pairs:
+            nodes.call(src, "resolve_peer", {"peer": ids[dst]})  # by bare peer ID, through the DHT
+            offer = offers[dst]
+            got = nodes.call(src, "debug.fetch", {"peer": ids[dst], "checksum": offer["checksum"]})
+            assert got["nbytes"] == offer["nbytes"] >= MiB16 << 20, (src, dst, got)
+            fetched[(src, dst)] = got
+            print(f"{src} <- {dst}: {got}")
+        assert fetched[("cone2", "cone")]["connection"] == "direct"
+        assert fetched[("sym2", "sym")]["connection"] == "relayed"
+        assert fetched[("cone2", "sym")]["connection"] == "relayed"
+        assert fetched[("cone", "fwd")]["connection"] == "direct"
+
+        verdicts = {k: nodes.status(k)["reachability"] for k in nodes.by_name}
+        for key in ("pub", "pub2", "pub3", "fwd"):
+            assert verdicts[key]["status"] == "public", (key, verdicts[key])
+        assert verdicts["fwd"]["addrs"] == [f"/ip4/{world.WAN['fwd']}/tcp/{world.FORWARDED_PORT}"]
+        assert verdicts["pub"]["relay_service"] is True
+        for key in ("cone", "cone2", "sym", "sym2"):
+            assert verdicts[key]["status"] == "private", (key, verdicts[key])
+            assert verdicts[key]["relay_service"] is False
+        cone = verdicts["cone"]
+        assert cone["text"].startswith(
+            f"behind NAT (peers see you as {world.WAN['cone']}): reachable through relays /ip4/10.213."
+        )
+        assert set(cone["circuits"]) == {r["circuit"] for r in cone["relays"]}
+        shown = subprocess.run(
+            [sys.executable, "-m", "peertrain", "status", "--home", str(nodes.by_name["cone"].home)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+        assert "reachable through relays" in shown
+
+        # a relay that dies is replaced by a reservation on the third public node within 30 s
+        held = {r["relay"] for r in cone["relays"]}
+        victim = next(k for k in ("pub3", "pub2") if ids[k] in held)
+        nodes.by_name[victim].stop()
+        stopped = time.monotonic()
+        relays = wait_for(
+            lambda: len(r := relays_of(nodes, "cone")) >= 2 and ids[victim] not in {x["relay"] for x in r} and r,
+            30,
+            "cone holds 2 relays again",
+        )
+        print(f"relay replaced after {time.monotonic() - stopped:.2f} s")
+        spare = ({"pub", "pub2", "pub3"} - {victim}) 
+        assert {r["relay"] for r in relays} == {ids[k] for k in spare}
