@@ -13,6 +13,12 @@ SIZES = [1, 5, 127, 128, 129, 1000, 100_003]
 BLOCKS = [1, 7, 128, 256]
 
 
+@pytest.fixture
+def fused(monkeypatch):
+    """Route every size through the compiled kernel (normally only large tensors take it)."""
+    monkeypatch.setattr(int8_blockwise, "FUSED_MIN_NUMEL", 0)
+
+
 def _torch_path(monkeypatch, x, block_size, residual=None):
     monkeypatch.setattr(int8_blockwise, "_fused_applies", lambda *_: False)
     try:
@@ -28,36 +34,43 @@ def _encode(x, block_size, residual=None):
     return scales, values
 
 
+def test_only_large_tensors_take_the_compiled_kernel():
+    small, large = torch.empty(1000), torch.empty(int8_blockwise.FUSED_MIN_NUMEL)
+    assert not int8_blockwise._fused_applies(small, torch.empty(8), None)
+    assert int8_blockwise._fused_applies(large, torch.empty(8), None)
+    assert not int8_blockwise._fused_applies(large.half(), torch.empty(8), None)
+
+
 @pytest.mark.parametrize("numel", SIZES)
 @pytest.mark.parametrize("block_size", BLOCKS)
-def test_same_scales_and_values_as_the_torch_kernel(monkeypatch, numel, block_size):
+def test_same_scales_and_values_as_the_torch_kernel(fused, monkeypatch, numel, block_size):
     x = torch.randn(numel, generator=torch.Generator().manual_seed(numel)) * 3
     assert int8_blockwise._fused_applies(x, torch.empty(1), None)
-    fused = _encode(x, block_size)
+    compiled = _encode(x, block_size)
     reference = _torch_path(monkeypatch, x, block_size)
-    assert torch.equal(fused[0], reference[0]) and torch.equal(fused[1], reference[1])
+    assert torch.equal(compiled[0], reference[0]) and torch.equal(compiled[1], reference[1])
 
 
 @pytest.mark.parametrize("numel", SIZES)
-def test_error_feedback_matches_the_torch_kernel(monkeypatch, numel):
+def test_error_feedback_matches_the_torch_kernel(fused, monkeypatch, numel):
     gen = torch.Generator().manual_seed(7)
     x, residual = torch.randn(numel, generator=gen), torch.randn(numel, generator=gen) * 0.01
     reference_residual = residual.clone()
-    fused = _encode(x, 128, residual)
+    compiled = _encode(x, 128, residual)
     reference = _torch_path(monkeypatch, x, 128, reference_residual)
-    assert torch.equal(fused[0], reference[0]) and torch.equal(fused[1], reference[1])
+    assert torch.equal(compiled[0], reference[0]) and torch.equal(compiled[1], reference[1])
     torch.testing.assert_close(residual, reference_residual, rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
-def test_non_finite_input_is_refused(bad):
+def test_non_finite_input_is_refused(fused, bad):
     x = torch.randn(1000)
     x[517] = bad
     with pytest.raises(ValueError, match="NaN or infinite"):
         codecs.encode(x, "int8", block_size=128)
 
 
-def test_all_zero_blocks_decode_to_zero():
+def test_all_zero_blocks_decode_to_zero(fused):
     payload = codecs.encode(torch.zeros(300), "int8", block_size=128)
     decoded = codecs.decode(payload, "int8", dtype="float32", shape=(300,), block_size=128)
     assert torch.equal(decoded, torch.zeros(300))
