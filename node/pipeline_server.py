@@ -145,7 +145,7 @@ class PipelineServer:
                     completed = 0
             old = self.stage
             self.server, self.stage = server, stage
-            self.averager = StageAverager(server, fetch=self._fetch_gradients, peers=self._stage_peers,
+            self.averager = StageAverager(server, me=self.me, fetch=self._fetch_gradients, peers=self._stage_peers,
                                           completed=completed)
             self._ema = ThroughputEMA(beta=0.9)
         self._announce()

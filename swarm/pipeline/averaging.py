@@ -9,7 +9,9 @@ contribution. A server asked for round k that has not started it yet takes its g
 spot and starts round k itself: the first server to be ready drives the step, and the others
 contribute whatever they have accumulated (no server waits for a slow peer to fill its share).
 Every participant sums the same contributions (its own plus everyone else's, sample-weighted)
-and steps, so the stage stays identical.
+in the same order (by peer ID: float addition is not associative, and Adam's first steps turn
+a 1e-9 difference in a near-zero gradient into a ±lr difference in the weights), and steps, so
+the stage stays bitwise identical.
 
 Why an all-gather and not a leader that reduces and broadcasts: no election, nothing to fail
 over, and per round each server sends its gradient to n-1 peers, which for a stage of a few
@@ -48,6 +50,7 @@ class StageAverager:
         self,
         server: StageServer,
         *,
+        me: str,
         fetch: Fetch,
         peers: Callable[[], Iterable[str]],
         completed: int = 0,
@@ -55,6 +58,7 @@ class StageAverager:
         timeout: float = 5.0,
     ) -> None:
         self.server = server
+        self.me = me
         self.fetch = fetch
         self.peers = peers  # the other live servers of this stage, as we see them now
         self.completed = completed  # rounds applied
@@ -62,6 +66,7 @@ class StageAverager:
         self.keep = keep
         self.timeout = timeout
         self._own: OrderedDict[int, Contribution] = OrderedDict()
+        self._ready: dict[int, trio.Event] = {}  # set once our contribution to that round is taken
         self._askers: dict[int, set[str]] = {}
         self._order = trio.Lock()  # rounds are applied one at a time, in order
         self._thread = trio.CapacityLimiter(1)
@@ -82,12 +87,20 @@ class StageAverager:
         self._askers.setdefault(step, set()).add(asker)
         while len(self._askers) > 2 * self.keep:
             self._askers.pop(min(self._askers))
+        ready = self._ready.get(step)
+        if ready is not None:
+            await ready.wait()  # another asker made us take it a moment ago; the thread is busy
         return self._own.get(step)
 
     async def _take(self, step: int) -> None:
         self.taken = step
-        self._own[step] = await trio.to_thread.run_sync(self.server.take_gradients, limiter=self._thread)
+        self._ready[step] = ready = trio.Event()
+        try:
+            self._own[step] = await trio.to_thread.run_sync(self.server.take_gradients, limiter=self._thread)
+        finally:
+            ready.set()
         while len(self._own) > self.keep:
+            self._ready.pop(next(iter(self._own)), None)
             self._own.popitem(last=False)
 
     async def _round(self, step: int) -> None:
@@ -105,13 +118,14 @@ class StageAverager:
                 async with trio.open_nursery() as nursery:
                     for peer in todo:
                         nursery.start_soon(self._gather, peer, step, own[0].shape, parts)
-            total, samples = own[0].clone(), own[1]
-            for flat, n in parts.values():
-                total += flat
-                samples += n
+            parts[self.me] = own
+            total, samples = torch.zeros_like(own[0]), 0
+            for peer in sorted(parts):  # one order everywhere: bitwise-equal sums on every server
+                total += parts[peer][0]
+                samples += parts[peer][1]
             await trio.to_thread.run_sync(self.server.apply_average, total, samples, limiter=self._thread)
             self.completed = step
-            self.contributors = [*self.contributors[-15:], 1 + len(parts)]
+            self.contributors = [*self.contributors[-15:], len(parts)]
 
     async def _gather(
         self, peer: str, step: int, shape: torch.Size, parts: dict[str, Contribution]

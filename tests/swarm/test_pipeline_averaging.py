@@ -1,0 +1,130 @@
+"""Averaging within a stage by numbered all-gather rounds (swarm/pipeline/averaging.py): servers of a
+stage end identical, equal to one server that saw every sample; whoever is ready first drives the
+round; a dead peer is left out; a mover's state download reproduces its donor exactly."""
+
+from __future__ import annotations
+
+import torch
+import trio
+from peertrain.swarm.models.mlp import MLPConfig
+from peertrain.swarm.pipeline.averaging import StageAverager
+from peertrain.swarm.pipeline.boundary import pack
+from peertrain.swarm.pipeline.migration import export_state, import_state
+from peertrain.swarm.pipeline.slices import mlp_stage_module
+from peertrain.swarm.pipeline.stage import StageServer
+
+CONFIG = MLPConfig(hidden=32, depth=2)
+
+
+def server(optimizer: str = "adam") -> StageServer:
+    make = (lambda ps: torch.optim.SGD(ps, lr=0.1)) if optimizer == "sgd" else (lambda ps: torch.optim.Adam(ps, lr=3e-3))
+    return StageServer(mlp_stage_module(CONFIG, 3, 2, seed=0), stage=2, is_last=True, optimizer=make)
+
+
+def feed(s: StageServer, rows: int, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    s.loss_backward(pack(torch.randn(rows, 32, generator=g)), torch.randint(10, (rows,), generator=g))
+
+
+def params(s: StageServer) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in s.module.parameters()])
+
+
+class Stage:
+    """Averagers of one stage reaching each other by direct calls (the network's stand-in)."""
+
+    def __init__(self, servers: list[StageServer], nursery: trio.Nursery) -> None:
+        self.names = [f"p{i}" for i in range(len(servers))]
+        self.dead: set[str] = set()
+        self.averagers = {
+            name: StageAverager(s, me=name, fetch=self._fetch_for(name), peers=self._peers_of(name), timeout=2.0)
+            for name, s in zip(self.names, servers, strict=True)
+        }
+        self.nursery = nursery
+
+    def _peers_of(self, me: str):
+        return lambda: [n for n in self.names if n != me]
+
+    def _fetch_for(self, me: str):
+        async def fetch(peer: str, round_: int):
+            if peer in self.dead:
+                raise ConnectionError(f"{peer} is dead")
+            got = await self.averagers[peer].contribution(self.nursery, round_, me)
+            if got is None:
+                raise LookupError("round not kept")
+            return got
+
+        return fetch
+
+
+async def settle(stage: Stage, round_: int) -> None:
+    with trio.fail_after(10):
+        while any(a.completed < round_ for n, a in stage.averagers.items() if n not in stage.dead):
+            await trio.sleep(0.01)
+
+
+async def test_a_round_started_by_one_server_averages_every_servers_samples_exactly():
+    # SGD here: against a reference that summed in another order, Adam's first step would turn
+    # float noise on near-zero gradients into ±lr; among the stage's servers, equality is bitwise
+    servers = [server("sgd") for _ in range(3)]
+    reference = server("sgd")
+    for i, (s, rows) in enumerate(zip(servers, (8, 16, 3), strict=True)):
+        feed(s, rows, seed=i)
+        feed(reference, rows, seed=i)  # one server that saw everything
+    async with trio.open_nursery() as nursery:
+        stage = Stage(servers, nursery)
+        # only p0 reached its share; p1 and p2 join the round when asked, with what they have
+        await stage.averagers["p0"].maybe_start(nursery, share=8)
+        await settle(stage, 1)
+    reference.step(lambda flat, n: (flat, n))
+    for s in servers:
+        assert s.statistics().steps == 1 and s.pending_samples == 0
+        assert torch.allclose(params(s), params(reference), atol=1e-6)
+        assert torch.equal(params(s), params(servers[0]))
+    assert all(a.contributors[-1] == 3 for a in stage.averagers.values())
+
+
+async def test_rounds_follow_each_other_and_a_dead_server_is_left_out():
+    servers = [server() for _ in range(3)]
+    async with trio.open_nursery() as nursery:
+        stage = Stage(servers, nursery)
+        for round_ in (1, 2, 3):
+            if round_ == 3:
+                stage.dead.add("p2")
+            for i, s in enumerate(servers):
+                feed(s, 4, seed=10 * round_ + i)
+            starter = stage.averagers["p1" if round_ % 2 else "p0"]
+            await starter.maybe_start(nursery, share=4)
+            await settle(stage, round_)
+    a, b, dead = servers
+    assert a.statistics().steps == b.statistics().steps == 3
+    assert torch.equal(params(a), params(b))
+    assert stage.averagers["p0"].contributors == [3, 3, 2]
+    assert dead.statistics().steps == 2  # it never learned of round 3
+
+
+async def test_a_server_below_its_share_does_not_start_a_round():
+    s = server()
+    feed(s, 4, seed=0)
+    async with trio.open_nursery() as nursery:
+        averager = StageAverager(s, me="p0", fetch=None, peers=list)  # type: ignore[arg-type]
+        await averager.maybe_start(nursery, share=8)
+        assert averager.taken == 0 and s.pending_samples == 4
+
+
+def test_a_movers_state_download_reproduces_its_donor():
+    donor, mover = server(), server()
+    with torch.no_grad():
+        for p in mover.module.parameters():
+            p.add_(1.0)  # the mover served another slice before: anything but the donor's weights
+    for step in range(3):
+        feed(donor, 8, seed=step)
+        donor.step(lambda flat, n: (flat, n))
+    flat, adam_step = export_state(donor)
+    assert adam_step == 3
+    import_state(mover, flat, adam_step)
+    assert torch.equal(params(mover), params(donor))
+    for s in (donor, mover):  # and they stay identical through the next step (Adam moments too)
+        feed(s, 8, seed=99)
+        s.step(lambda flat, n: (flat, n))
+    assert torch.allclose(params(mover), params(donor), atol=1e-7)
