@@ -89,7 +89,7 @@ class PipelineServer:
         self.daemon = session.daemon
         self.me = self.daemon.identity.peer_id.to_base58()
         self.transport = NetworkStageTransport(self.daemon.host, session.run_id, timeout=20.0)
-        self.stage = -1 if stage is None else stage
+        self.stage = -1  # none until `run` has chosen one and fetched its state
         self._wanted = stage
         self.server: StageServer | None = None
         self.averager: StageAverager | None = None

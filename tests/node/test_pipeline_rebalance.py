@@ -1,0 +1,58 @@
+"""Rebalancing between real daemons (in-process, libp2p on loopback): six stage servers started
+4/1/1 over three stages reach 2/2/2 by one deterministic move per period, stay there, and the
+trainer loses no microbatch while servers move (movers download their new stage's state first)."""
+
+from __future__ import annotations
+
+import trio
+from peertrain.testing import open_test_swarm, wait_until
+
+SPEC = {"stages": 3, "batch_size": 8, "target_batch": 64, "in_flight": 6, "base_seconds": 0.002,
+        "rebalance_period": 1.5}
+LAYOUT = [0, 0, 0, 0, 1, 2]
+
+
+def run_status(node) -> dict:
+    return next(iter(node.runs.sessions.values())).status()
+
+
+def sizes(nodes) -> list[int]:
+    out = [0, 0, 0]
+    for node in nodes:
+        status = run_status(node)
+        if status.get("phase") == "serving":
+            out[status["stage"]] += 1
+    return out
+
+
+async def test_four_one_one_becomes_two_two_two_and_stays():
+    async with open_test_swarm(len(LAYOUT) + 1) as nodes:
+        servers, trainer = nodes[:-1], nodes[-1]
+        await servers[0].runs.create(name="rebalance", mode="swarm", spec=SPEC, role={"stage": LAYOUT[0]})
+        for node in nodes[1:]:
+            await wait_until(lambda n=node: len(n.host.get_connected_peers()) > 0, timeout=10)
+        for node, stage in zip(servers[1:], LAYOUT[1:], strict=True):
+            await node.runs.join("rebalance", timeout=10, role={"role": "server", "stage": stage})
+        await trainer.runs.join("rebalance", timeout=10, role={"role": "trainer"})
+        await wait_until(lambda: sum(sizes(servers)) == 6, timeout=30)
+        history = [sizes(servers)]
+
+        async def watch() -> None:
+            while True:
+                now = sizes(servers)
+                if now != history[-1]:
+                    history.append(now)
+                await trio.sleep(0.1)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch)
+            await wait_until(lambda: history[-1] == [2, 2, 2], timeout=30, interval=0.2)
+            await trio.sleep(3 * SPEC["rebalance_period"])  # and stays
+            nursery.cancel_scope.cancel()
+        assert history[0] == [4, 1, 1]
+        assert history[-1] == [2, 2, 2]
+        assert len(history) <= 4, history  # one move per period, no flapping
+        moves = [m for n in servers for m in run_status(n)["moves"]]
+        assert len(moves) == 2 and {m["from"] for m in moves} == {0}
+        t = run_status(trainer)
+        assert t["lost_microbatches"] == 0 and t["completed"] > 0
