@@ -16,13 +16,21 @@ Rebalancing: 6 equal servers started 4/1/1 over the 3 stages, with and without t
 
 Then the same number of microbatches with fp32 and with int8 boundaries, one microbatch in flight
 so the two runs see the same data in the same order: eval accuracy on the digits eval split.
+
+With `--daemons SECONDS`: the same heterogeneous case over the network, 6 server daemons and 2
+trainer daemons as processes (`peertrain swarm local --mode swarm --speeds 1,2,4`), SECONDS of
+SWARM phase after a static-pipeline phase measured by the same trainers; its report's figures are
+added under `daemons_*` (its stages are dealt round-robin, so stage 0 holds the slowest servers).
 Last line: one JSON object with the figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -181,8 +189,21 @@ async def main(args: argparse.Namespace) -> None:
         ["codec", "initial loss", "final loss", "eval accuracy"],
         rows,
     )
+    daemons = run_daemons(args.daemons, args.base) if args.daemons else {}
+    if daemons:
+        print_table(
+            "over the network: 6 server daemons (speeds 1,2,4 dealt over 3 stages) + 2 trainer daemons",
+            ["pipeline", "samples/s", "vs ideal", "vs static"],
+            [
+                ["ideal", daemons["ideal_throughput"], 1.0, daemons["ideal_throughput"] / daemons["static_throughput"]],
+                ["swarm", daemons["throughput"], daemons["throughput"] / daemons["ideal_throughput"],
+                 daemons["throughput"] / daemons["static_throughput"]],
+                ["static", daemons["static_throughput"], daemons["static_throughput"] / daemons["ideal_throughput"], 1.0],
+            ],
+        )
     print_json(
         {
+            **{f"daemons_{k}": v for k, v in daemons.items() if k in DAEMON_KEYS},
             "throughput": swarm_tp,
             "ideal_throughput": ideal,
             "static_throughput": static_tp,
@@ -204,10 +225,29 @@ async def main(args: argparse.Namespace) -> None:
     )
 
 
+DAEMON_KEYS = ("throughput", "ideal_throughput", "static_throughput", "lost_microbatches", "initial_loss",
+               "final_loss", "startup_s")
+
+
+def run_daemons(seconds: float, base: float) -> dict:
+    """`peertrain swarm local --mode swarm` with speeds 1,2,4; its JSON report."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        subprocess.run(
+            [sys.executable, "-m", "peertrain", "swarm", "local", "--mode", "swarm", "--nodes", "6", "--stages",
+             str(STAGES), "--trainers", "2", "--speeds", ",".join(f"{s:g}" for s in SPEEDS), "--set",
+             f"base_seconds={base}", "--set", "static_seconds=6", "--duration", str(seconds), "--report", str(report)],
+            check=True, capture_output=True, timeout=seconds + 300,
+        )
+        return json.loads(report.read_text())
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--microbatches", type=int, default=600)
     parser.add_argument("--in-flight", type=int, default=64)
     parser.add_argument("--base", type=float, default=5e-3, help="seconds per sample at speed 1")
     parser.add_argument("--accuracy-microbatches", type=int, default=600)
+    parser.add_argument("--daemons", type=float, default=0.0, metavar="SECONDS",
+                        help="also run the network arm (daemon processes) for this many seconds")
     trio.run(main, parser.parse_args())

@@ -91,9 +91,12 @@ class PipelineSwarm:
         plan = opts.server_plan()
         self.roles = [{"role": "server", "stage": s, "speed": v} for s, v in plan]
         self.roles += [{"role": "trainer"}] * opts.trainers
-        created = call_sync(first.control_socket, "run.create",
-                            {"name": RUN_NAME, "mode": "swarm", "spec": opts.run_spec(), **self.roles[0]},
-                            timeout=120)
+        created = call_sync(
+            first.control_socket,
+            "run.create",
+            {"name": RUN_NAME, "mode": "swarm", "spec": opts.run_spec(), **self.roles[0]},
+            timeout=120,
+        )
         self.console.print(f"created swarm run [bold]{RUN_NAME}[/] ({created['run_id'][:16]}…) on node 0")
         self._wait_connected()
         with ThreadPoolExecutor(max_workers=8) as pool:  # servers join together (stages are dealt)
@@ -120,8 +123,12 @@ class PipelineSwarm:
         raise NodeError("daemons did not connect to node 0")
 
     def _join(self, index: int) -> None:
-        call_sync(self.daemons[index].control_socket, "run.join",
-                  {"name": RUN_NAME, "timeout": 60, **self.roles[index]}, timeout=120)
+        call_sync(
+            self.daemons[index].control_socket,
+            "run.join",
+            {"name": RUN_NAME, "timeout": 60, **self.roles[index]},
+            timeout=120,
+        )
         role = self.roles[index]
         tail = f" stage {role['stage']} speed {role['speed']:g}" if role["role"] == "server" else ""
         self.console.print(f"node {index} joined as {role['role']}{tail}")
@@ -143,7 +150,7 @@ class PipelineSwarm:
             run = statuses[index]
             if run and run.get("role") == "server" and run.get("stage") == 1 and self.daemons[index].alive():
                 self.daemons[index].stop(signal.SIGKILL)
-                done = sum((r or {}).get("completed", 0) for r in statuses[self.options.nodes:])
+                done = sum((r or {}).get("completed", 0) for r in statuses[self.options.nodes :])
                 self.killed = {"node": index, "stage": 1, "at_s": round(elapsed, 2), "completed_before": done}
                 self.console.print(f"[red]killed node {index} (a server of stage 1) at {elapsed:.1f} s[/]")
                 return
@@ -164,8 +171,13 @@ def run_pipeline_local(options: PipelineLocalOptions) -> int:
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     started = time.monotonic()
-    report: dict[str, Any] = {"mode": "swarm", "nodes": options.nodes, "stages": options.stages,
-                              "trainers": options.trainers, "speeds": list(options.speeds)}
+    report: dict[str, Any] = {
+        "mode": "swarm",
+        "nodes": options.nodes,
+        "stages": options.stages,
+        "trainers": options.trainers,
+        "speeds": list(options.speeds),
+    }
     with tempfile.TemporaryDirectory(prefix="peertrain-pipeline-") as base:
         swarm = PipelineSwarm(options, Path(base), console)
         try:
@@ -199,7 +211,7 @@ def _watch(console, swarm: PipelineSwarm) -> dict[str, Any]:
         statuses = swarm.poll()
         last_good = [s or old for s, old in zip(statuses, last_good, strict=True)]
         swarm.record_sizes(statuses, now - t0)
-        trainers = [s for s in statuses[opts.nodes:] if s]
+        trainers = [s for s in statuses[opts.nodes :] if s]
         in_swarm = len(trainers) == opts.trainers and all(t.get("phase") in ("swarm", "finished") for t in trainers)
         if swarm_t0 is None and in_swarm:
             swarm_t0 = now
@@ -218,15 +230,16 @@ def _report(swarm: PipelineSwarm, runs: list[dict[str, Any] | None]) -> dict[str
     opts = swarm.options
     servers = [r for r in runs[: opts.nodes] if r]
     alive = [r for i, r in enumerate(runs[: opts.nodes]) if r and i != (swarm.killed or {}).get("node")]
-    trainers = [r for r in runs[opts.nodes:] if r]
+    trainers = [r for r in runs[opts.nodes :] if r]
     spec = (trainers or servers or [{}])[0].get("spec", {})
     demand = spec.get("demand") or [1.0] * opts.stages
     capacity = [sum(r["throughput"] for r in alive if r["stage"] == s) / demand[s] for s in range(opts.stages)]
     base = spec.get("base_seconds", 0.0)
     nominal = None
     if base:
-        nominal = min(sum(v for s, v in opts.server_plan() if s == stage) / (demand[stage] * base)
-                      for stage in range(opts.stages))
+        nominal = min(
+            sum(v for s, v in opts.server_plan() if s == stage) / (demand[stage] * base) for stage in range(opts.stages)
+        )
     statics = [t["static"]["throughput"] for t in trainers if t.get("static")]
 
     def mean(key: str) -> float | None:
@@ -246,8 +259,17 @@ def _report(swarm: PipelineSwarm, runs: list[dict[str, Any] | None]) -> dict[str
         "final_loss": mean("loss"),
         "stage_sizes": swarm.stage_sizes,
         "killed": swarm.killed,
-        "servers": [{"stage": r["stage"], "speed": r["speed"], "throughput": r["throughput"], "calls": r["calls"],
-                     "steps": r["steps"], "moves": len(r["moves"])} for r in servers],
+        "servers": [
+            {
+                "stage": r["stage"],
+                "speed": r["speed"],
+                "throughput": r["throughput"],
+                "calls": r["calls"],
+                "steps": r["steps"],
+                "moves": len(r["moves"]),
+            }
+            for r in servers
+        ],
     }
 
 
@@ -260,8 +282,11 @@ def _line(elapsed: float, statuses: list[dict[str, Any] | None], nodes: int) -> 
             parts.append(f"s{run.get('stage', '?')}:{run.get('calls', 0)}")
         else:
             loss = run.get("loss")
-            parts.append(f"T {run.get('phase', '?')[:6]} {run.get('completed', 0)} "
-                         f"{loss:.3f}" if loss is not None else f"T {run.get('phase', '?')[:6]}")
+            parts.append(
+                f"T {run.get('phase', '?')[:6]} {run.get('completed', 0)} {loss:.3f}"
+                if loss is not None
+                else f"T {run.get('phase', '?')[:6]}"
+            )
     return f"[{elapsed:6.1f} s] " + " | ".join(parts)
 
 
@@ -271,12 +296,18 @@ def _summarise(console, report: dict[str, Any]) -> None:
     def fmt(value: Any, digits: int = 1) -> str:
         return f"{value:.{digits}f}" if isinstance(value, int | float) else "-"
 
-    console.print(f"servers {report['nodes']} over {report['stages']} stages, trainers {report['trainers']}, "
-                  f"started in {report.get('startup_s', '-')} s, total {report.get('total_s')} s")
+    console.print(
+        f"servers {report['nodes']} over {report['stages']} stages, trainers {report['trainers']}, "
+        f"started in {report.get('startup_s', '-')} s, total {report.get('total_s')} s"
+    )
     if "throughput" in report:
-        console.print(f"throughput {fmt(report['throughput'])} samples/s; ideal {fmt(report['ideal_throughput'])} "
-                      f"(from measured capacities at the end {fmt(report['measured_ideal_throughput'])}); static "
-                      f"{fmt(report['static_throughput'])}")
-        console.print(f"loss {fmt(report['initial_loss'], 3)} → {fmt(report['final_loss'], 3)}; lost microbatches "
-                      f"{report['lost_microbatches']} (retries {report['retries']}); stage sizes "
-                      f"{[s['sizes'] for s in report['stage_sizes']]}")
+        console.print(
+            f"throughput {fmt(report['throughput'])} samples/s; ideal {fmt(report['ideal_throughput'])} "
+            f"(from measured capacities at the end {fmt(report['measured_ideal_throughput'])}); static "
+            f"{fmt(report['static_throughput'])}"
+        )
+        console.print(
+            f"loss {fmt(report['initial_loss'], 3)} → {fmt(report['final_loss'], 3)}; lost microbatches "
+            f"{report['lost_microbatches']} (retries {report['retries']}); stage sizes "
+            f"{[s['sizes'] for s in report['stage_sizes']]}"
+        )

@@ -81,8 +81,9 @@ IDLE_TIMEOUT = 10.0
 class PipelineServer:
     """This node's stage server in one run. `await nursery.start(server.run)`."""
 
-    def __init__(self, session: RunSession, spec: PipelineSpec, *, speed: float = 1.0,
-                 stage: int | None = None) -> None:
+    def __init__(
+        self, session: RunSession, spec: PipelineSpec, *, speed: float = 1.0, stage: int | None = None
+    ) -> None:
         if speed <= 0:
             raise ValueError("a server's speed must be positive")
         self.session, self.spec, self.speed = session, spec, speed
@@ -127,12 +128,17 @@ class PipelineServer:
         entries, _ = self._view()
         return sorted(p for p, e in entries.items() if e.stage == self.stage and p != self.me)
 
-    async def _become(self, stage: int) -> None:
+    async def _become(self, stage: int, *, period: int | None = None) -> None:
         """Serve `stage` with its current state, downloaded from one of its servers if any."""
         spec = self.spec
         module = mlp_stage_module(spec.model_config(), spec.stages, stage, seed=spec.seed)
-        server = StageServer(module, stage=stage, is_last=stage == spec.stages - 1, codec=spec.codec,
-                             optimizer=lambda params: torch.optim.Adam(params, lr=spec.lr))
+        server = StageServer(
+            module,
+            stage=stage,
+            is_last=stage == spec.stages - 1,
+            codec=spec.codec,
+            optimizer=lambda params: torch.optim.Adam(params, lr=spec.lr),
+        )
         completed = 0
         async with self._serve:  # the call in progress finishes first; none starts meanwhile
             for donor in [p for p, e in self._view()[0].items() if e.stage == stage and p != self.me][:3]:
@@ -145,12 +151,13 @@ class PipelineServer:
                     completed = 0
             old = self.stage
             self.server, self.stage = server, stage
-            self.averager = StageAverager(server, me=self.me, fetch=self._fetch_gradients, peers=self._stage_peers,
-                                          completed=completed)
+            self.averager = StageAverager(
+                server, me=self.me, fetch=self._fetch_gradients, peers=self._stage_peers, completed=completed
+            )
             self._ema = ThroughputEMA(beta=0.9)
         self._announce()
         if old >= 0:
-            self.moves.append({"at": time.time(), "from": old, "to": stage})
+            self.moves.append({"at": time.time(), "from": old, "to": stage, "period": period})
         log.info("serving stage %d of run %s (round %d)", stage, self.session.run_id[:12], completed)
 
     async def _fetch_gradients(self, peer: str, round_: int) -> tuple[torch.Tensor, int]:
@@ -162,8 +169,9 @@ class PipelineServer:
         return 0.0 if not seconds else 1.0 / max(seconds, 1e-9)
 
     def _announce(self) -> None:
-        self.session.replicator.writer.announce(role=server_role(self.stage), addrs=self.daemon.addrs()[:8],
-                                                throughput=self.throughput(), lease_ms=LEASE_MS)
+        self.session.replicator.writer.announce(
+            role=server_role(self.stage), addrs=self.daemon.addrs()[:8], throughput=self.throughput(), lease_ms=LEASE_MS
+        )
 
     async def _announce_loop(self) -> None:
         while True:
@@ -176,8 +184,11 @@ class PipelineServer:
         while True:
             with trio.move_on_after(DHT_EVERY):
                 try:
-                    await dht.put(stage_key(self.session.run_id[:64], self.stage),
-                                  {"tput": round(self.throughput(), 3)}, ttl=6 * DHT_EVERY)
+                    await dht.put(
+                        stage_key(self.session.run_id[:64], self.stage),
+                        {"tput": round(self.throughput(), 3)},
+                        ttl=6 * DHT_EVERY,
+                    )
                 except (PeertrainError, ValueError) as exc:
                     log.debug("dht stage announcement failed: %s", exc)
             await trio.sleep(DHT_EVERY)
@@ -193,7 +204,7 @@ class PipelineServer:
             move = plan_move(views, period)
             if move is not None and move.peer == self.me and move.source == self.stage:
                 log.info("rebalancing: moving from stage %d to %d (period %d)", move.source, move.target, period)
-                await self._become(move.target)
+                await self._become(move.target, period=period)
 
     # --- serving ---------------------------------------------------------------------------
     async def _on_stream(self, stream: INetStream) -> None:
@@ -212,8 +223,9 @@ class PipelineServer:
         prepared: tuple = ()
         try:
             if isinstance(req, StageCall):
-                tensors = await read_payloads(stream, req.tensors, max_nbytes=MAX_BOUNDARY_BYTES,
-                                              idle_timeout=IDLE_TIMEOUT)
+                tensors = await read_payloads(
+                    stream, req.tensors, max_nbytes=MAX_BOUNDARY_BYTES, idle_timeout=IDLE_TIMEOUT
+                )
                 reply, prepared = await self._stage_call(peer, req, tensors)
             elif isinstance(req, GradientsRequest):
                 reply, prepared = await self._gradients(peer, req)
@@ -248,10 +260,15 @@ class PipelineServer:
             return wrong, ()
         last = self.spec.stages - 1
         expected = {"forward": 1, "backward": 2, "loss": 1}[req.op]
-        if (req.op == "loss") != (req.stage == last) or len(req.tensors) != expected \
-                or (req.op != "loss" and req.targets):
+        if (
+            (req.op == "loss") != (req.stage == last)
+            or len(req.tensors) != expected
+            or (req.op != "loss" and req.targets)
+        ):
             self._penalise_if_bad(peer, DecodeError("malformed stage call"))
-            return refuse(req, ErrorCode.BAD_REQUEST, f"{req.op} with {len(req.tensors)} tensors at stage {req.stage}"), ()
+            return refuse(
+                req, ErrorCode.BAD_REQUEST, f"{req.op} with {len(req.tensors)} tensors at stage {req.stage}"
+            ), ()
         x = boundary_of(req.tensors[0], tensors[0])
         async with self._serve:
             server = self.server
@@ -267,15 +284,13 @@ class PipelineServer:
                     loss, result = 0.0, await trio.to_thread.run_sync(server.backward, x, grad, limiter=self._thread)
                 else:
                     targets = torch.tensor(req.targets, dtype=torch.int64)
-                    loss, result = await trio.to_thread.run_sync(server.loss_backward, x, targets,
-                                                                 limiter=self._thread)
+                    loss, result = await trio.to_thread.run_sync(server.loss_backward, x, targets, limiter=self._thread)
             except DecodeError as exc:  # NaN/inf, wrong width, wrong rows, bad labels
                 self._penalise_if_bad(peer, exc)
                 return refuse(req, ErrorCode.BAD_REQUEST, str(exc)), ()
             work = x.rows * (1.0 if req.op == "forward" else BACKWARD_COST)
             if self.spec.base_seconds > 0:
-                await trio.sleep(max(0.0, self.spec.base_seconds * work / self.speed
-                                     - (trio.current_time() - started)))
+                await trio.sleep(max(0.0, self.spec.base_seconds * work / self.speed - (trio.current_time() - started)))
             self._ema.update((trio.current_time() - started) / work)
             self.calls += 1
         if req.op != "forward" and self.averager is not None and self._nursery is not None:
@@ -301,8 +316,9 @@ class PipelineServer:
         server, averager = self.server, self.averager
         flat, adam_step = await trio.to_thread.run_sync(export_state, server)
         prepared = (await trio.to_thread.run_sync(prepare_flat, "stage-state", flat),)
-        return req.reply(StateReply, round=averager.completed if averager else 0, adam_step=adam_step,
-                         tensors=(prepared[0].header,)), prepared
+        return req.reply(
+            StateReply, round=averager.completed if averager else 0, adam_step=adam_step, tensors=(prepared[0].header,)
+        ), prepared
 
     # --- status --------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:

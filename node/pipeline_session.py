@@ -20,8 +20,9 @@ ROLES = ("server", "trainer")
 
 
 class PipelineSession:
-    def __init__(self, session: RunSession, *, role: str = "server", speed: float = 1.0,
-                 stage: int | None = None) -> None:
+    def __init__(
+        self, session: RunSession, *, role: str = "server", speed: float = 1.0, stage: int | None = None
+    ) -> None:
         from peertrain.swarm.pipeline.run_spec import PipelineSpec
 
         if role not in ROLES:
@@ -59,9 +60,12 @@ class PipelineSession:
             "stages": self.spec.stages,
             "stage_sizes": sizes,
             "members": sorted(live),
-            "spec": {"base_seconds": self.spec.base_seconds, "codec": self.spec.codec,
-                     "static_seconds": self.spec.static_seconds, "demand": [self.spec.demand(s) for s in
-                                                                             range(self.spec.stages)]},
+            "spec": {
+                "base_seconds": self.spec.base_seconds,
+                "codec": self.spec.codec,
+                "static_seconds": self.spec.static_seconds,
+                "demand": [self.spec.demand(s) for s in range(self.spec.stages)],
+            },
         }
         if self.service is not None:
             out.update(self.service.status())

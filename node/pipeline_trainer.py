@@ -101,8 +101,9 @@ class PipelineTrainerService:
     async def _announce_loop(self) -> None:
         while True:
             rate = self._recent_throughput()
-            self.session.replicator.writer.announce(role=TRAINER_ROLE, addrs=self.daemon.addrs()[:8],
-                                                    throughput=rate, lease_ms=LEASE_MS)
+            self.session.replicator.writer.announce(
+                role=TRAINER_ROLE, addrs=self.daemon.addrs()[:8], throughput=rate, lease_ms=LEASE_MS
+            )
             await trio.sleep(ANNOUNCE_EVERY)
 
     def _entries(self) -> dict[str, ServerEntry]:
@@ -151,8 +152,7 @@ class PipelineTrainerService:
         return {stage: peer for stage, (_, peer) in best.items()}
 
     def _trainer(self, wiring: PipelineWiring, config: TrainerConfig) -> PipelineTrainer:
-        trainer = PipelineTrainer(num_stages=self.spec.stages, transport=self.transport, wiring=wiring,
-                                  config=config)
+        trainer = PipelineTrainer(num_stages=self.spec.stages, transport=self.transport, wiring=wiring, config=config)
         self.trainers.append(trainer)
         return trainer
 
@@ -200,8 +200,10 @@ class PipelineTrainerService:
 
     def status(self) -> dict[str, Any]:
         totals = self._totals() if self.trainers else {"completed": 0, "lost": 0, "retries": 0, "samples": 0}
+
         def mean(values):
             return sum(values) / len(values) if values else None
+
         return {
             "role": "trainer",
             "phase": self.phase,

@@ -56,22 +56,24 @@ class NetworkStageTransport:
             raise ServerUnavailable(f"{peer}: forward answered {len(reply.tensors)} tensors")
         return boundary_of(reply.tensors[0], tensors[0])
 
-    async def backward(self, peer, *, stage: int, x: BoundaryTensor,
-                       grad_out: BoundaryTensor) -> BoundaryTensor | None:
+    async def backward(self, peer, *, stage: int, x: BoundaryTensor, grad_out: BoundaryTensor) -> BoundaryTensor | None:
         reply, tensors = await self._stage_call(peer, "backward", stage, (x, grad_out))
         return boundary_of(reply.tensors[0], tensors[0]) if reply.tensors else None
 
-    async def loss_backward(self, peer, *, stage: int, x: BoundaryTensor,
-                            targets: torch.Tensor) -> tuple[float, BoundaryTensor | None]:
+    async def loss_backward(
+        self, peer, *, stage: int, x: BoundaryTensor, targets: torch.Tensor
+    ) -> tuple[float, BoundaryTensor | None]:
         labels = tuple(int(v) for v in targets.tolist())
         reply, tensors = await self._stage_call(peer, "loss", stage, (x,), targets=labels)
         return reply.loss, boundary_of(reply.tensors[0], tensors[0]) if reply.tensors else None
 
-    async def _stage_call(self, peer, op: str, stage: int, boundaries: tuple[BoundaryTensor, ...],
-                          targets: tuple[int, ...] = ()) -> tuple[StageReply, list[torch.Tensor]]:
+    async def _stage_call(
+        self, peer, op: str, stage: int, boundaries: tuple[BoundaryTensor, ...], targets: tuple[int, ...] = ()
+    ) -> tuple[StageReply, list[torch.Tensor]]:
         prepared = tuple(prepare_boundary(b) for b in boundaries)
-        call = StageCall(run=self.run_id, op=op, stage=stage, tensors=tuple(p.header for p in prepared),
-                         targets=targets)
+        call = StageCall(
+            run=self.run_id, op=op, stage=stage, tensors=tuple(p.header for p in prepared), targets=targets
+        )
         return await self._exchange(peer, call, prepared, StageReply, MAX_BOUNDARY_BYTES)
 
     # --- between servers of one stage ----------------------------------------------------
@@ -83,13 +85,15 @@ class NetworkStageTransport:
 
     async def state(self, peer, *, stage: int) -> tuple[torch.Tensor, int, int]:
         """Peer's stage state: (flat state, Adam step, averaging rounds applied)."""
-        reply, tensors = await self._exchange(peer, StateRequest(run=self.run_id, stage=stage), (),
-                                              StateReply, MAX_STATE_BYTES)
+        reply, tensors = await self._exchange(
+            peer, StateRequest(run=self.run_id, stage=stage), (), StateReply, MAX_STATE_BYTES
+        )
         return _flat(reply, tensors), reply.adam_step, reply.round
 
     # --- one exchange ----------------------------------------------------------------------
-    async def _exchange(self, peer, request: Request, prepared: tuple[PreparedTensor, ...],
-                        reply_type: type[Response], max_nbytes: int):
+    async def _exchange(
+        self, peer, request: Request, prepared: tuple[PreparedTensor, ...], reply_type: type[Response], max_nbytes: int
+    ):
         pid = ID.from_base58(peer) if isinstance(peer, str) else peer
         idle = min(self.timeout, 10.0)
         with trio.move_on_after(self.timeout):
@@ -100,8 +104,7 @@ class NetworkStageTransport:
             try:
                 await write_message(stream, request, idle_timeout=idle)
                 await write_payloads(stream, prepared, idle_timeout=idle)
-                reply = check_reply(request, await read_message(stream, (reply_type, ErrorResponse),
-                                                                idle_timeout=idle))
+                reply = check_reply(request, await read_message(stream, (reply_type, ErrorResponse), idle_timeout=idle))
                 tensors = await read_payloads(stream, reply.tensors, max_nbytes=max_nbytes, idle_timeout=idle)
             except PeertrainError as exc:  # RemoteError (refused), DecodeError, StreamEnded, PeerTimeout…
                 raise ServerUnavailable(f"{peer}: {type(exc).__name__}: {exc}") from None

@@ -88,20 +88,26 @@ class StateReply(Response):
 
 
 def prepare_boundary(boundary: BoundaryTensor) -> PreparedTensor:
-    return prepare_encoded("boundary", boundary.payload, dtype="float32", shape=boundary.shape,
-                           codec=boundary.codec, block_size=boundary.block_size)
+    return prepare_encoded(
+        "boundary",
+        boundary.payload,
+        dtype="float32",
+        shape=boundary.shape,
+        codec=boundary.codec,
+        block_size=boundary.block_size,
+    )
 
 
 def boundary_of(header: TensorHeader, payload: torch.Tensor) -> BoundaryTensor:
-    return BoundaryTensor(codec=header.codec, shape=tuple(header.shape), block_size=header.block_size,
-                          payload=payload)
+    return BoundaryTensor(codec=header.codec, shape=tuple(header.shape), block_size=header.block_size, payload=payload)
 
 
 def prepare_flat(name: str, flat: torch.Tensor) -> PreparedTensor:
     from peertrain.protocol import codecs
 
-    return prepare_encoded(name, codecs.encode(flat, "fp32"), dtype="float32", shape=tuple(flat.shape),
-                           codec="fp32", block_size=1)
+    return prepare_encoded(
+        name, codecs.encode(flat, "fp32"), dtype="float32", shape=tuple(flat.shape), codec="fp32", block_size=1
+    )
 
 
 async def write_payloads(stream, prepared: tuple[PreparedTensor, ...], *, idle_timeout: float) -> None:
@@ -110,12 +116,14 @@ async def write_payloads(stream, prepared: tuple[PreparedTensor, ...], *, idle_t
         payload = memoryview(item.payload.numpy())
         for index in range(item.header.num_chunks):
             offset, length = item.header.chunk_span(index)
-            await write_frame(stream, payload[offset : offset + length], max_size=item.header.chunk_size,
-                              idle_timeout=idle_timeout)
+            await write_frame(
+                stream, payload[offset : offset + length], max_size=item.header.chunk_size, idle_timeout=idle_timeout
+            )
 
 
-async def read_payloads(stream, headers: tuple[TensorHeader, ...], *, max_nbytes: int,
-                        idle_timeout: float) -> list[torch.Tensor]:
+async def read_payloads(
+    stream, headers: tuple[TensorHeader, ...], *, max_nbytes: int, idle_timeout: float
+) -> list[torch.Tensor]:
     """Read and verify the payloads announced by `headers` (checked before any allocation)."""
     out = []
     for header in headers:

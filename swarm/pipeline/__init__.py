@@ -2,35 +2,36 @@
 
 Modules, each one concept:
 
-    wiring.py     per stage, which server gets the next task (throughput-weighted min-heap)
-    rebalance.py  which server moves to which stage each period; which stage a joiner serves
-    stage.py      a stage server's compute: forward, recompute-on-backward, accumulate, step
-    boundary.py   tensors crossing stage boundaries (fp32 / fp16 / int8 blockwise payloads)
-    slices.py     cutting a model (the digits MLP) into stage slices
-    transport.py  THE interface between trainers and servers (StageTransport)
-    trainer.py    a trainer: microbatches through one server per stage, retries, no loss
-    harness.py    a whole swarm in one process (threads), for tests and benchmarks
-    local_run.py  one in-process run with the report of `peertrain swarm local --mode swarm`
+    wiring.py      per stage, which server gets the next task (throughput-weighted min-heap)
+    rebalance.py   which server moves to which stage each period; which stage a joiner serves
+    stage.py       a stage server's compute: forward, recompute-on-backward, accumulate, step
+    averaging.py   averaging within a stage over the network: numbered all-gather rounds
+    migration.py   a stage's state (parameters + Adam moments) as one flat tensor, for movers
+    membership.py  who serves which stage, read from RunState: the view everyone decides from
+    boundary.py    tensors crossing stage boundaries (fp32 / fp16 / int8 blockwise payloads)
+    slices.py      cutting a model (the digits MLP) into stage slices
+    run_spec.py    what a swarm run trains: the manifest's spec (stages, model, data, knobs)
+    transport.py   THE interface between trainers and servers (StageTransport)
+    trainer.py     a trainer: microbatches through one server per stage, retries, no loss
+    harness.py     a whole swarm in one process (threads), for tests and benchmarks
+    local_run.py   one in-process run with the report of `peertrain swarm local --mode swarm`
 
-Wiring it onto the network (node/, not done here) needs four things, all behind interfaces that
-already exist in this package:
+On the network (node/, which may import libp2p; this package may not):
 
-0. The CLI: `peertrain swarm local --mode swarm --nodes N --stages S --trainers T --speeds ...
-   --kill-at SECONDS --report FILE` can call `run_local(LocalRunConfig(...))` today and write
-   `report.to_json()`; the daemon version keeps the report and replaces the harness by 1-4.
-1. A `StageTransport` over our protocol: three request/response calls, `forward`, `backward`,
-   `loss_backward` (see transport.py for their exact arguments). A `BoundaryTensor` is a protocol
-   TensorHeader (codec, shape, block size) plus its uint8 payload; targets are a small int64
-   tensor. Every failure of one server must surface as `ServerUnavailable`.
-2. A stage server daemon service wrapping `StageServer`: handlers call its (sync) methods through
-   `trio.to_thread.run_sync` with a CapacityLimiter(1), refuse requests for another stage, and
-   after each backward check whether the stage's accumulated samples reached the target batch.
-3. The stage all-reduce: `StageServer.step(average)` takes the server's (flat sample-weighted
-   gradient sum, samples) and calls `average(local, n) -> (total, N)`, a blocking all-reduce over
-   the stage's live servers (e.g. our tensor exchange, in a worker thread), then steps with the
-   totals; the server keeps serving while `average` runs.
-4. Announcements: each server periodically puts (stage, measured throughput) under the run's
-   per-stage DHT key / RunState; trainers feed them to `StageWiring.announce`, and every server
-   runs `plan_move` on the same view each period (the mover downloads `StageServer.state()` from
-   a server of its new stage, `load_state`, then re-announces); joiners use `stage_for_new_peer`.
+    node/pipeline_wire.py       the `/peertrain/pipeline/1.0.0` messages; tensors as TensorHeader +
+                                raw verified frames, never msgpacked
+    node/pipeline_transport.py  `StageTransport` over libp2p streams; a failure: ServerUnavailable
+    node/pipeline_server.py     a stage server as a run service: serve, measure, announce in
+                                RunState and the DHT, average within the stage, rebalance
+    node/pipeline_trainer.py    a trainer as a run service: wiring kept in step with RunState
+    node/pipeline_session.py    a swarm run's session: RunState first, then the node's role
+    node/pipeline_local.py      `peertrain swarm local --mode swarm`: daemons as processes + report
+
+Choices, and why (each module's docstring says more): backward recomputes the forward, so any
+server of a stage can take any microbatch's backward and a dying server costs a retry, not a
+microbatch (stage.py); the view of who serves what is RunState, a CRDT every peer converges on,
+not the DHT, whose gets stop at the first replica (membership.py); a stage steps by an
+all-gather round that whoever is ready first starts, summed in peer-ID order so the stage's
+copies stay bitwise identical (averaging.py); one deterministic mover per period, decided by
+everyone on the same view at the middle of the period (rebalance.py, node/pipeline_server.py).
 """

@@ -1,4 +1,4 @@
-"""Averaging within a stage over the network: numbered rounds, all-gather, whoever is ready first leads.
+"""Averaging within a stage over the network: numbered all-gather rounds; the first ready leads.
 
 Servers of one stage must apply the same averaged gradient at every step, or their parameters
 drift apart and a backward recomputed on another server no longer matches its forward. Each step
@@ -78,7 +78,9 @@ class StageAverager:
             await self._take(self.taken + 1)
             nursery.start_soon(self._round, self.taken)
 
-    async def contribution(self, nursery: trio.Nursery, step: int, asker: str) -> Contribution | None:
+    async def contribution(
+        self, nursery: trio.Nursery, step: int, asker: str
+    ) -> Contribution | None:
         """Our contribution to round `step` for a peer; starts that round if it is the next one.
         None: a round we no longer keep, or one more than one ahead of us."""
         if step == self.taken + 1:
@@ -96,7 +98,9 @@ class StageAverager:
         self.taken = step
         self._ready[step] = ready = trio.Event()
         try:
-            self._own[step] = await trio.to_thread.run_sync(self.server.take_gradients, limiter=self._thread)
+            self._own[step] = await trio.to_thread.run_sync(
+                self.server.take_gradients, limiter=self._thread
+            )
         finally:
             ready.set()
         while len(self._own) > self.keep:
@@ -123,7 +127,9 @@ class StageAverager:
             for peer in sorted(parts):  # one order everywhere: bitwise-equal sums on every server
                 total += parts[peer][0]
                 samples += parts[peer][1]
-            await trio.to_thread.run_sync(self.server.apply_average, total, samples, limiter=self._thread)
+            await trio.to_thread.run_sync(
+                self.server.apply_average, total, samples, limiter=self._thread
+            )
             self.completed = step
             self.contributors = [*self.contributors[-15:], len(parts)]
 

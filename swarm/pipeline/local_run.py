@@ -1,10 +1,11 @@
-"""One in-process SWARM run with the report the `peertrain swarm local --mode swarm` CLI prints.
+"""One in-process SWARM run with the report `peertrain swarm local --mode swarm` prints.
 
-Until stage servers run as daemons over the network, this is the whole run in one process: N
+The same run as node/pipeline_local.py's daemons, in one process (threads, no sockets): N
 servers dealt round-robin over S stages (speeds cycled over them, as `--speeds 1,2,4`), T trainers
 sharing the microbatches, optional kill of one server at `kill_at` seconds, optional rebalancing,
-and a report with the issue's keys. The daemon version keeps the report and swaps the harness for
-network transports; `ideal_throughput` and `static_throughput` mean the same there.
+and a report with the issue's keys. Tests and benchmarks use it where process start-up and
+loopback overhead would drown what they measure; `ideal_throughput` and `static_throughput` mean
+the same in both.
 """
 
 from __future__ import annotations

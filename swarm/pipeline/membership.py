@@ -34,7 +34,7 @@ def server_role(stage: int) -> str:
 def stage_of_role(role: str) -> int | None:
     if not role.startswith(SERVER_ROLE):
         return None
-    tail = role[len(SERVER_ROLE):]
+    tail = role[len(SERVER_ROLE) :]
     return int(tail) if tail.isdigit() and len(tail) <= 5 else None
 
 
@@ -67,8 +67,11 @@ def stage_views(entries: Mapping[str, ServerEntry], demands: list[float]) -> lis
     return [
         StageView(
             demand=demand,
-            servers={p: (e.throughput if e.throughput > 0 else default)
-                     for p, e in sorted(entries.items()) if e.stage == stage},
+            servers={
+                p: (e.throughput if e.throughput > 0 else default)
+                for p, e in sorted(entries.items())
+                if e.stage == stage
+            },
         )
         for stage, demand in enumerate(demands)
     ]

@@ -1,4 +1,4 @@
-"""What a SWARM pipeline run trains, as the manifest's opaque `spec`: canonical bytes, strictly checked.
+"""What a SWARM pipeline run trains, as the manifest's opaque `spec`: canonical, strictly checked.
 
 The manifest names a run by the hash of its bytes (crdt/manifest.py), so the spec encodes
 canonically, as the DiLoCo spec does (swarm/diloco/run_spec.py). Every server builds its stage
@@ -50,7 +50,9 @@ class PipelineSpec:
 
     def __post_init__(self) -> None:
         if self.codec not in BOUNDARY_CODECS:
-            raise ConfigError(f"codec must be one of {', '.join(BOUNDARY_CODECS)}, got {self.codec!r}")
+            raise ConfigError(
+                f"codec must be one of {', '.join(BOUNDARY_CODECS)}, got {self.codec!r}"
+            )
         if self.stages < 2:
             raise ConfigError("a pipeline has at least 2 stages (--stages)")
         if min(self.batch_size, self.target_batch, self.in_flight) < 1 or self.microbatches < 0:

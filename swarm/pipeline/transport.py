@@ -1,8 +1,8 @@
 """The one interface between a pipeline trainer and stage servers: three async calls.
 
 The trainer never talks to sockets; it is given a `StageTransport`. The in-process harness
-(harness.py) implements it with threads; the network implementation (node/, to be wired) sends the
-same three requests over our protocol to a stage server daemon:
+(harness.py) implements it with threads; the network implementation (node/pipeline_transport.py)
+sends the same three requests over our protocol to a stage server daemon:
 
     forward(peer, stage, x)                  -> y                  stage < S-1
     backward(peer, stage, x, grad_out)       -> grad_x or None     stage < S-1 (None for stage 0)
@@ -18,7 +18,7 @@ the stage. Errors that are the trainer's own bugs should propagate.
 
 Peers are opaque hashable ids (a libp2p peer id string in the network version). The set of servers
 per stage reaches the trainer through `StageWiring.announce` / `exclude` (in the network version:
-from the DHT stage keys and RunState, re-announced periodically with measured throughput).
+from RunState member records, re-announced periodically with measured throughput; membership.py).
 """
 
 from __future__ import annotations

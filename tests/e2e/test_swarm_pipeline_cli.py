@@ -18,9 +18,30 @@ def test_six_servers_two_trainers_learn_and_survive_a_killed_server(tmp_path):
     report_path = tmp_path / "report.json"
     started = time.monotonic()
     out = subprocess.run(
-        [sys.executable, "-m", "peertrain", "swarm", "local", "--mode", "swarm", "--nodes", "6", "--stages", "3",
-         "--trainers", "2", "--duration", "12", "--kill-at", "4", "--report", str(report_path)],
-        capture_output=True, text=True, timeout=240,
+        [
+            sys.executable,
+            "-m",
+            "peertrain",
+            "swarm",
+            "local",
+            "--mode",
+            "swarm",
+            "--nodes",
+            "6",
+            "--stages",
+            "3",
+            "--trainers",
+            "2",
+            "--duration",
+            "12",
+            "--kill-at",
+            "4",
+            "--report",
+            str(report_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     wall = time.monotonic() - started
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

@@ -25,13 +25,13 @@ async def start_pipeline(nodes, *, trainers: int = 1):
     """Node 0 creates the run and serves; the next servers join; the last `trainers` train."""
     session = await nodes[0].runs.create(name="pipe", mode="swarm", spec=SPEC, role={"role": "server"})
     for node in nodes[1:]:
-        await wait_until(lambda: len(node.host.get_connected_peers()) > 0, timeout=10)
+        await wait_until(lambda node=node: len(node.host.get_connected_peers()) > 0, timeout=10)
     servers = nodes[: len(nodes) - trainers]
     for node in servers[1:]:
         await node.runs.join("pipe", timeout=10, role={"role": "server"})
         me = node.identity.peer_id.to_base58()
-        await wait_until(lambda: me in session.state.members(), timeout=10)
-    for node in nodes[len(servers):]:
+        await wait_until(lambda me=me: me in session.state.members(), timeout=10)
+    for node in nodes[len(servers) :]:
         await node.runs.join("pipe", timeout=10, role={"role": "trainer"})
     return session
 
@@ -83,8 +83,16 @@ async def test_a_server_refuses_bad_input_penalises_the_sender_and_keeps_serving
 async def oversized_call(client, peer: str, run_id: str):
     """A call announcing a 1 GiB activation: refused from its header, before any allocation."""
     rows, width = 1 << 22, 64
-    fields = dict(name="boundary", dtype="float32", shape=(rows, width), codec="fp32", block_size=1,
-                  nbytes=rows * width * 4, chunk_size=1 << 30, chunk_digests=bytes(32))
+    fields = dict(
+        name="boundary",
+        dtype="float32",
+        shape=(rows, width),
+        codec="fp32",
+        block_size=1,
+        nbytes=rows * width * 4,
+        chunk_size=1 << 30,
+        chunk_digests=bytes(32),
+    )
     header = TensorHeader(**fields, checksum=root_checksum(**fields))
     call = StageCall(run=run_id, op="forward", stage=0, tensors=(header,))
     stream = await client.host.new_stream(ID.from_base58(peer), [str(PIPELINE)])

@@ -1,5 +1,5 @@
-"""Averaging within a stage by numbered all-gather rounds (swarm/pipeline/averaging.py): servers of a
-stage end identical, equal to one server that saw every sample; whoever is ready first drives the
+"""Averaging within a stage by numbered all-gather rounds (swarm/pipeline/averaging.py): servers of
+a stage end identical, equal to one server that saw every sample; whoever is ready first drives the
 round; a dead peer is left out; a mover's state download reproduces its donor exactly."""
 
 from __future__ import annotations
@@ -17,13 +17,21 @@ CONFIG = MLPConfig(hidden=32, depth=2)
 
 
 def server(optimizer: str = "adam") -> StageServer:
-    make = (lambda ps: torch.optim.SGD(ps, lr=0.1)) if optimizer == "sgd" else (lambda ps: torch.optim.Adam(ps, lr=3e-3))
-    return StageServer(mlp_stage_module(CONFIG, 3, 2, seed=0), stage=2, is_last=True, optimizer=make)
+    make = (
+        (lambda ps: torch.optim.SGD(ps, lr=0.1))
+        if optimizer == "sgd"
+        else (lambda ps: torch.optim.Adam(ps, lr=3e-3))
+    )
+    return StageServer(
+        mlp_stage_module(CONFIG, 3, 2, seed=0), stage=2, is_last=True, optimizer=make
+    )
 
 
 def feed(s: StageServer, rows: int, seed: int) -> None:
     g = torch.Generator().manual_seed(seed)
-    s.loss_backward(pack(torch.randn(rows, 32, generator=g)), torch.randint(10, (rows,), generator=g))
+    s.loss_backward(
+        pack(torch.randn(rows, 32, generator=g)), torch.randint(10, (rows,), generator=g)
+    )
 
 
 def params(s: StageServer) -> torch.Tensor:
@@ -37,7 +45,9 @@ class Stage:
         self.names = [f"p{i}" for i in range(len(servers))]
         self.dead: set[str] = set()
         self.averagers = {
-            name: StageAverager(s, me=name, fetch=self._fetch_for(name), peers=self._peers_of(name), timeout=2.0)
+            name: StageAverager(
+                s, me=name, fetch=self._fetch_for(name), peers=self._peers_of(name), timeout=2.0
+            )
             for name, s in zip(self.names, servers, strict=True)
         }
         self.nursery = nursery
@@ -59,7 +69,8 @@ class Stage:
 
 async def settle(stage: Stage, round_: int) -> None:
     with trio.fail_after(10):
-        while any(a.completed < round_ for n, a in stage.averagers.items() if n not in stage.dead):
+        # rounds run in other tasks and expose no event to wait on
+        while any(a.completed < round_ for n, a in stage.averagers.items() if n not in stage.dead):  # noqa: ASYNC110
             await trio.sleep(0.01)
 
 
