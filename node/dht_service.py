@@ -94,8 +94,9 @@ class DhtService:
                 log.info("dht: looking up %s timed out; reading its peer record", peer)
                 found = None
             addrs = list(found.info.addrs) if found else []
-            if not any("/p2p-circuit" in str(a) for a in addrs):
-                addrs += [a for a in await self._record_addrs(peer) if a not in addrs]
+            if not any("/p2p-circuit" in str(a) for a in addrs):  # the record's come first:
+                record = await self._record_addrs(peer)  # dialed-back addresses lead it
+                addrs = [*record, *(a for a in addrs if a not in record)]
             if not addrs:
                 raise ControlError(f"no peer in the DHT knows {peer}")
             try:

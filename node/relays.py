@@ -270,17 +270,17 @@ class Dialer:
             try:
                 if relayed:
                     await self.dial_circuit(addr)
-                else:
-                    await self.host.connect(PeerInfo(peer, [addr]))
+                else:  # this address only: host.connect would dial every peerstore address
+                    await self.host.get_network().dial_addr(addr, peer)
             except Exception as exc:  # py-libp2p raises many types for failed dials
-                log.debug("dialing %s at %s: %s", peer, addr, exc)
-                errors.append(f"{addr}: {exc}")
+                log.debug("dialing %s at %s: %r", peer, addr, exc)
+                errors.append(f"{addr}: {exc or type(exc).__name__}")
                 return
             won.append(("relayed", addr) if relayed else ("direct", None))
             nursery.cancel_scope.cancel()
 
-        # one attempt per address at once: an address behind a NAT or in another LAN is
-        # silently dropped and would hold a sequential dial for the whole dial timeout
+        # all at once: an address behind a NAT or in another LAN is dropped silently and would
+        # hold a sequential dial for the whole dial timeout
         with trio.move_on_after(self.timeout):
             async with trio.open_nursery() as nursery:
                 for addr in [*direct, *circuits]:
