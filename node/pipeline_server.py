@@ -157,7 +157,7 @@ class PipelineServer:
             self._ema = ThroughputEMA(beta=0.9)
         self._announce()
         if old >= 0:
-            self.moves.append({"at": time.time(), "from": old, "to": stage, "period": period})
+            self.moves = [*self.moves[-63:], {"at": time.time(), "from": old, "to": stage, "period": period}]
         log.info("serving stage %d of run %s (round %d)", stage, self.session.run_id[:12], completed)
 
     async def _fetch_gradients(self, peer: str, round_: int) -> tuple[torch.Tensor, int]:
@@ -234,6 +234,11 @@ class PipelineServer:
         except ProtocolError as exc:  # a payload that is too big, forged or cut short
             self._penalise_if_bad(peer, exc)
             reply, prepared = refuse(req, ErrorCode.BAD_REQUEST, str(exc)), ()
+        except Exception:
+            # our bug, but one a remote request triggers: answer INTERNAL and keep serving (as
+            # node/rpc.py does); the traceback is logged
+            log.exception("pipeline: handler failed on a request from %s", peer)
+            reply, prepared = refuse(req, ErrorCode.INTERNAL, "internal error"), ()
         if isinstance(reply, ErrorResponse):
             self.refused += 1
         try:
