@@ -36,6 +36,7 @@ from peertrain.protocol.errors import DecodeError, PeertrainError, ProtocolError
 from peertrain.protocol.framing import read_message, write_message
 from peertrain.protocol.messages import ErrorCode, ErrorResponse, Request
 from peertrain.swarm.pipeline.averaging import StageAverager
+from peertrain.swarm.pipeline.boundary import pack
 from peertrain.swarm.pipeline.membership import server_role, servers, stage_views
 from peertrain.swarm.pipeline.migration import export_state, import_state
 from peertrain.swarm.pipeline.rebalance import plan_move, stage_for_new_peer
@@ -155,10 +156,29 @@ class PipelineServer:
                 server, me=self.me, fetch=self._fetch_gradients, peers=self._stage_peers, completed=completed
             )
             self._ema = ThroughputEMA(beta=0.9)
+            await self._measure_once(server)
         self._announce()
         if old >= 0:
             self.moves = [*self.moves[-63:], {"at": time.time(), "from": old, "to": stage, "period": period}]
         log.info("serving stage %d of run %s (round %d)", stage, self.session.run_id[:12], completed)
+
+    async def _measure_once(self, server: StageServer, calls: int = 3) -> None:
+        """A first throughput figure before any trainer calls: a few forwards of one microbatch of
+        random inputs, timed (and padded) as served calls are. Announced at once, so wiring,
+        rebalancing and the static baseline's choice of the fastest server start from a
+        measurement instead of a guess. Forwards keep nothing, so the stage's state is untouched."""
+        x = pack(torch.randn(self.spec.batch_size, server.in_features))
+        for _ in range(calls):
+            started = trio.current_time()
+            await trio.to_thread.run_sync(server.forward, x, limiter=self._thread)
+            await self._pad(started, x.rows)
+            self._ema.update((trio.current_time() - started) / x.rows)
+
+    async def _pad(self, started: float, work: float) -> None:
+        """Testing knob: stretch a call to `base_seconds · work / speed` (a slower machine)."""
+        if self.spec.base_seconds > 0:
+            target = self.spec.base_seconds * work / self.speed
+            await trio.sleep(max(0.0, target - (trio.current_time() - started)))
 
     async def _fetch_gradients(self, peer: str, round_: int) -> tuple[torch.Tensor, int]:
         return await self.transport.gradients(peer, stage=self.stage, round_=round_)
@@ -294,8 +314,7 @@ class PipelineServer:
                 self._penalise_if_bad(peer, exc)
                 return refuse(req, ErrorCode.BAD_REQUEST, str(exc)), ()
             work = x.rows * (1.0 if req.op == "forward" else BACKWARD_COST)
-            if self.spec.base_seconds > 0:
-                await trio.sleep(max(0.0, self.spec.base_seconds * work / self.speed - (trio.current_time() - started)))
+            await self._pad(started, work)
             self._ema.update((trio.current_time() - started) / work)
             self.calls += 1
         if req.op != "forward" and self.averager is not None and self._nursery is not None:

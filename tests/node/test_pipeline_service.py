@@ -8,7 +8,9 @@ import math
 
 import pytest
 import torch
+import trio
 from libp2p.peer.id import ID
+from peertrain.dht import stage_key
 from peertrain.node.pipeline_transport import NetworkStageTransport
 from peertrain.node.pipeline_wire import PIPELINE, StageCall, StageReply
 from peertrain.protocol.framing import read_message, write_message
@@ -21,9 +23,9 @@ from peertrain.testing import open_test_swarm, wait_until
 SPEC = {"stages": 3, "batch_size": 16, "target_batch": 64, "in_flight": 4, "lr": 0.003}
 
 
-async def start_pipeline(nodes, *, trainers: int = 1):
+async def start_pipeline(nodes, *, trainers: int = 1, spec: dict = SPEC):
     """Node 0 creates the run and serves; the next servers join; the last `trainers` train."""
-    session = await nodes[0].runs.create(name="pipe", mode="swarm", spec=SPEC, role={"role": "server"})
+    session = await nodes[0].runs.create(name="pipe", mode="swarm", spec=spec, role={"role": "server"})
     for node in nodes[1:]:
         await wait_until(lambda node=node: len(node.host.get_connected_peers()) > 0, timeout=10)
     servers = nodes[: len(nodes) - trainers]
@@ -40,9 +42,9 @@ def run_status(node) -> dict:
     return next(iter(node.runs.sessions.values())).status()
 
 
-async def test_three_servers_and_a_trainer_train_over_the_network():
+async def test_three_servers_and_a_trainer_train_over_the_network_with_int8_boundaries():
     async with open_test_swarm(4) as nodes:
-        await start_pipeline(nodes)
+        session = await start_pipeline(nodes, spec={**SPEC, "codec": "int8"})
         await wait_until(lambda: all(run_status(n)["phase"] == "serving" for n in nodes[:3]), timeout=20)
         stages = sorted(run_status(n)["stage"] for n in nodes[:3])
         assert stages == [0, 1, 2]  # joiners took the stage with most need, one each
@@ -53,6 +55,11 @@ async def test_three_servers_and_a_trainer_train_over_the_network():
         assert status["loss"] < status["initial_loss"] - 0.3  # it learns
         steps = [run_status(n)["steps"] for n in nodes[:3]]
         assert min(steps) >= 2  # every stage averaged (alone here) and stepped
+        for server in nodes[:3]:  # and each is findable in the DHT under its stage key
+            key = stage_key(session.run_id[:64], run_status(server)["stage"])
+            with trio.fail_after(20):
+                while server.identity.peer_id.to_base58() not in await trainer.dht.dht.get(key):  # noqa: ASYNC110
+                    await trio.sleep(0.2)
 
 
 async def test_a_server_refuses_bad_input_penalises_the_sender_and_keeps_serving():
