@@ -1,28 +1,29 @@
-"""NAT matrix: time to first connection, direct or relayed, and 16 MiB payload throughput.
+"""NAT matrix through CLI daemons: time to first connection, direct or not, 16 MiB throughput.
 
 Runs in the network namespaces of scripts/netns-nat (root only; built and removed here unless
-they already exist). Per cell, a sink in the destination namespace (with a circuit relay v2
-reservation on the public relay when it sits behind a NAT) and a fresh sender process in the
-source namespace; the sender connects directly when the destination is reachable (public,
-forwarded port), else through the relay, and then tries DCUtR hole punching for --punch
-seconds; the payload goes over whichever connection it ends on ("punched" = relayed first,
-then direct). Figures are medians over the fresh senders that delivered (of --repeats).
-A second table starts real CLI daemons one after another (public, public, cone, symmetric,
-forwarded; each bootstraps from the public ones) and times, from each one's process start,
-its first connection to the public node and its reachability verdict.
+they already exist). Real `peertrain node start` processes: three public nodes, a forwarded
+one, and listeners behind a cone and a symmetric NAT, all bootstrapped from the first public
+node only. Per repeat, two fresh dialers (behind another cone and another symmetric NAT) find
+each target by its bare peer ID (`resolve_peer`: DHT lookup and peer record, then direct
+addresses and circuits raced), wait up to --punch seconds for DCUtR to make a relayed
+connection direct, and fetch a 16 MiB tensor from it through the tensor service (`debug.fetch`).
 
-    sudo .venv/bin/python benchmarks/nat.py [--repeats 3] [--mib 16] [--punch 5]
+    first conn ms   resolve_peer: DHT lookup + dial (direct or through a relay)
+    ends on         direct | punched (relayed, then direct by DCUtR) | relayed
+    MB/s            the payload over whatever connection the pair ends on
+
+A second table gives each daemon's start → reachability verdict and → relays held.
+
+    sudo .venv/bin/python benchmarks/nat.py [--repeats 2] [--mib 16] [--punch 20]
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
-import itertools
 import statistics
 import tempfile
 import time
-from contextlib import ExitStack
 from pathlib import Path
 
 try:
@@ -31,16 +32,16 @@ except ImportError:  # run as a script from the benchmarks folder
     from _report import print_json, print_table
 
 ROOT = Path(__file__).resolve().parents[1]
-PORT = 4700
-# (source namespace, destination namespace, matrix cell)
+# (dialer, target, matrix cell)
 CELLS = [
-    ("cone", "pub2", "cone → public"),
+    ("cone2", "pub2", "cone → public"),
     ("cone2", "fwd", "cone → forwarded"),
     ("cone2", "cone", "cone → cone"),
-    ("sym", "cone", "symmetric → cone"),
-    ("cone", "sym", "cone → symmetric"),
+    ("sym2", "cone", "symmetric → cone"),
+    ("cone2", "sym", "cone → symmetric"),
     ("sym2", "sym", "symmetric → symmetric"),
 ]
+FIELDS = ["ends_on", "delivered", "first_conn_ms", "direct_after_s", "mb_per_s"]
 
 
 def load_netns():
@@ -50,138 +51,174 @@ def load_netns():
     return module
 
 
-def start_sinks(
-    world, stack: ExitStack, relay_addr: str
-) -> tuple[dict[str, str], dict[str, float]]:
-    """Destination address per namespace (circuit for NATed ones) and reservation times."""
-    targets, reserve_ms = {}, {}
-    for name in sorted({dst for _, dst, _ in CELLS}):
-        port = world.FORWARDED_PORT if name == "fwd" else PORT
-        args = ["sink", "--listen", f"/ip4/{world.ip_of(name)}/tcp/{port}"]
-        nated = name in world.NATED and name != "fwd"
-        role = world.Role(name, args + (["--relay", relay_addr] if nated else []))
-        stack.callback(role.stop)
-        addr = role.line("addr")["addr"]
-        if nated:
-            reserved = role.line("circuit")
-            targets[name], reserve_ms[name] = reserved["circuit"], reserved["reserve_ms"]
-        elif name == "fwd":
-            peer = addr.rsplit("/p2p/", 1)[1]
-            targets[name] = f"/ip4/{world.WAN['fwd']}/tcp/{port}/p2p/{peer}"
-        else:
-            targets[name] = addr
-    return targets, reserve_ms
+class Nodes:
+    """Named daemons in namespaces; `stop_all` ends them (SIGTERM, then SIGKILL)."""
+
+    def __init__(self, world, base: Path):
+        self.world, self.base = world, base
+        self.by_name: dict = {}
+        self.started: dict[str, float] = {}
+
+    def start(self, key: str, ns: str, port: int, args: list[str]) -> None:
+        listen = ["--listen", f"/ip4/{self.world.ip_of(ns)}/tcp/{port}", "--log-format", "json"]
+        daemon = self.world.NamespacedDaemon(ns, self.base / key, [*args, *listen])
+        self.started[key] = time.monotonic()
+        self.by_name[key] = daemon.start()
+
+    def ready(self, key: str) -> dict:
+        return self.by_name[key].wait_ready(timeout=30)
+
+    def status(self, key: str) -> dict:
+        return self.by_name[key].status()
+
+    def call(self, key: str, method: str, params: dict, timeout: float = 30.0):
+        from peertrain.node.control import call_sync
+
+        return call_sync(self.by_name[key].control_socket, method, params, timeout=timeout)
+
+    def stop(self, key: str) -> None:
+        self.by_name.pop(key).stop()
+
+    def stop_all(self) -> None:
+        for daemon in self.by_name.values():
+            daemon.send_signal()
+        for daemon in self.by_name.values():
+            daemon.stop()
 
 
-def measure(world, repeats: int, nbytes: int, punch: float) -> tuple[list[list], dict]:
-    rows, figures = [], {}
-    ports = itertools.count(PORT + 10)  # a fresh listen port per sender: no stale NAT state
-    with ExitStack() as stack:
-        relay = world.Role("pub", ["relay", "--listen", f"/ip4/10.213.0.10/tcp/{PORT}"])
-        stack.callback(relay.stop)
-        targets, reserve_ms = start_sinks(world, stack, relay.line("addr")["addr"])
-        for src, dst, cell in CELLS:
-            via_relay = "p2p-circuit" in targets[dst]
-            runs, failures = [], []
-            for _ in range(repeats):
+def wait_for(predicate, timeout: float):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    return None
+
+
+def start_world(nodes: Nodes) -> tuple[dict[str, str], dict[str, dict]]:
+    """Public, forwarded and listening NATed daemons; their peer IDs and start-up figures."""
+    nodes.start("pub", "pub", 4001, ["node", "start"])
+    ids = {"pub": nodes.ready("pub")["peer_id"]}
+    boot = nodes.status("pub")["share"]
+    start = ["node", "start", "--bootstrap", boot]
+    for key, ns, port in (("pub2", "pub2", 4001), ("pub3", "pub", 4002), ("fwd", "fwd", 4001)):
+        nodes.start(key, ns, port, start)
+    for key in ("cone", "sym"):
+        nodes.start(key, key, 4001, start)
+    for key in ("pub2", "pub3", "fwd", "cone", "sym"):
+        ids[key] = nodes.ready(key)["peer_id"]
+    figures = {}
+    for key in ids:
+        verdict_at = wait_for(
+            lambda k=key: _verdict(nodes, k) != "unknown" and time.monotonic(), 60
+        )
+        relays_at = None
+        if _verdict(nodes, key) == "private":
+            relays_at = wait_for(
+                lambda k=key: (
+                    len(nodes.status(k)["reachability"]["relays"]) >= 2 and time.monotonic()
+                ),
+                40,
+            )
+        figures[key] = {
+            "verdict": _verdict(nodes, key),
+            "verdict_s": _since(nodes, key, verdict_at),
+            "relays_s": _since(nodes, key, relays_at),
+        }
+    return ids, figures
+
+
+def _verdict(nodes: Nodes, key: str) -> str:
+    return nodes.status(key)["reachability"]["status"]
+
+
+def _since(nodes: Nodes, key: str, at: float | None) -> float | None:
+    return None if not at else round(at - nodes.started[key], 2)
+
+
+def measure_cell(nodes: Nodes, src: str, dst: str, dst_id: str, checksum: str, punch: float):
+    started = time.perf_counter()
+    found = nodes.call(src, "resolve_peer", {"peer": dst_id, "timeout": 9.0})
+    first_ms = round((time.perf_counter() - started) * 1000, 1)
+    relayed_first = found.get("connection") == "relayed"
+    direct_after = None
+    if relayed_first:
+        direct_at = wait_for(
+            lambda: (
+                nodes.status(src)["reachability"]["connections"].get(dst_id) == "direct"
+                and time.perf_counter()
+            ),
+            punch,
+        )
+        direct_after = round(direct_at - started, 2) if direct_at else None
+    got = nodes.call(src, "debug.fetch", {"peer": dst_id, "checksum": checksum})
+    ends = got["connection"]
+    if relayed_first and ends == "direct":
+        ends = "punched"
+    return {
+        "ends_on": ends,
+        "first_conn_ms": first_ms,
+        "direct_after_s": direct_after,
+        "mb_per_s": got["mb_per_s"],
+        "already_connected": found.get("how") == "connected",
+    }
+
+
+def measure(world, base: Path, repeats: int, mib: int, punch: float):
+    nodes = Nodes(world, base)
+    runs: dict[str, list[dict]] = {cell: [] for _, _, cell in CELLS}
+    failures: dict[str, list[str]] = {cell: [] for _, _, cell in CELLS}
+    try:
+        ids, startup = start_world(nodes)
+        boot = nodes.status("pub")["share"]
+        offers = {
+            k: nodes.call(k, "debug.offer", {"mib": mib}) for k in ("pub2", "fwd", "cone", "sym")
+        }
+        for repeat in range(repeats):
+            dialers = {"cone2": f"cone2-{repeat}", "sym2": f"sym2-{repeat}"}
+            for ns, key in dialers.items():
+                nodes.start(key, ns, 4001 + repeat, ["node", "start", "--bootstrap", boot])
+            for key in dialers.values():
+                nodes.ready(key)
+                nodes.call(key, "debug.offer", {"mib": 1})  # loads torch before the clock runs
+            for src, dst, cell in CELLS:
                 try:
-                    runs.append(
-                        world.send(
-                            src,
-                            targets[dst],
-                            nbytes,
-                            punch=punch if via_relay else 0.0,
-                            port=next(ports),
+                    runs[cell].append(
+                        measure_cell(
+                            nodes, dialers[src], dst, ids[dst], offers[dst]["checksum"], punch
                         )
                     )
-                except RuntimeError as exc:  # counted, and the reason kept for the JSON line
-                    failures.append(str(exc).splitlines()[-1][:200])
-            rows.append(row(cell, via_relay, runs, reserve_ms.get(dst), repeats))
-            figures[cell] = dict(zip(FIELDS, rows[-1][1:], strict=True)) | {"failures": failures}
-    return rows, figures
+                except Exception as exc:  # counted, and the reason kept for the JSON line
+                    failures[cell].append(str(exc).splitlines()[0][:200])
+            for key in dialers.values():
+                nodes.stop(key)
+    finally:
+        nodes.stop_all()
+    return runs, failures, startup
 
 
-FIELDS = ["ends_on", "delivered", "connect_ms", "reserve_ms", "punch_s", "mb_per_s"]
-
-
-def row(cell: str, via_relay: bool, runs: list[dict], reserve: float | None, repeats: int) -> list:
+def row(cell: str, runs: list[dict], repeats: int) -> list:
     delivered = f"{len(runs)}/{repeats}"
     if not runs:
-        return [cell, "failed", delivered, None, reserve, None, None]
-    relayed = {r["relayed"] for r in runs}
-    how = "relayed" if relayed == {True} else "direct" if relayed == {False} else "mixed"
-    if via_relay and how == "direct":
-        how = "punched"  # relayed first, then a direct connection by DCUtR
-    punch_s = [r["punch_s"] for r in runs if r.get("punch_s") is not None]
+        return [cell, "failed", delivered, None, None, None]
+    ends = sorted({r["ends_on"] for r in runs})
+    after = [r["direct_after_s"] for r in runs if r["direct_after_s"] is not None]
     return [
         cell,
-        how,
+        "/".join(ends),
         delivered,
-        round(statistics.median(r["connect_s"] for r in runs) * 1000, 1),
-        reserve,
-        round(statistics.median(punch_s), 2) if punch_s else None,
+        statistics.median(r["first_conn_ms"] for r in runs),
+        statistics.median(after) if after else None,
         statistics.median(r["mb_per_s"] for r in runs),
     ]
 
 
-def measure_daemons(world, base: Path) -> tuple[list[list], dict]:
-    """CLI daemons: seconds from start to connected to the public node, and to a verdict."""
-    names = ["pub", "pub2", "cone", "sym", "fwd"]
-    daemons, rows, figures = [], [], {}
-    try:
-        shares: list[str] = []
-        for name in names:
-            args = world.daemon_args(name, bootstrap=shares[:2])
-            daemon = world.NamespacedDaemon(name, base / name, args)
-            started = time.monotonic()
-            daemons.append(daemon.start())
-            status = daemon.wait_ready(timeout=30)
-            daemon.started, daemon.ready_at = started, time.monotonic()
-            shares.append(status["share"])
-        public_id = shares[0].rsplit("/p2p/", 1)[1]
-        connected = poll_all(daemons, lambda d: d.name == "pub" or public_id in d.status()["peers"])
-        connected["pub"] = None  # the public node itself: nothing to connect to
-        decided = poll_all(daemons, lambda d: d.status()["reachability"]["status"] != "unknown")
-        for daemon in daemons:
-            verdict = daemon.status()["reachability"]["status"]
-            times = [
-                since(daemon, t)
-                for t in (daemon.ready_at, connected[daemon.name], decided[daemon.name])
-            ]
-            rows.append([daemon.name, verdict, *times])
-            figures[daemon.name] = dict(zip(DAEMON_FIELDS, rows[-1][1:], strict=True))
-    finally:
-        for daemon in daemons:
-            daemon.send_signal()
-        for daemon in daemons:
-            daemon.stop()
-    return rows, figures
-
-
-DAEMON_FIELDS = ["verdict", "ready_s", "connected_s", "verdict_s"]
-
-
-def poll_all(daemons, predicate, timeout: float = 60.0) -> dict[str, float | None]:
-    """When `predicate` first held for each daemon (all polled together), by name."""
-    first: dict[str, float | None] = {d.name: None for d in daemons}
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and None in first.values():
-        for daemon in daemons:
-            if first[daemon.name] is None and predicate(daemon):
-                first[daemon.name] = time.monotonic()
-        time.sleep(0.05)
-    return first
-
-
-def since(daemon, at: float | None) -> float | None:
-    return None if at is None else round(at - daemon.started, 2)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--mib", type=int, default=16)
-    parser.add_argument("--punch", type=float, default=5.0, help="seconds of DCUtR per sender")
+    parser.add_argument("--punch", type=float, default=20.0, help="seconds to wait for DCUtR")
     args = parser.parse_args()
     world = load_netns()
     reason = world.why_unavailable()
@@ -192,38 +229,43 @@ def main() -> None:
     existed = world.exists()
     world.setup()
     try:
-        rows, figures = measure(world, args.repeats, args.mib << 20, args.punch)
         with tempfile.TemporaryDirectory() as home:
-            daemon_rows, daemon_figures = measure_daemons(world, Path(home))
+            runs, failures, startup = measure(world, Path(home), args.repeats, args.mib, args.punch)
     finally:
         if not existed:
             world.teardown()
-    header = [
-        "cell (sender → receiver)",
-        "ends on",
-        "delivered",
-        "first conn ms",
-        "reservation ms",
-        "punch s",
-        "MB/s",
-    ]
+    rows = [row(cell, runs[cell], args.repeats) for _, _, cell in CELLS]
     print_table(
-        f"NAT matrix, {args.mib} MiB payload, medians over {args.repeats} senders per cell",
-        header,
+        f"NAT matrix through CLI daemons, {args.mib} MiB tensor, medians over {args.repeats} "
+        "fresh dialers per cell",
+        [
+            "cell (dialer → target)",
+            "ends on",
+            "delivered",
+            "first conn ms",
+            "direct after s",
+            "MB/s",
+        ],
         [["-" if v is None else v for v in r] for r in rows],
     )
     print_table(
-        "CLI daemons (node start): seconds from process start until ready / connected to the "
-        "public node / reachability verdict",
-        ["node", "verdict", "ready s", "connected s", "verdict s"],
-        [["-" if v is None else v for v in r] for r in daemon_rows],
+        "daemons: seconds from process start to reachability verdict / to 2 relays held",
+        ["node", "verdict", "verdict s", "relays s"],
+        [
+            [k, f["verdict"], f["verdict_s"] or "-", f["relays_s"] or "-"]
+            for k, f in startup.items()
+        ],
     )
+    cells = {
+        r[0]: dict(zip(FIELDS, r[1:], strict=True)) | {"failures": failures[r[0]]} for r in rows
+    }
     print_json(
         {
             "payload_mib": args.mib,
             "repeats": args.repeats,
-            "cells": figures,
-            "daemons": daemon_figures,
+            "cells": cells,
+            "runs": runs,
+            "daemons": startup,
         }
     )
 

@@ -41,7 +41,7 @@ class HolePunch:
     """Upgrades relayed connections we dialed; remembers the outcome per peer (bounded)."""
 
     def __init__(
-        self, host: IHost, dcutr: Any, dialer: Dialer, *, budget: float = 10.0, watch: float = 60.0
+        self, host: IHost, dcutr: Any, dialer: Dialer, *, budget: float = 20.0, watch: float = 60.0
     ):
         self.host, self.dcutr, self.dialer = host, dcutr, dialer
         self.budget, self.watch = budget, watch
