@@ -125,24 +125,29 @@ class PipelineServer:
         entries.pop(self.me, None)  # a restarted server: our old record says nothing of need
         return stage_for_new_peer(stage_views(entries, [self.spec.demand(s) for s in range(self.spec.stages)]))
 
-    def _stage_peers(self) -> list[str]:
+    def _peers_in(self, stage: int) -> list[str]:
+        """The other live servers of `stage`, as RunState tells us now."""
         entries, _ = self._view()
-        return sorted(p for p, e in entries.items() if e.stage == self.stage and p != self.me)
+        return sorted(p for p, e in entries.items() if e.stage == stage and p != self.me)
 
-    async def _become(self, stage: int, *, period: int | None = None) -> None:
-        """Serve `stage` with its current state, downloaded from one of its servers if any."""
+    def _build(self, stage: int) -> StageServer:
+        """A fresh server of `stage` from the run's config and seed (sync: call in a thread)."""
         spec = self.spec
         module = mlp_stage_module(spec.model_config(), spec.stages, stage, seed=spec.seed)
-        server = StageServer(
+        return StageServer(
             module,
             stage=stage,
             is_last=stage == spec.stages - 1,
             codec=spec.codec,
             optimizer=lambda params: torch.optim.Adam(params, lr=spec.lr),
         )
+
+    async def _become(self, stage: int, *, period: int | None = None) -> None:
+        """Serve `stage` with its current state, downloaded from one of its servers if any."""
+        server = await trio.to_thread.run_sync(self._build, stage, limiter=self._thread)
         completed = 0
         async with self._serve:  # the call in progress finishes first; none starts meanwhile
-            for donor in [p for p, e in self._view()[0].items() if e.stage == stage and p != self.me][:3]:
+            for donor in self._peers_in(stage)[:3]:
                 try:
                     flat, adam_step, completed = await self.transport.state(donor, stage=stage)
                     await trio.to_thread.run_sync(import_state, server, flat, adam_step, limiter=self._thread)
@@ -153,7 +158,11 @@ class PipelineServer:
             old = self.stage
             self.server, self.stage = server, stage
             self.averager = StageAverager(
-                server, me=self.me, fetch=self._fetch_gradients, peers=self._stage_peers, completed=completed
+                server,
+                me=self.me,
+                fetch=lambda peer, round_: self.transport.gradients(peer, stage=stage, round_=round_),
+                peers=lambda: self._peers_in(stage),
+                completed=completed,
             )
             self._ema = ThroughputEMA(beta=0.9)
             await self._measure_once(server)
@@ -179,9 +188,6 @@ class PipelineServer:
         if self.spec.base_seconds > 0:
             target = self.spec.base_seconds * work / self.speed
             await trio.sleep(max(0.0, target - (trio.current_time() - started)))
-
-    async def _fetch_gradients(self, peer: str, round_: int) -> tuple[torch.Tensor, int]:
-        return await self.transport.gradients(peer, stage=self.stage, round_=round_)
 
     # --- announcements -----------------------------------------------------------------------
     def throughput(self) -> float:
@@ -318,7 +324,7 @@ class PipelineServer:
             self._ema.update((trio.current_time() - started) / work)
             self.calls += 1
         if req.op != "forward" and self.averager is not None and self._nursery is not None:
-            share = -(-self.spec.target_batch // (1 + len(self._stage_peers())))
+            share = -(-self.spec.target_batch // (1 + len(self._peers_in(self.stage))))
             await self.averager.maybe_start(self._nursery, share)
         prepared = () if result is None else (prepare_boundary(result),)
         return req.reply(StageReply, loss=float(loss), tensors=tuple(p.header for p in prepared)), prepared
