@@ -16,12 +16,14 @@ one speed: the heterogeneous case rebalancing exists for). `--speeds` needs `bas
 The report (JSON): `throughput` (trainers' samples/s in the SWARM phase), `ideal_throughput`
 (min over stages of Σ its servers' capacities / the stage's demand, capacities from `--speeds`
 and `base_seconds`: what the padded servers could do on an idle machine),
-`measured_ideal_throughput` (the same from the throughputs servers measured and announced, at
-the end, i.e. with the machine's real contention and after a kill),
+`final_ideal_throughput` (the same for the layout at the end: after rebalancing moves and a kill),
+`measured_ideal_throughput` (that from the throughputs servers measured and announced, at
+the end, i.e. with the machine's real contention),
 `static_throughput` (a fixed one-server-per-stage pipeline measured by the same trainers in the
 same processes during the first `static_seconds` of the run, before the SWARM phase: no second
 start-up, the same conditions), `lost_microbatches`, `retries`, `initial_loss`, `final_loss`
-(training loss of the first / last microbatches), `stage_sizes` over time, and the kill.
+(training loss of the first / last microbatches), `stage_sizes` over time (polled once training
+runs), `moves` (every rebalancing move, timed from the supervisor's start), and the kill.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ class PipelineSwarm:
         self.roles: list[dict[str, Any]] = []
         self.killed: dict[str, Any] | None = None
         self.stage_sizes: list[dict[str, Any]] = []
+        self.started_wall = time.time()  # `moves` in the report are timed from here (servers' clocks)
 
     def start(self) -> None:
         opts = self.options
@@ -235,11 +238,14 @@ def _report(swarm: PipelineSwarm, runs: list[dict[str, Any] | None]) -> dict[str
     demand = spec.get("demand") or [1.0] * opts.stages
     capacity = [sum(r["throughput"] for r in alive if r["stage"] == s) / demand[s] for s in range(opts.stages)]
     base = spec.get("base_seconds", 0.0)
-    nominal = None
-    if base:
-        nominal = min(
-            sum(v for s, v in opts.server_plan() if s == stage) / (demand[stage] * base) for stage in range(opts.stages)
-        )
+
+    def nominal(layout: list[tuple[int, float]]) -> float | None:
+        """Σ of the slowest stage's server capacities, from speeds and base_seconds."""
+        if not base:
+            return None
+        return min(sum(v for s, v in layout if s == stage) / (demand[stage] * base) for stage in range(opts.stages))
+
+    initial = nominal(opts.server_plan())
     statics = [t["static"]["throughput"] for t in trainers if t.get("static")]
 
     def mean(key: str) -> float | None:
@@ -248,7 +254,8 @@ def _report(swarm: PipelineSwarm, runs: list[dict[str, Any] | None]) -> dict[str
 
     return {
         "throughput": sum(t["swarm_samples"] / t["swarm_seconds"] for t in trainers if t.get("swarm_seconds")),
-        "ideal_throughput": nominal if nominal is not None else (min(capacity) if capacity else None),
+        "ideal_throughput": initial if initial is not None else (min(capacity) if capacity else None),
+        "final_ideal_throughput": nominal([(r["stage"], r["speed"]) for r in alive]),
         "measured_ideal_throughput": min(capacity) if capacity else None,
         "static_throughput": sum(statics) if len(statics) == len(trainers) and statics else None,
         "lost_microbatches": sum(t["lost_microbatches"] for t in trainers),
@@ -258,6 +265,15 @@ def _report(swarm: PipelineSwarm, runs: list[dict[str, Any] | None]) -> dict[str
         "initial_loss": mean("initial_loss"),
         "final_loss": mean("loss"),
         "stage_sizes": swarm.stage_sizes,
+        "moves": sorted(
+            (
+                {"node": i, "t": round(m["at"] - swarm.started_wall, 2), "from": m["from"], "to": m["to"]}
+                for i, r in enumerate(runs[: opts.nodes])
+                if r
+                for m in r.get("moves", [])
+            ),
+            key=lambda m: m["t"],
+        ),
         "killed": swarm.killed,
         "servers": [
             {

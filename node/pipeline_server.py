@@ -37,7 +37,7 @@ from peertrain.protocol.framing import read_message, write_message
 from peertrain.protocol.messages import ErrorCode, ErrorResponse, Request
 from peertrain.swarm.pipeline.averaging import StageAverager
 from peertrain.swarm.pipeline.boundary import pack
-from peertrain.swarm.pipeline.membership import server_role, servers, stage_views
+from peertrain.swarm.pipeline.membership import in_static_phase, server_role, servers, stage_views
 from peertrain.swarm.pipeline.migration import export_state, import_state
 from peertrain.swarm.pipeline.rebalance import plan_move, stage_for_new_peer
 from peertrain.swarm.pipeline.run_spec import PipelineSpec
@@ -226,6 +226,8 @@ class PipelineServer:
             midpoint = (int(now // period_s) + 0.5) * period_s
             await trio.sleep(midpoint - now if midpoint > now else midpoint + period_s - now)
             period = int(time.time() // period_s)
+            if in_static_phase(self.session.state):
+                continue
             _, views = self._view()
             move = plan_move(views, period)
             if move is not None and move.peer == self.me and move.source == self.stage:

@@ -11,8 +11,10 @@ servers from RunState (swarm/pipeline/membership.py) and:
 - moves a server that now announces another stage (a rebalancing move) to that stage's wiring.
 
 With `static_seconds` > 0 the run opens with a fixed pipeline (per stage the server announcing
-the most throughput, lowest peer ID on ties) for that long: the baseline the report's
-`static_throughput` compares with, measured in the same conditions as the SWARM phase after it.
+the most throughput, lowest peer ID on ties; replaced by the next one only if it fails) for that
+long: the baseline the report's `static_throughput` compares with, measured in the same
+conditions as the SWARM phase after it. The trainer announces itself `pipeline-trainer/static`
+meanwhile, and servers hold rebalancing until no trainer does.
 
 Data: the digits training rows are dealt over `shards` by a seeded hash of this trainer's peer
 ID, so trainers usually read different rows. Losses are training losses of the microbatches as
@@ -29,7 +31,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import trio
-from peertrain.swarm.pipeline.membership import TRAINER_ROLE, ServerEntry, servers
+from peertrain.swarm.pipeline.membership import STATIC_TRAINER_ROLE, TRAINER_ROLE, ServerEntry, servers
 from peertrain.swarm.pipeline.run_spec import PipelineSpec
 from peertrain.swarm.pipeline.trainer import PipelineTrainer, TrainerConfig
 from peertrain.swarm.pipeline.wiring import PipelineWiring
@@ -100,11 +102,14 @@ class PipelineTrainerService:
 
     async def _announce_loop(self) -> None:
         while True:
-            rate = self._recent_throughput()
-            self.session.replicator.writer.announce(
-                role=TRAINER_ROLE, addrs=self.daemon.addrs()[:8], throughput=rate, lease_ms=LEASE_MS
-            )
+            self._announce()
             await trio.sleep(ANNOUNCE_EVERY)
+
+    def _announce(self) -> None:
+        role = STATIC_TRAINER_ROLE if self.phase == "static pipeline" else TRAINER_ROLE
+        self.session.replicator.writer.announce(
+            role=role, addrs=self.daemon.addrs()[:8], throughput=self._recent_throughput(), lease_ms=LEASE_MS
+        )
 
     def _entries(self) -> dict[str, ServerEntry]:
         return servers(self.session.state, self.spec.stages)
@@ -127,22 +132,34 @@ class PipelineTrainerService:
         step = 0
         if spec.static_seconds > 0:
             self.phase = "static pipeline"
+            self._announce()  # servers hold rebalancing while we measure
             fixed = PipelineWiring(spec.stages, seed=seed % 1_000_003)
-            for stage, peer in self._fastest().items():
-                fixed[stage].announce(peer)
             trainer = self._trainer(fixed, config)
             started = time.monotonic()
-            step = await self._steps(trainer, batches, step, until=started + spec.static_seconds)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._keep_fixed, fixed)
+                step = await self._steps(trainer, batches, step, until=started + spec.static_seconds)
+                nursery.cancel_scope.cancel()
             elapsed = time.monotonic() - started
             stats = trainer.statistics()
             self.static = {"samples": stats.samples, "seconds": elapsed, "throughput": stats.samples / elapsed}
         self.phase = "swarm"
+        self._announce()
         trainer = self._trainer(wiring, config)
         self.swarm_started = time.monotonic()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._sync_loop, sync)
             await self._steps(trainer, batches, step, until=None)
             nursery.cancel_scope.cancel()
+
+    async def _keep_fixed(self, fixed: PipelineWiring) -> None:
+        """The static pipeline: one server per stage, the fastest; replaced only if it fails."""
+        while True:
+            best = self._fastest()
+            for stage in range(self.spec.stages):
+                if not fixed[stage].peers and stage in best:
+                    fixed[stage].announce(best[stage])
+            await trio.sleep(SYNC_EVERY)
 
     def _fastest(self) -> dict[int, str]:
         best: dict[int, tuple[float, str]] = {}

@@ -1,13 +1,14 @@
 """Who serves which stage, read from the replicated RunState: the view every peer decides from.
 
-A stage server's member record (crdt/records.py) carries its role `pipeline-server/<stage>` and
-its measured throughput; it renews the record every second or so with a short lease, so a dead
-server drops out of every view by itself when its lease runs out, and a move is one write of a
-new role. Trainers are `pipeline-trainer`. Trainers build their wiring from this view;
-servers run the rebalancing rule (rebalance.py) on it. RunState is a CRDT, so every peer
-converges on the same view without asking anyone; the DHT stage keys carry the same facts for
-peers outside the run (discovery), but a DHT get stops at the first replica and may miss
-entries, so decisions are taken on RunState.
+A stage server's member record (crdt/records.py) carries its role `pipeline-server/<stage>` and its
+measured throughput; it renews the record every few seconds with a short lease, so a dead server
+drops out of every view by itself when its lease runs out, and a move is one write of a new role.
+Trainers are `pipeline-trainer` (`pipeline-trainer/static` while they measure the fixed-pipeline
+baseline, during which servers do not rebalance). Trainers build their wiring from this view;
+servers run the rebalancing rule (rebalance.py) on it. RunState is a CRDT, so every peer converges
+on the same view without asking anyone; the DHT stage keys carry the same facts for peers outside
+the run (discovery), but a DHT get stops at the first replica and may miss entries, so decisions
+are taken on RunState.
 
 A server that has not measured itself yet announces throughput 0; the view counts it as fast
 as the mean of its measured peers (1.0 when none is measured), as the wiring does, so a fresh
@@ -25,6 +26,7 @@ from .rebalance import StageView
 
 SERVER_ROLE = "pipeline-server/"
 TRAINER_ROLE = "pipeline-trainer"
+STATIC_TRAINER_ROLE = "pipeline-trainer/static"  # measuring the fixed-pipeline baseline
 
 
 def server_role(stage: int) -> str:
@@ -57,7 +59,14 @@ def servers(state: RunState, num_stages: int) -> dict[str, ServerEntry]:
 
 
 def trainers(state: RunState) -> list[str]:
-    return sorted(p for p, m in state.members().items() if m.info.role == TRAINER_ROLE)
+    roles = (TRAINER_ROLE, STATIC_TRAINER_ROLE)
+    return sorted(p for p, m in state.members().items() if m.info.role in roles)
+
+
+def in_static_phase(state: RunState) -> bool:
+    """Some trainer is measuring the static baseline: servers hold rebalancing meanwhile, or the
+    baseline would be measured on a layout that moves under it."""
+    return any(m.info.role == STATIC_TRAINER_ROLE for m in state.members().values())
 
 
 def stage_views(entries: Mapping[str, ServerEntry], demands: list[float]) -> list[StageView]:
