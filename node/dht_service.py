@@ -32,6 +32,7 @@ from .penalties import PeerScoreboard
 log = logging.getLogger(__name__)
 
 MAX_REMEMBERED = 64  # resolutions shown in status
+QUICK_DIAL = 2.0  # seconds for a lookup's addresses before the peer record (circuits) is read
 
 
 class DhtService:
@@ -94,15 +95,23 @@ class DhtService:
                 log.info("dht: looking up %s timed out; reading its peer record", peer)
                 found = None
             addrs = list(found.info.addrs) if found else []
-            if not any("/p2p-circuit" in str(a) for a in addrs):  # the record's come first:
-                record = await self._record_addrs(peer)  # dialed-back addresses lead it
-                addrs = [*record, *(a for a in addrs if a not in record)]
-            if not addrs:
-                raise ControlError(f"no peer in the DHT knows {peer}")
-            try:
-                kind = await self.connect(peer, addrs)
-            except NodeError as exc:
-                raise ControlError(f"found {peer} but {exc}") from None
+            kind = None
+            if addrs and not any("/p2p-circuit" in str(a) for a in addrs):
+                with trio.move_on_after(QUICK_DIAL):  # a lookup's addresses often just work
+                    try:
+                        kind = await self.connect(peer, addrs)
+                    except NodeError:
+                        pass
+            if kind is None:
+                if not any("/p2p-circuit" in str(a) for a in addrs):  # the record's first:
+                    record = await self._record_addrs(peer)  # dialed-back addresses lead it
+                    addrs = [*record, *(a for a in addrs if a not in record)]
+                if not addrs:
+                    raise ControlError(f"no peer in the DHT knows {peer}")
+                try:
+                    kind = await self.connect(peer, addrs)
+                except NodeError as exc:
+                    raise ControlError(f"found {peer} but {exc}") from None
             entry = self._remember(peer, found.how if found else "record", [str(a) for a in addrs])
             return {**entry, "connection": kind}
         raise ControlError(f"could not resolve {peer} within {within:.0f} s")

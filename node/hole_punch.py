@@ -78,17 +78,31 @@ class HolePunch:
             self._active.discard(peer)
 
     async def _punch(self, peer: ID, circuit: Multiaddr) -> int:
+        """DCUtR for at most `budget` s; meanwhile, a relayed connection that a failed attempt
+        closed is dialed again at once (an attempt through a symmetric NAT can last 20-50 s)."""
         redials = 0
-        with trio.move_on_after(self.budget):
-            while connection_kind(self.host, peer) == "relayed":
+
+        async def attempts() -> None:
+            while connection_kind(self.host, peer) != "direct":
                 try:
                     if await self.dcutr.initiate_hole_punch(peer):
                         break
-                except Exception as exc:  # a failed attempt: the relayed connection may be gone
+                except Exception as exc:  # a failed attempt
                     log.debug("hole punch to %s: %s", peer, exc)
+                await trio.sleep(0.5)
+            nursery.cancel_scope.cancel()
+
+        async def keep_circuit() -> None:
+            nonlocal redials
+            while True:
                 if connection_kind(self.host, peer) is None:
                     redials += await self._redial(peer, circuit)
                 await trio.sleep(0.5)
+
+        with trio.move_on_after(self.budget):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(attempts)
+                nursery.start_soon(keep_circuit)
         if connection_kind(self.host, peer) is None:
             redials += await self._redial(peer, circuit)
         return redials

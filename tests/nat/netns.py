@@ -6,14 +6,10 @@ torn down at the end of the session, which also ends anything an aborted test le
 
 from __future__ import annotations
 
-import json
 import os
-import queue
 import shutil
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 from peertrain.node.processes import DaemonProcess
@@ -117,74 +113,3 @@ def daemon_args(name: str, *, bootstrap: list[str] = (), port: int = FORWARDED_P
     for addr in bootstrap:
         args += ["--bootstrap", addr]
     return args
-
-
-NAT_NODE = Path(__file__).with_name("nat_node.py")
-
-
-class Role:
-    """A `nat_node.py` process in a namespace: JSON lines out, stopped by closing its stdin."""
-
-    def __init__(self, name: str, args: list[str]):
-        argv = in_ns(name, [sys.executable, str(NAT_NODE), *args])
-        self.process = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        self._lines: queue.Queue[str | None] = queue.Queue(maxsize=1000)
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def line(self, key: str, timeout: float = 30.0) -> dict:
-        """The next JSON line that has `key`; fails if none comes within `timeout` seconds."""
-        deadline = time.monotonic() + timeout
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                raw = self._lines.get(timeout=left)
-            except queue.Empty:
-                break
-            if raw is None:
-                raise RuntimeError(f"nat_node exited with {self.process.wait()} before {key!r}")
-            if raw.startswith("{") and key in (fields := json.loads(raw)):
-                return fields
-        raise RuntimeError(f"nat_node printed no {key!r} within {timeout} s")
-
-    def _read(self) -> None:
-        for raw in self.process.stdout:
-            self._lines.put(raw)
-        self._lines.put(None)
-
-    def stop(self) -> None:
-        if self.process.stdin:
-            self.process.stdin.close()
-        try:
-            self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
-
-def send(
-    name: str,
-    to: str,
-    nbytes: int = 16 << 20,
-    timeout: float = 60,
-    *,
-    punch: float = 0.0,
-    port: int = 0,
-) -> dict:
-    """Run `nat_node.py send` in namespace `name`; its result line. With `punch` seconds, it
-    listens on `port` (hole punches leave from the listen port) and tries DCUtR over the relay."""
-    args = ["send", "--to", to, "--bytes", str(nbytes)]
-    if punch:
-        args += ["--punch", str(punch), "--listen", f"/ip4/{ip_of(name)}/tcp/{port}"]
-    argv = in_ns(name, [sys.executable, str(NAT_NODE), *args])
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    results = [json.loads(x) for x in out.stdout.splitlines() if x.startswith('{"connect_s"')]
-    if not results:
-        lines = [x.strip(" |") for x in out.stderr.splitlines()]
-        reason = next((x for x in reversed(lines) if "Error" in x or "Exception" in x), "no result")
-        raise RuntimeError(f"{out.stderr[-3000:]}\nsend from {name} failed: {reason}")
-    return results[0]

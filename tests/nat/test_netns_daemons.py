@@ -80,9 +80,10 @@ def test_daemons_report_their_reachability(nat_world, tmp_path):
         assert by_name["pub2"]["status"] == "public"
         for name in ("cone", "sym"):
             assert by_name[name]["status"] == "private", by_name[name]
-            assert by_name[name]["text"].startswith(
-                f"behind NAT: peers see you as {nat_world.WAN[name]}"
-            )
+            # "behind NAT: peers see you as …", or "behind NAT (peers see you as …): reachable
+            # through relays …" once it holds reservations (test_netns_matrix.py)
+            assert by_name[name]["text"].startswith("behind NAT"), by_name[name]
+            assert f"peers see you as {nat_world.WAN[name]}" in by_name[name]["text"]
         cone = next(d for d in daemons if d.name == "cone")
         shown = subprocess.run(
             [sys.executable, "-m", "peertrain", "status", "--home", str(cone.home)],
@@ -90,7 +91,8 @@ def test_daemons_report_their_reachability(nat_world, tmp_path):
             text=True,
             timeout=30,
         ).stdout
-        assert f"  reachable    behind NAT: peers see you as {nat_world.WAN['cone']}" in shown
+        assert "  reachable    behind NAT" in shown
+        assert f"peers see you as {nat_world.WAN['cone']}" in shown
         assert by_name["fwd"]["status"] == "public"
         assert by_name["fwd"]["addrs"] == ["/ip4/10.213.0.23/tcp/4001"]
         assert by_name["fwd"]["text"].startswith(
