@@ -25,13 +25,8 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 if TYPE_CHECKING:
     import torch
-
-_SIGN_OFF = 0x7FFFFFFF
-_TINY = 1e-30  # as in int8_blockwise: an all-zero block still gets a finite 1/scale
 
 
 def available() -> bool:
@@ -52,6 +47,8 @@ def quantize_fp32(
     With `residual`, quantizes `x + residual` and leaves in `residual` what the receiver will not
     see. Non-finite input produces non-finite scales; the caller checks them.
     """
+    import numpy as np
+
     fused, fused_feedback = _kernels()
     xs, sc, vs = x.numpy(), scales.numpy(), values.numpy()
     if residual is None:
@@ -63,59 +60,12 @@ def quantize_fp32(
 
 @functools.cache
 def _kernels() -> tuple[Any, Any] | None:
+    """The compiled kernels; numba, numpy and LLVM load here, never when the daemon starts."""
     try:  # a dependency, but a platform without numba's wheels still encodes (torch tiles)
         import numba
+
+        from . import _int8_kernels
     except ImportError:  # pragma: no cover - exercised only where numba is missing
         return None
     njit = numba.njit(nogil=True, cache=True, boundscheck=False, error_model="numpy")
-    return njit(_fused), njit(_fused_feedback)
-
-
-# Block loops index through per-block slices with `range(length)`: numba then knows every index
-# is non-negative and drops its negative-index wraparound, which otherwise turns loads into
-# gathers and defeats vectorisation.
-
-
-def _fused(x, xi, scales, scales_bits, values, block_size):  # pragma: no cover - compiled
-    n = x.size
-    for b in range(scales.size):
-        base = b * block_size
-        length = min(block_size, n - base)
-        bits = xi[base : base + length]
-        top = 0
-        for i in range(length):
-            v = bits[i] & _SIGN_OFF
-            top = v if v > top else top
-        scales_bits[b] = top
-        scale = max(scales[b], np.float32(_TINY)) / np.float32(127.0)
-        scales[b] = scale
-        inv = np.float32(1.0) / scale
-        xb = x[base : base + length]
-        vb = values[base : base + length]
-        for i in range(length):
-            vb[i] = np.int32(np.rint(xb[i] * inv))
-
-
-def _fused_feedback(x, r, ri, scales, scales_bits, values, block_size):  # pragma: no cover
-    n = x.size
-    for b in range(scales.size):
-        base = b * block_size
-        length = min(block_size, n - base)
-        xb = x[base : base + length]
-        rb = r[base : base + length]
-        for i in range(length):  # quantize x + residual, computed in the residual's memory
-            rb[i] += xb[i]
-        bits = ri[base : base + length]
-        top = 0
-        for i in range(length):
-            v = bits[i] & _SIGN_OFF
-            top = v if v > top else top
-        scales_bits[b] = top
-        scale = max(scales[b], np.float32(_TINY)) / np.float32(127.0)
-        scales[b] = scale
-        inv = np.float32(1.0) / scale
-        vb = values[base : base + length]
-        for i in range(length):
-            q = np.rint(rb[i] * inv)
-            vb[i] = np.int32(q)
-            rb[i] -= q * scale  # what the receiver will not see: (x + r) - q * scale
+    return njit(_int8_kernels.fused), njit(_int8_kernels.fused_feedback)
