@@ -20,7 +20,9 @@ so the two runs see the same data in the same order: eval accuracy on the digits
 With `--daemons SECONDS`: the same heterogeneous case over the network, 6 server daemons and 2
 trainer daemons as processes (`peertrain swarm local --mode swarm --speeds 1,2,4`), SECONDS of
 SWARM phase after a static-pipeline phase measured by the same trainers; its report's figures are
-added under `daemons_*` (its stages are dealt round-robin, so stage 0 holds the slowest servers).
+added under `daemons_*` (its stages are dealt round-robin, so stage 0 holds the slowest servers);
+then once more with rebalancing every 5 s (`daemons_rebalancing_*`): servers move towards the slow
+stage, and the ideal to compare with is that of the layout reached (`final_ideal_throughput`).
 Last line: one JSON object with the figures.
 """
 
@@ -190,20 +192,69 @@ async def main(args: argparse.Namespace) -> None:
         rows,
     )
     daemons = run_daemons(args.daemons, args.base) if args.daemons else {}
+    moving = run_daemons(args.daemons, args.base, rebalance=5.0) if args.daemons else {}
     if daemons:
         print_table(
-            "over the network: 6 server daemons (speeds 1,2,4 dealt over 3 stages) + 2 trainer daemons",
+            "over the network: 6 server daemons (speeds 1,2,4 dealt over 3 stages), 2 trainers",
             ["pipeline", "samples/s", "vs ideal", "vs static"],
             [
-                ["ideal", daemons["ideal_throughput"], 1.0, daemons["ideal_throughput"] / daemons["static_throughput"]],
-                ["swarm", daemons["throughput"], daemons["throughput"] / daemons["ideal_throughput"],
-                 daemons["throughput"] / daemons["static_throughput"]],
-                ["static", daemons["static_throughput"], daemons["static_throughput"] / daemons["ideal_throughput"], 1.0],
+                [
+                    "ideal",
+                    daemons["ideal_throughput"],
+                    1.0,
+                    daemons["ideal_throughput"] / daemons["static_throughput"],
+                ],
+                [
+                    "swarm",
+                    daemons["throughput"],
+                    daemons["throughput"] / daemons["ideal_throughput"],
+                    daemons["throughput"] / daemons["static_throughput"],
+                ],
+                [
+                    "static",
+                    daemons["static_throughput"],
+                    daemons["static_throughput"] / daemons["ideal_throughput"],
+                    1.0,
+                ],
+            ],
+        )
+        final_ideal = moving["final_ideal_throughput"]
+        print_table(
+            "the same with rebalancing every 5 s (ideal and static of the layout the moves reach)",
+            ["pipeline", "samples/s", "vs final ideal", "vs static", "layouts"],
+            [
+                [
+                    "ideal (final layout)",
+                    final_ideal,
+                    1.0,
+                    final_ideal / moving["static_throughput"],
+                    "",
+                ],
+                [
+                    "swarm",
+                    moving["throughput"],
+                    moving["throughput"] / final_ideal,
+                    moving["throughput"] / moving["static_throughput"],
+                    " → ".join(str(s["sizes"]) for s in moving["stage_sizes"]),
+                ],
+                [
+                    "static",
+                    moving["static_throughput"],
+                    moving["static_throughput"] / final_ideal,
+                    1.0,
+                    "",
+                ],
             ],
         )
     print_json(
         {
             **{f"daemons_{k}": v for k, v in daemons.items() if k in DAEMON_KEYS},
+            **{
+                f"daemons_rebalancing_{k}": v
+                for k, v in moving.items()
+                if k in (*DAEMON_KEYS, "final_ideal_throughput")
+            },
+            "daemons_rebalancing_moves": len(moving.get("moves", [])),
             "throughput": swarm_tp,
             "ideal_throughput": ideal,
             "static_throughput": static_tp,
@@ -225,19 +276,52 @@ async def main(args: argparse.Namespace) -> None:
     )
 
 
-DAEMON_KEYS = ("throughput", "ideal_throughput", "static_throughput", "lost_microbatches", "initial_loss",
-               "final_loss", "startup_s")
+DAEMON_KEYS = (
+    "throughput",
+    "ideal_throughput",
+    "static_throughput",
+    "lost_microbatches",
+    "initial_loss",
+    "final_loss",
+    "startup_s",
+)
 
 
-def run_daemons(seconds: float, base: float) -> dict:
+def run_daemons(seconds: float, base: float, *, rebalance: float = 0.0) -> dict:
     """`peertrain swarm local --mode swarm` with speeds 1,2,4; its JSON report."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         subprocess.run(
-            [sys.executable, "-m", "peertrain", "swarm", "local", "--mode", "swarm", "--nodes", "6", "--stages",
-             str(STAGES), "--trainers", "2", "--speeds", ",".join(f"{s:g}" for s in SPEEDS), "--set",
-             f"base_seconds={base}", "--set", "static_seconds=6", "--duration", str(seconds), "--report", str(report)],
-            check=True, capture_output=True, timeout=seconds + 300,
+            [
+                sys.executable,
+                "-m",
+                "peertrain",
+                "swarm",
+                "local",
+                "--mode",
+                "swarm",
+                "--nodes",
+                "6",
+                "--stages",
+                str(STAGES),
+                "--trainers",
+                "2",
+                "--speeds",
+                ",".join(f"{s:g}" for s in SPEEDS),
+                "--set",
+                f"base_seconds={base}",
+                "--set",
+                "static_seconds=6",
+                "--set",
+                f"rebalance_period={rebalance}",
+                "--duration",
+                str(seconds),
+                "--report",
+                str(report),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=seconds + 300,
         )
         return json.loads(report.read_text())
 
@@ -248,6 +332,11 @@ if __name__ == "__main__":
     parser.add_argument("--in-flight", type=int, default=64)
     parser.add_argument("--base", type=float, default=5e-3, help="seconds per sample at speed 1")
     parser.add_argument("--accuracy-microbatches", type=int, default=600)
-    parser.add_argument("--daemons", type=float, default=0.0, metavar="SECONDS",
-                        help="also run the network arm (daemon processes) for this many seconds")
+    parser.add_argument(
+        "--daemons",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="also run the network arm (daemon processes) for this many seconds",
+    )
     trio.run(main, parser.parse_args())
