@@ -12,9 +12,10 @@ What it does, each piece from swarm/pipeline/:
 - **average** within the stage over the network and step (`StageAverager`: numbered rounds,
   all-gather of sample-weighted gradient sums among the stage's live servers);
 - **rebalance**: every `rebalance_period`, evaluate `plan_move` on the RunState view at the
-  middle of the period (peers' clocks agree on the period index there); the mover downloads its
-  new stage's state (parameters + Adam moments + round) from a server of that stage, then
-  switches and re-announces. A joiner takes the stage with the most need, the same way.
+  middle of the period (peers' clocks agree on the period index there), unless that view changed
+  since the previous period (not settled yet: skip) or a trainer is measuring the static
+  baseline; the mover downloads its new stage's state (parameters + Adam moments + round) from
+  a server of that stage, then switches and re-announces. A joiner takes the stage with the most need, the same way.
 
 Remote misbehaviour never stops the server: a request for a run or stage we do not serve is
 refused (`ErrorResponse`, small penalty: an honest trainer may lag a move by a second); an
@@ -144,6 +145,7 @@ class PipelineServer:
 
     async def _become(self, stage: int, *, period: int | None = None) -> None:
         """Serve `stage` with its current state, downloaded from one of its servers if any."""
+        decided = time.time()
         server = await trio.to_thread.run_sync(self._build, stage, limiter=self._thread)
         completed = 0
         async with self._serve:  # the call in progress finishes first; none starts meanwhile
@@ -168,7 +170,7 @@ class PipelineServer:
             await self._measure_once(server)
         self._announce()
         if old >= 0:
-            self.moves = [*self.moves[-63:], {"at": time.time(), "from": old, "to": stage, "period": period}]
+            self.moves = [*self.moves[-63:], {"at": decided, "from": old, "to": stage, "period": period}]
         log.info("serving stage %d of run %s (round %d)", stage, self.session.run_id[:12], completed)
 
     async def _measure_once(self, server: StageServer, calls: int = 3) -> None:
@@ -220,15 +222,25 @@ class PipelineServer:
             await trio.sleep(DHT_EVERY)
 
     async def _rebalance_loop(self) -> None:
+        """Once per period, at its middle: the period's move, if we are its mover.
+
+        Only on a settled view: if who-serves-what changed since our last look (a join, a
+        death, someone else's move), we skip this period. Views converge by gossip; deciding
+        while they still change is how two peers each see themselves as the period's mover.
+        Our first look only records the view (a joiner's view is the least settled of all).
+        """
         period_s = self.spec.rebalance_period
+        last: dict[str, int] | None = None
         while True:
             now = time.time()
             midpoint = (int(now // period_s) + 0.5) * period_s
             await trio.sleep(midpoint - now if midpoint > now else midpoint + period_s - now)
             period = int(time.time() // period_s)
-            if in_static_phase(self.session.state):
+            entries, views = self._view()
+            layout = {peer: entry.stage for peer, entry in entries.items()}
+            settled, last = layout == last, layout
+            if not settled or in_static_phase(self.session.state):
                 continue
-            _, views = self._view()
             move = plan_move(views, period)
             if move is not None and move.peer == self.me and move.source == self.stage:
                 log.info("rebalancing: moving from stage %d to %d (period %d)", move.source, move.target, period)

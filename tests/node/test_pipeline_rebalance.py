@@ -15,7 +15,7 @@ SPEC = {
     "target_batch": 64,
     "in_flight": 6,
     "base_seconds": 0.002,
-    "rebalance_period": 2.0,
+    "rebalance_period": 1.5,
 }
 LAYOUT = [0, 0, 0, 0, 1, 2]
 
