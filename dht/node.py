@@ -550,14 +550,17 @@ class Dht:
 
     # ── peers ────────────────────────────────────────────────────────────────────────────
 
-    async def find_peer(self, peer: ID, *, fresh: bool = False) -> Found | None:
+    async def find_peer(
+        self, peer: ID, *, fresh: bool = False, via: Sequence[str] = ("record", "lookup")
+    ) -> Found | None:
         """Where `peer` can be dialled, and how we know.
 
         Without `fresh`, an open connection answers at once ("connected"). Otherwise two walks
         race and the first answer wins: a get of the peer's signed peer record ("record",
         which also carries relay addresses), and a lookup of the peer's key that ends when a
         peer names it or it answers itself ("lookup": a neighbour holding a connection to it
-        names it even when it is a client that no routing table lists).
+        names it even when it is a client that no routing table lists). `via` names the walks
+        to run (a caller racing them itself asks for one at a time).
         """
         if not fresh and self.book.is_connected(peer):
             return Found(PeerInfo(peer, self.book.addrs(peer)), "connected")
@@ -567,7 +570,7 @@ class Dht:
             async def by_record() -> None:
                 try:
                     records = await self.get(peer_record_key(peer))
-                except PeertrainError:
+                except (PeertrainError, trio.TooSlowError):
                     return
                 record = records.get(peer.to_base58())
                 if record is not None:
@@ -582,8 +585,10 @@ class Dht:
                     found.append(Found(PeerInfo(peer, addrs), "lookup"))
                     nursery.cancel_scope.cancel()
 
-            nursery.start_soon(by_record)
-            nursery.start_soon(by_lookup)
+            if "record" in via:
+                nursery.start_soon(by_record)
+            if "lookup" in via:
+                nursery.start_soon(by_lookup)
         return found[0] if found else None
 
     async def _named_by_lookup(self, peer: ID) -> list:

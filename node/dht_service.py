@@ -32,7 +32,6 @@ from .penalties import PeerScoreboard
 log = logging.getLogger(__name__)
 
 MAX_REMEMBERED = 64  # resolutions shown in status
-QUICK_DIAL = 2.0  # seconds for a lookup's addresses before the peer record (circuits) is read
 
 
 class DhtService:
@@ -86,35 +85,42 @@ class DhtService:
         return self._remember(peer, found.how, [str(a) for a in found.info.addrs])
 
     async def _resolve_and_connect(self, peer: ID, *, within: float) -> dict[str, Any]:
-        """Like `Dht.resolve`, but dials circuits too: when the walk that answered first named
-        no circuit, the peer record (which carries them) is read as well."""
-        with trio.move_on_after(within):
+        """Like `Dht.resolve`, but dials circuits too. The lookup and the peer record are read
+        at once and each is dialed as soon as it answers; the first connection wins. A lookup
+        usually answers first, with addresses a NATed peer cannot be reached at; its record
+        carries circuits (and dialed-back addresses first)."""
+        won: list[dict[str, Any]] = []
+        errors: list[str] = []
+        heard: list[str] = []
+
+        async def via(how: str, find: Callable[[], Awaitable[list[Multiaddr]]]) -> None:
+            addrs = await find()
+            if not addrs:
+                return
+            heard.append(how)
             try:
-                found = await self.dht.find_peer(peer, fresh=True)
-            except trio.TooSlowError:  # a request inside a walk timed out: the record may do
-                log.info("dht: looking up %s timed out; reading its peer record", peer)
-                found = None
-            addrs = list(found.info.addrs) if found else []
-            kind = None
-            if addrs and not any("/p2p-circuit" in str(a) for a in addrs):
-                with trio.move_on_after(QUICK_DIAL):  # a lookup's addresses often just work
-                    try:
-                        kind = await self.connect(peer, addrs)
-                    except NodeError:
-                        pass
-            if kind is None:
-                if not any("/p2p-circuit" in str(a) for a in addrs):  # the record's first:
-                    record = await self._record_addrs(peer)  # dialed-back addresses lead it
-                    addrs = [*record, *(a for a in addrs if a not in record)]
-                if not addrs:
-                    raise ControlError(f"no peer in the DHT knows {peer}")
-                try:
-                    kind = await self.connect(peer, addrs)
-                except NodeError as exc:
-                    raise ControlError(f"found {peer} but {exc}") from None
-            entry = self._remember(peer, found.how if found else "record", [str(a) for a in addrs])
-            return {**entry, "connection": kind}
+                kind = await self.connect(peer, addrs)
+            except NodeError as exc:
+                errors.append(str(exc))
+                return
+            won.append({**self._remember(peer, how, [str(a) for a in addrs]), "connection": kind})
+            nursery.cancel_scope.cancel()
+
+        with trio.move_on_after(within) as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(via, "lookup", lambda: self._lookup_addrs(peer))
+                nursery.start_soon(via, "record", lambda: self._record_addrs(peer))
+        if won:
+            return won[0]
+        if errors:
+            raise ControlError(f"found {peer} but {errors[-1]}")
+        if not heard and not scope.cancelled_caught:
+            raise ControlError(f"no peer in the DHT knows {peer}")
         raise ControlError(f"could not resolve {peer} within {within:.0f} s")
+
+    async def _lookup_addrs(self, peer: ID) -> list[Multiaddr]:
+        found = await self.dht.find_peer(peer, fresh=True, via=("lookup",))
+        return list(found.info.addrs) if found else []
 
     async def _record_addrs(self, peer: ID) -> list[Multiaddr]:
         try:

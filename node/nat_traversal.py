@@ -21,7 +21,7 @@ from libp2p.abc import IHost
 from libp2p.peer.id import ID
 from multiaddr import Multiaddr
 
-from .hole_punch import HolePunch
+from .hole_punch import HolePunch, QuickDCUtR
 from .reachability import ReachabilityCheck
 from .relays import CIRCUIT, Dialer, HopLimits, PacedRelay, ReservationKeeper, connections_by_kind
 
@@ -60,12 +60,11 @@ class NatTraversal:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         # imported here: the relay and DCUtR modules are only needed once the daemon runs them
         from libp2p.relay.circuit_v2.config import RelayConfig
-        from libp2p.relay.circuit_v2.dcutr import DCUtRProtocol
         from libp2p.relay.circuit_v2.transport import CircuitV2Transport
         from libp2p.tools.anyio_service import background_trio_service
 
         self.relay = PacedRelay(self.host, limits=self.limits)
-        dcutr = DCUtRProtocol(self.host)
+        dcutr = QuickDCUtR(self.host)
         async with (
             background_trio_service(self.relay),
             background_trio_service(dcutr),

@@ -50,9 +50,15 @@ def control_methods(daemon: Daemon) -> dict[str, Any]:
         if not daemon.host.get_network().get_connections(peer):  # a control call has 10 s
             wait = float(params.get("timeout", 4.0))
             how = (await daemon.dht.resolve_peer(text, timeout=wait))["how"]
+
+        async def reconnect(holder: ID) -> None:  # a reset circuit, if nobody redialed it yet
+            await daemon.dht.resolve_peer(holder.to_base58(), timeout=3.0)
+
         started = time.perf_counter()
         try:
-            download = await fetch_tensor(daemon.host, [peer], checksum, max_nbytes=MAX_MIB << 20)
+            download = await fetch_tensor(
+                daemon.host, [peer], checksum, max_nbytes=MAX_MIB << 20, reconnect=reconnect
+            )
         except TransferFailed as exc:
             raise ControlError(str(exc)) from None
         seconds = time.perf_counter() - started

@@ -9,21 +9,24 @@ with per-peer and total limits; a peer that sends garbage is penalised.
 `fetch_tensor` downloads one tensor from several holders at once: chunk ranges are handed to
 one worker per holder; a holder that fails or lies (a chunk that does not match its digest) is
 dropped and its range goes back to the queue, so the download resumes from verified chunks on
-another holder. Any holder will do, since the checksum, not the holder, is trusted.
+another holder. Any holder will do, since the checksum, not the holder, is trusted. A holder
+whose connection broke (a relayed connection reset and redialed, a punched one replacing it)
+is asked again once it is connected again: a few times, each within a few seconds.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 from libp2p.abc import IHost, INetStream
 from libp2p.peer.id import ID
-from peertrain.protocol.errors import ChecksumMismatch, ProtocolError
+from peertrain.protocol.errors import ChecksumMismatch, DecodeError, ProtocolError, RemoteError
+from peertrain.protocol.messages import ErrorCode
 from peertrain.protocol.ids import protocol_id
 from peertrain.protocol.tensor_transfer import fetch_chunks, request_header, serve_tensor_request
 from peertrain.protocol.tensors import PreparedTensor, TensorDownload
@@ -41,6 +44,10 @@ TENSOR = protocol_id("tensor", "1.0.0")
 CHUNKS_PER_REQUEST = 4
 LYING_HOLDER_PENALTY = 50.0
 BAD_REQUEST_PENALTY = 10.0
+RETRIES = 3  # times a holder whose stream broke is asked again (per download)
+RECONNECT_WAIT = 5.0  # seconds it gets to be connected again (a circuit redial takes < 1 s)
+RETRY_PAUSE = 0.2
+REDIAL_GRACE = 1.0  # seconds left to whoever redials (hole punching) before `reconnect` runs
 
 
 class TransferFailed(NodeError):
@@ -134,12 +141,19 @@ async def fetch_tensor(
     host: IHost, holders: Sequence[ID], checksum: bytes, *, max_nbytes: int,
     scoreboard: PeerScoreboard | None = None, idle_timeout: float = 15.0,
     allocate: Callable[[int], torch.Tensor] | None = None,
+    retries: int = RETRIES, reconnect_wait: float = RECONNECT_WAIT,
+    reconnect: Callable[[ID], Awaitable[Any]] | None = None,
 ) -> TensorDownload:
     """Download and verify tensor `checksum` from `holders` in parallel; raise TransferFailed.
 
-    `allocate(nbytes)` may supply the payload buffer (node/receive_buffers.py)."""
+    A holder whose stream breaks (its connection reset or replaced, e.g. a relayed one being
+    redialed) is asked again, up to `retries` times, once a connection to it is back within
+    `reconnect_wait` s; `reconnect(holder)` is called when none came back by itself. Verified
+    chunks are kept, so the download resumes where it stopped. `allocate(nbytes)` may supply
+    the payload buffer (node/receive_buffers.py)."""
     holders = [h for h in dict.fromkeys(holders) if h != host.get_id()]
-    download, failures = await _first_header(host, holders, checksum, max_nbytes, idle_timeout, allocate)
+    again = _Retries(host, retries=retries, wait=reconnect_wait, reconnect=reconnect)
+    download, failures = await _first_header(host, holders, checksum, max_nbytes, idle_timeout, allocate, again)
     pending = _split(download)
     alive = list(holders)
 
@@ -156,9 +170,13 @@ async def fetch_tensor(
                 if isinstance(exc, ChecksumMismatch) and scoreboard is not None:
                     scoreboard.penalise(holder.to_base58(), LYING_HOLDER_PENALTY, f"tensor chunk: {exc}")
                 failures.append(f"{holder}: {exc}")
-                pending.append((first, count))  # verified chunks in it are kept; re-split below
-                alive.remove(holder)
-                return
+                pending[:0] = _split(download, first, count)  # its verified chunks are kept
+                if download.complete or not await again.worth_it(holder, exc):
+                    alive.remove(holder)
+                    return
+                continue
+            if download.complete:  # a worker waiting for its holder to come back stops too
+                nursery.cancel_scope.cancel()
 
     while not download.complete and alive:
         async with trio.open_nursery() as nursery:
@@ -170,26 +188,80 @@ async def fetch_tensor(
     return download
 
 
+class _Retries:
+    """Whether to ask a holder again after a failure: bounded per holder, and only once a
+    connection to it is back (it may be redialed by hole punching, or by `reconnect`)."""
+
+    def __init__(self, host: IHost, *, retries: int, wait: float,
+                 reconnect: Callable[[ID], Awaitable[Any]] | None):
+        self.host, self.retries, self.wait, self.reconnect = host, retries, wait, reconnect
+        self.used: dict[ID, int] = {}  # bounded by the holders of one download
+        self.reconnects = 0
+
+    async def worth_it(self, holder: ID, exc: BaseException) -> bool:
+        if not _may_retry(exc) or self.used.get(holder, 0) >= self.retries:
+            return False
+        self.used[holder] = self.used.get(holder, 0) + 1
+        log.info("tensor: %s failed (%s); asking it again once reconnected", holder, exc)
+        return await self._connected(holder)
+
+    async def _connected(self, holder: ID) -> bool:
+        with trio.move_on_after(self.wait):
+            await trio.sleep(RETRY_PAUSE)  # a reset connection takes a moment to leave the swarm
+            with trio.move_on_after(REDIAL_GRACE if self.reconnect else self.wait):
+                await self._until_connected(holder)
+                return True
+            if self.reconnect is not None:
+                try:
+                    await self.reconnect(holder)
+                    self.reconnects += 1
+                except Exception as exc:  # not reachable now: the wait below decides
+                    log.info("tensor: reconnecting to %s: %s", holder, exc)
+                await self._until_connected(holder)
+                return True
+        return False
+
+    async def _until_connected(self, holder: ID) -> None:
+        while not self.host.get_network().get_connections(holder):
+            await trio.sleep(0.05)
+
+
+def _may_retry(exc: BaseException) -> bool:
+    """A broken or slow connection is worth another try; a lie or a refusal is not (a busy
+    holder is)."""
+    if isinstance(exc, RemoteError):
+        return exc.code == ErrorCode.BUSY
+    return not isinstance(exc, DecodeError)
+
+
 async def _first_header(host: IHost, holders: Sequence[ID], checksum: bytes, max_nbytes: int,
-                        idle_timeout: float, allocate) -> tuple[TensorDownload, list[str]]:
+                        idle_timeout: float, allocate, again: _Retries) -> tuple[TensorDownload, list[str]]:
     failures: list[str] = []
-    for holder in holders:
-        try:
-            stream = await host.new_stream(holder, [str(TENSOR)])
+    candidates = list(holders)
+    while candidates:
+        retry: list[ID] = []
+        for holder in candidates:
             try:
-                return await request_header(stream, checksum, max_nbytes=max_nbytes, idle_timeout=idle_timeout,
-                                            allocate=allocate), failures
-            finally:
-                await stream.close()
-        except Exception as exc:  # NOT_FOUND, dead holder, bad header: try the next one
-            failures.append(f"{holder}: {exc}")
+                stream = await host.new_stream(holder, [str(TENSOR)])
+                try:
+                    return await request_header(stream, checksum, max_nbytes=max_nbytes, idle_timeout=idle_timeout,
+                                                allocate=allocate), failures
+                finally:
+                    await stream.close()
+            except Exception as exc:  # NOT_FOUND, dead holder, bad header: try the next one
+                failures.append(f"{holder}: {exc}")
+                if await again.worth_it(holder, exc):
+                    retry.append(holder)
+        candidates = retry
     raise TransferFailed(f"no holder has tensor {checksum.hex()[:16]}: " + ("; ".join(failures) or "no holders"))
 
 
-def _split(download: TensorDownload) -> list[tuple[int, int]]:
-    """Missing chunks as ranges of at most CHUNKS_PER_REQUEST."""
+def _split(download: TensorDownload, first: int = 0, count: int | None = None) -> list[tuple[int, int]]:
+    """Missing chunks (of [first, first + count) when given) as ranges of at most
+    CHUNKS_PER_REQUEST."""
+    end = download.header.num_chunks if count is None else first + count
     out: list[tuple[int, int]] = []
-    for index in download.missing_chunks():
+    for index in (i for i in download.missing_chunks() if first <= i < end):
         if out and out[-1][0] + out[-1][1] == index and out[-1][1] < CHUNKS_PER_REQUEST:
             out[-1] = (out[-1][0], out[-1][1] + 1)
         else:

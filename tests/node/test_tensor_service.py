@@ -1,9 +1,13 @@
-"""Tensors move between real nodes by checksum, from several holders, surviving a lying one."""
+"""Tensors move between real nodes by checksum, from several holders, surviving a lying one, and
+resuming from the same holder when its connection is replaced mid-transfer."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+import trio
+from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import PeerInfo
 from peertrain.node.tensor_service import TensorService, TensorStore, TransferFailed, fetch_tensor
 from peertrain.protocol.tensors import PreparedTensor, prepare_tensor
 from peertrain.testing import open_test_swarm, wait_until
@@ -69,3 +73,77 @@ def test_the_store_evicts_least_recently_used_unpinned_tensors():
     store.put(prepare_tensor("t4", torch.randn(1000)))
     assert store.get(items[0].header.checksum) is not None  # pinned survives
     assert store.get(items[1].header.checksum) is None  # oldest unpinned went first
+
+
+async def _one_holder(nursery, nodes, prepared):
+    """nodes[1] connected to nodes[0], which serves `prepared`; nodes[1] forgets nodes[0]'s
+    addresses, as for a peer behind NAT: only whoever redials it can bring it back."""
+    holder, fetcher = nodes[0].host, nodes[1].host
+    await fetcher.connect(PeerInfo(holder.get_id(), holder.get_addrs()))
+    service = TensorService(holder, TensorStore(), nodes[0].scoreboard)
+    await nursery.start(service.run)
+    service.store.put(prepared)
+    fetcher.get_peerstore().clear_addrs(holder.get_id())
+    return service
+
+
+async def _cut_midway(fetcher, holder_id, buffer: torch.Tensor) -> None:
+    """Close every connection to the holder once a quarter of the payload has arrived (one
+    holder's ranges arrive in order), before the last bytes have."""
+    mark = buffer.numel() // 4
+    while not buffer[mark : mark + 64].any():
+        await trio.sleep(0.001)
+    assert not buffer[-64:].any(), "the payload arrived before the cut: make it bigger"
+    for conn in list(fetcher.get_network().get_connections(holder_id)):
+        await conn.close()
+
+
+async def test_a_download_resumes_from_the_same_holder_after_its_connection_is_replaced(nursery):
+    tensor = torch.randn(8 << 20)  # 32 MiB
+    prepared = prepare_tensor("w", tensor, codec="fp32", chunk_size=1 << 18)
+    buffer = torch.zeros(prepared.header.nbytes, dtype=torch.uint8)
+    async with open_test_swarm(2, bootstrap_first=False) as nodes:
+        service = await _one_holder(nursery, nodes, prepared)
+        holder, fetcher = nodes[0].host, nodes[1].host
+        redialed = trio.Event()
+
+        async def cut_and_redial() -> None:  # what hole punching does to a reset circuit
+            await _cut_midway(fetcher, holder.get_id(), buffer)
+            assert not fetcher.get_network().get_connections(holder.get_id())
+            await trio.sleep(0.5)
+            await fetcher.connect(PeerInfo(holder.get_id(), holder.get_addrs()))
+            redialed.set()
+
+        nursery.start_soon(cut_and_redial)
+        download = await fetch_tensor(fetcher, [holder.get_id()], prepared.header.checksum,
+                                      max_nbytes=64 << 20, allocate=lambda _n: buffer)
+        assert redialed.is_set()
+        assert torch.equal(download.finish(), tensor)
+    # resumed, not restarted: the holder answered the header, the ranges once, and the range
+    # the cut broke again (its verified chunks were kept)
+    ranges = -(-prepared.header.num_chunks // 4)
+    requests = service.bytes_served // prepared.header.nbytes
+    assert ranges + 1 < requests <= ranges + 3, (requests, ranges)
+
+
+async def test_a_holder_that_does_not_come_back_fails_the_download_in_bounded_time(nursery):
+    tensor = torch.randn(8 << 20)
+    prepared = prepare_tensor("w", tensor, codec="fp32", chunk_size=1 << 18)
+    buffer = torch.zeros(prepared.header.nbytes, dtype=torch.uint8)
+    async with open_test_swarm(2, bootstrap_first=False) as nodes:
+        await _one_holder(nursery, nodes, prepared)
+        holder, fetcher = nodes[0].host, nodes[1].host
+        asked: list[ID] = []
+
+        async def reconnect(peer: ID) -> None:  # e.g. resolve_peer: here, nothing reachable
+            asked.append(peer)
+            raise TransferFailed("unreachable")
+
+        nursery.start_soon(_cut_midway, fetcher, holder.get_id(), buffer)
+        started = trio.current_time()
+        with pytest.raises(TransferFailed, match="could not fetch"):
+            await fetch_tensor(fetcher, [holder.get_id()], prepared.header.checksum,
+                               max_nbytes=64 << 20, allocate=lambda _n: buffer,
+                               retries=2, reconnect_wait=1.5, reconnect=reconnect)
+        assert trio.current_time() - started < 2 * 1.5 + 2
+        assert asked and set(asked) == {holder.get_id()}
