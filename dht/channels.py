@@ -219,11 +219,15 @@ class Server:
         self.max_streams = max_streams
         self._streams: defaultdict[ID, int] = defaultdict(int)
         self._total = 0
+        self.serving = False
 
     def register(self) -> None:
+        self.serving = True
         self.host.set_stream_handler(str(self.pid), self._on_stream)
 
     def unregister(self) -> None:
+        """Refuse new streams, and end open ones at their next request (unanswered)."""
+        self.serving = False
         self.host.remove_stream_handler(str(self.pid))
 
     async def _on_stream(self, stream: INetStream) -> None:
@@ -261,6 +265,8 @@ class Server:
                 return
             except ProtocolError as exc:  # undecodable or oversized
                 self.on_bad_peer(peer, exc)
+                return
+            if not self.serving:  # unregistered while this stream was open
                 return
             response = self.handler(peer, request)
             try:

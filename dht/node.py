@@ -18,7 +18,8 @@ What differs from py-libp2p's KadDHT, and why (LIBP2P-NOTES.md):
 - only registered namespaces are accepted, and every entry is signed by its writer and expires.
 
 Client mode (for nodes others cannot dial) registers no handler: it is never in anyone's
-table, stores nothing for others, and still looks up, puts and gets.
+table, stores nothing for others, and still looks up, puts and gets. `set_mode` switches
+between the two while running (the node's reachability verdict decides).
 """
 
 from __future__ import annotations
@@ -184,6 +185,7 @@ class Dht:
         self._bootstrapped = trio.Event()
         self._counts: Counter[str] = Counter()
         self._rejected: Counter[str] = Counter()
+        self._running = False
 
     # ── lifecycle ────────────────────────────────────────────────────────────────────────
 
@@ -192,6 +194,7 @@ class Dht:
         network.register_notifee(self.watcher)
         if self.is_server:
             self.server.register()
+        self._running = True
         try:
             async with trio.open_nursery() as nursery:
                 self.links.attach(nursery)
@@ -202,9 +205,37 @@ class Dht:
                     nursery.start_soon(self._publish_peer_record)
                 task_status.started(self)
         finally:
+            self._running = False
             network.remove_notifee(self.watcher)
-            if self.is_server:
+            if self.server.serving:
                 self.server.unregister()
+
+    @property
+    def mode(self) -> DhtMode:
+        return DhtMode.SERVER if self.is_server else DhtMode.CLIENT
+
+    async def set_mode(self, mode: DhtMode) -> None:
+        """Serve the DHT, or stop serving it, while running: e.g. once a reachability check
+        says whether others can dial this node (a server they cannot dial costs every lookup
+        that reaches it a request timeout).
+
+        A client answers nothing, so it stores nothing new; records it already holds expire
+        unused (a put stores at several replicas). The servers in our table hear of the change
+        at once, by a Ping carrying the new mode (each adds or drops us); anyone else by our
+        next request, or by a request of theirs that we no longer answer.
+        """
+        server = mode is DhtMode.SERVER
+        if server == self.is_server:
+            return
+        self.is_server = self.responder.is_server = server
+        if server and self._running:
+            self.server.register()
+        elif not server:
+            self.server.unregister()
+        log.info("dht: now in %s mode", mode.value)
+        async with trio.open_nursery() as nursery:
+            for peer in self.table.verified_peers():
+                nursery.start_soon(self.probe, peer)
 
     async def wait_bootstrapped(self) -> None:
         """Wait for the first self-lookup: from then on this node finds and is found."""
@@ -643,7 +674,7 @@ class Dht:
 
     def statistics(self) -> DhtStatistics:
         return DhtStatistics(
-            mode=self.config.mode.value,
+            mode=self.mode.value,
             bootstrapped=self.bootstrapped,
             routing=self.table.statistics(),
             storage=self.store.statistics(),

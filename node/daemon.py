@@ -76,6 +76,7 @@ class Daemon:
             upnp=config.upnp,
             publish=self._publish_addrs,
             dial_timeout=config.dial_timeout,
+            dht_server=self.dht.serve,
         )
         self.dht.connect = self.nat.connect
 

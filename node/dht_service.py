@@ -60,6 +60,10 @@ class DhtService:
             await nursery.start(self.dht.run)
             task_status.started()
 
+    async def serve(self, public: bool) -> None:
+        """DHT server mode when others can dial us (reachability says "public"), else client."""
+        await self.dht.set_mode(DhtMode.SERVER if public else DhtMode.CLIENT)
+
     async def resolve_peer(self, text: str, *, timeout: float = 8.0) -> dict[str, Any]:
         """Find the peer with ID `text` through the DHT (even when already connected: the answer
         says how the DHT knows it, "record" or "lookup") and connect to it."""

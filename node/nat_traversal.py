@@ -1,8 +1,9 @@
 """NAT traversal as one daemon service: it follows the reachability verdict and acts on it.
 
-    verdict public  : serve circuit relay v2 (bounded hop, node/relays.py); the DHT serves.
+    verdict public  : serve circuit relay v2 (bounded hop, node/relays.py); DHT server mode.
     verdict private : reserve on `relays` public peers, publish the circuits in our DHT peer
-                      record, ask a UPnP gateway once (node/upnp.py).
+                      record, ask a UPnP gateway once (node/upnp.py); DHT client mode (a
+                      server nobody can dial costs every lookup that reaches it a timeout).
     every node      : accept circuits; answer and start DCUtR hole punches; dial peers at
                       circuit addresses and upgrade them (node/hole_punch.py).
 
@@ -40,11 +41,13 @@ class NatTraversal:
         upnp: bool = True,
         publish: Callable[[list[str]], Awaitable[Any]] | None = None,
         dial_timeout: float = 10.0,
+        dht_server: Callable[[bool], Awaitable[Any]] | None = None,
     ):
         self.host, self.reachability = host, reachability
         self.limits, self.want, self.prefer = limits, relays, list(prefer)
         self.use_upnp, self.publish = upnp, publish
         self.dial_timeout = dial_timeout
+        self.dht_server = dht_server
         self.relay: PacedRelay | None = None
         self.keeper: ReservationKeeper | None = None
         self.dialer: Dialer | None = None
@@ -99,6 +102,8 @@ class NatTraversal:
                 if self.use_upnp and not upnp_asked:
                     upnp_asked = True
                     nursery.start_soon(self._try_upnp)
+            if self.dht_server is not None and verdict.status in ("public", "private"):
+                nursery.start_soon(self.dht_server, verdict.status == "public")
             self._publish()
             verdict = await self.reachability.wait_changed()
 

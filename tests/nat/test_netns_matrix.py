@@ -11,6 +11,7 @@ to the peer record with its circuit addresses:
     cone   fetches fwd   forwarded / cone        direct to the forwarded port
 
 Each payload is a 16 MiB tensor served by the tensor service and verified chunk by chunk.
+Public nodes serve the DHT; NATed ones switch to DHT client mode once their verdict is in.
 Then a relay that cone holds a reservation on stops: cone reserves on another public node
 (any with a dialed-back address serves as a relay, the forwarded one too) within 30 s.
 """
@@ -127,14 +128,17 @@ def test_matrix_through_cli_daemons(nat_world, tmp_path):
         assert fetched[("cone2", "sym")]["connection"] == "relayed"
         assert fetched[("cone", "fwd")]["connection"] == "direct"
 
-        verdicts = {k: nodes.status(k)["reachability"] for k in nodes.by_name}
+        statuses = {k: nodes.status(k) for k in nodes.by_name}
+        verdicts = {k: s["reachability"] for k, s in statuses.items()}
         for key in ("pub", "pub2", "pub3", "fwd"):
             assert verdicts[key]["status"] == "public", (key, verdicts[key])
+            assert statuses[key]["dht"]["mode"] == "server", key
         assert verdicts["fwd"]["addrs"] == [f"/ip4/{world.WAN['fwd']}/tcp/{world.FORWARDED_PORT}"]
         assert verdicts["pub"]["relay_service"] is True
         for key in ("cone", "cone2", "sym", "sym2"):
             assert verdicts[key]["status"] == "private", (key, verdicts[key])
             assert verdicts[key]["relay_service"] is False
+            assert statuses[key]["dht"]["mode"] == "client", key  # nobody can dial it
         cone = verdicts["cone"]
         assert cone["text"].startswith(
             f"behind NAT (peers see you as {world.WAN['cone']}): "

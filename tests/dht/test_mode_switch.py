@@ -1,0 +1,37 @@
+"""A running DHT node switches between server and client mode (its reachability decides)."""
+
+from __future__ import annotations
+
+from peertrain.dht import DhtConfig, DhtMode, stage_key
+from peertrain.testing import wait_until
+
+FAST = DhtConfig(publish_peer_record=False, request_timeout=2.0)
+
+
+async def test_a_server_turned_client_leaves_every_table_stores_nothing_and_can_return(dht_swarm):
+    async with dht_swarm(8, config=FAST, seed=1) as swarm:
+        await swarm.join_all(how="first")
+        nodes, node = swarm.nodes, swarm.nodes[7]
+        await wait_until(lambda: all(n.bootstrapped for n in nodes))
+        await wait_until(lambda: sum(node.own in n.table for n in nodes[:7]) >= 3)
+        assert await nodes[0].probe(node.own)  # holds a long-lived DHT stream to it from now on
+
+        await node.set_mode(DhtMode.CLIENT)
+        assert node.statistics().mode == "client"
+        await wait_until(lambda: not any(node.own in n.table for n in nodes[:7]), timeout=5)
+        assert not await nodes[0].probe(node.own)  # the open stream no longer answers either
+        keys = [stage_key("run", i) for i in range(6)]
+        for index, key in enumerate(keys):  # puts from everywhere: none lands on the client
+            await nodes[index].put(key, {"i": index}, ttl=60)
+        assert all(not node.store.get(key, now=0) for key in keys)
+        assert not any(node.own in n.table for n in nodes[:7])
+        # a client still reads and writes through the servers
+        assert set(await node.get(keys[2])) == {nodes[2].own.to_base58()}
+        assert await node.put(stage_key("run", 99), {"i": 99}, ttl=60) >= 1
+
+        await node.set_mode(DhtMode.SERVER)
+        assert node.statistics().mode == "server"
+        await wait_until(lambda: sum(node.own in n.table for n in nodes[:7]) >= 3, timeout=5)
+        assert await nodes[0].probe(node.own)
+        await node.put(stage_key("run", 100), {"i": 100}, ttl=60)
+        assert node.store.get(stage_key("run", 100), now=0)  # a server among the nearest keeps it
