@@ -18,6 +18,7 @@ from peertrain.crdt.signed import seal_delta
 from peertrain.crdt.testing import MemoryRouter, new_run, open_memory_swarm
 from peertrain.crdt.wire import int_codec
 from peertrain.crdt.writer import RunWriter
+from peertrain.testing import wait_until
 
 
 def _peer():
@@ -143,6 +144,8 @@ async def test_budget_limited_sync_replies_still_bring_a_joiner_everything():
         for node in nodes:
             for r in range(10):
                 node.replicator.writer.provide_checkpoint(r, bytes([r]) * 32)
+        # the joiner must end equal to nodes[0], so let the swarm settle first (slow when loaded)
+        await wait_until(lambda: len({n.state.digest() for n in nodes}) == 1, timeout=30)
         key, peer = _peer()
         endpoint = router.endpoint(peer)
         joiner = Replicator(
