@@ -315,13 +315,34 @@ def cmd_status(args: argparse.Namespace) -> int:
     if run and "runs" not in run:
         loss = f"{run['loss']:.4f}" if run["loss"] is not None else "-"
         print(f"  run          {run['name']} ({run['mode']}, {run['run_id'][:12]}…)")
-        print(f"    round {run['round']}  loss {loss}  members {len(run['members'])}  phase {run['phase']}")
+        if run["mode"] == "swarm":
+            print(f"    {_swarm_line(run)}")
+        else:
+            print(f"    round {run['round']}  loss {loss}  members {len(run['members'])}  phase {run['phase']}")
     else:
         print(f"  run          {'-' if not run else len(run['runs'])}")
     print(f"  peers        {len(status['peers'])}")
     for peer in status["peers"]:
         print(f"    {status['peer_names'].get(peer, '')}  {peer}")
     return 0
+
+
+def _swarm_line(run: dict[str, Any]) -> str:
+    """One line for a SWARM pipeline run: this node's role and what it does, and the stage sizes."""
+    sizes = "/".join(str(n) for n in run.get("stage_sizes", []))
+    role, phase = run.get("role", "?"), run.get("phase", "?")
+    if phase == "starting":
+        what = "loading the model"
+    elif role == "server":
+        what = (f"serving stage {run.get('stage')}  {run.get('throughput', 0):.1f} samples/s"
+                f"  {run.get('calls', 0)} calls  {run.get('steps', 0)} steps")
+    elif role == "trainer":
+        loss = run.get("loss")
+        what = (f"{run.get('completed', 0)} microbatches  {run.get('throughput', 0):.1f} samples/s"
+                f"  loss {'-' if loss is None else f'{loss:.4f}'}  lost {run.get('lost_microbatches', 0)}")
+    else:
+        what = ""
+    return f"{role} ({phase})  {what}  stages {sizes}"
 
 
 def cmd_run_create(args: argparse.Namespace) -> int:
