@@ -8,8 +8,10 @@ What py-libp2p 0.8.1 gives and what we add (LIBP2P-NOTES.md):
   never enforced, so `PacedRelay` paces every relayed read itself.
 - Its `RelayDiscovery` reserves only every 5 minutes. `ReservationKeeper` reserves on `want`
   public peers as soon as we are known to be private, and replaces a relay whose connection
-  ends (checked every second). Circuit addresses go to `on_circuits`: the daemon puts them in
-  our DHT peer record, because identify mangles them.
+  ends (checked every second), or that stops answering pings (every PING_EVERY s: a relay
+  that vanished without closing its connection would otherwise be noticed only when TCP gives
+  up, after minutes). Circuit addresses go to `on_circuits`: the daemon puts them in our DHT
+  peer record, because identify mangles them.
 - `host.connect()` refuses circuit addresses; `Dialer.connect` races direct addresses and
   circuits (through `CircuitV2Transport`) and then lets `HolePunch` upgrade a relayed
   connection by DCUtR (node/hole_punch.py).
@@ -17,6 +19,7 @@ What py-libp2p 0.8.1 gives and what we add (LIBP2P-NOTES.md):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
@@ -27,6 +30,8 @@ from typing import Any
 
 import trio
 from libp2p.abc import IHost, INetConn, INetStream
+from libp2p.host.ping import ID as PING
+from libp2p.host.ping import perform_ping_roundtrip
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID as HOP
@@ -41,6 +46,9 @@ log = logging.getLogger(__name__)
 RESERVE_TIMEOUT = 5.0
 REFUSED_COOLDOWN = 5.0  # a peer that refused may turn public (its own check) a moment later
 CHECK_EVERY = 1.0
+PING_EVERY = 10.0  # a held relay is pinged this often...
+PING_TIMEOUT = 6.0  # ...and dropped when it does not answer within this: replaced in < 20 s
+SILENT_COOLDOWN = 60.0  # a relay dropped for silence is not asked again for this long
 CIRCUIT = "/p2p-circuit"
 
 
@@ -126,8 +134,9 @@ class ReservationKeeper:
 
     Candidates are peers we hold a direct connection to, bootstrap peers first; a peer that
     does not serve the hop (or refuses) is asked again after REFUSED_COOLDOWN. A relay whose
-    connection closes is dropped at the next check (CHECK_EVERY). A relay that vanishes without
-    closing (power cut) is noticed only when TCP gives up on it.
+    connection closes is dropped at the next check (CHECK_EVERY); one that vanishes without
+    closing it (power cut, cable pulled) fails a ping (`watch`): it is dropped and its
+    connection closed.
     """
 
     def __init__(
@@ -153,6 +162,7 @@ class ReservationKeeper:
 
     async def run(self, nursery: trio.Nursery) -> None:
         """Keep `want` reservations while `active` (the daemon sets it from the verdict)."""
+        nursery.start_soon(self.watch)
         while True:
             changed = self._drop_lost()
             if self.active and len(self.held) < self.want:
@@ -166,6 +176,37 @@ class ReservationKeeper:
             if changed:
                 self.on_change(self.circuits())
             await trio.sleep(CHECK_EVERY)
+
+    async def watch(self) -> None:
+        """Ping every held relay every PING_EVERY s; drop the silent ones."""
+        while True:
+            await trio.sleep(PING_EVERY)
+            async with trio.open_nursery() as nursery:
+                for peer in list(self.held):
+                    nursery.start_soon(self._check_alive, peer)
+
+    async def _check_alive(self, peer: ID) -> None:
+        try:
+            with trio.fail_after(PING_TIMEOUT):
+                stream = await self.host.new_stream(peer, [PING])
+                try:
+                    await perform_ping_roundtrip(stream)
+                finally:
+                    await stream.reset()
+            return
+        except (Exception, trio.TooSlowError) as exc:  # silent, reset, refused: all mean gone
+            reason = str(exc) or type(exc).__name__
+        reservation = self.held.pop(peer, None)
+        if reservation is None:  # dropped meanwhile (its connection closed)
+            return
+        log.warning("relay: %s did not answer a ping (%s): replacing it", reservation.relay_addr, reason)
+        self.lost += 1
+        self._refused[peer] = time.monotonic() + SILENT_COOLDOWN
+        self.on_change(self.circuits())
+        with trio.move_on_after(PING_TIMEOUT):  # writes to a vanished peer may never finish
+            for conn in list(self.host.get_network().get_connections(peer)):
+                with contextlib.suppress(Exception):
+                    await conn.close()
 
     def _drop_lost(self) -> bool:
         network = self.host.get_network()

@@ -113,3 +113,18 @@ def daemon_args(name: str, *, bootstrap: list[str] = (), port: int = FORWARDED_P
     for addr in bootstrap:
         args += ["--bootstrap", addr]
     return args
+
+
+def silence(name: str, port: int) -> None:
+    """Drop every TCP packet to or from `port` in namespace `name`, with no reset or FIN: to
+    its peers, the node listening there vanishes (a power cut), while its process and its
+    connections live on. Undone with the namespaces."""
+    table = f"pt_silence_{port}"
+    rules = f"""table inet {table}
+delete table inet {table}
+table inet {table} {{
+    chain input {{ type filter hook input priority -10; policy accept; tcp dport {port} drop; }}
+    chain output {{ type filter hook output priority -10; policy accept; tcp sport {port} drop; }}
+}}
+"""
+    subprocess.run(in_ns(name, ["nft", "-f", "-"]), input=rules, text=True, check=True)
