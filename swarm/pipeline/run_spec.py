@@ -40,10 +40,10 @@ class PipelineSpec:
     batch_size: int = 16  # rows per microbatch
     target_batch: int = 128  # samples a stage accumulates (over its servers) before it steps
     lr: float = 3e-3
-    codec: str = "fp32"  # activations and gradients at stage boundaries
+    codec: str = "int8"  # activations and gradients at stage boundaries (int8 blockwise, as the paper)
     in_flight: int = 8  # microbatches in flight per trainer
     microbatches: int = 0  # per trainer; 0: until stopped
-    rebalance_period: float = 0.0  # seconds between rebalancing decisions; 0: never
+    rebalance_period: float = 30.0  # seconds between rebalancing decisions; 0: never
     static_seconds: float = 0.0  # a fixed one-server-per-stage phase first (the baseline)
     base_seconds: float = 0.0  # artificial seconds per forward sample at speed 1 (testing)
     seed: int = 0
