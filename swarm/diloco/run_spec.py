@@ -10,22 +10,20 @@ coordinator); before it knows the group it starts from a seeded hash of its peer
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-from peertrain.protocol.errors import DecodeError
-from peertrain.protocol.packing import pack, unpack
+from typing import Any, ClassVar
 
 from ..models.config import ConfigError
+from ..run_spec import RunSpec
 
-MAX_SPEC_BYTES = 16 * 1024
 CODECS = ("fp32", "fp16", "bf16", "int8")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DiLoCoSpec:
+class DiLoCoSpec(RunSpec):
+    KIND: ClassVar[str] = "DiLoCo spec"
+
     model: str = "gpt"
     model_settings: Mapping[str, Any] = field(default_factory=dict)
     dataset: str = "text"
@@ -60,36 +58,7 @@ class DiLoCoSpec:
         self.dataset_config()
         self.build_aggregator()
 
-    # -- canonical bytes ------------------------------------------------------------------------
-
-    def to_bytes(self) -> bytes:
-        return pack(_canonical(dataclasses.asdict(self)))
-
-    @classmethod
-    def from_bytes(cls, raw: bytes) -> DiLoCoSpec:
-        fields = unpack(raw, max_size=MAX_SPEC_BYTES, what="DiLoCo spec")
-        if not isinstance(fields, dict):
-            raise DecodeError("a DiLoCo spec is a map")
-        known = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = set(fields) - set(known)
-        if unknown:
-            raise DecodeError(f"unknown DiLoCo spec fields {sorted(unknown)[:4]}")
-        try:
-            return cls(**fields)
-        except (ConfigError, TypeError, ValueError) as exc:
-            raise DecodeError(f"invalid DiLoCo spec: {exc}") from None
-
     # -- what it builds -------------------------------------------------------------------------
-
-    def model_config(self):
-        from ..models import model_config
-
-        return model_config(self.model, self.model_settings)
-
-    def dataset_config(self):
-        from ..data import dataset_config
-
-        return dataset_config(self.dataset, self.dataset_settings)
 
     def build_aggregator(self):
         from ..aggregation import build_aggregator
@@ -106,11 +75,3 @@ class DiLoCoSpec:
         from ..data import seeded_int
 
         return seeded_int("diloco-shard", self.seed, peer_id) % self.num_shards
-
-
-def _canonical(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _canonical(v) for k, v in sorted(value.items())}
-    if isinstance(value, list | tuple):
-        return [_canonical(v) for v in value]
-    return value

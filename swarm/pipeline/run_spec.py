@@ -15,23 +15,20 @@ Only the MLP classifier on digits is sliced today (slices.py); a model that cann
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-from peertrain.protocol.errors import DecodeError
-from peertrain.protocol.packing import pack, unpack
+from typing import Any, ClassVar
 
 from ..models.config import ConfigError
+from ..run_spec import RunSpec
 from .boundary import BOUNDARY_CODECS
 from .wiring import BACKWARD_COST
 
-MAX_SPEC_BYTES = 16 * 1024
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PipelineSpec:
+class PipelineSpec(RunSpec):
+    KIND: ClassVar[str] = "pipeline spec"
+
     model: str = "mlp"
     model_settings: Mapping[str, Any] = field(default_factory=dict)
     dataset: str = "digits"
@@ -40,7 +37,7 @@ class PipelineSpec:
     batch_size: int = 16  # rows per microbatch
     target_batch: int = 128  # samples a stage accumulates (over its servers) before it steps
     lr: float = 3e-3
-    codec: str = "int8"  # activations and gradients at stage boundaries (int8 blockwise, as the paper)
+    codec: str = "int8"  # at stage boundaries: int8 blockwise, as in the paper
     in_flight: int = 8  # microbatches in flight per trainer
     microbatches: int = 0  # per trainer; 0: until stopped
     rebalance_period: float = 30.0  # seconds between rebalancing decisions; 0: never
@@ -69,25 +66,6 @@ class PipelineSpec:
             )
         self.dataset_config()
 
-    # -- canonical bytes ------------------------------------------------------------------------
-
-    def to_bytes(self) -> bytes:
-        return pack(_canonical(dataclasses.asdict(self)))
-
-    @classmethod
-    def from_bytes(cls, raw: bytes) -> PipelineSpec:
-        fields = unpack(raw, max_size=MAX_SPEC_BYTES, what="pipeline spec")
-        if not isinstance(fields, dict):
-            raise DecodeError("a pipeline spec is a map")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(fields) - known
-        if unknown:
-            raise DecodeError(f"unknown pipeline spec fields {sorted(unknown)[:4]}")
-        try:
-            return cls(**fields)
-        except (ConfigError, TypeError, ValueError) as exc:
-            raise DecodeError(f"invalid pipeline spec: {exc}") from None
-
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> PipelineSpec:
         """From the CLI's settings; the default model is deep enough for `stages`."""
@@ -100,24 +78,6 @@ class PipelineSpec:
 
     # -- what it builds -------------------------------------------------------------------------
 
-    def model_config(self):
-        from ..models import model_config
-
-        return model_config(self.model, self.model_settings)
-
-    def dataset_config(self):
-        from ..data import dataset_config
-
-        return dataset_config(self.dataset, self.dataset_settings)
-
     def demand(self, stage: int) -> float:
         """Compute per sample of `stage` in forward units: what rebalancing divides by capacity."""
         return BACKWARD_COST if stage == self.stages - 1 else 1.0 + BACKWARD_COST
-
-
-def _canonical(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _canonical(v) for k, v in sorted(value.items())}
-    if isinstance(value, list | tuple):
-        return [_canonical(v) for v in value]
-    return value

@@ -1,0 +1,69 @@
+"""What every run spec shares: canonical bytes, strict decoding, and the model and dataset it names.
+
+A run's spec is the manifest's opaque `spec` (crdt/manifest.py), and the manifest names the run by
+the hash of its bytes, so a spec must encode canonically: msgpack of a key-sorted map, with no
+floats that differ by platform (plain Python floats round-trip exactly). Decoding is strict:
+unknown fields and invalid values are a `DecodeError`, as for any untrusted bytes. The DiLoCo
+spec (diloco/run_spec.py) and the pipeline spec (pipeline/run_spec.py) add their own fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, ClassVar, Self
+
+from peertrain.protocol.errors import DecodeError
+from peertrain.protocol.packing import pack, unpack
+
+from .models.config import ConfigError
+
+MAX_SPEC_BYTES = 16 * 1024
+
+
+class RunSpec:
+    """Base of the frozen, keyword-only spec dataclasses (fields `model`, `model_settings`,
+    `dataset`, `dataset_settings` and the mode's own)."""
+
+    __slots__ = ()
+    KIND: ClassVar[str] = "run spec"  # how errors name it
+
+    model: str
+    model_settings: Mapping[str, Any]
+    dataset: str
+    dataset_settings: Mapping[str, Any]
+
+    def to_bytes(self) -> bytes:
+        return pack(canonical(dataclasses.asdict(self)))  # type: ignore[call-overload]
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> Self:
+        fields = unpack(raw, max_size=MAX_SPEC_BYTES, what=cls.KIND)
+        if not isinstance(fields, dict):
+            raise DecodeError(f"a {cls.KIND} is a map")
+        unknown = set(fields) - {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        if unknown:
+            raise DecodeError(f"unknown {cls.KIND} fields {sorted(unknown)[:4]}")
+        try:
+            return cls(**fields)
+        except (ConfigError, TypeError, ValueError) as exc:
+            raise DecodeError(f"invalid {cls.KIND}: {exc}") from None
+
+    def model_config(self):
+        from .models import model_config
+
+        return model_config(self.model, self.model_settings)
+
+    def dataset_config(self):
+        from .data import dataset_config
+
+        return dataset_config(self.dataset, self.dataset_settings)
+
+
+def canonical(value: Any) -> Any:
+    """Maps key-sorted with string keys, tuples as lists: one encoding per value."""
+    if isinstance(value, Mapping):
+        return {str(k): canonical(v) for k, v in sorted(value.items())}
+    if isinstance(value, list | tuple):
+        return [canonical(v) for v in value]
+    return value
