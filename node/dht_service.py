@@ -96,9 +96,14 @@ class DhtService:
         won: list[dict[str, Any]] = []
         errors: list[str] = []
         heard: list[str] = []
+        started = time.perf_counter()
+
+        def ms() -> float:
+            return (time.perf_counter() - started) * 1000
 
         async def via(how: str, find: Callable[[], Awaitable[list[Multiaddr]]]) -> None:
             addrs = await find()
+            log.info("resolving %s: %s answered after %.0f ms: %s", peer, how, ms(), addrs)
             if not addrs:
                 return
             heard.append(how)
@@ -107,6 +112,7 @@ class DhtService:
             except NodeError as exc:
                 errors.append(str(exc))
                 return
+            log.info("resolving %s: connected (%s, %s) after %.0f ms", peer, kind, how, ms())
             won.append({**self._remember(peer, how, [str(a) for a in addrs]), "connection": kind})
             nursery.cancel_scope.cancel()
 

@@ -4,6 +4,8 @@
     verdict private : reserve on `relays` public peers, publish the circuits in our DHT peer
                       record, ask a UPnP gateway once (node/upnp.py); DHT client mode (a
                       server nobody can dial costs every lookup that reaches it a timeout).
+    no verdict yet  : DHT client mode as soon as peers see us at an address we do not listen
+                      on (a NAT): a "private" verdict waits for dial-backs to time out (~10 s).
     every node      : accept circuits; answer and start DCUtR hole punches; dial peers at
                       circuit addresses and upgrade them (node/hole_punch.py).
 
@@ -23,10 +25,12 @@ from libp2p.peer.id import ID
 from multiaddr import Multiaddr
 
 from .hole_punch import HolePunch, QuickDCUtR
-from .reachability import ReachabilityCheck
+from .reachability import ReachabilityCheck, address_translated
 from .relays import CIRCUIT, Dialer, HopLimits, PacedRelay, ReservationKeeper, connections_by_kind
 
 log = logging.getLogger(__name__)
+
+PROVISIONAL_FOR = 60.0  # seconds to watch for a translated address before any verdict
 
 
 class NatTraversal:
@@ -85,6 +89,7 @@ class NatTraversal:
             self.dialer = Dialer(self.host, transport, timeout=self.dial_timeout)
             self.punch = HolePunch(self.host, dcutr, self.dialer)
             nursery.start_soon(self.keeper.run, nursery)
+            nursery.start_soon(self._client_while_translated)
             task_status.started()
             await self._follow_verdicts(nursery)
 
@@ -106,6 +111,20 @@ class NatTraversal:
                 nursery.start_soon(self.dht_server, verdict.status == "public")
             self._publish()
             verdict = await self.reachability.wait_changed()
+
+    async def _client_while_translated(self) -> None:
+        """Before the first verdict, a node behind a NAT is most likely not dialable: it turns
+        DHT client at its first observed address instead of being handed out as a server for
+        the ~10 s its verdict takes. A "public" verdict (a forwarded port) makes it serve."""
+        if self.dht_server is None:
+            return
+        with trio.move_on_after(PROVISIONAL_FOR):
+            while self.reachability.current.status == "unknown":
+                if address_translated(self.host):
+                    log.info("peers see us through a NAT: DHT client until dial-backs say more")
+                    await self.dht_server(False)
+                    return
+                await trio.sleep(0.2)
 
     def _circuits_changed(self, _circuits: list[str]) -> None:
         self.reachability.circuits_changed()  # a new verdict text, which _follow_verdicts publishes

@@ -435,6 +435,30 @@ class ReachabilityCheck:
         )
 
 
+def address_translated(host: IHost) -> bool | None:
+    """True when peers saw us at an IPv4 address we do not listen on (a NAT rewrote it), False
+    when they saw only our own, None before any observation. An early hint, from identify's
+    observed addresses (libp2p's ObservedAddrManager, one observer is enough), not a verdict:
+    a forwarded port is translated and still reachable."""
+    manager = getattr(host, "_observed_addr_manager", None)
+    if manager is None:
+        return None
+    try:
+        observed = {_ip4(a) for a in manager.addrs(min_observers=1)} - {None}
+    except Exception:  # its internals changed: no hint
+        return None
+    if not observed:
+        return None
+    return bool(observed - {_ip4(a) for a in host.get_addrs()})
+
+
+def _ip4(addr: Multiaddr) -> str | None:
+    try:
+        return addr.value_for_protocol("ip4")
+    except Exception:  # not an IPv4 address
+        return None
+
+
 class _Arrivals(ConnectionEvents):
     """Sets `event` when a connection opens, so an undecided check can ask again at once."""
 

@@ -140,6 +140,13 @@ def test_matrix_through_cli_daemons(nat_world, tmp_path):
             assert verdicts[key]["status"] == "private", (key, verdicts[key])
             assert verdicts[key]["relay_service"] is False
             assert statuses[key]["dht"]["mode"] == "client", key  # nobody can dial it
+        # a NATed node turns DHT client on its first observed address, not after its verdict;
+        # the forwarded one too, and serves again once dial-backs reach it (asserted above)
+        hint = "peers see us through a NAT: DHT client until dial-backs say more"
+        for key in ("cone", "sym", "fwd"):
+            assert hint in nodes.by_name[key].log_path.read_text(), key
+        for key in ("pub", "pub2", "pub3"):
+            assert hint not in nodes.by_name[key].log_path.read_text(), key
         cone = verdicts["cone"]
         assert cone["text"].startswith(
             f"behind NAT (peers see you as {world.WAN['cone']}): "
