@@ -147,6 +147,20 @@ class DhtService:
                 continue
         return out
 
+    async def reconnect(self, peer: ID, *, timeout: float = 3.0) -> str:
+        """Connect to `peer` again after its connection dropped: at the addresses it was last
+        resolved to (a circuit: its relay is dialed first, no DHT needed, which may have lost
+        its peers too), else by resolving it afresh. Raises ControlError."""
+        last = self.resolved.get(peer.to_base58())
+        if last is not None and self.connect is not None:
+            with trio.move_on_after(timeout):
+                try:
+                    return await self.connect(peer, [Multiaddr(a) for a in last["addrs"]])
+                except NodeError as exc:
+                    log.info("reconnecting to %s at its last addresses: %s", peer, exc)
+        found = await self.resolve_peer(peer.to_base58(), timeout=timeout)
+        return str(found.get("connection") or found["how"])
+
     def _remember(self, peer: ID, how: str, addrs: list[str]) -> dict[str, Any]:
         entry = {"peer": peer.to_base58(), "how": how, "addrs": addrs, "at": time.time()}
         self.resolved[entry["peer"]] = entry

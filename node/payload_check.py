@@ -52,7 +52,7 @@ def control_methods(daemon: Daemon) -> dict[str, Any]:
             how = (await daemon.dht.resolve_peer(text, timeout=wait))["how"]
 
         async def reconnect(holder: ID) -> None:  # a reset circuit, if nobody redialed it yet
-            await daemon.dht.resolve_peer(holder.to_base58(), timeout=3.0)
+            await daemon.dht.reconnect(holder)
 
         started = time.perf_counter()
         try:

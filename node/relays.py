@@ -5,7 +5,12 @@ What py-libp2p 0.8.1 gives and what we add (LIBP2P-NOTES.md):
   Every node runs the stop side; the hop is switched on only once our own dial-back check
   says "public": a NATed relay is useless to strangers and a trap for whoever picks it.
   Its limits are explicit (NodeConfig `relay_*`); its bandwidth cap is defined upstream but
-  never enforced, so `PacedRelay` paces every relayed read itself.
+  never enforced, so `PacedRelay` paces every relayed read itself. Upstream also keeps a
+  circuit's streams in a table keyed by *peer*, and a circuit that ends closes whatever that
+  table holds for its peer: the streams of another, live circuit to the same peer (a redial
+  after a reset, or a second source). Each redial was torn down by the end of the circuit it
+  replaced, and one transfer's end cut another's. `PacedRelay` closes each circuit's own
+  streams instead.
 - Its `RelayDiscovery` reserves only every 5 minutes. `ReservationKeeper` reserves on `want`
   public peers as soon as we are known to be private, and replaces a relay whose connection
   ends (checked every second), or that stops answering pings (every PING_EVERY s: a relay
@@ -95,6 +100,18 @@ class PacedRelay(CircuitV2Protocol):
         self.bandwidth = limits.bandwidth
         self._next: weakref.WeakKeyDictionary[INetStream, float] = weakref.WeakKeyDictionary()
         self.relayed_bytes = 0
+        self._active_relays = _Unshared()  # see the module docstring
+
+    async def _relay_data(
+        self, src_stream: INetStream, dst_stream: INetStream, *args: Any, **kwargs: Any
+    ) -> None:
+        """One direction of a circuit; when it ends, the circuit's own two streams close
+        (upstream closed the streams its per-peer table held, maybe another circuit's)."""
+        try:
+            await super()._relay_data(src_stream, dst_stream, *args, **kwargs)
+        finally:
+            await self._close_stream(src_stream)
+            await self._close_stream(dst_stream)
 
     def enable_hop(self) -> None:
         """Serve as a relay from now on (the stop side always runs)."""
@@ -118,6 +135,15 @@ class PacedRelay(CircuitV2Protocol):
             self._next[stream] = due
             await trio.sleep_until(due)
         return data
+
+
+class _Unshared(dict):
+    """Upstream's circuit table, keyed by peer, kept empty: nothing can find another circuit's
+    streams in it (upstream only reads it after checking `in`, and at shutdown, when the
+    host's closing connections end every circuit anyway)."""
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -11,6 +11,8 @@ to the peer record with its circuit addresses:
     cone   fetches fwd   forwarded / cone        direct to the forwarded port
 
 Each payload is a 16 MiB tensor served by the tensor service and verified chunk by chunk.
+Then every TCP connection of sym2 is reset mid-transfer: the download resumes from the same
+holder once the circuit is redialed.
 Public nodes serve the DHT; NATed ones switch to DHT client mode once their verdict is in.
 Then a relay that cone holds a reservation on goes silent (nftables drops its packets: no
 reset, no FIN): cone notices by ping and reserves on another public node (any with a
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from contextlib import ExitStack
 
@@ -69,6 +72,25 @@ class Nodes:
             daemon.send_signal()
         for daemon in self.by_name.values():
             daemon.stop()
+
+
+def fetch_cut_midway(nodes: Nodes, key: str, peer: str, checksum: str, cut: list[str]) -> dict:
+    """`debug.fetch` on `key`, running `cut` (a command) 0.6 s into it; the fetch's result."""
+    out: dict = {}
+
+    def fetch() -> None:
+        try:
+            out["got"] = nodes.call(key, "debug.fetch", {"peer": peer, "checksum": checksum})
+        except Exception as exc:  # reported by the caller's assertion
+            out["error"] = exc
+
+    worker = threading.Thread(target=fetch)
+    worker.start()
+    time.sleep(0.6)
+    subprocess.run(cut, check=True, capture_output=True)
+    worker.join(60)
+    assert "got" in out, out.get("error")
+    return out["got"]
 
 
 def relays_of(nodes: Nodes, key: str) -> list[dict]:
@@ -128,6 +150,15 @@ def test_matrix_through_cli_daemons(nat_world, tmp_path):
         assert fetched[("sym2", "sym")]["connection"] == "relayed"
         assert fetched[("cone2", "sym")]["connection"] == "relayed"
         assert fetched[("cone", "fwd")]["connection"] == "direct"
+
+        # every TCP connection of sym2 reset mid-transfer (as when its relay restarts): the
+        # download resumes from the same holder once the circuit is dialed again
+        cut = world.in_ns("sym2", ["ss", "-K", "-t", "state", "established"])
+        got = fetch_cut_midway(nodes, "sym2", ids["sym"], offers["sym"]["checksum"], cut)
+        assert got["nbytes"] == offers["sym"]["nbytes"], got
+        log = nodes.by_name["sym2"].log_path.read_text()
+        assert "asking it again once reconnected" in log, "the cut missed the transfer"
+        print(f"sym2 <- sym, cut midway: {got}")
 
         statuses = {k: nodes.status(k) for k in nodes.by_name}
         verdicts = {k: s["reachability"] for k, s in statuses.items()}
