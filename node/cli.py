@@ -74,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("peer", metavar="PEER", help="full multiaddr ending in /p2p/<peer id>, or a bare peer ID "
                    "(then --bootstrap names any node to find it through)")
     p.add_argument("--run", metavar="NAME", help="the training run to join")
+    p.add_argument("--role", choices=["server", "trainer"], default=None,
+                   help="SWARM runs: serve a stage (default) or feed microbatches")
     p.set_defaults(handler=cmd_join)
 
     p = commands.add_parser("status", parents=[home], help="status of the daemon on this home")
@@ -259,7 +261,7 @@ def cmd_join(args: argparse.Namespace) -> int:
 
     parse_peer_addr(args.peer)  # fail early with a clear message
     bootstrap = [args.peer, *(args.bootstrap or [])]
-    config = _load(args, bootstrap=bootstrap, run=args.run)
+    config = _load(args, bootstrap=bootstrap, run=args.run, run_role=args.role)
     return cmd_node_start(args, config)
 
 
@@ -275,7 +277,7 @@ def _join_by_peer_id(args: argparse.Namespace) -> int:
         multihash.decode(ID.from_base58(args.peer).to_bytes())
     except Exception:
         raise ConfigError(f"{args.peer!r} is neither a peer address (/ip4/…/p2p/…) nor a peer ID (12D3KooW…)") from None
-    config = _load(args, run=args.run)
+    config = _load(args, run=args.run, run_role=args.role)
     if not config.bootstrap:
         raise ConfigError(f"to join {args.peer} by its peer ID, also give --bootstrap with the address of "
                           "any node of the network: the DHT finds the peer from there")

@@ -46,6 +46,7 @@ class NodeConfig:
     announce: tuple[str, ...] = ()
     psk: str | None = None
     run: str | None = None
+    run_role: str | None = None  # SWARM runs: "server" (default) or "trainer"
     log_level: str = "info"
     log_format: str = "auto"
     attack: str | None = None  # research/testing: make this node Byzantine (swarm/attacks.py)
@@ -170,6 +171,8 @@ def _validate(config: NodeConfig) -> None:
             "`psk` must be 64 hex characters (a 32-byte key); make one with "
             "`python -c 'import secrets; print(secrets.token_hex(32))'`"
         )
+    if config.run_role not in (None, "server", "trainer"):
+        raise ConfigError(f"`run_role` must be server or trainer, got {config.run_role!r}")
     if not config.listen:
         raise ConfigError("`listen` is empty; give at least one address such as /ip4/0.0.0.0/tcp/0")
     for name in ("dial_timeout", "reconnect_interval", "relay_reservations", "relay_circuits",

@@ -132,8 +132,9 @@ class RunManager:
         return None
 
     async def _join_configured(self, name: str) -> None:
+        role = self.daemon.config.run_role
         try:
-            await self.join(name, timeout=120.0)
+            await self.join(name, timeout=120.0, role={"role": role} if role else None)
         except NodeError as exc:
             log.error("%s", exc)
 

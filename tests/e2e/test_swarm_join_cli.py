@@ -1,0 +1,56 @@
+"""A volunteer joins a SWARM pipeline run the way it joins any run: `peertrain join <peer> --run NAME`,
+as a stage server by default or with `--role trainer`; `peertrain status` shows what it does."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from peertrain.node.local_swarm import DAEMON_ENV
+from peertrain.node.processes import DaemonProcess, node_args, stop_all
+from peertrain.testing import wait_until_sync
+
+pytestmark = pytest.mark.slow
+
+
+def join_args(addr: str, *extra: str) -> list[str]:
+    return ["join", addr, "--run", "P", *extra, "--listen", "/ip4/127.0.0.1/tcp/0", "--log-format", "json"]
+
+
+def run_of(daemon: DaemonProcess) -> dict:
+    try:
+        return daemon.status(timeout=5)["run"] or {}
+    except Exception:
+        return {}
+
+
+def test_a_server_and_a_trainer_join_a_two_stage_run_by_the_creators_address(tmp_path):
+    creator = DaemonProcess(tmp_path / "creator", node_args(), DAEMON_ENV).start()
+    daemons = [creator]
+    try:
+        addr = creator.wait_ready()["share"]
+        subprocess.run(
+            [sys.executable, "-m", "peertrain", "run", "create", "--home", str(creator.home), "--name", "P",
+             "--mode", "swarm", "--stages", "2", "--model", "mlp", "--dataset", "digits"],
+            capture_output=True, text=True, timeout=120, check=True,
+        )
+        server = DaemonProcess(tmp_path / "server", join_args(addr), DAEMON_ENV).start()
+        trainer = DaemonProcess(tmp_path / "trainer", join_args(addr, "--role", "trainer"), DAEMON_ENV).start()
+        daemons += [server, trainer]
+        server.wait_ready()
+        trainer.wait_ready()
+        wait_until_sync(lambda: run_of(trainer).get("completed", 0) >= 200, timeout=120, interval=1)
+        runs = {name: run_of(d) for name, d in (("creator", creator), ("server", server), ("trainer", trainer))}
+        human = subprocess.run([sys.executable, "-m", "peertrain", "status", "--home", str(trainer.home)],
+                               capture_output=True, text=True, timeout=30, check=True).stdout
+    finally:
+        codes = stop_all(daemons)
+    assert codes == [0, 0, 0]
+    # the creator serves a stage, the plain joiner the other one (the stage with the most need)
+    assert {runs["creator"]["role"], runs["server"]["role"]} == {"server"}
+    assert {runs["creator"]["stage"], runs["server"]["stage"]} == {0, 1}
+    assert runs["trainer"]["role"] == "trainer" and runs["trainer"]["lost_microbatches"] == 0
+    assert runs["trainer"]["loss"] < 0.5 * runs["trainer"]["initial_loss"]
+    assert runs["creator"]["calls"] > 0 and runs["server"]["calls"] > 0
+    assert "trainer (" in human and "microbatches" in human
