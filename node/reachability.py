@@ -92,14 +92,19 @@ async def dial_fresh(
 ) -> bool:
     """Can a stranger (new key, new socket) complete a handshake with `peer` at `addr`?"""
     probe = build_host(Identity.generate(), psk=psk, dial_timeout=timeout)
+    reached = False
     try:
         async with probe.run([]):
             with trio.move_on_after(timeout):
                 await probe.connect(PeerInfo(peer, [addr]))
-                return True
+                reached = True
+            # Hang up before the host goes: leaving `run` does not close its connections, and the
+            # peer would list the probe as a connected peer until its socket is collected.
+            with trio.move_on_after(1.0):
+                await probe.disconnect(peer)
     except Exception as exc:  # refused, timed out, wrong peer: all mean "not reached"
         log.debug("dial-back to %s at %s failed: %s", peer, addr, exc)
-    return False
+    return reached
 
 
 class DialbackServer:
