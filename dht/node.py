@@ -28,7 +28,7 @@ import enum
 import logging
 import random
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -70,6 +70,7 @@ log = logging.getLogger(__name__)
 
 Penalise = Callable[[str, float, str], Any]
 BAD_ANSWER_PENALTY = 25.0
+MAX_CLIENTS_REMEMBERED = 4096
 FIRST_REFRESH = (5.0, 15.0)  # seconds after bootstrap: the wide self-lookup, spread out in time
 
 
@@ -167,7 +168,7 @@ class Dht:
             book=self.book,
             connected_keys=self.connected_keys,
             on_server_peer=self._add_server,
-            on_client_peer=self.table.remove,
+            on_client_peer=self._said_client,
             on_reject=self._bad_peer,
             clock=clock,
         )
@@ -186,6 +187,7 @@ class Dht:
         self._counts: Counter[str] = Counter()
         self._rejected: Counter[str] = Counter()
         self._running = False
+        self._clients: OrderedDict[ID, None] = OrderedDict()  # peers that said they are clients
 
     # ── lifecycle ────────────────────────────────────────────────────────────────────────
 
@@ -220,9 +222,10 @@ class Dht:
         that reaches it a request timeout).
 
         A client answers nothing, so it stores nothing new; records it already holds expire
-        unused (a put stores at several replicas). The servers in our table hear of the change
-        at once, by a Ping carrying the new mode (each adds or drops us); anyone else by our
-        next request, or by a request of theirs that we no longer answer.
+        unused (a put stores at several replicas). Connected peers hear of the change at once,
+        by a Ping carrying the new mode (each server adds or drops us) and an identify push
+        (their peerstores list our protocols); anyone else by our next request, or by a
+        request of theirs that we no longer answer.
         """
         server = mode is DhtMode.SERVER
         if server == self.is_server:
@@ -233,9 +236,21 @@ class Dht:
         elif not server:
             self.server.unregister()
         log.info("dht: now in %s mode", mode.value)
-        async with trio.open_nursery() as nursery:
-            for peer in self.table.verified_peers():
-                nursery.start_soon(self.probe, peer)
+        with trio.move_on_after(self.config.request_timeout):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._push_identify)
+                for peer in self.host.get_connected_peers():  # ours in their table or not
+                    nursery.start_soon(self.probe, peer)
+
+    async def _push_identify(self) -> None:
+        """Tell connected peers our protocols changed: a peer that connects to us again would
+        otherwise read the old list (with or without ours) from its peerstore."""
+        from libp2p.identity.identify_push.identify_push import push_identify_to_peers
+
+        try:
+            await push_identify_to_peers(self.host)
+        except Exception as exc:  # best effort: requests tell them too
+            log.debug("dht: identify push after a mode change: %s", exc)
 
     async def wait_bootstrapped(self) -> None:
         """Wait for the first self-lookup: from then on this node finds and is found."""
@@ -339,9 +354,21 @@ class Dht:
 
     # ── routing table feed ───────────────────────────────────────────────────────────────
 
-    def _add_server(self, peer: ID) -> None:
+    def _add_server(self, peer: ID, *, inferred: bool = False) -> None:
+        """`inferred`: from identify's protocol list, which may predate the peer's own word
+        (a request or Ping saying it is a client now, `_said_client`); that word wins."""
+        if inferred and peer in self._clients:
+            return
+        self._clients.pop(peer, None)
         if self.book.is_connected(peer) and self.table.add(peer):
             self._table_grew.set()
+
+    def _said_client(self, peer: ID) -> None:
+        self.table.remove(peer)
+        self._clients[peer] = None
+        self._clients.move_to_end(peer)
+        while len(self._clients) > MAX_CLIENTS_REMEMBERED:
+            self._clients.popitem(last=False)
 
     async def _connect_all(self, peers: Sequence[PeerInfo]) -> list[ID]:
         """Connect to `peers` in parallel; return those that answered."""

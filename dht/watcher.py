@@ -61,7 +61,7 @@ class ConnectionWatcher(INotifee):
             if peer in self.dht.table or not self.dht.book.is_connected(peer):
                 continue
             if await self._identified_as_server(peer):
-                self.dht._add_server(peer)
+                self.dht._add_server(peer, inferred=True)
 
     async def _identified_as_server(self, peer: ID) -> bool:
         """True once identify lists our protocol for `peer`; False if it does not, or never says."""
