@@ -236,10 +236,12 @@ def _may_retry(exc: BaseException) -> bool:
 
 async def _first_header(host: IHost, holders: Sequence[ID], checksum: bytes, max_nbytes: int,
                         idle_timeout: float, allocate, again: _Retries) -> tuple[TensorDownload, list[str]]:
+    """The header from the first holder that answers; the ones whose connection broke are
+    asked again (once back) only after every other holder has been tried."""
     failures: list[str] = []
     candidates = list(holders)
     while candidates:
-        retry: list[ID] = []
+        broken: list[tuple[ID, Exception]] = []
         for holder in candidates:
             try:
                 stream = await host.new_stream(holder, [str(TENSOR)])
@@ -250,9 +252,8 @@ async def _first_header(host: IHost, holders: Sequence[ID], checksum: bytes, max
                     await stream.close()
             except Exception as exc:  # NOT_FOUND, dead holder, bad header: try the next one
                 failures.append(f"{holder}: {exc}")
-                if await again.worth_it(holder, exc):
-                    retry.append(holder)
-        candidates = retry
+                broken.append((holder, exc))
+        candidates = [holder for holder, exc in broken if await again.worth_it(holder, exc)]
     raise TransferFailed(f"no holder has tensor {checksum.hex()[:16]}: " + ("; ".join(failures) or "no holders"))
 
 
