@@ -225,7 +225,9 @@ class ReservationKeeper:
         reservation = self.held.pop(peer, None)
         if reservation is None:  # dropped meanwhile (its connection closed)
             return
-        log.warning("relay: %s did not answer a ping (%s): replacing it", reservation.relay_addr, reason)
+        log.warning(
+            "relay: %s did not answer a ping (%s): replacing it", reservation.relay_addr, reason
+        )
         self.lost += 1
         self._refused[peer] = time.monotonic() + SILENT_COOLDOWN
         self.on_change(self.circuits())

@@ -26,8 +26,8 @@ import trio
 from libp2p.abc import IHost, INetStream
 from libp2p.peer.id import ID
 from peertrain.protocol.errors import ChecksumMismatch, DecodeError, ProtocolError, RemoteError
-from peertrain.protocol.messages import ErrorCode
 from peertrain.protocol.ids import protocol_id
+from peertrain.protocol.messages import ErrorCode
 from peertrain.protocol.tensor_transfer import fetch_chunks, request_header, serve_tensor_request
 from peertrain.protocol.tensors import PreparedTensor, TensorDownload
 
@@ -153,7 +153,9 @@ async def fetch_tensor(
     the payload buffer (node/receive_buffers.py)."""
     holders = [h for h in dict.fromkeys(holders) if h != host.get_id()]
     again = _Retries(host, retries=retries, wait=reconnect_wait, reconnect=reconnect)
-    download, failures = await _first_header(host, holders, checksum, max_nbytes, idle_timeout, allocate, again)
+    download, failures = await _first_header(
+        host, holders, checksum, max_nbytes, idle_timeout, allocate, again
+    )
     pending = _split(download)
     alive = list(holders)
 
@@ -234,8 +236,10 @@ def _may_retry(exc: BaseException) -> bool:
     return not isinstance(exc, DecodeError)
 
 
-async def _first_header(host: IHost, holders: Sequence[ID], checksum: bytes, max_nbytes: int,
-                        idle_timeout: float, allocate, again: _Retries) -> tuple[TensorDownload, list[str]]:
+async def _first_header(
+    host: IHost, holders: Sequence[ID], checksum: bytes, max_nbytes: int, idle_timeout: float,
+    allocate, again: _Retries,
+) -> tuple[TensorDownload, list[str]]:
     """The header from the first holder that answers; the ones whose connection broke are
     asked again (once back) only after every other holder has been tried."""
     failures: list[str] = []
@@ -246,18 +250,24 @@ async def _first_header(host: IHost, holders: Sequence[ID], checksum: bytes, max
             try:
                 stream = await host.new_stream(holder, [str(TENSOR)])
                 try:
-                    return await request_header(stream, checksum, max_nbytes=max_nbytes, idle_timeout=idle_timeout,
-                                                allocate=allocate), failures
+                    header = await request_header(
+                        stream, checksum, max_nbytes=max_nbytes, idle_timeout=idle_timeout,
+                        allocate=allocate,
+                    )
+                    return header, failures
                 finally:
                     await stream.close()
             except Exception as exc:  # NOT_FOUND, dead holder, bad header: try the next one
                 failures.append(f"{holder}: {exc}")
                 broken.append((holder, exc))
         candidates = [holder for holder, exc in broken if await again.worth_it(holder, exc)]
-    raise TransferFailed(f"no holder has tensor {checksum.hex()[:16]}: " + ("; ".join(failures) or "no holders"))
+    reasons = "; ".join(failures) or "no holders"
+    raise TransferFailed(f"no holder has tensor {checksum.hex()[:16]}: {reasons}")
 
 
-def _split(download: TensorDownload, first: int = 0, count: int | None = None) -> list[tuple[int, int]]:
+def _split(
+    download: TensorDownload, first: int = 0, count: int | None = None
+) -> list[tuple[int, int]]:
     """Missing chunks (of [first, first + count) when given) as ranges of at most
     CHUNKS_PER_REQUEST."""
     end = download.header.num_chunks if count is None else first + count

@@ -203,7 +203,8 @@ def test_matrix_through_cli_daemons(nat_world, tmp_path):
         # power cut) is replaced by a reservation on another public node within 30 s
         held = {r["relay"] for r in cone["relays"]}
         victim = next(k for k in ("pub3", "pub2", "fwd") if ids[k] in held)
-        world.silence(*{"pub3": ("pub", 4002), "pub2": ("pub2", 4001), "fwd": ("fwd", 4001)}[victim])
+        where = {"pub3": ("pub", 4002), "pub2": ("pub2", 4001), "fwd": ("fwd", 4001)}
+        world.silence(*where[victim])
         stopped = time.monotonic()
         relays = wait_for(
             lambda: (

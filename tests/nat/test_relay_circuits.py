@@ -28,7 +28,7 @@ from peertrain.testing import wait_until
 class Node:
     """A host with the relay protocol (hop off), a circuit transport and a dialer."""
 
-    async def start(self, stack: AsyncExitStack, *, hop: bool = False) -> "Node":
+    async def start(self, stack: AsyncExitStack, *, hop: bool = False) -> Node:
         self.host = build_host(Identity.generate(), dial_timeout=5.0)
         await stack.enter_async_context(self.host.run([Multiaddr("/ip4/127.0.0.1/tcp/0")]))
         self.relay = PacedRelay(self.host, limits=HopLimits(bandwidth=0))
