@@ -12,6 +12,10 @@ connection direct, and fetch a 16 MiB tensor from it through the tensor service 
     ends on         direct | punched (relayed, then direct by DCUtR) | relayed
     MB/s            the payload over whatever connection the pair ends on
 
+The last cell repeats symmetric → symmetric with every TCP connection of the dialer reset
+0.6 s into the transfer (`ss -K`): the download resumes from the same holder once the circuit
+is dialed again (its MB/s include the reconnection).
+
 A second table gives each daemon's start → reachability verdict and → relays held.
 
     sudo .venv/bin/python benchmarks/nat.py [--repeats 2] [--mib 16] [--punch 20]
@@ -22,7 +26,9 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import statistics
+import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -41,6 +47,8 @@ CELLS = [
     ("cone2", "sym", "cone → symmetric"),
     ("sym2", "sym", "symmetric → symmetric"),
 ]
+RESET_CELL = "symmetric → symmetric, reset"  # every TCP connection of the dialer cut mid-way
+CELL_NAMES = [cell for _, _, cell in CELLS] + [RESET_CELL]
 FIELDS = ["ends_on", "delivered", "first_conn_ms", "direct_after_s", "mb_per_s"]
 
 
@@ -165,10 +173,41 @@ def measure_cell(nodes: Nodes, src: str, dst: str, dst_id: str, checksum: str, p
     }
 
 
+def measure_reset(nodes: Nodes, src: str, dst_id: str, checksum: str, ns: str):
+    """`debug.fetch` while every TCP connection in the dialer's namespace is reset 0.6 s in
+    (`ss -K`, as when its relay restarts): the download resumes once the circuit is back."""
+    out: dict = {}
+
+    def fetch() -> None:
+        try:
+            out["got"] = nodes.call(src, "debug.fetch", {"peer": dst_id, "checksum": checksum})
+        except Exception as exc:  # reported below
+            out["error"] = exc
+
+    worker = threading.Thread(target=fetch)
+    worker.start()
+    time.sleep(0.6)
+    cut = nodes.world.in_ns(ns, ["ss", "-K", "-t", "state", "established"])
+    subprocess.run(cut, check=True, capture_output=True)
+    worker.join(60)
+    if "got" not in out:
+        raise RuntimeError(str(out.get("error", "no answer")))
+    resumed = "asking it again once reconnected" in nodes.by_name[src].log_path.read_text()
+    got = out["got"]
+    return {
+        "ends_on": got["connection"] if resumed else f"{got['connection']} (cut missed)",
+        "first_conn_ms": None,
+        "direct_after_s": None,
+        "mb_per_s": got["mb_per_s"],
+        "seconds": got["seconds"],
+        "already_connected": True,
+    }
+
+
 def measure(world, base: Path, repeats: int, mib: int, punch: float):
     nodes = Nodes(world, base)
-    runs: dict[str, list[dict]] = {cell: [] for _, _, cell in CELLS}
-    failures: dict[str, list[str]] = {cell: [] for _, _, cell in CELLS}
+    runs: dict[str, list[dict]] = {cell: [] for cell in CELL_NAMES}
+    failures: dict[str, list[str]] = {cell: [] for cell in CELL_NAMES}
     try:
         ids, startup = start_world(nodes)
         boot = nodes.status("pub")["share"]
@@ -191,6 +230,11 @@ def measure(world, base: Path, repeats: int, mib: int, punch: float):
                     )
                 except Exception as exc:  # counted, and the reason kept for the JSON line
                     failures[cell].append(str(exc).splitlines()[0][:200])
+            try:
+                sym = offers["sym"]["checksum"]
+                runs[RESET_CELL].append(measure_reset(nodes, dialers["sym2"], ids["sym"], sym, "sym2"))
+            except Exception as exc:
+                failures[RESET_CELL].append(str(exc).splitlines()[0][:200])
             for key in dialers.values():
                 nodes.stop(key)
     finally:
@@ -203,15 +247,19 @@ def row(cell: str, runs: list[dict], repeats: int) -> list:
     if not runs:
         return [cell, "failed", delivered, None, None, None]
     ends = sorted({r["ends_on"] for r in runs})
-    after = [r["direct_after_s"] for r in runs if r["direct_after_s"] is not None]
     return [
         cell,
         "/".join(ends),
         delivered,
-        statistics.median(r["first_conn_ms"] for r in runs),
-        statistics.median(after) if after else None,
-        statistics.median(r["mb_per_s"] for r in runs),
+        _median(r["first_conn_ms"] for r in runs),  # none for the reset cell: already connected
+        _median(r["direct_after_s"] for r in runs),
+        _median(r["mb_per_s"] for r in runs),
     ]
+
+
+def _median(values) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 def main() -> None:
@@ -234,7 +282,7 @@ def main() -> None:
     finally:
         if not existed:
             world.teardown()
-    rows = [row(cell, runs[cell], args.repeats) for _, _, cell in CELLS]
+    rows = [row(cell, runs[cell], args.repeats) for cell in CELL_NAMES]
     print_table(
         f"NAT matrix through CLI daemons, {args.mib} MiB tensor, medians over {args.repeats} "
         "fresh dialers per cell",
