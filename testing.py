@@ -37,8 +37,11 @@ async def open_test_swarm(
             for index in range(n):
                 bootstrap = (nodes[0].addrs()[0],) if bootstrap_first and nodes else ()
                 config = NodeConfig(
-                    home=Path(tmp) / f"n{index}", listen=("/ip4/127.0.0.1/tcp/0",), bootstrap=bootstrap,
-                    psk=psk, reconnect_interval=0.2,
+                    home=Path(tmp) / f"n{index}",
+                    listen=("/ip4/127.0.0.1/tcp/0",),
+                    bootstrap=bootstrap,
+                    psk=psk,
+                    reconnect_interval=0.2,
                 )
                 nodes.append(await nursery.start(Daemon(config, Identity.generate()).run))
             try:
@@ -47,7 +50,9 @@ async def open_test_swarm(
                 nursery.cancel_scope.cancel()
 
 
-async def wait_until(predicate: Callable[[], bool], *, timeout: float = 10.0, interval: float = 0.05) -> float:
+async def wait_until(
+    predicate: Callable[[], bool], *, timeout: float = 10.0, interval: float = 0.05
+) -> float:
     """Poll `predicate` until true; return the seconds it took; raise TimeoutError otherwise."""
     start = trio.current_time()
     with trio.move_on_after(timeout):
@@ -57,7 +62,9 @@ async def wait_until(predicate: Callable[[], bool], *, timeout: float = 10.0, in
     raise TimeoutError(f"condition not met within {timeout} s")
 
 
-def wait_until_sync(predicate: Callable[[], bool], *, timeout: float = 10.0, interval: float = 0.1) -> float:
+def wait_until_sync(
+    predicate: Callable[[], bool], *, timeout: float = 10.0, interval: float = 0.1
+) -> float:
     start = time.monotonic()
     while time.monotonic() - start < timeout:
         if predicate():
@@ -76,7 +83,9 @@ def cli_daemons(
         first: dict[str, Any] | None = None
         for index in range(n):
             bootstrap = [first["share"]] if first else []
-            daemon = DaemonProcess(Path(base) / f"node{index}", node_args(bootstrap=bootstrap, extra=extra), env)
+            daemon = DaemonProcess(
+                Path(base) / f"node{index}", node_args(bootstrap=bootstrap, extra=extra), env
+            )
             daemons.append(daemon.start())
             status = daemon.wait_ready()
             first = first or status

@@ -57,18 +57,34 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def main(samples: int) -> None:
-    results = {"peertrain": await measure(ours, samples), "py-libp2p default": await measure(default, samples)}
-    rows = [(name, samples, statistics.median(t), pct(t, 0.9), max(t)) for name, t in results.items()]
+    results = {
+        "peertrain": await measure(ours, samples),
+        "py-libp2p default": await measure(default, samples),
+    }
+    rows = [
+        (name, samples, statistics.median(t), pct(t, 0.9), max(t)) for name, t in results.items()
+    ]
     print_table("connection setup on loopback (ms)", ["host", "n", "p50", "p90", "max"], rows)
     ours_p50 = statistics.median(results["peertrain"])
     default_p50 = statistics.median(results["py-libp2p default"])
-    print(f"ours is {default_p50 / ours_p50:.0f}x faster; target p50 <= 10 ms: {'met' if ours_p50 <= 10 else 'NOT met'}")
-    print_json({"benchmark": "connect", "samples": samples, "ours_p50_ms": round(ours_p50, 2),
-                "ours_p90_ms": round(pct(results["peertrain"], 0.9), 2), "default_p50_ms": round(default_p50, 2),
-                "speedup": round(default_p50 / ours_p50, 1)})
+    print(
+        f"ours is {default_p50 / ours_p50:.0f}x faster; target p50 <= 10 ms: {'met' if ours_p50 <= 10 else 'NOT met'}"
+    )
+    print_json(
+        {
+            "benchmark": "connect",
+            "samples": samples,
+            "ours_p50_ms": round(ours_p50, 2),
+            "ours_p90_ms": round(pct(results["peertrain"], 0.9), 2),
+            "default_p50_ms": round(default_p50, 2),
+            "speedup": round(default_p50 / ours_p50, 1),
+        }
+    )
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--samples", type=int, default=20)
     trio.run(main, parser.parse_args().samples)

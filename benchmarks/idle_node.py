@@ -140,11 +140,16 @@ def main(idle: float, samples: int) -> None:
     figures["saved_by_slim_imports_mib"] = round(full_rss - memory["rss"], 1)
     figures["target_mib"] = TARGET_MIB
     figures["met"] = memory["rss_max"] <= TARGET_MIB
-    print_table(f"memory after {idle:.0f} s idle (MiB, median of {samples})",
-                ["process", "RSS", "USS", "RssAnon", "RssFile", "modules"], rows)
+    print_table(
+        f"memory after {idle:.0f} s idle (MiB, median of {samples})",
+        ["process", "RSS", "USS", "RssAnon", "RssFile", "modules"],
+        rows,
+    )
     verdict = "met" if figures["met"] else "NOT met"
-    print(f"idle daemon RSS {memory['rss']:.1f} MiB (max {memory['rss_max']:.1f}); "
-          f"target <= {TARGET_MIB:.0f} MiB: {verdict}")
+    print(
+        f"idle daemon RSS {memory['rss']:.1f} MiB (max {memory['rss_max']:.1f}); "
+        f"target <= {TARGET_MIB:.0f} MiB: {verdict}"
+    )
     print_json(figures)
 
 

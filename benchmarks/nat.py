@@ -232,7 +232,9 @@ def measure(world, base: Path, repeats: int, mib: int, punch: float):
                     failures[cell].append(str(exc).splitlines()[0][:200])
             try:
                 sym = offers["sym"]["checksum"]
-                runs[RESET_CELL].append(measure_reset(nodes, dialers["sym2"], ids["sym"], sym, "sym2"))
+                runs[RESET_CELL].append(
+                    measure_reset(nodes, dialers["sym2"], ids["sym"], sym, "sym2")
+                )
             except Exception as exc:
                 failures[RESET_CELL].append(str(exc).splitlines()[0][:200])
             for key in dialers.values():

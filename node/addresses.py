@@ -18,7 +18,9 @@ _WILDCARDS = {"0.0.0.0": "ip4", "::": "ip6"}
 
 
 _CACHE: dict[str, tuple[float, list[str]]] = {}
-CACHE_SECONDS = 30.0  # identify asks for our addresses on every connection; interfaces rarely change
+CACHE_SECONDS = (
+    30.0  # identify asks for our addresses on every connection; interfaces rarely change
+)
 
 
 def interface_ips(family: str) -> list[str]:

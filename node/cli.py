@@ -47,22 +47,36 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="peertrain", description="Decentralized peer-to-peer training.")
+    parser = argparse.ArgumentParser(
+        prog="peertrain", description="Decentralized peer-to-peer training."
+    )
     commands = parser.add_subparsers(metavar="COMMAND")
 
     home = argparse.ArgumentParser(add_help=False)
-    home.add_argument("--home", type=Path, help="node home folder (env PEERTRAIN_HOME; default: per-user data dir)")
+    home.add_argument(
+        "--home",
+        type=Path,
+        help="node home folder (env PEERTRAIN_HOME; default: per-user data dir)",
+    )
 
     daemon = argparse.ArgumentParser(add_help=False, parents=[home])
-    daemon.add_argument("--listen", action="append", metavar="MULTIADDR", help="listen address (repeatable)")
-    daemon.add_argument("--bootstrap", action="append", metavar="MULTIADDR", help="peer to connect to (repeatable)")
-    daemon.add_argument("--announce", action="append", metavar="MULTIADDR", help="extra address to advertise")
+    daemon.add_argument(
+        "--listen", action="append", metavar="MULTIADDR", help="listen address (repeatable)"
+    )
+    daemon.add_argument(
+        "--bootstrap", action="append", metavar="MULTIADDR", help="peer to connect to (repeatable)"
+    )
+    daemon.add_argument(
+        "--announce", action="append", metavar="MULTIADDR", help="extra address to advertise"
+    )
     daemon.add_argument("--psk", metavar="HEX64", help="pre-shared key of a private network")
     daemon.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     daemon.add_argument("--log-format", choices=["auto", "rich", "plain", "json"])
     daemon.add_argument("--attack", metavar="NAME", help=argparse.SUPPRESS)  # Byzantine test hook
 
-    p = commands.add_parser("id", parents=[home], help="print this home's peer ID and friendly name")
+    p = commands.add_parser(
+        "id", parents=[home], help="print this home's peer ID and friendly name"
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_id)
 
@@ -71,11 +85,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_node_start)
 
     p = commands.add_parser("join", parents=[daemon], help="run the daemon connected to PEER")
-    p.add_argument("peer", metavar="PEER", help="full multiaddr ending in /p2p/<peer id>, or a bare peer ID "
-                   "(then --bootstrap names any node to find it through)")
+    p.add_argument(
+        "peer",
+        metavar="PEER",
+        help="full multiaddr ending in /p2p/<peer id>, or a bare peer ID "
+        "(then --bootstrap names any node to find it through)",
+    )
     p.add_argument("--run", metavar="NAME", help="the training run to join")
-    p.add_argument("--role", choices=["server", "trainer"], default=None,
-                   help="SWARM runs: serve a stage (default) or feed microbatches")
+    p.add_argument(
+        "--role",
+        choices=["server", "trainer"],
+        default=None,
+        help="SWARM runs: serve a stage (default) or feed microbatches",
+    )
     p.set_defaults(handler=cmd_join)
 
     p = commands.add_parser("status", parents=[home], help="status of the daemon on this home")
@@ -96,21 +118,48 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_run_join)
 
-    swarm = commands.add_parser("swarm", help="local multi-node swarms").add_subparsers(metavar="ACTION")
+    swarm = commands.add_parser("swarm", help="local multi-node swarms").add_subparsers(
+        metavar="ACTION"
+    )
     p = swarm.add_parser("local", help="spawn N daemons on loopback and watch them")
     p.add_argument("--nodes", type=int, default=4, help="number of daemons (default 4)")
     p.add_argument("--duration", type=float, default=0.0, help="seconds to run; 0 = until Ctrl-C")
     p.add_argument("--report", type=Path, help="write a JSON report here at the end")
     p.add_argument("--log-format", choices=["auto", "rich", "plain", "json"])
-    p.add_argument("--mode", choices=["none", "diloco", "swarm"], default="none",
-                   help="none: daemons only; diloco: train a DiLoCo run together; swarm: a SWARM pipeline")
-    p.add_argument("--kill-every", type=float, default=0.0, metavar="SECONDS",
-                   help="kill a random member (not the creator) this often, and restart it")
-    p.add_argument("--byzantine", type=int, default=0, metavar="K", help="make the last K members Byzantine")
-    p.add_argument("--attack", default="sign-flip", help="their attack: sign-flip, sign-flip-10, noise, alie, ipm, random, nan")
-    p.add_argument("--trainers", type=int, default=2, help="swarm: trainer daemons besides the --nodes servers")
-    p.add_argument("--speeds", default="1", metavar="S1,S2,…", help="swarm: server speeds, cycled over servers")
-    p.add_argument("--kill-at", type=float, default=None, metavar="SECONDS", help="swarm: kill a stage-1 server then")
+    p.add_argument(
+        "--mode",
+        choices=["none", "diloco", "swarm"],
+        default="none",
+        help="none: daemons only; diloco: train a DiLoCo run together; swarm: a SWARM pipeline",
+    )
+    p.add_argument(
+        "--kill-every",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="kill a random member (not the creator) this often, and restart it",
+    )
+    p.add_argument(
+        "--byzantine", type=int, default=0, metavar="K", help="make the last K members Byzantine"
+    )
+    p.add_argument(
+        "--attack",
+        default="sign-flip",
+        help="their attack: sign-flip, sign-flip-10, noise, alie, ipm, random, nan",
+    )
+    p.add_argument(
+        "--trainers", type=int, default=2, help="swarm: trainer daemons besides the --nodes servers"
+    )
+    p.add_argument(
+        "--speeds", default="1", metavar="S1,S2,…", help="swarm: server speeds, cycled over servers"
+    )
+    p.add_argument(
+        "--kill-at",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="swarm: kill a stage-1 server then",
+    )
     add_run_options(p)
     p.set_defaults(handler=cmd_swarm_local)
     return parser
@@ -118,28 +167,60 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_role_options(p: argparse.ArgumentParser) -> None:
     """Swarm runs: what this node does in the run."""
-    p.add_argument("--role", choices=["server", "trainer"], default=None, help="swarm runs: server (default) or trainer")
-    p.add_argument("--speed", type=float, default=None, help="swarm servers: artificial speed (with base_seconds)")
-    p.add_argument("--stage", type=int, default=None, help="swarm servers: serve this stage (default: most need)")
+    p.add_argument(
+        "--role",
+        choices=["server", "trainer"],
+        default=None,
+        help="swarm runs: server (default) or trainer",
+    )
+    p.add_argument(
+        "--speed",
+        type=float,
+        default=None,
+        help="swarm servers: artificial speed (with base_seconds)",
+    )
+    p.add_argument(
+        "--stage",
+        type=int,
+        default=None,
+        help="swarm servers: serve this stage (default: most need)",
+    )
 
 
 def role_params(args: argparse.Namespace) -> dict[str, Any]:
-    return {k: getattr(args, k) for k in ("role", "speed", "stage") if getattr(args, k, None) is not None}
+    return {
+        k: getattr(args, k)
+        for k in ("role", "speed", "stage")
+        if getattr(args, k, None) is not None
+    }
 
 
 RUN_OPTIONS = {  # flag → (spec field, type)
-    "--model": ("model", str), "--dataset": ("dataset", str), "--inner-steps": ("inner_steps", int),
-    "--batch-size": ("batch_size", int), "--lr": ("lr", float), "--codec": ("codec", str),
-    "--aggregator": ("aggregator", str), "--rounds": ("rounds", int), "--min-members": ("min_members", int),
-    "--round-timeout": ("round_timeout", float), "--seed": ("seed", int), "--stages": ("stages", int),
+    "--model": ("model", str),
+    "--dataset": ("dataset", str),
+    "--inner-steps": ("inner_steps", int),
+    "--batch-size": ("batch_size", int),
+    "--lr": ("lr", float),
+    "--codec": ("codec", str),
+    "--aggregator": ("aggregator", str),
+    "--rounds": ("rounds", int),
+    "--min-members": ("min_members", int),
+    "--round-timeout": ("round_timeout", float),
+    "--seed": ("seed", int),
+    "--stages": ("stages", int),
 }
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
     for flag, (dest, kind) in RUN_OPTIONS.items():
         p.add_argument(flag, dest=dest, type=kind, default=None)
-    p.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
-                   help="any other run setting, e.g. model_settings.n_layer=4 (value parsed as JSON)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=None,
+        metavar="KEY=VALUE",
+        help="any other run setting, e.g. model_settings.n_layer=4 (value parsed as JSON)",
+    )
 
 
 def run_spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -180,7 +261,9 @@ def _apply_env(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Non
             try:
                 value = action.type(raw) if action.type else raw
             except (TypeError, ValueError):
-                raise NodeError(f"{ENV_PREFIX}{dest.upper()}={raw!r} is not a valid value for --{dest.replace('_', '-')}") from None
+                raise NodeError(
+                    f"{ENV_PREFIX}{dest.upper()}={raw!r} is not a valid value for --{dest.replace('_', '-')}"
+                ) from None
         setattr(args, dest, value)
 
 
@@ -196,9 +279,14 @@ def _load(args: argparse.Namespace, **extra: Any):
     from .config import load_config
 
     overrides = {
-        "listen": args.listen, "bootstrap": args.bootstrap, "announce": args.announce,
-        "psk": args.psk, "log_level": args.log_level, "log_format": args.log_format,
-        "attack": getattr(args, "attack", None), **extra,
+        "listen": args.listen,
+        "bootstrap": args.bootstrap,
+        "announce": args.announce,
+        "psk": args.psk,
+        "log_level": args.log_level,
+        "log_format": args.log_format,
+        "attack": getattr(args, "attack", None),
+        **extra,
     }
     return load_config(args.home, overrides)
 
@@ -276,11 +364,15 @@ def _join_by_peer_id(args: argparse.Namespace) -> int:
     try:
         multihash.decode(ID.from_base58(args.peer).to_bytes())
     except Exception:
-        raise ConfigError(f"{args.peer!r} is neither a peer address (/ip4/…/p2p/…) nor a peer ID (12D3KooW…)") from None
+        raise ConfigError(
+            f"{args.peer!r} is neither a peer address (/ip4/…/p2p/…) nor a peer ID (12D3KooW…)"
+        ) from None
     config = _load(args, run=args.run, run_role=args.role)
     if not config.bootstrap:
-        raise ConfigError(f"to join {args.peer} by its peer ID, also give --bootstrap with the address of "
-                          "any node of the network: the DHT finds the peer from there")
+        raise ConfigError(
+            f"to join {args.peer} by its peer ID, also give --bootstrap with the address of "
+            "any node of the network: the DHT finds the peer from there"
+        )
     setup_logging(config.log_level, config.log_format)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see cmd_node_start
     trio.run(_serve_and_join, config, args.peer)
@@ -320,7 +412,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         if run["mode"] == "swarm":
             print(f"    {_swarm_line(run)}")
         else:
-            print(f"    round {run['round']}  loss {loss}  members {len(run['members'])}  phase {run['phase']}")
+            print(
+                f"    round {run['round']}  loss {loss}  members {len(run['members'])}  phase {run['phase']}"
+            )
     else:
         print(f"  run          {'-' if not run else len(run['runs'])}")
     print(f"  peers        {len(status['peers'])}")
@@ -336,12 +430,16 @@ def _swarm_line(run: dict[str, Any]) -> str:
     if phase == "starting":
         what = "loading the model"
     elif role == "server":
-        what = (f"serving stage {run.get('stage')}  {run.get('throughput', 0):.1f} samples/s"
-                f"  {run.get('calls', 0)} calls  {run.get('steps', 0)} steps")
+        what = (
+            f"serving stage {run.get('stage')}  {run.get('throughput', 0):.1f} samples/s"
+            f"  {run.get('calls', 0)} calls  {run.get('steps', 0)} steps"
+        )
     elif role == "trainer":
         loss = run.get("loss")
-        what = (f"{run.get('completed', 0)} microbatches  {run.get('throughput', 0):.1f} samples/s"
-                f"  loss {'-' if loss is None else f'{loss:.4f}'}  lost {run.get('lost_microbatches', 0)}")
+        what = (
+            f"{run.get('completed', 0)} microbatches  {run.get('throughput', 0):.1f} samples/s"
+            f"  loss {'-' if loss is None else f'{loss:.4f}'}  lost {run.get('lost_microbatches', 0)}"
+        )
     else:
         what = ""
     return f"{role} ({phase})  {what}  stages {sizes}"
@@ -351,13 +449,23 @@ def cmd_run_create(args: argparse.Namespace) -> int:
     from .config import NodeConfig
     from .control import call_sync
 
-    result = call_sync(NodeConfig(home=_home(args)).control_socket, "run.create",
-                       {"name": args.name, "mode": args.mode, "spec": run_spec_from_args(args), **role_params(args)},
-                       timeout=60)
+    result = call_sync(
+        NodeConfig(home=_home(args)).control_socket,
+        "run.create",
+        {
+            "name": args.name,
+            "mode": args.mode,
+            "spec": run_spec_from_args(args),
+            **role_params(args),
+        },
+        timeout=60,
+    )
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"created run {result['name']} ({result['run_id'][:16]}…); others join with --run {result['name']}")
+        print(
+            f"created run {result['name']} ({result['run_id'][:16]}…); others join with --run {result['name']}"
+        )
     return 0
 
 
@@ -365,9 +473,17 @@ def cmd_run_join(args: argparse.Namespace) -> int:
     from .config import NodeConfig
     from .control import call_sync
 
-    result = call_sync(NodeConfig(home=_home(args)).control_socket, "run.join",
-                       {"name": args.name, "timeout": 60, **role_params(args)}, timeout=120)
-    print(json.dumps(result) if args.json else f"joined run {result['name']} ({result['run_id'][:16]}…)")
+    result = call_sync(
+        NodeConfig(home=_home(args)).control_socket,
+        "run.join",
+        {"name": args.name, "timeout": 60, **role_params(args)},
+        timeout=120,
+    )
+    print(
+        json.dumps(result)
+        if args.json
+        else f"joined run {result['name']} ({result['run_id'][:16]}…)"
+    )
     return 0
 
 
@@ -380,9 +496,16 @@ def cmd_swarm_local(args: argparse.Namespace) -> int:
         return run_swarm_pipeline(args, run_spec_from_args(args))
     if args.nodes < 1:
         raise NodeError("--nodes must be at least 1")
-    options = LocalSwarmOptions(nodes=args.nodes, duration=args.duration, report=args.report, mode=args.mode,
-                                spec=run_spec_from_args(args), kill_every=args.kill_every,
-                                byzantine=args.byzantine, attack=args.attack)
+    options = LocalSwarmOptions(
+        nodes=args.nodes,
+        duration=args.duration,
+        report=args.report,
+        mode=args.mode,
+        spec=run_spec_from_args(args),
+        kill_every=args.kill_every,
+        byzantine=args.byzantine,
+        attack=args.attack,
+    )
     return run_local_swarm(options)
 
 

@@ -139,8 +139,16 @@ def _coerce(name: str, value: Any) -> Any:
             raise ConfigError(f"`{name}` must be a list of strings, got {value!r}")
         return tuple(value)
     if isinstance(default, bool):
-        words = {"1": True, "true": True, "yes": True, "on": True,
-                 "0": False, "false": False, "no": False, "off": False}
+        words = {
+            "1": True,
+            "true": True,
+            "yes": True,
+            "on": True,
+            "0": False,
+            "false": False,
+            "no": False,
+            "off": False,
+        }
         if isinstance(value, str) and value.lower() in words:
             return words[value.lower()]
         if not isinstance(value, bool):
@@ -163,9 +171,13 @@ def _coerce(name: str, value: Any) -> Any:
 
 def _validate(config: NodeConfig) -> None:
     if config.log_format not in LOG_FORMATS:
-        raise ConfigError(f"`log_format` must be one of {', '.join(LOG_FORMATS)}, got {config.log_format!r}")
+        raise ConfigError(
+            f"`log_format` must be one of {', '.join(LOG_FORMATS)}, got {config.log_format!r}"
+        )
     if config.log_level.lower() not in LOG_LEVELS:
-        raise ConfigError(f"`log_level` must be one of {', '.join(LOG_LEVELS)}, got {config.log_level!r}")
+        raise ConfigError(
+            f"`log_level` must be one of {', '.join(LOG_LEVELS)}, got {config.log_level!r}"
+        )
     if config.psk is not None and not _PSK_RE.match(config.psk):
         raise ConfigError(
             "`psk` must be 64 hex characters (a 32-byte key); make one with "
@@ -175,8 +187,14 @@ def _validate(config: NodeConfig) -> None:
         raise ConfigError(f"`run_role` must be server or trainer, got {config.run_role!r}")
     if not config.listen:
         raise ConfigError("`listen` is empty; give at least one address such as /ip4/0.0.0.0/tcp/0")
-    for name in ("dial_timeout", "reconnect_interval", "relay_reservations", "relay_circuits",
-                 "relay_duration", "relay_data"):
+    for name in (
+        "dial_timeout",
+        "reconnect_interval",
+        "relay_reservations",
+        "relay_circuits",
+        "relay_duration",
+        "relay_data",
+    ):
         if getattr(config, name) <= 0:
             raise ConfigError(f"`{name}` must be positive")
     for name in ("relay_bandwidth", "relays"):
@@ -213,5 +231,3 @@ def config_as_dict(config: NodeConfig) -> dict[str, Any]:
 
 def field_names() -> tuple[str, ...]:
     return tuple(_FIELDS)
-
-

@@ -52,7 +52,9 @@ class ControlServer:
     async def _bind(self) -> trio.SocketListener:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         if self.path.parent.stat().st_uid != os.getuid():
-            raise ControlError(f"{self.path.parent} belongs to another user; refusing to put the control socket there")
+            raise ControlError(
+                f"{self.path.parent} belongs to another user; refusing to put the control socket there"
+            )
         if self.path.exists():
             await _refuse_if_live(self.path)
             self.path.unlink()
@@ -76,7 +78,9 @@ class ControlServer:
                     request_id = request.get("id")
                     method = self.methods.get(request.get("method", ""))
                     if method is None:
-                        raise ControlError(f"unknown method {request.get('method')!r}; known: {sorted(self.methods)}")
+                        raise ControlError(
+                            f"unknown method {request.get('method')!r}; known: {sorted(self.methods)}"
+                        )
                     params = request.get("params") or {}
                     reply = {"id": request_id, "result": await method(params)}
             except (ControlError, ValueError, trio.TooSlowError) as exc:
@@ -105,19 +109,27 @@ async def _refuse_if_live(path: Path) -> None:
     except OSError:
         return  # a stale socket from a daemon that died: safe to replace
     await stream.aclose()
-    raise ControlError(f"another daemon is already running on this home ({path}); stop it or use another --home")
+    raise ControlError(
+        f"another daemon is already running on this home ({path}); stop it or use another --home"
+    )
 
 
-async def call(path: Path, method: str, params: dict[str, Any] | None = None, *, timeout: float = 10.0) -> Any:
+async def call(
+    path: Path, method: str, params: dict[str, Any] | None = None, *, timeout: float = 10.0
+) -> Any:
     """Ask the daemon behind `path`; raise ControlError with a plain message when none answers."""
     try:
         with trio.fail_after(timeout):
             stream = await trio.open_unix_socket(str(path))
             async with stream:
-                await stream.send_all(json.dumps({"id": 1, "method": method, "params": params or {}}).encode() + b"\n")
+                await stream.send_all(
+                    json.dumps({"id": 1, "method": method, "params": params or {}}).encode() + b"\n"
+                )
                 reply = json.loads(await _read_line(stream, MAX_RESPONSE))
     except (FileNotFoundError, ConnectionRefusedError):
-        raise ControlError(f"no daemon is running on this home (no answer at {path}); start one with `peertrain node start`") from None
+        raise ControlError(
+            f"no daemon is running on this home (no answer at {path}); start one with `peertrain node start`"
+        ) from None
     except trio.TooSlowError:
         raise ControlError(f"the daemon at {path} did not answer within {timeout:.0f} s") from None
     except (OSError, ValueError) as exc:
@@ -127,6 +139,8 @@ async def call(path: Path, method: str, params: dict[str, Any] | None = None, *,
     return reply.get("result")
 
 
-def call_sync(path: Path, method: str, params: dict[str, Any] | None = None, *, timeout: float = 10.0) -> Any:
+def call_sync(
+    path: Path, method: str, params: dict[str, Any] | None = None, *, timeout: float = 10.0
+) -> Any:
     """`call` for code that is not in trio (the CLI, the local swarm supervisor)."""
     return trio.run(lambda: call(path, method, params, timeout=timeout))

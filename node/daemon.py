@@ -63,7 +63,9 @@ class Daemon:
         self.scoreboard = PeerScoreboard()
         self.peer_exchange = PeerExchange(self.host, self.scoreboard)
         self.dht = DhtService(self.host, self.scoreboard, self.bootstrap)
-        self.gossip = Gossip(self.host, self.scoreboard)  # before connections: pubsub hears of peers by event
+        self.gossip = Gossip(
+            self.host, self.scoreboard
+        )  # before connections: pubsub hears of peers by event
         self.tensor_store = TensorStore()
         self.runs = RunManager(self)
         self.reachability = ReachabilityCheck(self.host, psk=config.psk)
@@ -87,12 +89,16 @@ class Daemon:
             async with trio.open_nursery() as nursery:
                 control = ControlServer(self.config.control_socket, self.control_methods())
                 await nursery.start(control.run)
-                keeper = PeerKeeper(self.host, self.bootstrap, interval=self.config.reconnect_interval)
+                keeper = PeerKeeper(
+                    self.host, self.bootstrap, interval=self.config.reconnect_interval
+                )
                 await nursery.start(keeper.run)
                 await nursery.start(self.dht.run)
                 await nursery.start(self.peer_exchange.run)
                 await nursery.start(self.gossip.run)
-                await nursery.start(TensorService(self.host, self.tensor_store, self.scoreboard).run)
+                await nursery.start(
+                    TensorService(self.host, self.tensor_store, self.scoreboard).run
+                )
                 await nursery.start(self.reachability.run)
                 await nursery.start(self.nat.run)
                 await nursery.start(self.runs.run)

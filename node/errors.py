@@ -1,12 +1,12 @@
 """The node layer's branch of the error tree.
 
-    PeertrainError
-    └── NodeError                  the daemon could not do what the user asked
-        ├── ConfigError            a bad config key or value (names the key, says what to do)
-        ├── IdentityError          the identity key file is unreadable, corrupt or too open
-        ├── ConnectError           a peer could not be reached or refused us
-        │   └── PskMismatch        the private-network key differs (or one side has none)
-        └── ControlError           no daemon answers on this home, or it answered an error
+PeertrainError
+└── NodeError                  the daemon could not do what the user asked
+    ├── ConfigError            a bad config key or value (names the key, says what to do)
+    ├── IdentityError          the identity key file is unreadable, corrupt or too open
+    ├── ConnectError           a peer could not be reached or refused us
+    │   └── PskMismatch        the private-network key differs (or one side has none)
+    └── ControlError           no daemon answers on this home, or it answered an error
 """
 
 from __future__ import annotations

@@ -38,7 +38,9 @@ Validator = Callable[[str, bytes], bool]  # (publisher's base58 peer ID, data) -
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GossipMessage:
-    sender: str  # base58 ID of the original publisher (gossipsub signs messages; strict signing is on)
+    sender: (
+        str  # base58 ID of the original publisher (gossipsub signs messages; strict signing is on)
+    )
     data: bytes
 
 
@@ -73,15 +75,26 @@ class TokenBucket:
 class Gossip:
     """The node's pubsub service. `await nursery.start(gossip.run)`, then subscribe / publish."""
 
-    def __init__(self, host: IHost, scoreboard: PeerScoreboard, *, heartbeat: float = 1.0,
-                 max_rate: float = 8.0, queue_size: int = 256):
+    def __init__(
+        self,
+        host: IHost,
+        scoreboard: PeerScoreboard,
+        *,
+        heartbeat: float = 1.0,
+        max_rate: float = 8.0,
+        queue_size: int = 256,
+    ):
         self.host = host
         self.scoreboard = scoreboard
         self.max_rate = max_rate
         self.queue_size = queue_size
         self.router = GossipSub(
-            protocols=[PROTOCOL_ID_V11], degree=6, degree_low=4, degree_high=12,
-            heartbeat_interval=heartbeat, heartbeat_initial_delay=0.1,  # type: ignore[arg-type]
+            protocols=[PROTOCOL_ID_V11],
+            degree=6,
+            degree_low=4,
+            degree_high=12,
+            heartbeat_interval=heartbeat,
+            heartbeat_initial_delay=0.1,  # type: ignore[arg-type]
             spam_protection_enabled=False,
         )
         self.pubsub = Pubsub(host, self.router, strict_signing=True)
@@ -117,7 +130,9 @@ class Gossip:
                     await self.pubsub.message_all_peers(packet.SerializeToString(), announce=subopt)
             known = peers
 
-    async def subscribe(self, topic: str, validator: Validator | None = None) -> trio.MemoryReceiveChannel[GossipMessage]:
+    async def subscribe(
+        self, topic: str, validator: Validator | None = None
+    ) -> trio.MemoryReceiveChannel[GossipMessage]:
         """Messages on `topic` that pass `validator(sender, data)`, through a bounded channel."""
         assert self._nursery is not None, "Gossip is not running"
         if validator is not None:
@@ -146,9 +161,13 @@ class Gossip:
         return list(self.pubsub.peer_topics.get(topic, ()))
 
     def statistics(self) -> GossipStatistics:
-        return GossipStatistics(topics=len(self.pubsub.topic_ids), published=self._published,
-                                delivered=self._delivered, dropped_slow_consumer=self._dropped,
-                                rejected=self._rejected)
+        return GossipStatistics(
+            topics=len(self.pubsub.topic_ids),
+            published=self._published,
+            delivered=self._delivered,
+            dropped_slow_consumer=self._dropped,
+            rejected=self._rejected,
+        )
 
     def _guard(self, topic: str, validator: Validator):
         def check(forwarder: ID, msg) -> bool:
@@ -159,7 +178,9 @@ class Gossip:
                 ok = False
             if not ok and forwarder != self.host.get_id():
                 self._rejected += 1
-                self.scoreboard.penalise(forwarder.to_base58(), INVALID_MESSAGE_PENALTY, f"invalid message on {topic}")
+                self.scoreboard.penalise(
+                    forwarder.to_base58(), INVALID_MESSAGE_PENALTY, f"invalid message on {topic}"
+                )
             return ok
 
         return check
@@ -171,7 +192,9 @@ class Gossip:
                 if ID(msg.from_id) == self.host.get_id():
                     continue  # our own publish, echoed back
                 try:
-                    send.send_nowait(GossipMessage(sender=ID(msg.from_id).to_base58(), data=msg.data))
+                    send.send_nowait(
+                        GossipMessage(sender=ID(msg.from_id).to_base58(), data=msg.data)
+                    )
                     self._delivered += 1
                 except trio.WouldBlock:
                     self._dropped += 1

@@ -50,7 +50,11 @@ def build_host(
     muxers = {YAMUX_ID: YamuxConnection}  # our data path, libp2p's protocol IDs (node/transport)
     host = new_host(
         key_pair=identity.key_pair,
-        sec_opt={NOISE_ID: NoiseTransport(identity.key_pair, noise_privkey=create_x25519_key_pair().private_key)},
+        sec_opt={
+            NOISE_ID: NoiseTransport(
+                identity.key_pair, noise_privkey=create_x25519_key_pair().private_key
+            )
+        },
         muxer_opt=muxers,
         transports=[transport],
         connection_config=ConnectionConfig(

@@ -63,7 +63,9 @@ def _load(path: Path) -> Identity:
     try:
         private_key = deserialize_private_key(path.read_bytes())
     except Exception as exc:  # the library raises several unrelated types for bad bytes
-        raise IdentityError(f"{path} is not a valid identity key ({exc}); move it away to start anew") from exc
+        raise IdentityError(
+            f"{path} is not a valid identity key ({exc}); move it away to start anew"
+        ) from exc
     return Identity.from_key_pair(KeyPair(private_key, private_key.get_public_key()))
 
 

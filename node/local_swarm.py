@@ -67,9 +67,15 @@ class LocalSwarm:
         self._started(0, status)
         if self.training:
             spec = {"min_members": self.options.nodes, **self.options.spec}
-            created = call_sync(first.control_socket, "run.create", {"name": RUN_NAME, "mode": "diloco", "spec": spec},
-                                timeout=120)
-            self.console.print(f"created run [bold]{RUN_NAME}[/] ({created['run_id'][:16]}…) on node 0")
+            created = call_sync(
+                first.control_socket,
+                "run.create",
+                {"name": RUN_NAME, "mode": "diloco", "spec": spec},
+                timeout=120,
+            )
+            self.console.print(
+                f"created run [bold]{RUN_NAME}[/] ({created['run_id'][:16]}…) on node 0"
+            )
         for index in range(1, self.options.nodes):
             byzantine = index >= self.options.nodes - self.options.byzantine
             args = self._member_args() + (["--attack", self.options.attack] if byzantine else [])
@@ -85,7 +91,9 @@ class LocalSwarm:
     def _started(self, index: int, status: dict[str, Any]) -> None:
         byzantine = index >= self.options.nodes - self.options.byzantine and index > 0
         tag = f" [red](Byzantine: {self.options.attack})[/]" if byzantine else ""
-        self.console.print(f"started node {index}: [bold]{status['name']}[/] {status['share']}{tag}")
+        self.console.print(
+            f"started node {index}: [bold]{status['name']}[/] {status['share']}{tag}"
+        )
 
     def poll(self) -> list[dict[str, Any] | None]:
         statuses = []
@@ -97,7 +105,9 @@ class LocalSwarm:
                 except ControlError:
                     pass
             statuses.append(status)
-        self.last_status = [s or old for s, old in zip(statuses, self.last_status or statuses, strict=True)]
+        self.last_status = [
+            s or old for s, old in zip(statuses, self.last_status or statuses, strict=True)
+        ]
         return statuses
 
     def kill_one(self) -> int | None:
@@ -133,8 +143,14 @@ def run_swarm_pipeline(args, spec: dict[str, Any]) -> int:
     except ValueError:
         raise NodeError(f"--speeds {args.speeds!r}: expected numbers like 1,2,4") from None
     options = PipelineLocalOptions(
-        nodes=args.nodes, stages=int(spec.pop("stages", 3)), trainers=args.trainers, speeds=speeds,
-        duration=args.duration, kill_at=args.kill_at, report=args.report, spec=spec,
+        nodes=args.nodes,
+        stages=int(spec.pop("stages", 3)),
+        trainers=args.trainers,
+        speeds=speeds,
+        duration=args.duration,
+        kill_at=args.kill_at,
+        report=args.report,
+        spec=spec,
     )
     return run_pipeline_local(options)
 
@@ -163,7 +179,11 @@ def run_local_swarm(options: LocalSwarmOptions) -> int:
     if options.report:
         options.report.write_text(json.dumps(report, indent=2))
     clean = all(code in (0, None) for code in report["exit_codes"])
-    ok = report.get("rounds_completed", 0) > 0 if swarm.training else report.get("mesh_s") is not None
+    ok = (
+        report.get("rounds_completed", 0) > 0
+        if swarm.training
+        else report.get("mesh_s") is not None
+    )
     return 0 if clean and ok else 1
 
 
@@ -179,7 +199,11 @@ def _watch(console, swarm: LocalSwarm) -> dict[str, Any]:
     next_kill = t0 + options.kill_every if options.kill_every else None
     restart_at: dict[int, float] = {}
     statuses: list[dict[str, Any] | None] = []
-    live = Live(console=console, auto_refresh=False) if console.is_terminal else contextlib.nullcontext()
+    live = (
+        Live(console=console, auto_refresh=False)
+        if console.is_terminal
+        else contextlib.nullcontext()
+    )
     with live:
         while True:
             now = time.monotonic()
@@ -205,15 +229,21 @@ def _watch(console, swarm: LocalSwarm) -> dict[str, Any]:
             time.sleep(options.poll_interval)
     if not console.is_terminal:
         console.print(_table(statuses, mesh_s, swarm))
-    return {"mesh_s": mesh_s, "kills": swarm.kills, **(_training_report(swarm, statuses) if swarm.training else {}),
-            "final": [_brief(s) for s in statuses]}
+    return {
+        "mesh_s": mesh_s,
+        "kills": swarm.kills,
+        **(_training_report(swarm, statuses) if swarm.training else {}),
+        "final": [_brief(s) for s in statuses],
+    }
 
 
 def _training_report(swarm: LocalSwarm, statuses: list[dict[str, Any] | None]) -> dict[str, Any]:
     from peertrain.swarm.diloco.traffic import data_parallel_bytes
 
     honest = len(statuses) - swarm.options.byzantine
-    runs = [s["run"] for s in statuses[:honest] if s and s.get("run")]  # what honest members end with
+    runs = [
+        s["run"] for s in statuses[:honest] if s and s.get("run")
+    ]  # what honest members end with
     if not runs:
         return {"rounds_completed": 0}
     first = runs[0]
@@ -224,8 +254,9 @@ def _training_report(swarm: LocalSwarm, statuses: list[dict[str, Any] | None]) -
         "final_loss": sum(r["loss"] for r in runs) / len(runs),
         "state_hashes": [r["state_checksum"] for r in runs],
         "bytes_sent": sum(r["bytes_fetched"] for r in runs) + swarm.bytes_of_killed,
-        "ddp_bytes": data_parallel_bytes(first["params"], steps=rounds * first["inner_steps"],
-                                         members=len(swarm.daemons)),
+        "ddp_bytes": data_parallel_bytes(
+            first["params"], steps=rounds * first["inner_steps"], members=len(swarm.daemons)
+        ),
         "params": first["params"],
         "resyncs": sum(r["resyncs"] for r in runs),
         "rejected_updates": sum(r["rejected_updates"] for r in runs),
@@ -236,8 +267,12 @@ def _training_report(swarm: LocalSwarm, statuses: list[dict[str, Any] | None]) -
 
 def _sample(swarm: LocalSwarm) -> str | None:
     try:
-        return call_sync(swarm.daemons[0].control_socket, "run.sample", {"prompt": "def ", "tokens": 200},
-                         timeout=60)["text"]
+        return call_sync(
+            swarm.daemons[0].control_socket,
+            "run.sample",
+            {"prompt": "def ", "tokens": 200},
+            timeout=60,
+        )["text"]
     except ControlError:
         return None  # not a text model
 
@@ -267,15 +302,25 @@ def _line(elapsed: float, statuses: list[dict[str, Any] | None], swarm: LocalSwa
             parts.append(f"r{r['round']} {loss}")
         else:
             parts.append(f"{len(s['peers'])} peers")
-    return f"[{elapsed:6.1f} s] " + " | ".join(parts) + (f"  (kills {swarm.kills})" if swarm.kills else "")
+    return (
+        f"[{elapsed:6.1f} s] "
+        + " | ".join(parts)
+        + (f"  (kills {swarm.kills})" if swarm.kills else "")
+    )
 
 
 def _table(statuses: list[dict[str, Any] | None], mesh_s: float | None, swarm: LocalSwarm):
     from rich.table import Table
 
-    title = f"local swarm: full mesh after {mesh_s:.2f} s" if mesh_s is not None else "local swarm: connecting…"
+    title = (
+        f"local swarm: full mesh after {mesh_s:.2f} s"
+        if mesh_s is not None
+        else "local swarm: connecting…"
+    )
     table = Table(title=title)
-    columns = ["node", "name", "peers"] + (["round", "loss", "phase", "MB in"] if swarm.training else ["uptime", "address"])
+    columns = ["node", "name", "peers"] + (
+        ["round", "loss", "phase", "MB in"] if swarm.training else ["uptime", "address"]
+    )
     for column in columns:
         table.add_column(column)
     for index, s in enumerate(statuses):
@@ -286,7 +331,12 @@ def _table(statuses: list[dict[str, Any] | None], mesh_s: float | None, swarm: L
         if swarm.training:
             r = s.get("run") or {}
             loss = f"{r['loss']:.4f}" if r.get("loss") is not None else "-"
-            row += [str(r.get("round", "-")), loss, r.get("phase", "joining"), f"{r.get('bytes_fetched', 0) / 1e6:.1f}"]
+            row += [
+                str(r.get("round", "-")),
+                loss,
+                r.get("phase", "joining"),
+                f"{r.get('bytes_fetched', 0) / 1e6:.1f}",
+            ]
         else:
             row += [f"{s['uptime_s']:.0f} s", s["share"]]
         table.add_row(*row)
@@ -296,7 +346,9 @@ def _table(statuses: list[dict[str, Any] | None], mesh_s: float | None, swarm: L
 def _summarise(console, report: dict[str, Any]) -> None:
     console.rule("summary")
     mesh = f"{report['mesh_s']:.2f} s" if report.get("mesh_s") is not None else "never"
-    console.print(f"nodes: {report['nodes']}   started in {report.get('startup_s', '-')} s   full mesh after: {mesh}")
+    console.print(
+        f"nodes: {report['nodes']}   started in {report.get('startup_s', '-')} s   full mesh after: {mesh}"
+    )
     if report.get("rounds_completed") is not None and report["mode"] == "diloco":
         hashes = set(report.get("state_hashes", []))
         console.print(
@@ -305,10 +357,14 @@ def _summarise(console, report: dict[str, Any]) -> None:
         )
         if report.get("ddp_bytes"):
             ratio = report["ddp_bytes"] / max(1, report["bytes_sent"])
-            console.print(f"outer-update traffic {report['bytes_sent'] / 1e6:.1f} MB vs data parallel "
-                          f"{report['ddp_bytes'] / 1e6:.1f} MB ({ratio:.0f}x less); kills {report.get('kills', 0)}")
+            console.print(
+                f"outer-update traffic {report['bytes_sent'] / 1e6:.1f} MB vs data parallel "
+                f"{report['ddp_bytes'] / 1e6:.1f} MB ({ratio:.0f}x less); kills {report.get('kills', 0)}"
+            )
         if report.get("sample"):
             console.rule("sample from the trained model")
             console.print(report["sample"], markup=False, highlight=False)
     clean = sum(1 for code in report["exit_codes"] if code == 0)
-    console.print(f"stopped cleanly: {clean}/{len(report['exit_codes'])}   total {report['total_s']} s")
+    console.print(
+        f"stopped cleanly: {clean}/{len(report['exit_codes'])}   total {report['total_s']} s"
+    )

@@ -59,8 +59,15 @@ class PeersResponse(Response):
 class PeerExchange:
     """Serves our peer list and keeps dialing peers' peers until `target_peers` are connected."""
 
-    def __init__(self, host: IHost, scoreboard: PeerScoreboard, *, target_peers: int = 32,
-                 interval: float = 1.0, max_interval: float = 30.0):
+    def __init__(
+        self,
+        host: IHost,
+        scoreboard: PeerScoreboard,
+        *,
+        target_peers: int = 32,
+        interval: float = 1.0,
+        max_interval: float = 30.0,
+    ):
         self.host = host
         self.scoreboard = scoreboard
         self.target_peers = target_peers
@@ -85,7 +92,9 @@ class PeerExchange:
     def _describe(self, peer: ID) -> KnownPeer:
         try:
             known = self.host.get_peerstore().addrs(peer)
-        except Exception:  # py-libp2p raises PeerStoreError for a connected peer it has no addresses of
+        except (
+            Exception
+        ):  # py-libp2p raises PeerStoreError for a connected peer it has no addresses of
             known = []
         addrs = sorted(known, key=rank)[:MAX_ADDRS_PER_PEER]
         return KnownPeer(peer_id=peer.to_base58(), addrs=tuple(str(a) for a in addrs))
@@ -97,8 +106,14 @@ class PeerExchange:
             return 0
         source = random.choice(connected)
         try:
-            answer = await request(self.host, source, PEX, PeersRequest(), PeersResponse, timeout=5.0)
-        except (PeertrainError, trio.TooSlowError, Exception) as exc:  # the peer may lack PEX or be gone
+            answer = await request(
+                self.host, source, PEX, PeersRequest(), PeersResponse, timeout=5.0
+            )
+        except (
+            PeertrainError,
+            trio.TooSlowError,
+            Exception,
+        ) as exc:  # the peer may lack PEX or be gone
             log.debug("peer exchange with %s failed: %s", source, exc)
             return 0
         return await self._dial_new(source, answer.peers)
@@ -112,7 +127,9 @@ class PeerExchange:
                 peer_id = ID.from_base58(known.peer_id)
                 addrs = [Multiaddr(a) for a in known.addrs]
             except Exception:
-                self.scoreboard.penalise(source.to_base58(), 10, "peer exchange: malformed peer entry")
+                self.scoreboard.penalise(
+                    source.to_base58(), 10, "peer exchange: malformed peer entry"
+                )
                 continue
             if peer_id == own:
                 self._check_not_ours(addrs, source)
@@ -138,4 +155,6 @@ class PeerExchange:
         foreign = [str(a) for a in addrs if str(a).split("/p2p/")[0] not in ours]
         if foreign:
             self.duplicate_sightings += 1
-            log.critical(DUPLICATE_WARNING.format(detail=f"{source} knows our peer ID at {foreign}"))
+            log.critical(
+                DUPLICATE_WARNING.format(detail=f"{source} knows our peer ID at {foreign}")
+            )

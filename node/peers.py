@@ -30,7 +30,14 @@ DUPLICATE_WARNING = (
 class PeerKeeper:
     """Connects to `peers` and keeps reconnecting the ones that drop."""
 
-    def __init__(self, host: IHost, peers: Sequence[PeerInfo], *, interval: float = 2.0, max_backoff: float = 30.0):
+    def __init__(
+        self,
+        host: IHost,
+        peers: Sequence[PeerInfo],
+        *,
+        interval: float = 2.0,
+        max_backoff: float = 30.0,
+    ):
         self.host = host
         self.peers = list(peers)
         self.interval = interval
@@ -42,7 +49,11 @@ class PeerKeeper:
         peers = [p for p in self.peers if p.peer_id != own]
         for p in self.peers:
             if p.peer_id == own:
-                log.critical(DUPLICATE_WARNING.format(detail=f"a bootstrap address carries our own ID: {p.addrs}"))
+                log.critical(
+                    DUPLICATE_WARNING.format(
+                        detail=f"a bootstrap address carries our own ID: {p.addrs}"
+                    )
+                )
         async with trio.open_nursery() as nursery:
             for peer in peers:
                 nursery.start_soon(self._keep, peer)
@@ -80,7 +91,11 @@ class IdentityGuard(ConnectionEvents):
         remote = conn.muxed_conn.peer_id
         if remote == self.host.get_id():
             self.duplicates_seen += 1
-            log.critical(DUPLICATE_WARNING.format(detail=f"a connection from {_remote_text(conn)} proved our key"))
+            log.critical(
+                DUPLICATE_WARNING.format(
+                    detail=f"a connection from {_remote_text(conn)} proved our key"
+                )
+            )
 
 
 def _remote_text(conn: INetConn) -> str:
@@ -88,5 +103,3 @@ def _remote_text(conn: INetConn) -> str:
         return str(conn.get_transport_addresses()[0])
     except Exception:
         return "an unknown address"
-
-

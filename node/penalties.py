@@ -26,8 +26,15 @@ class ScoreboardStatistics:
 class PeerScoreboard:
     """Per-peer penalty scores with exponential decay; at most `max_peers` tracked (LRU)."""
 
-    def __init__(self, *, ban_threshold: float = 100.0, half_life: float = 300.0,
-                 ban_seconds: float = 600.0, max_peers: int = 10_000, clock=time.monotonic):
+    def __init__(
+        self,
+        *,
+        ban_threshold: float = 100.0,
+        half_life: float = 300.0,
+        ban_seconds: float = 600.0,
+        max_peers: int = 10_000,
+        clock=time.monotonic,
+    ):
         self.ban_threshold = ban_threshold
         self.half_life = half_life
         self.ban_seconds = ban_seconds
@@ -73,7 +80,9 @@ class PeerScoreboard:
 
     def statistics(self) -> ScoreboardStatistics:
         banned = sum(1 for p in list(self._banned_until) if self.is_banned(p))
-        return ScoreboardStatistics(tracked=len(self._scores), banned=banned, penalties=self._penalties)
+        return ScoreboardStatistics(
+            tracked=len(self._scores), banned=banned, penalties=self._penalties
+        )
 
 
 def is_misbehaviour(exc: BaseException) -> bool:

@@ -60,7 +60,9 @@ class PipelineLocalOptions:
 
     def __post_init__(self) -> None:
         if self.stages < 2 or self.nodes < self.stages or self.trainers < 1:
-            raise NodeError("--mode swarm needs --stages ≥ 2, --nodes ≥ --stages and --trainers ≥ 1")
+            raise NodeError(
+                "--mode swarm needs --stages ≥ 2, --nodes ≥ --stages and --trainers ≥ 1"
+            )
         if not self.speeds or min(self.speeds) <= 0:
             raise NodeError("--speeds must be positive numbers")
 
@@ -79,7 +81,9 @@ class PipelineSwarm:
         self.roles: list[dict[str, Any]] = []
         self.killed: dict[str, Any] | None = None
         self.stage_sizes: list[dict[str, Any]] = []
-        self.started_wall = time.time()  # `moves` in the report are timed from here (servers' clocks)
+        self.started_wall = (
+            time.time()
+        )  # `moves` in the report are timed from here (servers' clocks)
 
     def start(self) -> None:
         opts = self.options
@@ -100,7 +104,9 @@ class PipelineSwarm:
             {"name": RUN_NAME, "mode": "swarm", "spec": opts.run_spec(), **self.roles[0]},
             timeout=120,
         )
-        self.console.print(f"created swarm run [bold]{RUN_NAME}[/] ({created['run_id'][:16]}…) on node 0")
+        self.console.print(
+            f"created swarm run [bold]{RUN_NAME}[/] ({created['run_id'][:16]}…) on node 0"
+        )
         self._wait_connected()
         with ThreadPoolExecutor(max_workers=8) as pool:  # servers join together (stages are dealt)
             list(pool.map(self._join, range(1, opts.nodes)))
@@ -151,11 +157,23 @@ class PipelineSwarm:
     def kill_one(self, statuses: list[dict[str, Any] | None], elapsed: float) -> None:
         for index in range(1, self.options.nodes):
             run = statuses[index]
-            if run and run.get("role") == "server" and run.get("stage") == 1 and self.daemons[index].alive():
+            if (
+                run
+                and run.get("role") == "server"
+                and run.get("stage") == 1
+                and self.daemons[index].alive()
+            ):
                 self.daemons[index].stop(signal.SIGKILL)
                 done = sum((r or {}).get("completed", 0) for r in statuses[self.options.nodes :])
-                self.killed = {"node": index, "stage": 1, "at_s": round(elapsed, 2), "completed_before": done}
-                self.console.print(f"[red]killed node {index} (a server of stage 1) at {elapsed:.1f} s[/]")
+                self.killed = {
+                    "node": index,
+                    "stage": 1,
+                    "at_s": round(elapsed, 2),
+                    "completed_before": done,
+                }
+                self.console.print(
+                    f"[red]killed node {index} (a server of stage 1) at {elapsed:.1f} s[/]"
+                )
                 return
 
     def record_sizes(self, statuses: list[dict[str, Any] | None], elapsed: float) -> None:
@@ -215,11 +233,18 @@ def _watch(console, swarm: PipelineSwarm) -> dict[str, Any]:
         last_good = [s or old for s, old in zip(statuses, last_good, strict=True)]
         swarm.record_sizes(statuses, now - t0)
         trainers = [s for s in statuses[opts.nodes :] if s]
-        in_swarm = len(trainers) == opts.trainers and all(t.get("phase") in ("swarm", "finished") for t in trainers)
+        in_swarm = len(trainers) == opts.trainers and all(
+            t.get("phase") in ("swarm", "finished") for t in trainers
+        )
         if swarm_t0 is None and in_swarm:
             swarm_t0 = now
         phase_s = now - swarm_t0 if swarm_t0 is not None else 0.0
-        if opts.kill_at is not None and swarm.killed is None and swarm_t0 is not None and phase_s >= opts.kill_at:
+        if (
+            opts.kill_at is not None
+            and swarm.killed is None
+            and swarm_t0 is not None
+            and phase_s >= opts.kill_at
+        ):
             swarm.kill_one(statuses, now - t0)
         console.print(_line(now - t0, statuses, opts.nodes))
         finished = len(trainers) == opts.trainers and all(t.get("finished") for t in trainers)
@@ -232,18 +257,26 @@ def _watch(console, swarm: PipelineSwarm) -> dict[str, Any]:
 def _report(swarm: PipelineSwarm, runs: list[dict[str, Any] | None]) -> dict[str, Any]:
     opts = swarm.options
     servers = [r for r in runs[: opts.nodes] if r]
-    alive = [r for i, r in enumerate(runs[: opts.nodes]) if r and i != (swarm.killed or {}).get("node")]
+    alive = [
+        r for i, r in enumerate(runs[: opts.nodes]) if r and i != (swarm.killed or {}).get("node")
+    ]
     trainers = [r for r in runs[opts.nodes :] if r]
     spec = (trainers or servers or [{}])[0].get("spec", {})
     demand = spec.get("demand") or [1.0] * opts.stages
-    capacity = [sum(r["throughput"] for r in alive if r["stage"] == s) / demand[s] for s in range(opts.stages)]
+    capacity = [
+        sum(r["throughput"] for r in alive if r["stage"] == s) / demand[s]
+        for s in range(opts.stages)
+    ]
     base = spec.get("base_seconds", 0.0)
 
     def nominal(layout: list[tuple[int, float]]) -> float | None:
         """Σ of the slowest stage's server capacities, from speeds and base_seconds."""
         if not base:
             return None
-        return min(sum(v for s, v in layout if s == stage) / (demand[stage] * base) for stage in range(opts.stages))
+        return min(
+            sum(v for s, v in layout if s == stage) / (demand[stage] * base)
+            for stage in range(opts.stages)
+        )
 
     initial = nominal(opts.server_plan())
     statics = [t["static"]["throughput"] for t in trainers if t.get("static")]
@@ -253,8 +286,12 @@ def _report(swarm: PipelineSwarm, runs: list[dict[str, Any] | None]) -> dict[str
         return sum(values) / len(values) if values else None
 
     return {
-        "throughput": sum(t["swarm_samples"] / t["swarm_seconds"] for t in trainers if t.get("swarm_seconds")),
-        "ideal_throughput": initial if initial is not None else (min(capacity) if capacity else None),
+        "throughput": sum(
+            t["swarm_samples"] / t["swarm_seconds"] for t in trainers if t.get("swarm_seconds")
+        ),
+        "ideal_throughput": initial
+        if initial is not None
+        else (min(capacity) if capacity else None),
         "final_ideal_throughput": nominal([(r["stage"], r["speed"]) for r in alive]),
         "measured_ideal_throughput": min(capacity) if capacity else None,
         "static_throughput": sum(statics) if len(statics) == len(trainers) and statics else None,
@@ -267,7 +304,12 @@ def _report(swarm: PipelineSwarm, runs: list[dict[str, Any] | None]) -> dict[str
         "stage_sizes": swarm.stage_sizes,
         "moves": sorted(
             (
-                {"node": i, "t": round(m["at"] - swarm.started_wall, 2), "from": m["from"], "to": m["to"]}
+                {
+                    "node": i,
+                    "t": round(m["at"] - swarm.started_wall, 2),
+                    "from": m["from"],
+                    "to": m["to"],
+                }
                 for i, r in enumerate(runs[: opts.nodes])
                 if r
                 for m in r.get("moves", [])

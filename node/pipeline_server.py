@@ -84,7 +84,12 @@ class PipelineServer:
     """This node's stage server in one run. `await nursery.start(server.run)`."""
 
     def __init__(
-        self, session: RunSession, spec: PipelineSpec, *, speed: float = 1.0, stage: int | None = None
+        self,
+        session: RunSession,
+        spec: PipelineSpec,
+        *,
+        speed: float = 1.0,
+        stage: int | None = None,
     ) -> None:
         if speed <= 0:
             raise ValueError("a server's speed must be positive")
@@ -105,7 +110,9 @@ class PipelineServer:
         self.calls = self.refused = 0
 
     # --- lifecycle -------------------------------------------------------------------------
-    async def run(self, *, task_status: trio.TaskStatus[PipelineServer] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        self, *, task_status: trio.TaskStatus[PipelineServer] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         self.daemon.host.set_stream_handler(str(PIPELINE), self._on_stream)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
@@ -124,7 +131,9 @@ class PipelineServer:
     def _stage_with_most_need(self) -> int:
         entries = servers(self.session.state, self.spec.stages)
         entries.pop(self.me, None)  # a restarted server: our old record says nothing of need
-        return stage_for_new_peer(stage_views(entries, [self.spec.demand(s) for s in range(self.spec.stages)]))
+        return stage_for_new_peer(
+            stage_views(entries, [self.spec.demand(s) for s in range(self.spec.stages)])
+        )
 
     def _peers_in(self, stage: int) -> list[str]:
         """The other live servers of `stage`, as RunState tells us now."""
@@ -152,7 +161,9 @@ class PipelineServer:
             for donor in self._peers_in(stage)[:3]:
                 try:
                     flat, adam_step, completed = await self.transport.state(donor, stage=stage)
-                    await trio.to_thread.run_sync(import_state, server, flat, adam_step, limiter=self._thread)
+                    await trio.to_thread.run_sync(
+                        import_state, server, flat, adam_step, limiter=self._thread
+                    )
                     break
                 except (PeertrainError, ValueError) as exc:
                     log.info("stage %d state from %s failed: %s", stage, donor, exc)
@@ -162,7 +173,9 @@ class PipelineServer:
             self.averager = StageAverager(
                 server,
                 me=self.me,
-                fetch=lambda peer, round_: self.transport.gradients(peer, stage=stage, round_=round_),
+                fetch=lambda peer, round_: self.transport.gradients(
+                    peer, stage=stage, round_=round_
+                ),
                 peers=lambda: self._peers_in(stage),
                 completed=completed,
             )
@@ -170,8 +183,13 @@ class PipelineServer:
             await self._measure_once(server)
         self._announce()
         if old >= 0:
-            self.moves = [*self.moves[-63:], {"at": decided, "from": old, "to": stage, "period": period}]
-        log.info("serving stage %d of run %s (round %d)", stage, self.session.run_id[:12], completed)
+            self.moves = [
+                *self.moves[-63:],
+                {"at": decided, "from": old, "to": stage, "period": period},
+            ]
+        log.info(
+            "serving stage %d of run %s (round %d)", stage, self.session.run_id[:12], completed
+        )
 
     async def _measure_once(self, server: StageServer, calls: int = 3) -> None:
         """A first throughput figure before any trainer calls: a few forwards of one microbatch of
@@ -198,7 +216,10 @@ class PipelineServer:
 
     def _announce(self) -> None:
         self.session.replicator.writer.announce(
-            role=server_role(self.stage), addrs=self.daemon.addrs()[:8], throughput=self.throughput(), lease_ms=LEASE_MS
+            role=server_role(self.stage),
+            addrs=self.daemon.addrs()[:8],
+            throughput=self.throughput(),
+            lease_ms=LEASE_MS,
         )
 
     async def _announce_loop(self) -> None:
@@ -243,7 +264,12 @@ class PipelineServer:
                 continue
             move = plan_move(views, period)
             if move is not None and move.peer == self.me and move.source == self.stage:
-                log.info("rebalancing: moving from stage %d to %d (period %d)", move.source, move.target, period)
+                log.info(
+                    "rebalancing: moving from stage %d to %d (period %d)",
+                    move.source,
+                    move.target,
+                    period,
+                )
                 await self._become(move.target, period=period)
 
     # --- serving ---------------------------------------------------------------------------
@@ -256,7 +282,9 @@ class PipelineServer:
 
     async def _answer(self, peer: str, stream: INetStream) -> None:
         try:
-            req = await read_message(stream, (StageCall, GradientsRequest, StateRequest), idle_timeout=IDLE_TIMEOUT)
+            req = await read_message(
+                stream, (StageCall, GradientsRequest, StateRequest), idle_timeout=IDLE_TIMEOUT
+            )
         except ProtocolError as exc:
             self._penalise_if_bad(peer, exc)
             return
@@ -287,7 +315,9 @@ class PipelineServer:
         except ProtocolError as exc:
             log.debug("pipeline: could not answer %s: %s", peer, exc)
 
-    def _penalise_if_bad(self, peer: str, exc: ProtocolError, points: float = BAD_INPUT_PENALTY) -> None:
+    def _penalise_if_bad(
+        self, peer: str, exc: ProtocolError, points: float = BAD_INPUT_PENALTY
+    ) -> None:
         if is_misbehaviour(exc):
             self.daemon.scoreboard.penalise(peer, points, f"pipeline: {exc}")
 
@@ -295,7 +325,9 @@ class PipelineServer:
         if run != self.session.run_id:
             return refuse(req, ErrorCode.NOT_FOUND, "not in that run")
         if stage != self.stage:
-            self.daemon.scoreboard.penalise(peer, WRONG_STAGE_PENALTY, f"pipeline: stage {stage} asked of {self.stage}")
+            self.daemon.scoreboard.penalise(
+                peer, WRONG_STAGE_PENALTY, f"pipeline: stage {stage} asked of {self.stage}"
+            )
             return refuse(req, WRONG_STAGE, f"this server serves stage {self.stage}, not {stage}")
         return None
 
@@ -312,7 +344,9 @@ class PipelineServer:
         ):
             self._penalise_if_bad(peer, DecodeError("malformed stage call"))
             return refuse(
-                req, ErrorCode.BAD_REQUEST, f"{req.op} with {len(req.tensors)} tensors at stage {req.stage}"
+                req,
+                ErrorCode.BAD_REQUEST,
+                f"{req.op} with {len(req.tensors)} tensors at stage {req.stage}",
             ), ()
         x = boundary_of(req.tensors[0], tensors[0])
         async with self._serve:
@@ -326,10 +360,17 @@ class PipelineServer:
                     loss, result = 0.0, out
                 elif req.op == "backward":
                     grad = boundary_of(req.tensors[1], tensors[1])
-                    loss, result = 0.0, await trio.to_thread.run_sync(server.backward, x, grad, limiter=self._thread)
+                    loss, result = (
+                        0.0,
+                        await trio.to_thread.run_sync(
+                            server.backward, x, grad, limiter=self._thread
+                        ),
+                    )
                 else:
                     targets = torch.tensor(req.targets, dtype=torch.int64)
-                    loss, result = await trio.to_thread.run_sync(server.loss_backward, x, targets, limiter=self._thread)
+                    loss, result = await trio.to_thread.run_sync(
+                        server.loss_backward, x, targets, limiter=self._thread
+                    )
             except DecodeError as exc:  # NaN/inf, wrong width, wrong rows, bad labels
                 self._penalise_if_bad(peer, exc)
                 return refuse(req, ErrorCode.BAD_REQUEST, str(exc)), ()
@@ -341,7 +382,9 @@ class PipelineServer:
             share = -(-self.spec.target_batch // (1 + len(self._peers_in(self.stage))))
             await self.averager.maybe_start(self._nursery, share)
         prepared = () if result is None else (prepare_boundary(result),)
-        return req.reply(StageReply, loss=float(loss), tensors=tuple(p.header for p in prepared)), prepared
+        return req.reply(
+            StageReply, loss=float(loss), tensors=tuple(p.header for p in prepared)
+        ), prepared
 
     async def _gradients(self, peer: str, req: GradientsRequest):
         wrong = self._wrong_place(peer, req, req.run, req.stage)
@@ -361,7 +404,10 @@ class PipelineServer:
         flat, adam_step = await trio.to_thread.run_sync(export_state, server)
         prepared = (await trio.to_thread.run_sync(prepare_flat, "stage-state", flat),)
         return req.reply(
-            StateReply, round=averager.completed if averager else 0, adam_step=adam_step, tensors=(prepared[0].header,)
+            StateReply,
+            round=averager.completed if averager else 0,
+            adam_step=adam_step,
+            tensors=(prepared[0].header,),
         ), prepared
 
     # --- status --------------------------------------------------------------------------------

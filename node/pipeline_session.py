@@ -21,7 +21,12 @@ ROLES = ("server", "trainer")
 
 class PipelineSession:
     def __init__(
-        self, session: RunSession, *, role: str = "server", speed: float = 1.0, stage: int | None = None
+        self,
+        session: RunSession,
+        *,
+        role: str = "server",
+        speed: float = 1.0,
+        stage: int | None = None,
     ) -> None:
         from peertrain.swarm.pipeline.run_spec import PipelineSpec
 
@@ -33,7 +38,9 @@ class PipelineSession:
             raise ValueError(f"stage must be in 0..{self.spec.stages - 1}")
         self.service: Any = None
 
-    async def run(self, *, task_status: trio.TaskStatus[PipelineSession] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        self, *, task_status: trio.TaskStatus[PipelineSession] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         from .pipeline_server import PipelineServer
         from .pipeline_trainer import PipelineTrainerService
 
@@ -42,7 +49,9 @@ class PipelineSession:
             await nursery.start(session.replicator.run)
             await session.replicator.bootstrap()
             if self.role == "server":
-                service: Any = PipelineServer(session, self.spec, speed=self.speed, stage=self.stage)
+                service: Any = PipelineServer(
+                    session, self.spec, speed=self.speed, stage=self.stage
+                )
             else:
                 service = PipelineTrainerService(session, self.spec)
             await nursery.start(service.run)

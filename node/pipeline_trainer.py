@@ -31,7 +31,12 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import trio
-from peertrain.swarm.pipeline.membership import STATIC_TRAINER_ROLE, TRAINER_ROLE, ServerEntry, servers
+from peertrain.swarm.pipeline.membership import (
+    STATIC_TRAINER_ROLE,
+    TRAINER_ROLE,
+    ServerEntry,
+    servers,
+)
 from peertrain.swarm.pipeline.run_spec import PipelineSpec
 from peertrain.swarm.pipeline.trainer import PipelineTrainer, TrainerConfig
 from peertrain.swarm.pipeline.wiring import PipelineWiring
@@ -92,7 +97,9 @@ class PipelineTrainerService:
         self.trainers: list[PipelineTrainer] = []
         self.finished = False
 
-    async def run(self, *, task_status: trio.TaskStatus[PipelineTrainerService] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        self, *, task_status: trio.TaskStatus[PipelineTrainerService] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._announce_loop)
             task_status.started(self)
@@ -108,7 +115,10 @@ class PipelineTrainerService:
     def _announce(self) -> None:
         role = STATIC_TRAINER_ROLE if self.phase == "static pipeline" else TRAINER_ROLE
         self.session.replicator.writer.announce(
-            role=role, addrs=self.daemon.addrs()[:8], throughput=self._recent_throughput(), lease_ms=LEASE_MS
+            role=role,
+            addrs=self.daemon.addrs()[:8],
+            throughput=self._recent_throughput(),
+            lease_ms=LEASE_MS,
         )
 
     def _entries(self) -> dict[str, ServerEntry]:
@@ -127,7 +137,9 @@ class PipelineTrainerService:
                 break
             await trio.sleep(SYNC_EVERY)
         data = await trio.to_thread.run_sync(lambda: spec.dataset_config().build())
-        batches = data.train_batches(seed % SHARDS, SHARDS, batch_size=spec.batch_size, seed=spec.seed)
+        batches = data.train_batches(
+            seed % SHARDS, SHARDS, batch_size=spec.batch_size, seed=spec.seed
+        )
         config = TrainerConfig(in_flight=spec.in_flight, max_attempts=12, retry_delay=0.2)
         step = 0
         if spec.static_seconds > 0:
@@ -138,11 +150,17 @@ class PipelineTrainerService:
             started = time.monotonic()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._keep_fixed, fixed)
-                step = await self._steps(trainer, batches, step, until=started + spec.static_seconds)
+                step = await self._steps(
+                    trainer, batches, step, until=started + spec.static_seconds
+                )
                 nursery.cancel_scope.cancel()
             elapsed = time.monotonic() - started
             stats = trainer.statistics()
-            self.static = {"samples": stats.samples, "seconds": elapsed, "throughput": stats.samples / elapsed}
+            self.static = {
+                "samples": stats.samples,
+                "seconds": elapsed,
+                "throughput": stats.samples / elapsed,
+            }
         self.phase = "swarm"
         self._announce()
         trainer = self._trainer(wiring, config)
@@ -169,11 +187,15 @@ class PipelineTrainerService:
         return {stage: peer for stage, (_, peer) in best.items()}
 
     def _trainer(self, wiring: PipelineWiring, config: TrainerConfig) -> PipelineTrainer:
-        trainer = PipelineTrainer(num_stages=self.spec.stages, transport=self.transport, wiring=wiring, config=config)
+        trainer = PipelineTrainer(
+            num_stages=self.spec.stages, transport=self.transport, wiring=wiring, config=config
+        )
         self.trainers.append(trainer)
         return trainer
 
-    async def _steps(self, trainer: PipelineTrainer, batches, step: int, *, until: float | None) -> int:
+    async def _steps(
+        self, trainer: PipelineTrainer, batches, step: int, *, until: float | None
+    ) -> int:
         """Microbatches `in_flight` at a time until `until` (monotonic) or the spec's count; the
         next step index. Microbatches in flight at `until` complete (none is abandoned)."""
         total = self.spec.microbatches
@@ -192,7 +214,9 @@ class PipelineTrainerService:
 
         async with trio.open_nursery() as nursery:
             while (until is None or time.monotonic() < until) and (not total or step < total):
-                with trio.move_on_at(trio.current_time() + until - time.monotonic() if until else math.inf):
+                with trio.move_on_at(
+                    trio.current_time() + until - time.monotonic() if until else math.inf
+                ):
                     await limiter.acquire()
                     nursery.start_soon(one, step)
                     step += 1
@@ -205,7 +229,10 @@ class PipelineTrainerService:
 
     def _totals(self) -> dict[str, int]:
         stats = [t.statistics() for t in self.trainers]
-        return {key: sum(getattr(s, key) for s in stats) for key in ("completed", "lost", "retries", "samples")}
+        return {
+            key: sum(getattr(s, key) for s in stats)
+            for key in ("completed", "lost", "retries", "samples")
+        }
 
     def _swarm_samples(self) -> int:
         return self.trainers[-1].statistics().samples if self.swarm_started and self.trainers else 0
@@ -216,7 +243,11 @@ class PipelineTrainerService:
         return self._swarm_samples() / max(1e-3, time.monotonic() - self.swarm_started)
 
     def status(self) -> dict[str, Any]:
-        totals = self._totals() if self.trainers else {"completed": 0, "lost": 0, "retries": 0, "samples": 0}
+        totals = (
+            self._totals()
+            if self.trainers
+            else {"completed": 0, "lost": 0, "retries": 0, "samples": 0}
+        )
 
         def mean(values):
             return sum(values) / len(values) if values else None
@@ -226,7 +257,9 @@ class PipelineTrainerService:
             "phase": self.phase,
             **{f"{k}" if k != "lost" else "lost_microbatches": v for k, v in totals.items()},
             "swarm_samples": self._swarm_samples(),
-            "swarm_seconds": round(time.monotonic() - self.swarm_started, 3) if self.swarm_started else 0.0,
+            "swarm_seconds": round(time.monotonic() - self.swarm_started, 3)
+            if self.swarm_started
+            else 0.0,
             "throughput": round(self._recent_throughput(), 3),
             "static": self.static,
             "initial_loss": mean(self.first_losses),

@@ -56,7 +56,9 @@ class NetworkStageTransport:
             raise ServerUnavailable(f"{peer}: forward answered {len(reply.tensors)} tensors")
         return boundary_of(reply.tensors[0], tensors[0])
 
-    async def backward(self, peer, *, stage: int, x: BoundaryTensor, grad_out: BoundaryTensor) -> BoundaryTensor | None:
+    async def backward(
+        self, peer, *, stage: int, x: BoundaryTensor, grad_out: BoundaryTensor
+    ) -> BoundaryTensor | None:
         reply, tensors = await self._stage_call(peer, "backward", stage, (x, grad_out))
         return boundary_of(reply.tensors[0], tensors[0]) if reply.tensors else None
 
@@ -68,11 +70,20 @@ class NetworkStageTransport:
         return reply.loss, boundary_of(reply.tensors[0], tensors[0]) if reply.tensors else None
 
     async def _stage_call(
-        self, peer, op: str, stage: int, boundaries: tuple[BoundaryTensor, ...], targets: tuple[int, ...] = ()
+        self,
+        peer,
+        op: str,
+        stage: int,
+        boundaries: tuple[BoundaryTensor, ...],
+        targets: tuple[int, ...] = (),
     ) -> tuple[StageReply, list[torch.Tensor]]:
         prepared = tuple(prepare_boundary(b) for b in boundaries)
         call = StageCall(
-            run=self.run_id, op=op, stage=stage, tensors=tuple(p.header for p in prepared), targets=targets
+            run=self.run_id,
+            op=op,
+            stage=stage,
+            tensors=tuple(p.header for p in prepared),
+            targets=targets,
         )
         return await self._exchange(peer, call, prepared, StageReply, MAX_BOUNDARY_BYTES)
 
@@ -92,7 +103,12 @@ class NetworkStageTransport:
 
     # --- one exchange ----------------------------------------------------------------------
     async def _exchange(
-        self, peer, request: Request, prepared: tuple[PreparedTensor, ...], reply_type: type[Response], max_nbytes: int
+        self,
+        peer,
+        request: Request,
+        prepared: tuple[PreparedTensor, ...],
+        reply_type: type[Response],
+        max_nbytes: int,
     ):
         pid = ID.from_base58(peer) if isinstance(peer, str) else peer
         idle = min(self.timeout, 10.0)
@@ -104,9 +120,16 @@ class NetworkStageTransport:
             try:
                 await write_message(stream, request, idle_timeout=idle)
                 await write_payloads(stream, prepared, idle_timeout=idle)
-                reply = check_reply(request, await read_message(stream, (reply_type, ErrorResponse), idle_timeout=idle))
-                tensors = await read_payloads(stream, reply.tensors, max_nbytes=max_nbytes, idle_timeout=idle)
-            except PeertrainError as exc:  # RemoteError (refused), DecodeError, StreamEnded, PeerTimeout…
+                reply = check_reply(
+                    request,
+                    await read_message(stream, (reply_type, ErrorResponse), idle_timeout=idle),
+                )
+                tensors = await read_payloads(
+                    stream, reply.tensors, max_nbytes=max_nbytes, idle_timeout=idle
+                )
+            except (
+                PeertrainError
+            ) as exc:  # RemoteError (refused), DecodeError, StreamEnded, PeerTimeout…
                 raise ServerUnavailable(f"{peer}: {type(exc).__name__}: {exc}") from None
             except Exception as exc:  # a muxer error escaping the framing layer
                 raise ServerUnavailable(f"{peer}: {exc!r}") from None
@@ -125,10 +148,16 @@ class NetworkStageTransport:
 def _flat(reply, tensors: list[torch.Tensor]) -> torch.Tensor:
     from peertrain.protocol import codecs
 
-    if len(reply.tensors) != 1 or reply.tensors[0].codec != "fp32" or len(reply.tensors[0].shape) != 1:
+    if (
+        len(reply.tensors) != 1
+        or reply.tensors[0].codec != "fp32"
+        or len(reply.tensors[0].shape) != 1
+    ):
         raise ServerUnavailable("expected one flat fp32 tensor")
     header = reply.tensors[0]
     try:
-        return codecs.decode(tensors[0], "fp32", dtype="float32", shape=tuple(header.shape), block_size=1)
+        return codecs.decode(
+            tensors[0], "fp32", dtype="float32", shape=tuple(header.shape), block_size=1
+        )
     except PeertrainError as exc:
         raise ServerUnavailable(f"bad tensor: {exc}") from None

@@ -99,25 +99,37 @@ def prepare_boundary(boundary: BoundaryTensor) -> PreparedTensor:
 
 
 def boundary_of(header: TensorHeader, payload: torch.Tensor) -> BoundaryTensor:
-    return BoundaryTensor(codec=header.codec, shape=tuple(header.shape), block_size=header.block_size, payload=payload)
+    return BoundaryTensor(
+        codec=header.codec, shape=tuple(header.shape), block_size=header.block_size, payload=payload
+    )
 
 
 def prepare_flat(name: str, flat: torch.Tensor) -> PreparedTensor:
     from peertrain.protocol import codecs
 
     return prepare_encoded(
-        name, codecs.encode(flat, "fp32"), dtype="float32", shape=tuple(flat.shape), codec="fp32", block_size=1
+        name,
+        codecs.encode(flat, "fp32"),
+        dtype="float32",
+        shape=tuple(flat.shape),
+        codec="fp32",
+        block_size=1,
     )
 
 
-async def write_payloads(stream, prepared: tuple[PreparedTensor, ...], *, idle_timeout: float) -> None:
+async def write_payloads(
+    stream, prepared: tuple[PreparedTensor, ...], *, idle_timeout: float
+) -> None:
     """The raw frames of `prepared`, chunk by chunk, after their message went out."""
     for item in prepared:
         payload = memoryview(item.payload.numpy())
         for index in range(item.header.num_chunks):
             offset, length = item.header.chunk_span(index)
             await write_frame(
-                stream, payload[offset : offset + length], max_size=item.header.chunk_size, idle_timeout=idle_timeout
+                stream,
+                payload[offset : offset + length],
+                max_size=item.header.chunk_size,
+                idle_timeout=idle_timeout,
             )
 
 
@@ -130,10 +142,14 @@ async def read_payloads(
         download = TensorDownload(header, max_nbytes=max_nbytes)
         for index in range(header.num_chunks):
             buffer = download.chunk_buffer(index)
-            length = await read_frame_length(stream, max_size=header.chunk_size, idle_timeout=idle_timeout)
+            length = await read_frame_length(
+                stream, max_size=header.chunk_size, idle_timeout=idle_timeout
+            )
             if length != len(buffer):
                 raise DecodeError(f"chunk {index} frame is {length} bytes, expected {len(buffer)}")
-            await read_exactly_into(stream, buffer, idle_timeout=idle_timeout, phase="pipeline-tensor")
+            await read_exactly_into(
+                stream, buffer, idle_timeout=idle_timeout, phase="pipeline-tensor"
+            )
             download.verify_chunk(index)
         out.append(download.payload)
     return out

@@ -29,13 +29,21 @@ log = logging.getLogger(__name__)
 MAGIC = b"ptpsk\x00v1"
 NONCE_SIZE = 8
 HANDSHAKE_TIMEOUT = 5.0
-MISMATCH = "pre-shared key mismatch: the peer is not in this private network (check --psk on both sides)"
+MISMATCH = (
+    "pre-shared key mismatch: the peer is not in this private network (check --psk on both sides)"
+)
 
 
 class PskStream(ReadWriteCloser):
     """Salsa20 in both directions over a raw byte stream, after the key check."""
 
-    def __init__(self, inner: ReadWriteCloser, *, reader: Salsa20.Salsa20Cipher, writer: Salsa20.Salsa20Cipher):
+    def __init__(
+        self,
+        inner: ReadWriteCloser,
+        *,
+        reader: Salsa20.Salsa20Cipher,
+        writer: Salsa20.Salsa20Cipher,
+    ):
         self._inner = inner
         self._reader = reader
         self._writer = writer

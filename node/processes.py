@@ -49,7 +49,10 @@ class DaemonProcess:
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "peertrain", *self.args, "--home", str(self.home)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
             )
         return self
 
@@ -58,12 +61,16 @@ class DaemonProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
-                raise NodeError(f"daemon in {self.home} exited with {self.process.returncode}:\n{self.log_tail()}")
+                raise NodeError(
+                    f"daemon in {self.home} exited with {self.process.returncode}:\n{self.log_tail()}"
+                )
             try:
                 return self.status(timeout=2.0)
             except ControlError:
                 time.sleep(0.1)
-        raise NodeError(f"daemon in {self.home} not ready after {timeout:.0f} s:\n{self.log_tail()}")
+        raise NodeError(
+            f"daemon in {self.home} not ready after {timeout:.0f} s:\n{self.log_tail()}"
+        )
 
     def status(self, timeout: float = 5.0) -> dict[str, Any]:
         return call_sync(self.control_socket, "status", timeout=timeout)

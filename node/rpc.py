@@ -62,7 +62,9 @@ class RpcServer:
                 request = await read_message(stream, self.request_type, idle_timeout=self.timeout)
             except ProtocolError as exc:
                 if is_misbehaviour(exc):
-                    self.scoreboard.penalise(peer.to_base58(), BAD_MESSAGE_PENALTY, f"{self.pid}: {exc}")
+                    self.scoreboard.penalise(
+                        peer.to_base58(), BAD_MESSAGE_PENALTY, f"{self.pid}: {exc}"
+                    )
                 return
             try:
                 response = await self.handler(peer, request)
@@ -78,8 +80,13 @@ class RpcServer:
 
 
 async def request(
-    host: IHost, peer: ID, pid: ProtocolId, message: Request, response_type: type[Response],
-    *, timeout: float = 10.0,
+    host: IHost,
+    peer: ID,
+    pid: ProtocolId,
+    message: Request,
+    response_type: type[Response],
+    *,
+    timeout: float = 10.0,
 ) -> Response:
     """Send one request and return the matching response; ProtocolError / RemoteError otherwise."""
     with trio.fail_after(timeout):

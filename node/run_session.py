@@ -43,7 +43,9 @@ class SyncExchange:
         return sorted(connected & members)
 
     async def request(self, peer: str, req: SyncRequest) -> SyncReply:
-        return await request(self.daemon.host, ID.from_base58(peer), CRDT_SYNC, req, SyncReply, timeout=10.0)
+        return await request(
+            self.daemon.host, ID.from_base58(peer), CRDT_SYNC, req, SyncReply, timeout=10.0
+        )
 
 
 class NodeTensors:
@@ -67,8 +69,14 @@ class NodeTensors:
 
     async def fetch(self, holders, checksum: bytes, max_nbytes: int, *, allocate=None):
         ids = [ID.from_base58(h) if isinstance(h, str) else h for h in holders]
-        return await fetch_tensor(self.daemon.host, ids, checksum, max_nbytes=max_nbytes,
-                                  scoreboard=self.daemon.scoreboard, allocate=allocate)
+        return await fetch_tensor(
+            self.daemon.host,
+            ids,
+            checksum,
+            max_nbytes=max_nbytes,
+            scoreboard=self.daemon.scoreboard,
+            allocate=allocate,
+        )
 
     # update gossip: encoded payloads
     async def publish(self, data: bytes) -> None:
@@ -80,8 +88,14 @@ class NodeTensors:
 
         def prepare():
             raw = payload_tensor(payload)  # our encoder's buffer itself, hashed in place
-            return prepare_encoded(f"update/{owner}", raw, dtype="float32", shape=(self.numel,),
-                                   codec=self.codec, block_size=self.block_size)
+            return prepare_encoded(
+                f"update/{owner}",
+                raw,
+                dtype="float32",
+                shape=(self.numel,),
+                codec=self.codec,
+                block_size=self.block_size,
+            )
 
         prepared = await trio.to_thread.run_sync(prepare)
         self.daemon.tensor_store.put(prepared)
@@ -91,8 +105,12 @@ class NodeTensors:
         """The verified payload, served on to others as is (no copy, no second hash)."""
         from peertrain.protocol.tensors import PreparedTensor
 
-        download = await self.fetch(holders, checksum, nbytes, allocate=self.receive_buffers.acquire)
-        self.daemon.tensor_store.put(PreparedTensor(header=download.header, payload=download.payload))
+        download = await self.fetch(
+            holders, checksum, nbytes, allocate=self.receive_buffers.acquire
+        )
+        self.daemon.tensor_store.put(
+            PreparedTensor(header=download.header, payload=download.payload)
+        )
         return memoryview(download.payload.numpy())
 
 
@@ -115,10 +133,19 @@ class _UpdateTransport:
 class RunSession:
     """Everything this node does for one run. `await nursery.start(session.run)`."""
 
-    def __init__(self, daemon: Daemon, *, run_id: str, manifest_envelope: bytes, seeds: set[str] = frozenset(),
-                 role: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        daemon: Daemon,
+        *,
+        run_id: str,
+        manifest_envelope: bytes,
+        seeds: set[str] = frozenset(),
+        role: dict[str, Any] | None = None,
+    ):
         self.daemon = daemon
-        self.role = dict(role or {})  # swarm runs: {"role": "server"|"trainer", "speed": …, "stage": …}
+        self.role = dict(
+            role or {}
+        )  # swarm runs: {"role": "server"|"trainer", "speed": …, "stage": …}
         self.pipeline = None
         self.state = RunState(run_id)
         self.state.accept_manifest(manifest_envelope)
@@ -126,8 +153,11 @@ class RunSession:
         self.run_id = run_id
         self.seeds = set(seeds)
         self.replicator = Replicator(
-            state=self.state, key_pair=daemon.identity.key_pair, pubsub=daemon.gossip,
-            exchange=SyncExchange(daemon, self.state, self.seeds), on_penalty=self._penalise,
+            state=self.state,
+            key_pair=daemon.identity.key_pair,
+            pubsub=daemon.gossip,
+            exchange=SyncExchange(daemon, self.state, self.seeds),
+            on_penalty=self._penalise,
         )
         self.driver = None
         self.error: str | None = None
@@ -135,9 +165,13 @@ class RunSession:
         save_manifest(self.directory, manifest_envelope)
 
     def _penalise(self, penalty: Penalty) -> None:
-        self.daemon.scoreboard.penalise(penalty.peer, penalty.points, f"run state: {penalty.reason}")
+        self.daemon.scoreboard.penalise(
+            penalty.peer, penalty.points, f"run state: {penalty.reason}"
+        )
 
-    async def run(self, *, task_status: trio.TaskStatus[RunSession] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        self, *, task_status: trio.TaskStatus[RunSession] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         from peertrain.swarm.diloco.build import build_member
         from peertrain.swarm.diloco.checkpoint import CheckpointStore
         from peertrain.swarm.diloco.driver import DiLoCoDriver
@@ -154,26 +188,40 @@ class RunSession:
         built = await trio.to_thread.run_sync(build_member, spec, me)
         codec = built.member.encoder.codec
         numel = built.member.layout.numel
-        tensors = NodeTensors(self.daemon, f"/peertrain/{self.run_id}/updates", codec=spec.codec,
-                              block_size=codec.block_size, numel=numel)
+        tensors = NodeTensors(
+            self.daemon,
+            f"/peertrain/{self.run_id}/updates",
+            codec=spec.codec,
+            block_size=codec.block_size,
+            numel=numel,
+        )
         holder: dict[str, Any] = {}
         gossip = UpdateGossip(
-            run_id=self.run_id, key_pair=self.daemon.identity.key_pair, transport=_UpdateTransport(tensors),
+            run_id=self.run_id,
+            key_pair=self.daemon.identity.key_pair,
+            transport=_UpdateTransport(tensors),
             expected_nbytes=codec.payload_bytes(numel),
             is_member=lambda peer: self.state.is_live(peer) or peer == me,
             expected=lambda round_: holder["driver"].expected_members(round_),
         )
         self.driver = holder["driver"] = DiLoCoDriver(
-            spec=spec, peer_id=me, built=built, replicator=self.replicator, gossip=gossip, tensors=tensors,
-            addrs=self.daemon.addrs, attack=self.daemon.config.attack,
+            spec=spec,
+            peer_id=me,
+            built=built,
+            replicator=self.replicator,
+            gossip=gossip,
+            tensors=tensors,
+            addrs=self.daemon.addrs,
+            attack=self.daemon.config.attack,
             checkpoints=CheckpointStore(self.directory / "checkpoints", keep=3),
         )
         async with trio.open_nursery() as nursery:
             inbox = await self.daemon.gossip.subscribe(tensors.topic, validator=gossip.validate)
             nursery.start_soon(_drain, inbox)  # announcements act in the validator; drop the copies
             # buffers for a quorum's updates, faulted in while the first inner steps run
-            nursery.start_soon(tensors.reserve_receive_buffers, spec.min_members - 1,
-                               codec.payload_bytes(numel))
+            nursery.start_soon(
+                tensors.reserve_receive_buffers, spec.min_members - 1, codec.payload_bytes(numel)
+            )
             await nursery.start(self.replicator.run)
             # joiners need the state; a restarted creator needs its own old slots back too
             await self.replicator.bootstrap()
@@ -197,10 +245,19 @@ class RunSession:
 
     def status(self) -> dict[str, Any]:
         if self.manifest.mode == "swarm":
-            return {"name": self.manifest.name, "run_id": self.run_id, "mode": self.manifest.mode,
-                    "creator": self.manifest.creator, "round": 0, "loss": None, "phase": "starting",
-                    "members": [], "error": self.error, **self.role,
-                    **(self.pipeline.status() if self.pipeline is not None else {})}
+            return {
+                "name": self.manifest.name,
+                "run_id": self.run_id,
+                "mode": self.manifest.mode,
+                "creator": self.manifest.creator,
+                "round": 0,
+                "loss": None,
+                "phase": "starting",
+                "members": [],
+                "error": self.error,
+                **self.role,
+                **(self.pipeline.status() if self.pipeline is not None else {}),
+            }
         progress = self.driver.progress if self.driver else None
         live = [p for p in self.state.members() if self.state.is_live(p)]
         return {

@@ -54,10 +54,14 @@ class RunManager:
         self.sessions: dict[str, RunSession] = {}
         self._nursery: trio.Nursery | None = None
 
-    async def run(self, *, task_status: trio.TaskStatus[RunManager] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        self, *, task_status: trio.TaskStatus[RunManager] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         host, board = self.daemon.host, self.daemon.scoreboard
         RpcServer(host, RUN_LOOKUP, RunLookup, self._answer_lookup, scoreboard=board).register()
-        RpcServer(host, CRDT_SYNC, SyncRequest, self._answer_sync, scoreboard=board, max_per_peer=8).register()
+        RpcServer(
+            host, CRDT_SYNC, SyncRequest, self._answer_sync, scoreboard=board, max_per_peer=8
+        ).register()
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             if self.daemon.config.run:
@@ -69,13 +73,20 @@ class RunManager:
 
     def control_methods(self) -> dict[str, Any]:
         async def create(params: dict[str, Any]) -> dict[str, Any]:
-            session = await self.create(name=str(params.get("name") or ""), mode=str(params.get("mode") or "diloco"),
-                                        spec=params.get("spec") or {}, role=_role(params))
+            session = await self.create(
+                name=str(params.get("name") or ""),
+                mode=str(params.get("mode") or "diloco"),
+                spec=params.get("spec") or {},
+                role=_role(params),
+            )
             return {"run_id": session.run_id, "name": session.manifest.name}
 
         async def join(params: dict[str, Any]) -> dict[str, Any]:
-            session = await self.join(str(params.get("name") or ""), timeout=float(params.get("timeout", 30)),
-                                      role=_role(params))
+            session = await self.join(
+                str(params.get("name") or ""),
+                timeout=float(params.get("timeout", 30)),
+                role=_role(params),
+            )
             return {"run_id": session.run_id, "name": session.manifest.name}
 
         async def sample(params: dict[str, Any]) -> dict[str, Any]:
@@ -83,27 +94,37 @@ class RunManager:
                 raise ControlError("this node takes part in no run")
             session = next(iter(self.sessions.values()))
             try:
-                text = await session.sample(str(params.get("prompt", "")), min(int(params.get("tokens", 160)), 2000))
+                text = await session.sample(
+                    str(params.get("prompt", "")), min(int(params.get("tokens", 160)), 2000)
+                )
             except (TypeError, RuntimeError) as exc:
                 raise ControlError(str(exc)) from None
             return {"text": text}
 
         return {"run.create": create, "run.join": join, "run.sample": sample}
 
-    async def create(self, *, name: str, mode: str, spec: dict[str, Any],
-                     role: dict[str, Any] | None = None) -> RunSession:
+    async def create(
+        self, *, name: str, mode: str, spec: dict[str, Any], role: dict[str, Any] | None = None
+    ) -> RunSession:
         if not name or len(name) > 64:
             raise ControlError("a run needs a name of 1-64 characters (--name)")
         if any(s.manifest.name == name for s in self.sessions.values()):
             raise ControlError(f"this node already takes part in a run named {name!r}")
         spec_bytes = _spec_bytes(mode, spec)
-        manifest = RunManifest(creator=self.daemon.identity.peer_id.to_base58(), created_ms=int(time.time() * 1000),
-                               name=name, mode=mode, spec=spec_bytes)
+        manifest = RunManifest(
+            creator=self.daemon.identity.peer_id.to_base58(),
+            created_ms=int(time.time() * 1000),
+            name=name,
+            mode=mode,
+            spec=spec_bytes,
+        )
         envelope = sign_manifest(self.daemon.identity.key_pair, manifest)
         log.info("created run %s (%s)", name, manifest.run_id[:16])
         return await self._start(manifest.run_id, envelope, seeds=set(), role=role)
 
-    async def join(self, name: str, *, timeout: float = 30.0, role: dict[str, Any] | None = None) -> RunSession:
+    async def join(
+        self, name: str, *, timeout: float = 30.0, role: dict[str, Any] | None = None
+    ) -> RunSession:
         for session in self.sessions.values():
             if name in (session.manifest.name, session.run_id):
                 return session
@@ -141,7 +162,9 @@ class RunManager:
     async def _lookup(self, name: str) -> tuple[str, RunFound] | None:
         for peer in self.daemon.host.get_connected_peers():
             try:
-                reply = await request(self.daemon.host, peer, RUN_LOOKUP, RunLookup(name=name), RunFound, timeout=5.0)
+                reply = await request(
+                    self.daemon.host, peer, RUN_LOOKUP, RunLookup(name=name), RunFound, timeout=5.0
+                )
                 open_manifest(reply.manifest, reply.run_id)  # forged or mismatched → ProtocolError
             except PeertrainError as exc:
                 log.debug("run lookup at %s: %s", peer, exc)
@@ -152,12 +175,15 @@ class RunManager:
             return peer.to_base58(), reply
         return None
 
-    async def _start(self, run_id: str, envelope: bytes, *, seeds: set[str],
-                     role: dict[str, Any] | None = None) -> RunSession:
+    async def _start(
+        self, run_id: str, envelope: bytes, *, seeds: set[str], role: dict[str, Any] | None = None
+    ) -> RunSession:
         if len(self.sessions) >= MAX_RUNS:
             raise ControlError(f"this node already takes part in {MAX_RUNS} runs")
         assert self._nursery is not None
-        session = RunSession(self.daemon, run_id=run_id, manifest_envelope=envelope, seeds=seeds, role=role)
+        session = RunSession(
+            self.daemon, run_id=run_id, manifest_envelope=envelope, seeds=seeds, role=role
+        )
         self.sessions[run_id] = session
         await self._nursery.start(session.run)
         return session
@@ -167,7 +193,9 @@ class RunManager:
     async def _answer_lookup(self, peer: ID, req: RunLookup) -> RunFound | ErrorResponse:
         for session in self.sessions.values():
             if req.name in (session.manifest.name, session.run_id):
-                return req.reply(RunFound, run_id=session.run_id, manifest=session.state.manifest_envelope)
+                return req.reply(
+                    RunFound, run_id=session.run_id, manifest=session.state.manifest_envelope
+                )
         return refuse(req, ErrorCode.NOT_FOUND, f"no run {req.name!r} here")
 
     async def _answer_sync(self, peer: ID, req: SyncRequest):

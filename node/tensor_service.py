@@ -101,15 +101,26 @@ class TensorStore:
                 unpinned -= self._items.pop(key).header.nbytes
 
     def statistics(self) -> TensorStoreStatistics:
-        return TensorStoreStatistics(tensors=len(self._items), pinned=len(self._pinned),
-                                     bytes=sum(p.header.nbytes for p in self._items.values()))
+        return TensorStoreStatistics(
+            tensors=len(self._items),
+            pinned=len(self._pinned),
+            bytes=sum(p.header.nbytes for p in self._items.values()),
+        )
 
 
 class TensorService:
     """Answers tensor requests from the store."""
 
-    def __init__(self, host: IHost, store: TensorStore, scoreboard: PeerScoreboard, *,
-                 max_total: int = 16, max_per_peer: int = 4, idle_timeout: float = 15.0):
+    def __init__(
+        self,
+        host: IHost,
+        store: TensorStore,
+        scoreboard: PeerScoreboard,
+        *,
+        max_total: int = 16,
+        max_per_peer: int = 4,
+        idle_timeout: float = 15.0,
+    ):
         self.host, self.store, self.scoreboard = host, store, scoreboard
         self.idle_timeout = idle_timeout
         self._slots = StreamSlots(scoreboard, max_total=max_total, max_per_peer=max_per_peer)
@@ -138,10 +149,16 @@ class TensorService:
 
 
 async def fetch_tensor(
-    host: IHost, holders: Sequence[ID], checksum: bytes, *, max_nbytes: int,
-    scoreboard: PeerScoreboard | None = None, idle_timeout: float = 15.0,
+    host: IHost,
+    holders: Sequence[ID],
+    checksum: bytes,
+    *,
+    max_nbytes: int,
+    scoreboard: PeerScoreboard | None = None,
+    idle_timeout: float = 15.0,
     allocate: Callable[[int], torch.Tensor] | None = None,
-    retries: int = RETRIES, reconnect_wait: float = RECONNECT_WAIT,
+    retries: int = RETRIES,
+    reconnect_wait: float = RECONNECT_WAIT,
     reconnect: Callable[[ID], Awaitable[Any]] | None = None,
 ) -> TensorDownload:
     """Download and verify tensor `checksum` from `holders` in parallel; raise TransferFailed.
@@ -165,12 +182,16 @@ async def fetch_tensor(
             try:
                 stream = await host.new_stream(holder, [str(TENSOR)])
                 try:
-                    await fetch_chunks(stream, download, first_chunk=first, count=count, idle_timeout=idle_timeout)
+                    await fetch_chunks(
+                        stream, download, first_chunk=first, count=count, idle_timeout=idle_timeout
+                    )
                 finally:
                     await stream.close()
             except Exception as exc:  # whatever went wrong, the range goes to another holder
                 if isinstance(exc, ChecksumMismatch) and scoreboard is not None:
-                    scoreboard.penalise(holder.to_base58(), LYING_HOLDER_PENALTY, f"tensor chunk: {exc}")
+                    scoreboard.penalise(
+                        holder.to_base58(), LYING_HOLDER_PENALTY, f"tensor chunk: {exc}"
+                    )
                 failures.append(f"{holder}: {exc}")
                 pending[:0] = _split(download, first, count)  # its verified chunks are kept
                 if download.complete or not await again.worth_it(holder, exc):
@@ -186,7 +207,9 @@ async def fetch_tensor(
                 nursery.start_soon(worker, holder)
         pending[:] = _split(download)
     if not download.complete:
-        raise TransferFailed(f"could not fetch tensor {checksum.hex()[:16]}: " + "; ".join(failures[-4:]))
+        raise TransferFailed(
+            f"could not fetch tensor {checksum.hex()[:16]}: " + "; ".join(failures[-4:])
+        )
     return download
 
 
@@ -194,8 +217,14 @@ class _Retries:
     """Whether to ask a holder again after a failure: bounded per holder, and only once a
     connection to it is back (it may be redialed by hole punching, or by `reconnect`)."""
 
-    def __init__(self, host: IHost, *, retries: int, wait: float,
-                 reconnect: Callable[[ID], Awaitable[Any]] | None):
+    def __init__(
+        self,
+        host: IHost,
+        *,
+        retries: int,
+        wait: float,
+        reconnect: Callable[[ID], Awaitable[Any]] | None,
+    ):
         self.host, self.retries, self.wait, self.reconnect = host, retries, wait, reconnect
         self.used: dict[ID, int] = {}  # bounded by the holders of one download
         self.reconnects = 0
@@ -237,8 +266,13 @@ def _may_retry(exc: BaseException) -> bool:
 
 
 async def _first_header(
-    host: IHost, holders: Sequence[ID], checksum: bytes, max_nbytes: int, idle_timeout: float,
-    allocate, again: _Retries,
+    host: IHost,
+    holders: Sequence[ID],
+    checksum: bytes,
+    max_nbytes: int,
+    idle_timeout: float,
+    allocate,
+    again: _Retries,
 ) -> tuple[TensorDownload, list[str]]:
     """The header from the first holder that answers; the ones whose connection broke are
     asked again (once back) only after every other holder has been tried."""
@@ -251,7 +285,10 @@ async def _first_header(
                 stream = await host.new_stream(holder, [str(TENSOR)])
                 try:
                     header = await request_header(
-                        stream, checksum, max_nbytes=max_nbytes, idle_timeout=idle_timeout,
+                        stream,
+                        checksum,
+                        max_nbytes=max_nbytes,
+                        idle_timeout=idle_timeout,
                         allocate=allocate,
                     )
                     return header, failures

@@ -45,7 +45,11 @@ class ByteStream(Protocol):
 # What a stream raises when the peer resets or the connection dies. py-libp2p's muxer errors
 # (MuxedStreamError and kin) are not IOExceptions; a stream ending is the peer's doing, not ours.
 _STREAM_FAILURES: tuple[type[BaseException], ...] = (
-    IOException, BaseLibp2pError, trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError,
+    IOException,
+    BaseLibp2pError,
+    trio.BrokenResourceError,
+    trio.ClosedResourceError,
+    ConnectionError,
 )
 
 

@@ -19,8 +19,8 @@ shape is refused (`MessageTooLarge`) before anything is allocated. `prepare_tens
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated
 
 import blake3

@@ -49,5 +49,7 @@ def test_relative_imports_do_not_climb_out_of_a_layer():
             depth = len(path.relative_to(ROOT / layer).parts)  # 1 = directly in the layer
             for node in ast.walk(ast.parse(path.read_text())):
                 if isinstance(node, ast.ImportFrom) and node.level >= depth + 1:
-                    offenders.append(f"{path.relative_to(ROOT)}: from {'.' * node.level}{node.module}")
+                    offenders.append(
+                        f"{path.relative_to(ROOT)}: from {'.' * node.level}{node.module}"
+                    )
     assert not offenders, "\n".join(offenders)

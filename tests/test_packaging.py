@@ -10,7 +10,9 @@ LAYERS = ("protocol", "dht", "crdt", "swarm", "node")
 
 
 def test_every_package_folder_is_listed_in_pyproject():
-    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
     on_disk = {"peertrain"} | {
         "peertrain." + ".".join(init.parent.relative_to(ROOT).parts)
         for layer in LAYERS

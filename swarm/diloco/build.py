@@ -36,7 +36,8 @@ class BuiltMember:
         """Train on `shard` from now on (batches are addressed by step, so nothing is replayed)."""
         if shard != self.shard:
             self.member.inner.batches = self.dataset.train_batches(
-                shard, self.spec.num_shards, batch_size=self.spec.batch_size, seed=self.spec.seed)
+                shard, self.spec.num_shards, batch_size=self.spec.batch_size, seed=self.spec.seed
+            )
             self.shard = shard
 
     def sample(self, prompt: str, max_new_tokens: int = 160, *, seed: int = 0) -> str:
@@ -61,20 +62,28 @@ def build_member(spec: DiLoCoSpec, peer_id: str, *, eval_batches: int = 8) -> Bu
     dataset = _dataset(spec.dataset, pack(dict(sorted(spec.dataset_settings.items()))))
     model = spec.model_config().build(seed=spec.seed)
     shard = spec.shard_of(peer_id)
-    batches = dataset.train_batches(shard, spec.num_shards, batch_size=spec.batch_size, seed=spec.seed)
+    batches = dataset.train_batches(
+        shard, spec.num_shards, batch_size=spec.batch_size, seed=spec.seed
+    )
     aggregator = spec.build_aggregator()
     member = DiLoCoMember(
         model,
         batches,
-        inner=InnerConfig(steps=spec.inner_steps, batch_size=spec.batch_size, lr=spec.lr,
-                          warmup_steps=spec.warmup_steps),
+        inner=InnerConfig(
+            steps=spec.inner_steps,
+            batch_size=spec.batch_size,
+            lr=spec.lr,
+            warmup_steps=spec.warmup_steps,
+        ),
         outer=OuterConfig(lr=spec.outer_lr, momentum=spec.outer_momentum),
         codec=ProtocolCodec(spec.codec),
         error_feedback=spec.error_feedback,
         aggregator=aggregator,
     )
     held_out = dataset.eval_batches(batch_size=64, max_batches=eval_batches)
-    return BuiltMember(member=member, shard=shard, eval_batches=held_out, spec=spec, dataset=dataset)
+    return BuiltMember(
+        member=member, shard=shard, eval_batches=held_out, spec=spec, dataset=dataset
+    )
 
 
 @functools.lru_cache(maxsize=4)

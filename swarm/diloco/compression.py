@@ -69,7 +69,10 @@ class ProtocolCodec:
 
     def decode(self, payload: Payload, numel: int) -> torch.Tensor:
         return codecs.decode(
-            payload_tensor(payload), self.name, dtype="float32", shape=(numel,),
+            payload_tensor(payload),
+            self.name,
+            dtype="float32",
+            shape=(numel,),
             block_size=self.block_size,
         )
 

@@ -57,7 +57,9 @@ class TensorTransport(Protocol):
 
     def unpin(self, checksum: bytes) -> None: ...
 
-    async def fetch(self, holders: list[str], checksum: bytes, max_nbytes: int) -> TensorDownload: ...
+    async def fetch(
+        self, holders: list[str], checksum: bytes, max_nbytes: int
+    ) -> TensorDownload: ...
 
 
 @dataclass
@@ -76,10 +78,20 @@ class DriverProgress:
 
 
 class DiLoCoDriver:
-    def __init__(self, *, spec: DiLoCoSpec, peer_id: str, built: BuiltMember, replicator: Replicator,
-                 gossip: UpdateGossip, tensors: TensorTransport, addrs: Callable[[], list[str]],
-                 on_round: Callable[[RoundReport], None] | None = None, attack: str | None = None,
-                 checkpoints: CheckpointStore | None = None):
+    def __init__(
+        self,
+        *,
+        spec: DiLoCoSpec,
+        peer_id: str,
+        built: BuiltMember,
+        replicator: Replicator,
+        gossip: UpdateGossip,
+        tensors: TensorTransport,
+        addrs: Callable[[], list[str]],
+        on_round: Callable[[RoundReport], None] | None = None,
+        attack: str | None = None,
+        checkpoints: CheckpointStore | None = None,
+    ):
         self.spec = spec
         self.peer_id = peer_id
         self.replicator = replicator
@@ -98,7 +110,9 @@ class DiLoCoDriver:
 
     # -- service --------------------------------------------------------------------------------
 
-    async def run(self, *, task_status: trio.TaskStatus[DiLoCoDriver] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        self, *, task_status: trio.TaskStatus[DiLoCoDriver] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._lease_loop)
             await self._catch_up(initial=True)
@@ -107,7 +121,11 @@ class DiLoCoDriver:
             while not self.finished:
                 await self._one_round()
             self.progress.phase = "finished"
-            log.info("run finished after %d rounds, loss %.4f", self.progress.round, self.progress.loss or 0)
+            log.info(
+                "run finished after %d rounds, loss %.4f",
+                self.progress.round,
+                self.progress.loss or 0,
+            )
             nursery.cancel_scope.cancel()
 
     @property
@@ -124,12 +142,17 @@ class DiLoCoDriver:
             return
         self.progress.phase = f"waiting for {self.spec.min_members} members"
         with trio.move_on_after(self.spec.start_timeout):
-            while len(self.expected_members(0)) < self.spec.min_members and self._newest_majority_round() <= 0:
+            while (
+                len(self.expected_members(0)) < self.spec.min_members
+                and self._newest_majority_round() <= 0
+            ):
                 await trio.sleep(0.2)
 
     async def _lease_loop(self) -> None:
         while True:
-            self.replicator.writer.announce(role="diloco", addrs=self.addrs()[:8], lease_ms=LEASE_MS)
+            self.replicator.writer.announce(
+                role="diloco", addrs=self.addrs()[:8], lease_ms=LEASE_MS
+            )
             await trio.sleep(LEASE_MS / 3000)
 
     # -- one round ------------------------------------------------------------------------------
@@ -150,7 +173,9 @@ class DiLoCoDriver:
             await self._catch_up()
             return
         self.progress.phase = "exchanging"
-        contributions = await self.gossip.exchange(round_, payload, deadline=trio.current_time() + self.spec.round_timeout)
+        contributions = await self.gossip.exchange(
+            round_, payload, deadline=trio.current_time() + self.spec.round_timeout
+        )
         self.progress.phase = "outer step"
         report = await self._thread(self.member.apply_update, contributions)
         self._dealt_to = set(report.accepted) | set(s for s, _ in report.rejected) | {self.peer_id}
@@ -165,17 +190,31 @@ class DiLoCoDriver:
         """Our own copy of the agreed state (atomic, content-addressed, last K kept)."""
         if self.checkpoints is not None:
             snapshot = self.member.snapshot()
-            await self._thread(lambda: self.checkpoints.save(snapshot, manifest_hash=self.state.run_id))
+            await self._thread(
+                lambda: self.checkpoints.save(snapshot, manifest_hash=self.state.run_id)
+            )
 
     async def _record(self, report: RoundReport) -> None:
         loss = await self._thread(self.built.eval_loss)
         p = self.progress
         p.round, p.loss, p.rounds_completed = self.member.round, loss, p.rounds_completed + 1
-        p.history.append({"round": report.round, "loss": loss, "accepted": len(report.accepted),
-                          "rejected": len(report.rejected), "time": time.time()})
+        p.history.append(
+            {
+                "round": report.round,
+                "loss": loss,
+                "accepted": len(report.accepted),
+                "rejected": len(report.rejected),
+                "time": time.time(),
+            }
+        )
         del p.history[:-64]
-        log.info("round %d: eval loss %.4f, %d updates (%d rejected)", report.round, loss,
-                 len(report.accepted), len(report.rejected))
+        log.info(
+            "round %d: eval loss %.4f, %d updates (%d rejected)",
+            report.round,
+            loss,
+            len(report.accepted),
+            len(report.rejected),
+        )
         if self.on_round is not None:
             self.on_round(report)
 
@@ -198,7 +237,9 @@ class DiLoCoDriver:
         """Checksums announced for state at `round_`, counted by live providers."""
         counts: Counter[bytes] = Counter()
         for checksum, providers in self.state.checkpoints().get(round_, {}).items():
-            counts[checksum] += sum(1 for p in providers if self.state.is_live(p) or p == self.peer_id)
+            counts[checksum] += sum(
+                1 for p in providers if self.state.is_live(p) or p == self.peer_id
+            )
         return counts
 
     def _newest_majority_round(self) -> int:
@@ -215,8 +256,12 @@ class DiLoCoDriver:
             return
         majority, votes = counts.most_common(1)[0]
         if majority != self._served and votes > counts.get(self._served, 0):
-            log.warning("state of round %d differs from the majority (%d of %d agree): re-syncing",
-                        round_, votes, sum(counts.values()))
+            log.warning(
+                "state of round %d differs from the majority (%d of %d agree): re-syncing",
+                round_,
+                votes,
+                sum(counts.values()),
+            )
             await self._adopt(round_, majority)
 
     def expected_members(self, round_: int) -> set[str]:
@@ -244,7 +289,9 @@ class DiLoCoDriver:
         await self._publish_state()
         self.progress.round = self.member.round
         if self.progress.initial_loss is None:
-            self.progress.loss = self.progress.initial_loss = await self._thread(self.built.eval_loss)
+            self.progress.loss = self.progress.initial_loss = await self._thread(
+                self.built.eval_loss
+            )
 
     async def _resume_local(self) -> None:
         """A restarted member starts from its own newest checkpoint; peers ahead of it win after."""
@@ -265,22 +312,32 @@ class DiLoCoDriver:
 
     async def _adopt(self, round_: int, checksum: bytes) -> None:
         self.progress.phase = f"downloading state of round {round_}"
-        providers = [p for p in self.state.checkpoints().get(round_, {}).get(checksum, ()) if p != self.peer_id]
+        providers = [
+            p
+            for p in self.state.checkpoints().get(round_, {}).get(checksum, ())
+            if p != self.peer_id
+        ]
         numel = self.member.layout.numel
         download = await self.tensors.fetch(providers, checksum, max_nbytes=2 * numel * 4 + 1024)
         flat = await self._thread(download.finish)
         if flat.numel() != 2 * numel:
             raise ValueError(f"state of {flat.numel()} values does not fit this run's model")
         params, momentum = flat[:numel].clone(), flat[numel:].clone()
-        state = MemberState(round=round_, params=self.member.layout.named(params), momentum=momentum)
+        state = MemberState(
+            round=round_, params=self.member.layout.named(params), momentum=momentum
+        )
         await self._thread(self.member.restore, state)
         self.progress.resyncs += 1
         self.gossip.current_round = round_
         await self._publish_state()
         self.progress.round = round_
         if self.progress.initial_loss is None:
-            self.progress.loss = self.progress.initial_loss = await self._thread(self.built.eval_loss)
-        log.info("adopted the group's state of round %d from %d provider(s)", round_, len(providers))
+            self.progress.loss = self.progress.initial_loss = await self._thread(
+                self.built.eval_loss
+            )
+        log.info(
+            "adopted the group's state of round %d from %d provider(s)", round_, len(providers)
+        )
 
     def _forge(self, payload: bytes) -> bytes:
         """A Byzantine member: an ordinary member whose outgoing update goes through an attack."""
@@ -291,7 +348,9 @@ class DiLoCoDriver:
         members = max(len(self.expected_members(self.member.round)), 2)
         forged = self.attack(honest, AttackContext(num_workers=members, num_byzantine=1))
         if not torch.isfinite(forged).all():
-            return bytes([0xFF]) * len(payload)  # what a NaN sender puts on the wire: receivers must refuse it
+            return bytes([0xFF]) * len(
+                payload
+            )  # what a NaN sender puts on the wire: receivers must refuse it
         return codec.encode(forged)
 
     async def _thread(self, fn, *args):

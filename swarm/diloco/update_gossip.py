@@ -192,7 +192,11 @@ class UpdateGossip:
         strangers = sorted(s for s in state.payloads if not self.is_member(s))
         if strangers:
             log.warning("round %d: dropping updates of non-members %s", round_, strangers[:4])
-        return [Contribution(sender=s, payload=p) for s, p in sorted(state.payloads.items()) if s not in strangers]
+        return [
+            Contribution(sender=s, payload=p)
+            for s, p in sorted(state.payloads.items())
+            if s not in strangers
+        ]
 
     def _complete(self, round_: int, state: _RoundState) -> bool:
         return self.expected(round_) <= set(state.payloads)

@@ -120,7 +120,9 @@ class InProcessSwarm:
         host = self._host(peer)
         grad = await host.call(
             lambda: host.server.backward(x, grad_out),
-            stage=stage, work=BACKWARD_COST * x.rows, base=self.spec.base_seconds,
+            stage=stage,
+            work=BACKWARD_COST * x.rows,
+            base=self.spec.base_seconds,
         )
         await self._maybe_step(stage)
         return grad
@@ -131,7 +133,9 @@ class InProcessSwarm:
         host = self._host(peer)
         result = await host.call(
             lambda: host.server.loss_backward(x, targets),
-            stage=stage, work=BACKWARD_COST * x.rows, base=self.spec.base_seconds,
+            stage=stage,
+            work=BACKWARD_COST * x.rows,
+            base=self.spec.base_seconds,
         )
         await self._maybe_step(stage)
         return result

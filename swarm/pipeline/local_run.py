@@ -85,7 +85,11 @@ def ideal_throughput(spec: SwarmSpec) -> float:
 
 
 async def _train(
-    swarm: InProcessSwarm, config: LocalRunConfig, *, trainers: int, microbatches: int,
+    swarm: InProcessSwarm,
+    config: LocalRunConfig,
+    *,
+    trainers: int,
+    microbatches: int,
     only: set[str] | None = None,
 ) -> list[PipelineTrainer]:
     data = DigitsDatasetConfig().build()
@@ -95,7 +99,9 @@ async def _train(
         swarm.attach(wiring, only=only)
         group.append(
             PipelineTrainer(
-                num_stages=config.stages, transport=swarm, wiring=wiring,
+                num_stages=config.stages,
+                transport=swarm,
+                wiring=wiring,
                 config=TrainerConfig(in_flight=config.in_flight),
             )
         )
@@ -150,12 +156,13 @@ async def run_local(config: LocalRunConfig) -> LocalRunReport:
 async def _static_throughput(config: LocalRunConfig) -> float:
     """One fixed pipeline, the fastest server of each stage, same conditions otherwise."""
     swarm = InProcessSwarm(config.spec())
-    fastest = {
-        max(swarm.members(s), key=lambda h: h.speed).peer for s in range(config.stages)
-    }
+    fastest = {max(swarm.members(s), key=lambda h: h.speed).peer for s in range(config.stages)}
     started = time.perf_counter()
     trainers = await _train(
-        swarm, config, trainers=config.trainers, microbatches=config.static_microbatches,
+        swarm,
+        config,
+        trainers=config.trainers,
+        microbatches=config.static_microbatches,
         only=fastest,
     )
     return sum(t.statistics().samples for t in trainers) / (time.perf_counter() - started)

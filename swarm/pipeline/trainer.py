@@ -71,19 +71,25 @@ class PipelineTrainer:
         for stage in range(self.num_stages - 1):
             inputs.append(
                 await self._call(
-                    stage, rows, False,
+                    stage,
+                    rows,
+                    False,
                     lambda peer, s=stage: self.transport.forward(peer, stage=s, x=inputs[s]),
                 )
             )
         last = self.num_stages - 1
         loss, grad = await self._call(
-            last, rows, True,
+            last,
+            rows,
+            True,
             lambda peer: self.transport.loss_backward(peer, stage=last, x=inputs[last], targets=y),
         )
         for stage in reversed(range(last)):
             assert grad is not None
             grad = await self._call(
-                stage, rows, True,
+                stage,
+                rows,
+                True,
                 lambda peer, s=stage, g=grad: self.transport.backward(
                     peer, stage=s, x=inputs[s], grad_out=g
                 ),

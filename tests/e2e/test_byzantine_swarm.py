@@ -13,22 +13,62 @@ pytestmark = pytest.mark.slow
 
 # Seven members (two Byzantine), digits, one shard each. Flag with r=1: with p=7 inputs, r must stay below the
 # number of honest members or the subspace spans the attackers too (r >= p is a plain mean).
-SETTINGS = ["--nodes", "7", "--mode", "diloco", "--model", "mlp", "--dataset", "digits", "--inner-steps", "20",
-            "--lr", "0.001", "--batch-size", "32", "--rounds", "10", "--aggregator", "flag",
-            "--set", "num_shards=7", "--set", "aggregator_settings.r=1", "--round-timeout", "20"]
+SETTINGS = [
+    "--nodes",
+    "7",
+    "--mode",
+    "diloco",
+    "--model",
+    "mlp",
+    "--dataset",
+    "digits",
+    "--inner-steps",
+    "20",
+    "--lr",
+    "0.001",
+    "--batch-size",
+    "32",
+    "--rounds",
+    "10",
+    "--aggregator",
+    "flag",
+    "--set",
+    "num_shards=7",
+    "--set",
+    "aggregator_settings.r=1",
+    "--round-timeout",
+    "20",
+]
 
 
 def swarm(tmp_path, name: str, *extra: str) -> dict:
     report = tmp_path / f"{name}.json"
-    subprocess.run([sys.executable, "-m", "peertrain", "swarm", "local", *SETTINGS, *extra, "--report", str(report)],
-                   check=True, timeout=300, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "peertrain",
+            "swarm",
+            "local",
+            *SETTINGS,
+            *extra,
+            "--report",
+            str(report),
+        ],
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
     return json.loads(report.read_text())
 
 
 def test_two_sign_flipping_members_do_not_hurt_a_flag_aggregated_run(tmp_path):
     clean = swarm(tmp_path, "clean")
     attacked = swarm(tmp_path, "attacked", "--byzantine", "2", "--attack", "sign-flip")
-    assert attacked["byzantine"] == 2 and attacked["rounds_completed"] == clean["rounds_completed"] == 10
+    assert (
+        attacked["byzantine"] == 2
+        and attacked["rounds_completed"] == clean["rounds_completed"] == 10
+    )
     assert len(set(attacked["state_hashes"])) == 1  # honest members agree
     assert attacked["final_loss"] < 0.5 * attacked["initial_loss"]
     assert attacked["final_loss"] <= 1.02 * clean["final_loss"]

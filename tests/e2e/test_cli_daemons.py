@@ -16,8 +16,13 @@ pytestmark = pytest.mark.slow
 
 
 def peertrain(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "peertrain", *args], capture_output=True, text=True,
-                          timeout=60, check=check)
+    return subprocess.run(
+        [sys.executable, "-m", "peertrain", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=check,
+    )
 
 
 def status_json(daemon: DaemonProcess) -> dict:
@@ -30,7 +35,9 @@ def test_three_daemons_joined_to_the_first_all_see_each_other_within_10s(daemons
         start = time.monotonic()
 
         def meshed() -> bool:
-            return all(set(status_json(d)["peers"]) == set(ids) - {ids[i]} for i, d in enumerate(nodes))
+            return all(
+                set(status_json(d)["peers"]) == set(ids) - {ids[i]} for i, d in enumerate(nodes)
+            )
 
         wait_until_sync(meshed, timeout=10)
         assert time.monotonic() - start < 10
@@ -42,7 +49,9 @@ def test_join_prints_the_address_to_give_others(tmp_path):
     first = DaemonProcess(tmp_path / "a", node_args()).start()
     try:
         share = first.wait_ready()["share"]
-        joiner = DaemonProcess(tmp_path / "b", ["join", share, "--listen", "/ip4/127.0.0.1/tcp/0"]).start()
+        joiner = DaemonProcess(
+            tmp_path / "b", ["join", share, "--listen", "/ip4/127.0.0.1/tcp/0"]
+        ).start()
         try:
             status = joiner.wait_ready()
             wait_until_sync(lambda: first.status()["peers"] == [status["peer_id"]], timeout=10)
@@ -58,7 +67,9 @@ def test_join_prints_the_address_to_give_others(tmp_path):
 def test_a_signal_ends_the_daemon_within_5s_cleanly(tmp_path, signum):
     bootstrap = DaemonProcess(tmp_path / "boot", node_args()).start()
     try:
-        node = DaemonProcess(tmp_path / "node", node_args(bootstrap=[bootstrap.wait_ready()["share"]])).start()
+        node = DaemonProcess(
+            tmp_path / "node", node_args(bootstrap=[bootstrap.wait_ready()["share"]])
+        ).start()
         node.wait_ready()
         wait_until_sync(lambda: len(node.status()["peers"]) == 1, timeout=10)
         start = time.monotonic()
@@ -68,7 +79,9 @@ def test_a_signal_ends_the_daemon_within_5s_cleanly(tmp_path, signum):
         assert code == 0 and elapsed < 5, (code, elapsed)
         log = node.log_path.read_text()
         assert "Traceback" not in log and "stopped" in log
-        records = [json.loads(line) for line in log.splitlines() if line.startswith("{")]  # --log-format json
+        records = [
+            json.loads(line) for line in log.splitlines() if line.startswith("{")
+        ]  # --log-format json
         assert any(r["msg"] == "stopped" for r in records)
         assert not node.control_socket.exists()
     finally:

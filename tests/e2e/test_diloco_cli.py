@@ -16,13 +16,45 @@ from peertrain.testing import wait_until_sync
 pytestmark = pytest.mark.slow
 
 # digits is small: one shard per member keeps each member's data big enough not to overfit
-RUN_FLAGS = ["--model", "mlp", "--dataset", "digits", "--batch-size", "32", "--lr", "0.001", "--codec", "int8",
-             "--min-members", "3", "--set", "num_shards=3"]
+RUN_FLAGS = [
+    "--model",
+    "mlp",
+    "--dataset",
+    "digits",
+    "--batch-size",
+    "32",
+    "--lr",
+    "0.001",
+    "--codec",
+    "int8",
+    "--min-members",
+    "3",
+    "--set",
+    "num_shards=3",
+]
 
 
 def create_run(home, name: str, *flags: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "peertrain", "run", "create", "--home", str(home), "--name", name,
-                          "--json", *RUN_FLAGS, *flags], capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "peertrain",
+            "run",
+            "create",
+            "--home",
+            str(home),
+            "--name",
+            name,
+            "--json",
+            *RUN_FLAGS,
+            *flags,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     return json.loads(out.stdout)
 
 
@@ -50,9 +82,13 @@ def run_of(daemon: DaemonProcess) -> dict | None:
 
 
 def test_three_daemons_train_together_and_agree_on_the_model(tmp_path):
-    daemons = start_group(tmp_path, "e2e", "--inner-steps", "20", "--rounds", "4", "--round-timeout", "20")
+    daemons = start_group(
+        tmp_path, "e2e", "--inner-steps", "20", "--rounds", "4", "--round-timeout", "20"
+    )
     try:
-        wait_until_sync(lambda: all((run_of(d) or {}).get("finished") for d in daemons), timeout=150, interval=1)
+        wait_until_sync(
+            lambda: all((run_of(d) or {}).get("finished") for d in daemons), timeout=150, interval=1
+        )
         runs = [run_of(d) for d in daemons]
     finally:
         codes = stop_all(daemons)
@@ -63,17 +99,26 @@ def test_three_daemons_train_together_and_agree_on_the_model(tmp_path):
 
 
 def test_a_killed_member_restarts_catches_up_and_ends_with_the_same_model(tmp_path):
-    daemons = start_group(tmp_path, "churn", "--inner-steps", "25", "--rounds", "9", "--round-timeout", "8")
+    daemons = start_group(
+        tmp_path, "churn", "--inner-steps", "25", "--rounds", "9", "--round-timeout", "8"
+    )
     victim = daemons[2]
     try:
-        wait_until_sync(lambda: (run_of(victim) or {}).get("round", 0) >= 2, timeout=150, interval=0.5)
+        wait_until_sync(
+            lambda: (run_of(victim) or {}).get("round", 0) >= 2, timeout=150, interval=0.5
+        )
         victim.stop(signal.SIGKILL)
         killed_at = run_of(daemons[0])["round"]
         # the others go on without it
-        wait_until_sync(lambda: all((run_of(d) or {}).get("round", 0) >= killed_at + 2 for d in daemons[:2]),
-                        timeout=150, interval=0.5)
+        wait_until_sync(
+            lambda: all((run_of(d) or {}).get("round", 0) >= killed_at + 2 for d in daemons[:2]),
+            timeout=150,
+            interval=0.5,
+        )
         victim.start()  # same home, same command: `peertrain join <first> --run churn`
-        wait_until_sync(lambda: all((run_of(d) or {}).get("finished") for d in daemons), timeout=200, interval=1)
+        wait_until_sync(
+            lambda: all((run_of(d) or {}).get("finished") for d in daemons), timeout=200, interval=1
+        )
         runs = [run_of(d) for d in daemons]
     finally:
         stop_all(daemons)

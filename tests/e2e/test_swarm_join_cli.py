@@ -15,7 +15,17 @@ pytestmark = pytest.mark.slow
 
 
 def join_args(addr: str, *extra: str) -> list[str]:
-    return ["join", addr, "--run", "P", *extra, "--listen", "/ip4/127.0.0.1/tcp/0", "--log-format", "json"]
+    return [
+        "join",
+        addr,
+        "--run",
+        "P",
+        *extra,
+        "--listen",
+        "/ip4/127.0.0.1/tcp/0",
+        "--log-format",
+        "json",
+    ]
 
 
 def run_of(daemon: DaemonProcess) -> dict:
@@ -31,19 +41,49 @@ def test_a_server_and_a_trainer_join_a_two_stage_run_by_the_creators_address(tmp
     try:
         addr = creator.wait_ready()["share"]
         subprocess.run(
-            [sys.executable, "-m", "peertrain", "run", "create", "--home", str(creator.home), "--name", "P",
-             "--mode", "swarm", "--stages", "2", "--model", "mlp", "--dataset", "digits"],
-            capture_output=True, text=True, timeout=120, check=True,
+            [
+                sys.executable,
+                "-m",
+                "peertrain",
+                "run",
+                "create",
+                "--home",
+                str(creator.home),
+                "--name",
+                "P",
+                "--mode",
+                "swarm",
+                "--stages",
+                "2",
+                "--model",
+                "mlp",
+                "--dataset",
+                "digits",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
         )
         server = DaemonProcess(tmp_path / "server", join_args(addr), DAEMON_ENV).start()
-        trainer = DaemonProcess(tmp_path / "trainer", join_args(addr, "--role", "trainer"), DAEMON_ENV).start()
+        trainer = DaemonProcess(
+            tmp_path / "trainer", join_args(addr, "--role", "trainer"), DAEMON_ENV
+        ).start()
         daemons += [server, trainer]
         server.wait_ready()
         trainer.wait_ready()
         wait_until_sync(lambda: run_of(trainer).get("completed", 0) >= 200, timeout=120, interval=1)
-        runs = {name: run_of(d) for name, d in (("creator", creator), ("server", server), ("trainer", trainer))}
-        human = subprocess.run([sys.executable, "-m", "peertrain", "status", "--home", str(trainer.home)],
-                               capture_output=True, text=True, timeout=30, check=True).stdout
+        runs = {
+            name: run_of(d)
+            for name, d in (("creator", creator), ("server", server), ("trainer", trainer))
+        }
+        human = subprocess.run(
+            [sys.executable, "-m", "peertrain", "status", "--home", str(trainer.home)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
     finally:
         codes = stop_all(daemons)
     assert codes == [0, 0, 0]

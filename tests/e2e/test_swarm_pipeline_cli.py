@@ -22,7 +22,15 @@ def test_six_servers_two_trainers_learn_and_survive_a_killed_server(tmp_path):
     command = "swarm local --mode swarm --nodes 6 --stages 3 --trainers 2 --kill-at 3 --duration 60"
     settings = ["--set", "microbatches=150", "--set", "static_seconds=3"]
     out = subprocess.run(
-        [sys.executable, "-m", "peertrain", *command.split(), *settings, "--report", str(report_path)],
+        [
+            sys.executable,
+            "-m",
+            "peertrain",
+            *command.split(),
+            *settings,
+            "--report",
+            str(report_path),
+        ],
         capture_output=True,
         text=True,
         timeout=240,

@@ -5,8 +5,18 @@ from __future__ import annotations
 import trio
 from peertrain.testing import open_test_swarm, wait_until
 
-SPEC = dict(model="mlp", dataset="digits", inner_steps=10, batch_size=32, lr=3e-3, warmup_steps=5,
-            rounds=4, round_timeout=20, codec="int8", min_members=3)
+SPEC = dict(
+    model="mlp",
+    dataset="digits",
+    inner_steps=10,
+    batch_size=32,
+    lr=3e-3,
+    warmup_steps=5,
+    rounds=4,
+    round_timeout=20,
+    codec="int8",
+    min_members=3,
+)
 
 
 async def test_three_nodes_train_together_and_end_with_one_model():
@@ -18,7 +28,9 @@ async def test_three_nodes_train_together_and_end_with_one_model():
         with trio.fail_after(120):
             await wait_until(lambda: all(n.status()["run"]["finished"] for n in nodes), timeout=120)
         runs = [n.status()["run"] for n in nodes]
-    assert {r["state_checksum"] for r in runs} == {runs[0]["state_checksum"]}  # one model everywhere
+    assert {r["state_checksum"] for r in runs} == {
+        runs[0]["state_checksum"]
+    }  # one model everywhere
     assert all(r["round"] == 4 and r["rounds_completed"] == 4 for r in runs)
     assert runs[0]["loss"] < 0.6 * runs[0]["initial_loss"]
     assert all(len(r["members"]) == 3 and r["rejected_updates"] == 0 for r in runs)

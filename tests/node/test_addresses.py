@@ -16,8 +16,18 @@ def test_wildcards_become_concrete_addresses_with_loopback_last():
 
 def test_concrete_addresses_are_kept_and_ordered():
     # ranking only: no traffic goes to these addresses
-    addrs = expand_wildcards([Multiaddr("/ip4/127.0.0.1/tcp/1"), Multiaddr("/ip4/10.1.2.3/tcp/1"), Multiaddr("/ip4/1.1.1.1/tcp/1")])
-    assert [str(a) for a in addrs] == ["/ip4/1.1.1.1/tcp/1", "/ip4/10.1.2.3/tcp/1", "/ip4/127.0.0.1/tcp/1"]
+    addrs = expand_wildcards(
+        [
+            Multiaddr("/ip4/127.0.0.1/tcp/1"),
+            Multiaddr("/ip4/10.1.2.3/tcp/1"),
+            Multiaddr("/ip4/1.1.1.1/tcp/1"),
+        ]
+    )
+    assert [str(a) for a in addrs] == [
+        "/ip4/1.1.1.1/tcp/1",
+        "/ip4/10.1.2.3/tcp/1",
+        "/ip4/127.0.0.1/tcp/1",
+    ]
 
 
 def test_shareable_hides_loopback_when_a_routable_address_exists():

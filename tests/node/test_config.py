@@ -28,11 +28,16 @@ def test_defaults(tmp_path):
 
 
 def test_flag_beats_env_beats_file_beats_default(tmp_path, monkeypatch):
-    write(tmp_path, 'log_level = "warning"\nlog_format = "json"\nlisten = ["/ip4/127.0.0.1/tcp/4001"]\n')
+    write(
+        tmp_path,
+        'log_level = "warning"\nlog_format = "json"\nlisten = ["/ip4/127.0.0.1/tcp/4001"]\n',
+    )
     assert load_config(tmp_path).log_level == "warning"
     monkeypatch.setenv("PEERTRAIN_LOG_LEVEL", "error")
     config = load_config(tmp_path)
-    assert config.log_level == "error" and config.log_format == "json"  # env over file, file over default
+    assert (
+        config.log_level == "error" and config.log_format == "json"
+    )  # env over file, file over default
     assert load_config(tmp_path, {"log_level": "debug"}).log_level == "debug"
     assert load_config(tmp_path, {"log_level": None}).log_level == "error"  # None = flag not given
 

@@ -34,4 +34,6 @@ async def test_a_peer_reporting_our_id_elsewhere_raises_a_loud_warning(caplog):
         clone = KnownPeer(peer_id=a.status()["peer_id"], addrs=("/ip4/127.0.0.1/tcp/9",))
         await a.peer_exchange._dial_new(b.host.get_id(), (clone,))
     assert a.peer_exchange.duplicate_sightings == 1
-    assert any("ANOTHER NODE IS USING THIS NODE'S IDENTITY" in r.getMessage() for r in caplog.records)
+    assert any(
+        "ANOTHER NODE IS USING THIS NODE'S IDENTITY" in r.getMessage() for r in caplog.records
+    )

@@ -26,7 +26,9 @@ async def test_a_message_reaches_every_subscriber_once(nursery):
                 msg = await inbox.receive()
             assert msg.data == b"hello" and msg.sender == nodes[0].host.get_id().to_base58()
         await trio.sleep(0.3)
-        assert all(inbox.statistics().current_buffer_used == 0 for inbox in inboxes)  # no duplicates
+        assert all(
+            inbox.statistics().current_buffer_used == 0 for inbox in inboxes
+        )  # no duplicates
 
 
 async def test_invalid_messages_stop_at_the_first_hop_and_cost_the_forwarder(nursery):
@@ -35,7 +37,8 @@ async def test_invalid_messages_stop_at_the_first_hop_and_cost_the_forwarder(nur
         gossips = await start_gossip(nursery, nodes)
         # node 0 misbehaves: it has no validator and publishes what the others refuse
         inboxes = [await gossips[0].subscribe("t")] + [
-            await g.subscribe("t", validator=lambda sender, data: data.startswith(b"ok")) for g in gossips[1:]
+            await g.subscribe("t", validator=lambda sender, data: data.startswith(b"ok"))
+            for g in gossips[1:]
         ]
         await wait_until(lambda: all(len(g.topic_peers("t")) == 2 for g in gossips), timeout=10)
         await gossips[0].publish("t", b"bad")
@@ -52,4 +55,3 @@ async def test_oversized_publishes_are_refused_not_silently_lost(nursery):
         (gossip,) = await start_gossip(nursery, nodes)
         with pytest.raises(MessageTooLarge, match="announce large payloads"):
             await gossip.publish("t", b"x" * (MAX_GOSSIP_MESSAGE + 1))
-

@@ -63,29 +63,39 @@ async def test_a_plaintext_only_peer_cannot_connect(direction):
     async with running(ours, theirs):
         dialer, target = (theirs, ours) if direction == "plaintext dials us" else (ours, theirs)
         with trio.fail_after(15), pytest.raises(Exception):  # noqa: B017 - any refusal is right
-            await connect(dialer, info(target)) if dialer is ours else await dialer.connect(info(target))
+            await connect(dialer, info(target)) if dialer is ours else await dialer.connect(
+                info(target)
+            )
         assert not ours.get_connected_peers() and not theirs.get_connected_peers()
 
 
 async def test_same_psk_connects():
-    async with running(build_host(Identity.generate(), psk=KEY_A), build_host(Identity.generate(), psk=KEY_A)) as (a, b):
+    async with running(
+        build_host(Identity.generate(), psk=KEY_A), build_host(Identity.generate(), psk=KEY_A)
+    ) as (a, b):
         await connect(a, info(b))
         assert b.get_id() in a.get_connected_peers()
 
 
 async def test_wrong_psk_is_refused_quickly_with_a_clear_error():
-    async with running(build_host(Identity.generate(), psk=KEY_A), build_host(Identity.generate(), psk=KEY_B)) as (a, b):
+    async with running(
+        build_host(Identity.generate(), psk=KEY_A), build_host(Identity.generate(), psk=KEY_B)
+    ) as (a, b):
         with trio.fail_after(3), pytest.raises(PskMismatch, match="pre-shared key mismatch"):
             await connect(a, info(b))
         assert not a.get_connected_peers() and not b.get_connected_peers()
 
 
 async def test_a_peer_without_the_psk_is_refused_and_told_why(caplog):
-    async with running(build_host(Identity.generate(), psk=KEY_A), build_host(Identity.generate())) as (private, public):
+    async with running(
+        build_host(Identity.generate(), psk=KEY_A), build_host(Identity.generate())
+    ) as (private, public):
         # "at once" is pinned by test_wrong_psk_is_refused_quickly_with_a_clear_error; here the
         # bound only catches a hang, with room for a loaded machine
         with trio.fail_after(10), pytest.raises(ConnectError, match="pre-shared key"):
             await connect(public, info(private))
         with trio.fail_after(10), pytest.raises(PskMismatch):
             await connect(private, info(public))
-    assert any("pre-shared key mismatch" in r.getMessage() for r in caplog.records)  # the listener's side
+    assert any(
+        "pre-shared key mismatch" in r.getMessage() for r in caplog.records
+    )  # the listener's side

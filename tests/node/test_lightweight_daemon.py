@@ -20,7 +20,13 @@ def test_starting_the_daemon_code_does_not_import_torch_numpy_or_numba():
 
 
 def test_json_log_lines_are_one_object_per_record():
-    record = logging.LogRecord("peertrain.x", logging.WARNING, __file__, 1, "peer %s misbehaved", ("p1",), None)
+    record = logging.LogRecord(
+        "peertrain.x", logging.WARNING, __file__, 1, "peer %s misbehaved", ("p1",), None
+    )
     line = JsonLines().format(record)
-    assert json.loads(line) == {"ts": round(record.created, 3), "level": "warning", "logger": "peertrain.x",
-                                "msg": "peer p1 misbehaved"}
+    assert json.loads(line) == {
+        "ts": round(record.created, 3),
+        "level": "warning",
+        "logger": "peertrain.x",
+        "msg": "peer p1 misbehaved",
+    }

@@ -36,7 +36,9 @@ def sizes(nodes) -> list[int]:
 async def test_four_one_one_becomes_two_two_two_and_stays():
     async with open_test_swarm(len(LAYOUT) + 1) as nodes:
         servers, trainer = nodes[:-1], nodes[-1]
-        await servers[0].runs.create(name="rebalance", mode="swarm", spec=SPEC, role={"stage": LAYOUT[0]})
+        await servers[0].runs.create(
+            name="rebalance", mode="swarm", spec=SPEC, role={"stage": LAYOUT[0]}
+        )
         for node in nodes[1:]:
             await wait_until(lambda n=node: len(n.host.get_connected_peers()) > 0, timeout=10)
         for node, stage in zip(servers[1:], LAYOUT[1:], strict=True):

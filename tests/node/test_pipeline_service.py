@@ -25,7 +25,9 @@ SPEC = {"stages": 3, "batch_size": 16, "target_batch": 64, "in_flight": 4, "lr":
 
 async def start_pipeline(nodes, *, trainers: int = 1, spec: dict = SPEC):
     """Node 0 creates the run and serves; the next servers join; the last `trainers` train."""
-    session = await nodes[0].runs.create(name="pipe", mode="swarm", spec=spec, role={"role": "server"})
+    session = await nodes[0].runs.create(
+        name="pipe", mode="swarm", spec=spec, role={"role": "server"}
+    )
     for node in nodes[1:]:
         await wait_until(lambda node=node: len(node.host.get_connected_peers()) > 0, timeout=10)
     servers = nodes[: len(nodes) - trainers]
@@ -45,11 +47,15 @@ def run_status(node) -> dict:
 async def test_three_servers_and_a_trainer_train_over_the_network_with_int8_boundaries():
     async with open_test_swarm(4) as nodes:
         session = await start_pipeline(nodes, spec={**SPEC, "codec": "int8"})
-        await wait_until(lambda: all(run_status(n)["phase"] == "serving" for n in nodes[:3]), timeout=20)
+        await wait_until(
+            lambda: all(run_status(n)["phase"] == "serving" for n in nodes[:3]), timeout=20
+        )
         stages = sorted(run_status(n)["stage"] for n in nodes[:3])
         assert stages == [0, 1, 2]  # joiners took the stage with most need, one each
         trainer = nodes[3]
-        await wait_until(lambda: run_status(trainer).get("completed", 0) >= 120, timeout=60, interval=0.2)
+        await wait_until(
+            lambda: run_status(trainer).get("completed", 0) >= 120, timeout=60, interval=0.2
+        )
         status = run_status(trainer)
         assert status["lost_microbatches"] == 0
         assert status["loss"] < status["initial_loss"] - 0.3  # it learns
@@ -67,7 +73,9 @@ async def test_a_server_refuses_bad_input_penalises_the_sender_and_keeps_serving
         session = await start_pipeline(nodes)
         client = nodes[3]  # a trainer, misbehaving by hand
         transport = NetworkStageTransport(client.host, session.run_id, timeout=5)
-        await wait_until(lambda: all(run_status(n)["phase"] == "serving" for n in nodes[:3]), timeout=20)
+        await wait_until(
+            lambda: all(run_status(n)["phase"] == "serving" for n in nodes[:3]), timeout=20
+        )
         stage0 = next(n for n in nodes[:3] if run_status(n)["stage"] == 0)
         peer = stage0.identity.peer_id.to_base58()
         me = client.identity.peer_id.to_base58()

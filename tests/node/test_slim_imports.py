@@ -150,7 +150,8 @@ def probe() -> dict[str, object]:
     out["mdns_host"] = _mdns_host_error()
     out["placeholders"] = sum(slim_imports.is_placeholder(m) for m in sys.modules.values())
     out["real_modules"] = sorted(
-        name for name, module in sys.modules.items()
+        name
+        for name, module in sys.modules.items()
         if name.partition(".")[0] in slim_imports.SLIMMED
         and not slim_imports.is_placeholder(module)
     )
@@ -189,8 +190,13 @@ async def _exercise_features() -> dict[str, object]:
     out: dict[str, object] = {}
     async with a.run(loopback), b.run(loopback), trio.open_nursery() as nursery:
         routers = [
-            GossipSub(protocols=[PROTOCOL_ID_V11], degree=1, degree_low=1, degree_high=2,
-                      heartbeat_interval=1)
+            GossipSub(
+                protocols=[PROTOCOL_ID_V11],
+                degree=1,
+                degree_low=1,
+                degree_high=2,
+                heartbeat_interval=1,
+            )
             for _ in (a, b)
         ]
         pubsubs = [Pubsub(host, router) for host, router in zip((a, b), routers, strict=True)]

@@ -32,8 +32,12 @@ async def test_a_tensor_is_fetched_from_several_holders_and_verified(nursery):
         stores = await serve(nursery, nodes)
         stores[0].put(prepared)
         stores[1].put(prepared)
-        download = await fetch_tensor(nodes[2].host, [nodes[0].host.get_id(), nodes[1].host.get_id()],
-                                      prepared.header.checksum, max_nbytes=10 << 20)
+        download = await fetch_tensor(
+            nodes[2].host,
+            [nodes[0].host.get_id(), nodes[1].host.get_id()],
+            prepared.header.checksum,
+            max_nbytes=10 << 20,
+        )
         decoded = download.finish()
     assert torch.linalg.norm(decoded - tensor) / torch.linalg.norm(tensor) < 0.01
 
@@ -50,8 +54,13 @@ async def test_a_lying_holder_is_dropped_penalised_and_the_download_completes(nu
         stores[0].put(liar)
         stores[1].put(prepared)
         liar_id = nodes[0].host.get_id()
-        download = await fetch_tensor(nodes[2].host, [liar_id, nodes[1].host.get_id()], prepared.header.checksum,
-                                      max_nbytes=10 << 20, scoreboard=nodes[2].scoreboard)
+        download = await fetch_tensor(
+            nodes[2].host,
+            [liar_id, nodes[1].host.get_id()],
+            prepared.header.checksum,
+            max_nbytes=10 << 20,
+            scoreboard=nodes[2].scoreboard,
+        )
         assert torch.equal(download.finish(), tensor)
         assert nodes[2].scoreboard.score(liar_id.to_base58()) > 0
 
@@ -61,7 +70,9 @@ async def test_no_holder_means_a_clear_failure(nursery):
         await wait_until(lambda: all(len(n.status()["peers"]) == 1 for n in nodes))
         await serve(nursery, nodes)
         with pytest.raises(TransferFailed, match="no holder"):
-            await fetch_tensor(nodes[1].host, [nodes[0].host.get_id()], bytes(32), max_nbytes=1 << 20)
+            await fetch_tensor(
+                nodes[1].host, [nodes[0].host.get_id()], bytes(32), max_nbytes=1 << 20
+            )
 
 
 def test_the_store_evicts_least_recently_used_unpinned_tensors():
@@ -115,8 +126,13 @@ async def test_a_download_resumes_from_the_same_holder_after_its_connection_is_r
             redialed.set()
 
         nursery.start_soon(cut_and_redial)
-        download = await fetch_tensor(fetcher, [holder.get_id()], prepared.header.checksum,
-                                      max_nbytes=64 << 20, allocate=lambda _n: buffer)
+        download = await fetch_tensor(
+            fetcher,
+            [holder.get_id()],
+            prepared.header.checksum,
+            max_nbytes=64 << 20,
+            allocate=lambda _n: buffer,
+        )
         assert redialed.is_set()
         assert torch.equal(download.finish(), tensor)
     # resumed, not restarted: the holder answered the header, the ranges once, and the range
@@ -142,8 +158,15 @@ async def test_a_holder_that_does_not_come_back_fails_the_download_in_bounded_ti
         nursery.start_soon(_cut_midway, fetcher, holder.get_id(), buffer)
         started = trio.current_time()
         with pytest.raises(TransferFailed, match="could not fetch"):
-            await fetch_tensor(fetcher, [holder.get_id()], prepared.header.checksum,
-                               max_nbytes=64 << 20, allocate=lambda _n: buffer,
-                               retries=2, reconnect_wait=1.5, reconnect=reconnect)
+            await fetch_tensor(
+                fetcher,
+                [holder.get_id()],
+                prepared.header.checksum,
+                max_nbytes=64 << 20,
+                allocate=lambda _n: buffer,
+                retries=2,
+                reconnect_wait=1.5,
+                reconnect=reconnect,
+            )
         assert trio.current_time() - started < 2 * 1.5 + 2
         assert asked and set(asked) == {holder.get_id()}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from peertrain.protocol import codecs, int8_blockwise, int8_fused
 
 pytestmark = pytest.mark.skipif(not int8_fused.available(), reason="numba is not installed")

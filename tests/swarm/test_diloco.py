@@ -167,7 +167,9 @@ def test_bad_updates_are_rejected_and_the_round_completes(digits):
         Contribution(sender="c", payload=payloads[1][:-4]),  # wrong size
         Contribution(sender="d", payload=nan),  # NaN
         Contribution(sender="a", payload=payloads[1]),  # a second update from the same sender
-        Contribution(sender="e", payload=(bytes(payloads[0][:-4]) + b"\x00\x00\x80\x7f")),  # one +Inf
+        Contribution(
+            sender="e", payload=(bytes(payloads[0][:-4]) + b"\x00\x00\x80\x7f")
+        ),  # one +Inf
         Contribution(sender="f", payload=huge),  # decodes, but the aggregator refuses its norm
         Contribution(sender="g", payload=payloads[0]),
     ]

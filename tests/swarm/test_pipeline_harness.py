@@ -30,9 +30,7 @@ async def test_running_swarm_rebalances_and_movers_catch_up() -> None:
     assert [m is None for m in moves] == [False, False, True, True, True]
     assert trainer.statistics().lost == 0
     for stage in range(3):
-        assert sorted(map(str, wiring[stage].peers)) == sorted(
-            h.peer for h in swarm.members(stage)
-        )
+        assert sorted(map(str, wiring[stage].peers)) == sorted(h.peer for h in swarm.members(stage))
         # Servers of a stage hold the same parameters: the movers downloaded the stage's state
         # (a fresh slice would still hold the initial weights) and stepped with it since.
         members = swarm.members(stage)

@@ -16,9 +16,7 @@ CONFIG = MLPConfig(hidden=32, depth=2)
 
 def _servers(codec: str = "fp32", seed: int = 0) -> list[StageServer]:
     modules = mlp_stage_modules(CONFIG, 3, seed=seed)
-    return [
-        StageServer(m, stage=i, is_last=i == 2, codec=codec) for i, m in enumerate(modules)
-    ]
+    return [StageServer(m, stage=i, is_last=i == 2, codec=codec) for i, m in enumerate(modules)]
 
 
 def _through(servers: list[StageServer], x: torch.Tensor, y: torch.Tensor) -> float:
@@ -109,8 +107,10 @@ def test_migrating_server_downloads_state() -> None:
     veteran, newcomer = _servers(seed=9)[1], _servers(seed=10)[1]
     veteran.backward(pack(torch.rand(16, 32)), pack(torch.randn(16, 32)))
     veteran.step(lambda flat, n: (flat, n))
-    assert any(not torch.equal(p, q) for p, q in zip(
-        veteran.module.parameters(), newcomer.module.parameters(), strict=True))
+    assert any(
+        not torch.equal(p, q)
+        for p, q in zip(veteran.module.parameters(), newcomer.module.parameters(), strict=True)
+    )
     newcomer.load_state(veteran.state())
     for p, q in zip(veteran.module.parameters(), newcomer.module.parameters(), strict=True):
         assert torch.equal(p, q)

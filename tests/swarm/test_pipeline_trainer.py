@@ -20,9 +20,7 @@ def _mean(values: list[float | None]) -> float:
 async def test_server_killed_mid_run_loses_no_microbatch_and_loss_falls() -> None:
     data = DigitsDatasetConfig().build()
     batches = data.train_batches(0, 1, batch_size=16, seed=0)
-    swarm = InProcessSwarm(
-        SwarmSpec(speeds=((1.0, 1.0),) * 3, target_batch=64, base_seconds=1e-4)
-    )
+    swarm = InProcessSwarm(SwarmSpec(speeds=((1.0, 1.0),) * 3, target_batch=64, base_seconds=1e-4))
     trainers = []
     for seed in range(2):
         wiring = PipelineWiring(3, seed=seed)

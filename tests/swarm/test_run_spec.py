@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from peertrain.protocol.errors import DecodeError, MessageTooLarge
 from peertrain.protocol.packing import pack
 from peertrain.swarm.diloco.run_spec import DiLoCoSpec

@@ -29,9 +29,14 @@ class Group:
     def add(self, expected: set[str] | None = None) -> UpdateGossip:
         key = create_new_key_pair()
         me = ID.from_pubkey(key.public_key).to_base58()
-        gossip = UpdateGossip(run_id=RUN, key_pair=key, transport=Transport(self, me), expected_nbytes=NBYTES,
-                              is_member=lambda p: p in self.members,
-                              expected=lambda r: set(self.members) if expected is None else expected)
+        gossip = UpdateGossip(
+            run_id=RUN,
+            key_pair=key,
+            transport=Transport(self, me),
+            expected_nbytes=NBYTES,
+            is_member=lambda p: p in self.members,
+            expected=lambda r: set(self.members) if expected is None else expected,
+        )
         self.members[me] = gossip
         return gossip
 
@@ -64,8 +69,9 @@ async def run_round(members: list[UpdateGossip], round_: int = 0, deadline: floa
     results = {}
 
     async def one(member: UpdateGossip) -> None:
-        results[member.me] = await member.exchange(round_, bytes([len(results)]) * NBYTES,
-                                                   deadline=trio.current_time() + deadline)
+        results[member.me] = await member.exchange(
+            round_, bytes([len(results)]) * NBYTES, deadline=trio.current_time() + deadline
+        )
 
     async with trio.open_nursery() as nursery:
         for member in members:
@@ -91,16 +97,33 @@ async def test_a_missing_member_holds_the_round_only_until_the_deadline():
     assert all(silent.me not in {c.sender for c in r} and len(r) == 2 for r in results.values())
 
 
-def forged(group: Group, member: UpdateGossip, *, key=None, run=RUN, round_=0, nbytes=NBYTES, sender=None,
-           payload=None) -> tuple[str, bytes]:
+def forged(
+    group: Group,
+    member: UpdateGossip,
+    *,
+    key=None,
+    run=RUN,
+    round_=0,
+    nbytes=NBYTES,
+    sender=None,
+    payload=None,
+) -> tuple[str, bytes]:
     key = key or member.key_pair
     origin = ID.from_pubkey(key.public_key).to_base58()
     ann = UpdateAnnouncement(sender=sender or origin, nbytes=nbytes, checksum=b"\x01" * 32)
-    env = seal(key, domain=DOMAIN, run=run, round=round_, payload=payload if payload is not None else encode(ann))
+    env = seal(
+        key,
+        domain=DOMAIN,
+        run=run,
+        round=round_,
+        payload=payload if payload is not None else encode(ann),
+    )
     return origin, env.to_bytes()
 
 
-@pytest.mark.parametrize("case", ["other run", "wrong size", "undecodable", "claims another sender", "bad signature"])
+@pytest.mark.parametrize(
+    "case", ["other run", "wrong size", "undecodable", "claims another sender", "bad signature"]
+)
 async def test_bad_announcements_are_refused_and_the_round_completes(case):
     group = Group()
     honest = [group.add() for _ in range(3)]
