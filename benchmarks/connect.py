@@ -68,7 +68,8 @@ async def main(samples: int) -> None:
     ours_p50 = statistics.median(results["peertrain"])
     default_p50 = statistics.median(results["py-libp2p default"])
     print(
-        f"ours is {default_p50 / ours_p50:.0f}x faster; target p50 <= 10 ms: {'met' if ours_p50 <= 10 else 'NOT met'}"
+        f"ours is {default_p50 / ours_p50:.0f}x faster; target p50 <= 10 ms: "
+        f"{'met' if ours_p50 <= 10 else 'NOT met'}"
     )
     print_json(
         {

@@ -72,7 +72,7 @@ def rank(addr: Multiaddr) -> int:
 
 
 def expand_wildcards(addrs: Iterable[Multiaddr]) -> list[Multiaddr]:
-    """Replace each wildcard IP by every concrete IP of this machine; keep order stable, best first."""
+    """Replace each wildcard IP by every concrete IP of this machine; stable order, best first."""
     out: list[Multiaddr] = []
     for addr in addrs:
         parts = str(addr).split("/")

@@ -262,7 +262,8 @@ def _apply_env(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Non
                 value = action.type(raw) if action.type else raw
             except (TypeError, ValueError):
                 raise NodeError(
-                    f"{ENV_PREFIX}{dest.upper()}={raw!r} is not a valid value for --{dest.replace('_', '-')}"
+                    f"{ENV_PREFIX}{dest.upper()}={raw!r} is not a valid value for "
+                    f"--{dest.replace('_', '-')}"
                 ) from None
         setattr(args, dest, value)
 
@@ -320,7 +321,8 @@ def cmd_node_start(args: argparse.Namespace, config=None) -> int:
     config = config or _load(args)
     setup_logging(config.log_level, config.log_format)
     # OpenMP's default spin-waiting turns every parallel torch op into a wait for the scheduler
-    # when other processes hold the cores (measured: int8 encode 3-5x slower); set before torch loads
+    # when other processes hold the cores (measured: int8 encode 3-5x slower); set before torch
+    # loads
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     trio.run(serve_until_signalled, config)
     _exit_now()
@@ -413,7 +415,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"    {_swarm_line(run)}")
         else:
             print(
-                f"    round {run['round']}  loss {loss}  members {len(run['members'])}  phase {run['phase']}"
+                f"    round {run['round']}  loss {loss}  members {len(run['members'])}"
+                f"  phase {run['phase']}"
             )
     else:
         print(f"  run          {'-' if not run else len(run['runs'])}")
@@ -438,7 +441,8 @@ def _swarm_line(run: dict[str, Any]) -> str:
         loss = run.get("loss")
         what = (
             f"{run.get('completed', 0)} microbatches  {run.get('throughput', 0):.1f} samples/s"
-            f"  loss {'-' if loss is None else f'{loss:.4f}'}  lost {run.get('lost_microbatches', 0)}"
+            f"  loss {'-' if loss is None else f'{loss:.4f}'}"
+            f"  lost {run.get('lost_microbatches', 0)}"
         )
     else:
         what = ""
@@ -464,7 +468,8 @@ def cmd_run_create(args: argparse.Namespace) -> int:
         print(json.dumps(result))
     else:
         print(
-            f"created run {result['name']} ({result['run_id'][:16]}…); others join with --run {result['name']}"
+            f"created run {result['name']} ({result['run_id'][:16]}…); "
+            f"others join with --run {result['name']}"
         )
     return 0
 

@@ -53,7 +53,8 @@ class ControlServer:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         if self.path.parent.stat().st_uid != os.getuid():
             raise ControlError(
-                f"{self.path.parent} belongs to another user; refusing to put the control socket there"
+                f"{self.path.parent} belongs to another user; "
+                "refusing to put the control socket there"
             )
         if self.path.exists():
             await _refuse_if_live(self.path)
@@ -79,7 +80,8 @@ class ControlServer:
                     method = self.methods.get(request.get("method", ""))
                     if method is None:
                         raise ControlError(
-                            f"unknown method {request.get('method')!r}; known: {sorted(self.methods)}"
+                            f"unknown method {request.get('method')!r}; "
+                            f"known: {sorted(self.methods)}"
                         )
                     params = request.get("params") or {}
                     reply = {"id": request_id, "result": await method(params)}
@@ -128,7 +130,8 @@ async def call(
                 reply = json.loads(await _read_line(stream, MAX_RESPONSE))
     except (FileNotFoundError, ConnectionRefusedError):
         raise ControlError(
-            f"no daemon is running on this home (no answer at {path}); start one with `peertrain node start`"
+            f"no daemon is running on this home (no answer at {path}); "
+            "start one with `peertrain node start`"
         ) from None
     except trio.TooSlowError:
         raise ControlError(f"the daemon at {path} did not answer within {timeout:.0f} s") from None

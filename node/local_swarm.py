@@ -5,8 +5,8 @@ would on the internet. With `--mode diloco` the first daemon creates a run throu
 API and the others start as `peertrain join <first> --run local`, exactly the commands a user
 types. The supervisor polls each daemon's `status` (the same call a user makes), shows a live
 table, optionally kills and restarts members (`--kill-every`), and on exit or Ctrl-C stops
-every daemon it started. The report (`--report FILE`) is JSON. `--mode swarm` (a SWARM pipeline: stage servers and
-trainers) has its own supervisor in node/pipeline_local.py.
+every daemon it started. The report (`--report FILE`) is JSON. `--mode swarm` (a SWARM
+pipeline: stage servers and trainers) has its own supervisor in node/pipeline_local.py.
 """
 
 from __future__ import annotations
@@ -347,19 +347,23 @@ def _summarise(console, report: dict[str, Any]) -> None:
     console.rule("summary")
     mesh = f"{report['mesh_s']:.2f} s" if report.get("mesh_s") is not None else "never"
     console.print(
-        f"nodes: {report['nodes']}   started in {report.get('startup_s', '-')} s   full mesh after: {mesh}"
+        f"nodes: {report['nodes']}   started in {report.get('startup_s', '-')} s"
+        f"   full mesh after: {mesh}"
     )
     if report.get("rounds_completed") is not None and report["mode"] == "diloco":
         hashes = set(report.get("state_hashes", []))
         console.print(
-            f"DiLoCo: {report['rounds_completed']} rounds, loss {report.get('initial_loss', 0):.4f} → "
-            f"{report.get('final_loss', 0):.4f}; models identical on all nodes: {'yes' if len(hashes) == 1 else 'NO'}"
+            f"DiLoCo: {report['rounds_completed']} rounds, "
+            f"loss {report.get('initial_loss', 0):.4f} → "
+            f"{report.get('final_loss', 0):.4f}; models identical on all nodes: "
+            f"{'yes' if len(hashes) == 1 else 'NO'}"
         )
         if report.get("ddp_bytes"):
             ratio = report["ddp_bytes"] / max(1, report["bytes_sent"])
             console.print(
                 f"outer-update traffic {report['bytes_sent'] / 1e6:.1f} MB vs data parallel "
-                f"{report['ddp_bytes'] / 1e6:.1f} MB ({ratio:.0f}x less); kills {report.get('kills', 0)}"
+                f"{report['ddp_bytes'] / 1e6:.1f} MB ({ratio:.0f}x less); "
+                f"kills {report.get('kills', 0)}"
             )
         if report.get("sample"):
             console.rule("sample from the trained model")

@@ -1,4 +1,4 @@
-"""Logging: stdlib `logging` everywhere; rich on a terminal, plain text in pipes, JSON lines on request.
+"""Logging: stdlib `logging` everywhere; rich on a terminal, plain text in pipes, JSON on request.
 
 py-libp2p logs remote misbehaviour (a peer that hangs up mid-handshake) as errors. Those are
 not our user's problem, so its loggers are quiet unless `--log-level debug`.

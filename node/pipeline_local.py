@@ -360,12 +360,13 @@ def _summarise(console, report: dict[str, Any]) -> None:
     )
     if "throughput" in report:
         console.print(
-            f"throughput {fmt(report['throughput'])} samples/s; ideal {fmt(report['ideal_throughput'])} "
-            f"(from measured capacities at the end {fmt(report['measured_ideal_throughput'])}); static "
-            f"{fmt(report['static_throughput'])}"
+            f"throughput {fmt(report['throughput'])} samples/s; "
+            f"ideal {fmt(report['ideal_throughput'])} (from measured capacities at the end "
+            f"{fmt(report['measured_ideal_throughput'])}); "
+            f"static {fmt(report['static_throughput'])}"
         )
         console.print(
-            f"loss {fmt(report['initial_loss'], 3)} → {fmt(report['final_loss'], 3)}; lost microbatches "
-            f"{report['lost_microbatches']} (retries {report['retries']}); stage sizes "
-            f"{[s['sizes'] for s in report['stage_sizes']]}"
+            f"loss {fmt(report['initial_loss'], 3)} → {fmt(report['final_loss'], 3)}; "
+            f"lost microbatches {report['lost_microbatches']} (retries {report['retries']}); "
+            f"stage sizes {[s['sizes'] for s in report['stage_sizes']]}"
         )

@@ -15,7 +15,8 @@ What it does, each piece from swarm/pipeline/:
   middle of the period (peers' clocks agree on the period index there), unless that view changed
   since the previous period (not settled yet: skip) or a trainer is measuring the static
   baseline; the mover downloads its new stage's state (parameters + Adam moments + round) from
-  a server of that stage, then switches and re-announces. A joiner takes the stage with the most need, the same way.
+  a server of that stage, then switches and re-announces. A joiner takes the stage with the most
+  need, the same way.
 
 Remote misbehaviour never stops the server: a request for a run or stage we do not serve is
 refused (`ErrorResponse`, small penalty: an honest trainer may lag a move by a second); an

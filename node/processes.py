@@ -62,7 +62,8 @@ class DaemonProcess:
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
                 raise NodeError(
-                    f"daemon in {self.home} exited with {self.process.returncode}:\n{self.log_tail()}"
+                    f"daemon in {self.home} exited with {self.process.returncode}:\n"
+                    f"{self.log_tail()}"
                 )
             try:
                 return self.status(timeout=2.0)

@@ -62,7 +62,7 @@ class ReceiveBuffers:
             return torch.frombuffer(buf, dtype=torch.uint8)
 
     def reserve(self, count: int, nbytes: int) -> None:
-        """Fault in `count` idle buffers now (call it off the event loop), ready for later rounds."""
+        """Fault in `count` idle buffers now (off the event loop), ready for later rounds."""
         with self._lock:
             self._reclaim()
             have = sum(len(b) == nbytes for b in self._free)

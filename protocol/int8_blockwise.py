@@ -6,10 +6,11 @@ The last block may be partial.
 
 Speed (see benchmarks/codec.py). The common case (fp32 in, fp32 scales) runs in one compiled
 pass (int8_fused.py, numba) at about memory speed. What follows is the torch path, used for fp16
-scales, fp16/bf16 input, and where numba is missing. A naive version makes ~6 passes over 4 bytes per value in
-main memory (abs, amax, mul, round, clamp, cast). Here the tensor is walked in tiles of
-`TILE` values that stay in cache, so main memory sees one read of the input and one write of
-the output; inside a tile the work is a handful of vectorised torch ops on preallocated buffers:
+scales, fp16/bf16 input, small tensors, and where numba is missing. A naive version makes ~6
+passes over 4 bytes per value in main memory (abs, amax, mul, round, clamp, cast). Here the
+tensor is walked in tiles of `TILE` values that stay in cache, so main memory sees one read of
+the input and one write of the output; inside a tile the work is a handful of vectorised torch
+ops on preallocated buffers:
 
     amax, amin             per-block extremes (no |x| temporary)
     mul(x, 1/scale)        into a cached fp32 tile

@@ -53,7 +53,8 @@ class BuiltMember:
         return sample_text(model, prompt, max_new_tokens, seed=seed)
 
     def eval_loss(self) -> float:
-        """Loss of θ_global on the run's fixed eval batches (the model holds θ_global between rounds)."""
+        """Loss of θ_global on the run's fixed eval batches (the model holds θ_global between
+        rounds)."""
         with torch.no_grad():
             return evaluate(self.member.model, self.eval_batches)
 

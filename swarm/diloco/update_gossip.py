@@ -59,7 +59,8 @@ class GroupTransport(Protocol):
 
     async def fetch(self, holders: Sequence[str], checksum: bytes, nbytes: int) -> bytes:
         """Verified payload bytes from any of `holders`, which the transport then also serves
-        (a fetched copy is as good as the sender's: it is addressed by checksum); raises on failure."""
+        (a fetched copy is as good as the sender's: it is addressed by checksum); raises on
+        failure."""
         ...
 
 

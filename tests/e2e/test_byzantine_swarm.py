@@ -11,8 +11,9 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-# Seven members (two Byzantine), digits, one shard each. Flag with r=1: with p=7 inputs, r must stay below the
-# number of honest members or the subspace spans the attackers too (r >= p is a plain mean).
+# Seven members (two Byzantine), digits, one shard each. Flag with r=1: with p=7 inputs, r must
+# stay below the number of honest members or the subspace spans the attackers too (r >= p is a
+# plain mean).
 SETTINGS = [
     "--nodes",
     "7",

@@ -1,5 +1,6 @@
 """DiLoCo end to end through the CLI: daemons as processes, a run created with `peertrain run
-create`, members joining with `peertrain join <peer> --run NAME`, one of them killed and restarted."""
+create`, members joining with `peertrain join <peer> --run NAME`, one of them killed and
+restarted."""
 
 from __future__ import annotations
 

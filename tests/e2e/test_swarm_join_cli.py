@@ -1,5 +1,6 @@
-"""A volunteer joins a SWARM pipeline run the way it joins any run: `peertrain join <peer> --run NAME`,
-as a stage server by default or with `--role trainer`; `peertrain status` shows what it does."""
+"""A volunteer joins a SWARM pipeline run the way it joins any run, `peertrain join <peer> --run
+NAME`, as a stage server by default or with `--role trainer`; `peertrain status` shows what it
+does."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Advertised addresses are concrete and the best one comes first; loopback only as a last resort."""
+"""Advertised addresses are concrete and the best one comes first; loopback as a last resort."""
 
 from __future__ import annotations
 

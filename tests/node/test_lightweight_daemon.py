@@ -1,4 +1,4 @@
-"""The daemon stays light: no torch (nor numpy, numba) until a run needs it; logs can be JSON lines."""
+"""The daemon stays light: no torch, numpy or numba until a run needs it; logs can be JSON lines."""
 
 from __future__ import annotations
 
