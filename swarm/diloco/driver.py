@@ -120,6 +120,9 @@ class DiLoCoDriver:
             await self._wait_for_quorum()
             while not self.finished:
                 await self._one_round()
+            # No next round will repair a divergence in the last one: wait longer for everyone's
+            # checksum of it and adopt the majority's state if ours differs.
+            await self._agree_with_majority(wait=self.spec.round_timeout)
             self.progress.phase = "finished"
             log.info(
                 "run finished after %d rounds, loss %.4f",
@@ -246,9 +249,9 @@ class DiLoCoDriver:
         rounds = [r for r in self.state.checkpoints() if self._refs(r)]
         return max(rounds, default=-1)
 
-    async def _agree_with_majority(self) -> None:
+    async def _agree_with_majority(self, *, wait: float = AGREEMENT_WAIT) -> None:
         round_ = self.member.round
-        with trio.move_on_after(AGREEMENT_WAIT):
+        with trio.move_on_after(wait):
             while sum(self._refs(round_).values()) < len(self.expected_members(round_ - 1)):
                 await trio.sleep(0.1)
         counts = self._refs(round_)
