@@ -113,6 +113,8 @@ class DhtService:
                 errors.append(str(exc))
                 return
             log.info("resolving %s: connected (%s, %s) after %.0f ms", peer, kind, how, ms())
+            if won:  # both answered and connected before the cancel reached this task
+                return
             won.append({**self._remember(peer, how, [str(a) for a in addrs]), "connection": kind})
             nursery.cancel_scope.cancel()
 

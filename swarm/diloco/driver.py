@@ -50,6 +50,13 @@ def _build_attack(name: str | None):
     return build_attack(name)
 
 
+def _winner(counts: Counter[bytes]) -> bytes:
+    """The state a group converges on: most providers, ties broken by the larger checksum.
+    Every member computes the same winner from the same registry, so a three-way split of a
+    three-member group (each closed the round with other updates) still ends in one state."""
+    return max(counts.items(), key=lambda item: (item[1], item[0]))[0]
+
+
 class TensorTransport(Protocol):
     """Content-addressed tensors, as the node serves and fetches them."""
 
@@ -106,6 +113,7 @@ class DiLoCoDriver:
         self.progress = DriverProgress()
         self.built = built
         self._served: bytes | None = None
+        self._served_round = -1
         self._limiter = trio.CapacityLimiter(1)  # one torch job at a time per member
 
     # -- service --------------------------------------------------------------------------------
@@ -232,7 +240,9 @@ class DiLoCoDriver:
         self.tensors.put(prepared, pin=True)
         if self._served is not None and self._served != checksum:
             self.tensors.unpin(self._served)
-        self._served = checksum
+            if self._served_round == self.member.round:  # we adopted another state of this round
+                self.replicator.writer.withdraw_checkpoint(self._served_round, self._served)
+        self._served, self._served_round = checksum, self.member.round
         self.replicator.writer.provide_checkpoint(self.member.round, checksum)
         self.progress.state_checksum = checksum.hex()[:16]
 
@@ -257,12 +267,12 @@ class DiLoCoDriver:
         counts = self._refs(round_)
         if not counts:
             return
-        majority, votes = counts.most_common(1)[0]
-        if majority != self._served and votes > counts.get(self._served, 0):
+        majority = _winner(counts)
+        if majority != self._served:
             log.warning(
                 "state of round %d differs from the majority (%d of %d agree): re-syncing",
                 round_,
-                votes,
+                counts[majority],
                 sum(counts.values()),
             )
             await self._adopt(round_, majority)
@@ -285,7 +295,7 @@ class DiLoCoDriver:
             await self._resume_local()
         newest = self._newest_majority_round()
         if newest >= self.member.round and newest >= 0:
-            majority = self._refs(newest).most_common(1)[0][0]
+            majority = _winner(self._refs(newest))
             if newest > self.member.round or majority != await self._own_checksum():
                 await self._adopt(newest, majority)
                 return

@@ -74,3 +74,36 @@ async def test_a_restarted_node_resumes_its_run_from_its_own_checkpoint(tmp_path
         nursery.cancel_scope.cancel()
     assert after["round"] == before["round"] == 3
     assert after["state_checksum"] == before["state_checksum"]
+
+
+async def test_a_three_way_split_in_the_last_round_still_ends_with_one_model():
+    # Each member closes the last round without a different peer's update (as when updates
+    # arrive just after three different deadlines): three states, one vote each. No later
+    # round repairs it, so the members must agree on one of them without a majority.
+    spec = {**SPEC, "rounds": 2}
+    async with open_test_swarm(3) as nodes:
+        await wait_until(lambda: all(len(n.status()["peers"]) == 2 for n in nodes))
+        await nodes[0].runs.create(name="split", mode="diloco", spec=spec)
+        for node in nodes[1:]:
+            await node.runs.join("split", timeout=20)
+        ids = [n.status()["peer_id"] for n in nodes]
+        for i, node in enumerate(nodes):
+            _drop_in_last_round(node, spec["rounds"] - 1, ids[(i + 1) % 3])
+        with trio.fail_after(120):
+            await wait_until(lambda: all(n.status()["run"]["finished"] for n in nodes), timeout=120)
+        runs = [n.status()["run"] for n in nodes]
+    assert len({r["state_checksum"] for r in runs}) == 1
+    assert sum(r["resyncs"] for r in runs) >= 2  # two of three adopted the third one's state
+
+
+def _drop_in_last_round(node, last_round: int, victim: str) -> None:
+    gossip = next(iter(node.runs.sessions.values())).driver.gossip
+    exchange = gossip.exchange
+
+    async def exchange_without_victim(round_, payload, *, deadline):
+        contributions = await exchange(round_, payload, deadline=deadline)
+        if round_ == last_round:
+            contributions = [c for c in contributions if c.sender != victim]
+        return contributions
+
+    gossip.exchange = exchange_without_victim

@@ -37,3 +37,16 @@ async def test_a_peer_reporting_our_id_elsewhere_raises_a_loud_warning(caplog):
     assert any(
         "ANOTHER NODE IS USING THIS NODE'S IDENTITY" in r.getMessage() for r in caplog.records
     )
+
+
+async def test_resolving_a_peer_reports_the_same_route_as_status_remembers():
+    # The lookup and the peer record are dialed at once; when both connect in the same
+    # scheduler batch (here: already connected), only the winner may be remembered.
+    async with open_test_swarm(3) as nodes:
+        await wait_until(lambda: all(len(n.status()["peers"]) == 2 for n in nodes), timeout=10)
+        await wait_until(lambda: nodes[2].dht.dht.bootstrapped, timeout=10)
+        target = nodes[1].status()["peer_id"]
+        for _ in range(20):
+            found = await nodes[2].dht.resolve_peer(target, timeout=8.0)
+            remembered = nodes[2].status()["dht"]["resolved"][target]
+            assert remembered["how"] == found["how"]
