@@ -18,15 +18,16 @@ from peertrain.dht.lookup import iterative_lookup
 from peertrain.dht.routing import RoutingTable
 
 
-def new_peer() -> ID:
-    return ID.from_pubkey(create_new_key_pair().public_key)
+def new_peer(rng: random.Random) -> ID:
+    return ID.from_pubkey(create_new_key_pair(rng.randbytes(32)).public_key)
 
 
-PEERS = [new_peer() for _ in range(120)]
+_RNG = random.Random(2026)  # a fixed population: a failure here reproduces
+PEERS = [new_peer(_RNG) for _ in range(120)]
 
 
 def test_closest_matches_brute_force_and_excludes():
-    table = RoutingTable(PEERS[0], bucket_size=64)
+    table = RoutingTable(PEERS[0], bucket_size=len(PEERS))  # room for everyone: no bucket is full
     for peer in PEERS[1:]:
         table.add(peer)
     target = record_key("/peertrain/r/ckpt")
@@ -82,26 +83,45 @@ def views(k: int) -> dict[ID, list[ID]]:
     return out
 
 
+def population(seed: int, size: int = 120, k: int = 8) -> dict[ID, RoutingTable]:
+    """A seeded network: every peer's k-bucket table learned all others in a random order
+    (full buckets keep the first k, as Kademlia does)."""
+    rng = random.Random(seed)
+    peers = [new_peer(rng) for _ in range(size)]
+    tables = {}
+    for peer in peers:
+        tables[peer] = RoutingTable(peer, bucket_size=k)
+        for other in rng.sample(peers, size):
+            if other != peer:
+                tables[peer].add(other)
+    return tables
+
+
 @pytest.mark.parametrize("alpha", [1, 3])
-async def test_a_lookup_converges_on_the_true_closest_peers(alpha):
-    known = views(8)
+@pytest.mark.parametrize("seed", range(8))
+async def test_a_lookup_converges_on_the_true_closest_peers(alpha, seed):
+    # Kademlia's guarantee is probabilistic: the nearest few always, nearly all of the k
+    # nearest (over 300 seeded networks: the 4 nearest every time, 6 or more of the 8).
+    tables = population(seed)
+    peers = list(tables)
     asked = []
-    dead = set(PEERS[60:70])
+    dead = set(peers[60:70])
+    target = record_key("/peertrain/run/stage/1")
 
     async def query(peer: ID):
         asked.append(peer)
         await trio.lowlevel.checkpoint()
         if peer in dead:
             raise ConnectionError("gone")
-        return known[peer]
+        return tables[peer].closest(target, 8)
 
-    target = record_key("/peertrain/run/stage/1")
     result = await iterative_lookup(
-        target, known[PEERS[0]][:3], query, own=PEERS[0], width=8, alpha=alpha
+        target, tables[peers[0]].peers()[:3], query, own=peers[0], width=8, alpha=alpha
     )
-    truth = sorted((p for p in PEERS[1:] if p not in dead), key=lambda p: peer_key(p) ^ target)[:8]
-    assert result.closest == truth
-    assert len(asked) == len(set(asked)) and result.queried < len(PEERS) // 2
+    truth = sorted((p for p in peers[1:] if p not in dead), key=lambda p: peer_key(p) ^ target)[:8]
+    assert result.closest[:4] == truth[:4]
+    assert len(set(result.closest) & set(truth)) >= 6
+    assert len(asked) == len(set(asked)) and result.queried < len(peers) // 4
 
 
 async def test_a_lookup_stops_as_soon_as_the_caller_is_satisfied():

@@ -120,7 +120,8 @@ async def test_a_download_resumes_from_the_same_holder_after_its_connection_is_r
 
         async def cut_and_redial() -> None:  # what hole punching does to a reset circuit
             await _cut_midway(fetcher, holder.get_id(), buffer)
-            assert not fetcher.get_network().get_connections(holder.get_id())
+            # the holder's auto-connector may redial us first (it knows our addresses): the
+            # download must resume over whichever connection comes up
             await trio.sleep(0.5)
             await fetcher.connect(PeerInfo(holder.get_id(), holder.get_addrs()))
             redialed.set()
