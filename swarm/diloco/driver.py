@@ -137,7 +137,8 @@ class DiLoCoDriver:
                 self.progress.round,
                 self.progress.loss or 0,
             )
-            nursery.cancel_scope.cancel()
+            # the lease loop goes on: a finished member still serves the final state, and
+            # a restarted or late member can only adopt states of live providers
 
     @property
     def finished(self) -> bool:
