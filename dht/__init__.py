@@ -10,6 +10,7 @@ See `node.py` for the tour. Public names:
 """
 
 from .announce import keep_announced
+from .config import DhtConfig, DhtMode
 from .errors import DHTError, PeerNotFound, RecordRejected, RejectReason, StoreFailed
 from .messages import DHT_PROTOCOL
 from .namespaces import (
@@ -23,7 +24,7 @@ from .namespaces import (
     runs_key,
     stage_key,
 )
-from .node import Dht, DhtConfig, DhtMode, DhtStatistics
+from .node import Dht, DhtStatistics
 from .records import Record
 
 __all__ = [

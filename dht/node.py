@@ -21,11 +21,20 @@ What differs from py-libp2p's KadDHT, and why (LIBP2P-NOTES.md):
 Client mode (for nodes others cannot dial) registers no handler: it is never in anyone's
 table, stores nothing for others, and still looks up, puts and gets. `set_mode` switches
 between the two while running (the node's reachability verdict decides).
+
+This module is the node's life: wiring the parts, running them, bootstrap and refresh, the
+routing table's feed from connections, the mode switch, penalties and statistics. The work
+it hands out lives with its concept:
+    config.py      DhtConfig, DhtMode
+    walker.py      a request to a peer, lookups from our table (what every walk teaches it)
+    values.py      put / put_entry / get: signed entries at and from a key's replicas
+    resolution.py  find_peer / resolve: a bare peer ID → addresses → a connection
+    serving.py     answering other nodes' requests
+    watcher.py     new connections → routing table
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 import random
 import time
@@ -43,29 +52,22 @@ from peertrain.protocol.errors import PeertrainError, ProtocolError
 
 from .announce import keep_announced
 from .channels import Links, Server
-from .errors import PeerNotFound, RecordRejected, RejectReason, StoreFailed
-from .keyspace import peer_key, random_key_in_bucket, record_key
-from .lookup import LookupResult, iterative_lookup
-from .messages import (
-    DHT_PROTOCOL,
-    REQUEST_TYPES,
-    RESPONSE_TYPES,
-    FindNode,
-    FindValue,
-    Nodes,
-    Ping,
-    Pong,
-    Store,
-    Stored,
-    Value,
-)
+from .config import DEFAULT_CONFIG, DhtConfig, DhtMode
+from .errors import RecordRejected
+from .keyspace import random_key_in_bucket, record_key
+from .messages import DHT_PROTOCOL, REQUEST_TYPES, RESPONSE_TYPES, Ping, Pong
 from .namespaces import MAX_PEER_ADDRS, NamespaceRegistry, default_registry, peer_record_key
 from .peers import PeerBook
-from .records import Record, SignatureCache, SignedEntry, check_entry, now_ms, sign_entry, to_record
+from .records import Record, SignatureCache, SignedEntry, now_ms
+from .resolution import Found, Resolver
 from .routing import RoutingStatistics, RoutingTable
 from .serving import Responder
 from .storage import RecordStore, StoreStatistics
+from .values import Values
+from .walker import Walker
 from .watcher import ConnectionWatcher
+
+__all__ = ["DEFAULT_CONFIG", "Dht", "DhtConfig", "DhtMode", "DhtStatistics", "Found"]
 
 log = logging.getLogger(__name__)
 
@@ -73,43 +75,6 @@ Penalise = Callable[[str, float, str], Any]
 BAD_ANSWER_PENALTY = 25.0
 MAX_CLIENTS_REMEMBERED = 4096
 FIRST_REFRESH = (5.0, 15.0)  # seconds after bootstrap: the wide self-lookup, spread out in time
-
-
-class DhtMode(enum.Enum):
-    SERVER = "server"
-    CLIENT = "client"
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class DhtConfig:
-    mode: DhtMode = DhtMode.SERVER
-    bucket_size: int = 20  # k
-    alpha: int = 3  # lookups in flight per get / find
-    replicas: int = 8  # peers a put stores at; also the width of lookups
-    request_timeout: float = 3.0
-    refresh_interval: float = 60.0
-    identify_wait: float = 10.0  # how long a new connection's identify may take to say it serves
-    peer_record_ttl: float = 600.0
-    publish_peer_record: bool = True
-    max_records: int = 100_000
-    max_record_bytes: int = 64 << 20
-
-    def __post_init__(self) -> None:
-        if not (1 <= self.alpha <= 32 and 1 <= self.replicas <= 32 and 1 <= self.bucket_size <= 64):
-            raise ValueError("alpha and replicas must be 1..32, bucket_size 1..64")
-        if self.request_timeout <= 0 or self.refresh_interval <= 0 or self.peer_record_ttl <= 0:
-            raise ValueError("timeouts, intervals and ttls must be positive")
-
-
-DEFAULT_CONFIG = DhtConfig()
-
-
-@dataclass(frozen=True, slots=True)
-class Found:
-    """A resolved peer: where to dial it, and how we learned it (connected, record, lookup)."""
-
-    info: PeerInfo
-    how: str
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -189,6 +154,37 @@ class Dht:
         self._rejected: Counter[str] = Counter()
         self._running = False
         self._clients: OrderedDict[ID, None] = OrderedDict()  # peers that said they are clients
+        # The work this node hands out: walks (walker.py), records (values.py), peers
+        # (resolution.py). They share our counters, so `statistics` reads one place.
+        self.walker = Walker(
+            own=self.own,
+            config=config,
+            links=self.links,
+            table=self.table,
+            book=self.book,
+            is_server=lambda: self.is_server,
+            on_server_peer=self._add_server,
+            counts=self._counts,
+        )
+        self.values = Values(
+            walker=self.walker,
+            config=config,
+            key_pair=self._key_pair,
+            registry=self.registry,
+            signatures=self.signatures,
+            store=self.store,
+            on_reject=self._bad_peer,
+            counts=self._counts,
+            clock=clock,
+        )
+        self.resolver = Resolver(
+            host=host,
+            walker=self.walker,
+            book=self.book,
+            get=self.values.get,
+            config=config,
+            counts=self._counts,
+        )
 
     # ── lifecycle ────────────────────────────────────────────────────────────────────────
 
@@ -280,7 +276,7 @@ class Dht:
             reached = await self._connect_all(self.bootstrap_peers)
             seeds = [*reached, *self.table.closest(self.table.own_key, self.config.alpha)]
             if seeds:
-                await self._lookup_nodes(self.table.own_key, width=1, alpha=1, seeds=seeds)
+                await self.walker.lookup_nodes(self.table.own_key, width=1, alpha=1, seeds=seeds)
             if len(self.table):
                 self._bootstrapped.set()
             return len(self.table)
@@ -301,7 +297,7 @@ class Dht:
             self._table_grew = trio.Event()
             delay = min(delay * 2, self.config.refresh_interval)
         await trio.sleep(random.uniform(*FIRST_REFRESH))
-        await self._lookup_nodes(self.table.own_key, width=self.config.alpha)
+        await self.walker.lookup_nodes(self.table.own_key, width=self.config.alpha)
         while True:
             await trio.sleep(self.config.refresh_interval * random.uniform(0.8, 1.2))
             await self.refresh()
@@ -310,10 +306,10 @@ class Dht:
         """Self-lookup plus a random lookup in up to 3 buckets no lookup went through lately."""
         if not len(self.table):
             await self._connect_all(self.bootstrap_peers)
-        await self._lookup_nodes(self.table.own_key, width=self.config.alpha)
+        await self.walker.lookup_nodes(self.table.own_key, width=self.config.alpha)
         stale = self.table.stale_buckets(self.config.refresh_interval)
         for index in random.sample(stale, min(3, len(stale))):
-            await self._lookup_nodes(
+            await self.walker.lookup_nodes(
                 random_key_in_bucket(self.table.own_key, index, random.getrandbits(256))
             )
 
@@ -405,10 +401,6 @@ class Dht:
     async def _dial(self, peer: ID) -> None:
         await self.host.connect(PeerInfo(peer, self.book.dial_addrs(peer)))
 
-    def _failed(self, peers: Sequence[ID]) -> None:
-        for peer in peers:
-            self.table.remove(peer)
-
     # ── penalties ────────────────────────────────────────────────────────────────────────
 
     def _bad_peer(self, peer: ID, exc: ProtocolError) -> None:
@@ -419,289 +411,37 @@ class Dht:
         if self._penalise is not None:
             self._penalise(peer.to_base58(), points, f"dht: {exc}")
 
-    # ── lookups ──────────────────────────────────────────────────────────────────────────
-
-    async def _lookup(
-        self,
-        target: int,
-        query,
-        *,
-        width: int,
-        alpha: int,
-        done=lambda _open: False,
-        seeds: Sequence[ID] = (),
-    ) -> LookupResult:
-        self._counts["lookups"] += 1
-        seeds = [*seeds, *self.table.closest(target, max(width, alpha))]
-        result = await iterative_lookup(
-            target, seeds, query, own=self.own, width=width, alpha=alpha, done=done
-        )
-        self.table.touch(target)
-        self._failed(result.failures)
-        return result
-
-    def _heard(self, answer, target: int) -> list[ID]:
-        """Peers an answer named: candidates for this lookup, and learned contacts for the table
-        (except a peer whose key is the target itself: it may be a client that a neighbour
-        named because it holds a connection to it, see `Responder.closest`)."""
-        peers = self.book.learn(answer, own=self.own)
-        for peer in peers:
-            if peer_key(peer) != target:
-                self.table.learn(peer)
-        return peers
-
-    async def _request(self, peer: ID, message, expected):
-        reply = await self.links.request(
-            peer, message, expected, timeout=self.config.request_timeout
-        )
-        self._add_server(peer)  # it answered a DHT request: it serves
-        return reply
-
-    async def _lookup_nodes(
-        self,
-        target: int,
-        *,
-        width: int | None = None,
-        alpha: int | None = None,
-        done=lambda _open: False,
-        seeds: Sequence[ID] = (),
-    ) -> LookupResult:
-        width = width or self.config.replicas
-        alpha = alpha or self.config.alpha
-
-        async def query(peer: ID) -> list[ID]:
-            reply = await self._request(
-                peer,
-                FindNode(
-                    target=target.to_bytes(32, "big"), server=self.is_server, count=max(width, 3)
-                ),
-                Nodes,
-            )
-            return self._heard(reply.peers, target)
-
-        return await self._lookup(target, query, width=width, alpha=alpha, done=done, seeds=seeds)
+    # ── records and peers: `values.py`, `resolution.py` ─────────────────────────────────
 
     async def find_closest(self, key: str) -> list[ID]:
         """The DHT servers nearest to `key` (what a put would store at)."""
-        return (await self._lookup_nodes(record_key(key))).closest
-
-    # ── records ──────────────────────────────────────────────────────────────────────────
-
-    def _sign(self, key: str, value: Any, ttl: float) -> SignedEntry:
-        entry = sign_entry(self._key_pair, key, value, ttl=ttl, clock=self.clock)
-        try:
-            check_entry(entry, self.registry, self.signatures, now=now_ms(self.clock))
-        except RecordRejected as exc:
-            raise ValueError(f"cannot publish under {key!r}: {exc}") from None
-        return entry
+        return (await self.walker.lookup_nodes(record_key(key))).closest
 
     async def put(self, key: str, value: Any, *, ttl: float) -> int:
-        """Sign `value` as our entry under `key` for `ttl` seconds and store it at the replicas.
-
-        Returns how many peers hold it (this node included, as a server among the nearest).
-        Raises `ValueError` for a key, value or ttl the namespace refuses, and `StoreFailed`
-        when nobody took it.
-        """
-        self._counts["puts"] += 1
-        entry = self._sign(key, value, ttl)
-        return await self.put_entry(entry)
+        """Sign `value` as our entry under `key` for `ttl` seconds and store it at the replicas;
+        how many peers hold it. Raises `ValueError` (refused by the namespace) or `StoreFailed`
+        (`Values.put`)."""
+        return await self.values.put(key, value, ttl=ttl)
 
     async def put_entry(self, entry: SignedEntry) -> int:
         """Store an already signed entry (ours, or one we relay) at its replicas."""
-        target = record_key(entry.key)
-        width = self.config.replicas
-        holders = 0
-
-        async def query(peer: ID) -> list[ID]:
-            nonlocal holders
-            reply = await self._request(
-                peer, Store(entries=(entry,), server=self.is_server, count=width), Stored
-            )
-            holders += reply.accepted
-            return self._heard(reply.peers, target)
-
-        result = await self._lookup(target, query, width=width, alpha=max(self.config.alpha, width))
-        if self.is_server and self._among_nearest(target, result.closest):
-            namespace, _ = check_entry(
-                entry, self.registry, self.signatures, now=now_ms(self.clock)
-            )
-            holders += self.store.put(entry, namespace, now=now_ms(self.clock)) or self.store.holds(
-                entry
-            )
-        if not holders:
-            raise StoreFailed(
-                f"no peer stored {entry.key!r} ({result.queried} asked, {result.failed} failed)"
-            )
-        return holders
-
-    def _among_nearest(self, target: int, closest: list[ID]) -> bool:
-        if len(closest) < self.config.replicas:
-            return True
-        return (self.table.own_key ^ target) < (peer_key(closest[-1]) ^ target)
+        return await self.values.put_entry(entry)
 
     async def get(self, key: str, *, quorum: int = 1) -> dict[str, Record]:
-        """Every writer's live entry under `key`, merged from the replicas that answered.
-
-        The lookup stops once `quorum` replicas (this node counts as one) returned entries and
-        the nearest of them is nearer the key than every peer not yet heard from (or once the
-        `2 × replicas` nearest peers it found have answered). A put stores at every hop of its
-        walk, so a peer off the nearest set may hold some writers' entries and not others; the
-        nearest holder is in every writer's replica set. Raises `ValueError` when the key
-        belongs to no namespace.
-        """
-        self._counts["gets"] += 1
-        try:
-            namespace = self.registry.match(key).namespace
-        except RecordRejected as exc:
-            raise ValueError(str(exc)) from None
-        if namespace.owner is None and namespace.max_writers > 1:
-            # A key many peers write to is merged from at least two replicas: once the nearest
-            # peers have died, the nearest survivor may have been in some writers' replica sets
-            # only (seen: 1 of 4 writers' entries after a third of 32 nodes died).
-            quorum = max(quorum, 2)
-        target = record_key(key)
-        found: dict[bytes, tuple[SignedEntry, Any]] = {}
-        holders: list[int] = []  # distances of the peers that held entries
-        if self.is_server and self._merge(found, self.store.get(key, now=now_ms(self.clock))):
-            holders.append(self.table.own_key ^ target)
-        # Twice the replica count: a get that finds nothing keeps walking a little longer
-        # (the put may have landed on nearest peers this node had not heard of yet); a get that
-        # finds something stops at once, so the extra width costs only misses.
-        width = 2 * self.config.replicas
-
-        async def query(peer: ID) -> list[ID]:
-            reply = await self._request(
-                peer, FindValue(key=key, server=self.is_server, count=width), Value
-            )
-            if self._accept_answer(peer, key, reply.entries, found):
-                holders.append(peer_key(peer) ^ target)
-            return self._heard(reply.peers, target)
-
-        def satisfied(nearest_open: int | None) -> bool:
-            return len(holders) >= quorum and (nearest_open is None or min(holders) < nearest_open)
-
-        await self._lookup(target, query, width=width, alpha=self.config.alpha, done=satisfied)
-        records = (to_record(entry, value) for entry, value in found.values())
-        return {record.writer: record for record in records}
-
-    def _accept_answer(self, peer: ID, key: str, entries: tuple[SignedEntry, ...], found) -> bool:
-        """Validate a replica's entries into `found`; True if it held any valid one."""
-        good = []
-        for entry in entries:
-            if entry.key != key:
-                detail = f"asked for {key[:80]!r}, answered with an entry of {entry.key[:80]!r}"
-                self._bad_peer(peer, RecordRejected(RejectReason.WRONG_KEY, detail))
-                return False
-            good.append(entry)
-        return self._merge(found, good, sender=peer) > 0
-
-    def _merge(self, found, entries, *, sender: ID | None = None) -> int:
-        """Validate `entries` (signatures already seen cost a hash) into `found`; count them."""
-        taken = 0
-        now = now_ms(self.clock)
-        for entry in entries:
-            try:
-                _, value = check_entry(entry, self.registry, self.signatures, now=now)
-            except RecordRejected as exc:
-                if exc.reason.code != "expired" and sender is not None:  # clocks differ: no blame
-                    self._bad_peer(sender, exc)
-                continue
-            taken += 1
-            current = found.get(entry.writer)
-            if current is None or entry.newer_than(current[0]):
-                found[entry.writer] = (entry, value)
-        return taken
-
-    # ── peers ────────────────────────────────────────────────────────────────────────────
+        """Every writer's live entry under `key`, merged from at least `quorum` replicas
+        (`Values.get`). Raises `ValueError` when the key belongs to no namespace."""
+        return await self.values.get(key, quorum=quorum)
 
     async def find_peer(
         self, peer: ID, *, fresh: bool = False, via: Sequence[str] = ("record", "lookup")
     ) -> Found | None:
-        """Where `peer` can be dialled, and how we know.
-
-        Without `fresh`, an open connection answers at once ("connected"). Otherwise two walks
-        race and the first answer wins: a get of the peer's signed peer record ("record",
-        which also carries relay addresses), and a lookup of the peer's key that ends when a
-        peer names it or it answers itself ("lookup": a neighbour holding a connection to it
-        names it even when it is a client that no routing table lists). `via` names the walks
-        to run (a caller racing them itself asks for one at a time).
-        """
-        if not fresh and self.book.is_connected(peer):
-            return Found(PeerInfo(peer, self.book.addrs(peer)), "connected")
-        found: list[Found] = []
-        async with trio.open_nursery() as nursery:
-
-            async def by_record() -> None:
-                try:
-                    records = await self.get(peer_record_key(peer))
-                except (PeertrainError, trio.TooSlowError):
-                    return
-                record = records.get(peer.to_base58())
-                if record is not None:
-                    found.append(
-                        Found(PeerInfo(peer, _dialable(record.value["addrs"], peer)), "record")
-                    )
-                    nursery.cancel_scope.cancel()
-
-            async def by_lookup() -> None:
-                addrs = await self._named_by_lookup(peer)
-                if addrs:
-                    found.append(Found(PeerInfo(peer, addrs), "lookup"))
-                    nursery.cancel_scope.cancel()
-
-            if "record" in via:
-                nursery.start_soon(by_record)
-            if "lookup" in via:
-                nursery.start_soon(by_lookup)
-        return found[0] if found else None
-
-    async def _named_by_lookup(self, peer: ID) -> list:
-        """Walk toward `peer`'s key until an answer names it (or it answers); its addresses."""
-        target = peer_key(peer)
-        raw = peer.to_bytes()
-        named: list = []
-
-        async def query(asked: ID) -> list[ID]:
-            request = FindNode(
-                target=target.to_bytes(32, "big"), server=self.is_server, count=self.config.alpha
-            )
-            reply = await self._request(asked, request, Nodes)
-            heard = self._heard(reply.peers, target)
-            if asked == peer or any(item.peer_id == raw for item in reply.peers):
-                named.extend(self.book.dial_addrs(peer))
-            return heard
-
-        await self._lookup(
-            target,
-            query,
-            width=self.config.replicas,
-            alpha=self.config.alpha,
-            done=lambda _open: bool(named),
-        )
-        return named
+        """Where `peer` can be dialled, and how we know: an open connection unless `fresh`,
+        else the first of the walks in `via` to answer (`Resolver.find_peer`)."""
+        return await self.resolver.find_peer(peer, fresh=fresh, via=via)
 
     async def resolve(self, peer: ID, *, timeout: float = 15.0, fresh: bool = False) -> Found:
         """Find `peer` through the DHT (`find_peer`) and connect to it. Raises `PeerNotFound`."""
-        with trio.move_on_after(timeout):
-            found = await self.find_peer(peer, fresh=fresh)
-            if found is None or not found.info.addrs:
-                raise PeerNotFound(f"no peer in the DHT knows {peer}")
-            try:
-                await self.host.connect(found.info)
-            except Exception as exc:  # py-libp2p raises many types for failed dials
-                addrs = [str(a) for a in found.info.addrs]
-                raise PeerNotFound(
-                    f"found {peer} ({found.how}) at {addrs} but could not connect: {exc}"
-                ) from None
-            self._counts["resolved"] += 1
-            log.info(
-                "dht: resolved %s by %s to %s",
-                peer,
-                found.how,
-                ", ".join(str(a) for a in found.info.addrs),
-            )
-            return found
-        raise PeerNotFound(f"could not resolve {peer} within {timeout:.0f} s")
+        return await self.resolver.resolve(peer, timeout=timeout, fresh=fresh)
 
     # ── statistics ───────────────────────────────────────────────────────────────────────
 
@@ -719,11 +459,3 @@ class Dht:
             resolved=self._counts["resolved"],
             rejected=dict(self._rejected),
         )
-
-
-def _dialable(addrs: list[str], peer: ID) -> list:
-    """Multiaddrs from a peer record, without the trailing /p2p/<peer> that dialling adds."""
-    from multiaddr import Multiaddr
-
-    suffix = f"/p2p/{peer.to_base58()}"
-    return [Multiaddr(a[: -len(suffix)] if a.endswith(suffix) else a) for a in addrs]
