@@ -18,6 +18,7 @@ from peertrain.protocol.messages import ErrorResponse
 from peertrain.protocol.tensors import TensorHeader, root_checksum
 from peertrain.swarm.pipeline.boundary import pack
 from peertrain.swarm.pipeline.errors import ServerUnavailable
+from peertrain.swarm.pipeline.membership import servers as stage_servers
 from peertrain.testing import open_test_swarm, wait_until
 
 SPEC = {"stages": 3, "batch_size": 16, "target_batch": 64, "in_flight": 4, "lr": 0.003}
@@ -30,11 +31,17 @@ async def start_pipeline(nodes, *, trainers: int = 1, spec: dict = SPEC):
     )
     for node in nodes[1:]:
         await wait_until(lambda node=node: len(node.host.get_connected_peers()) > 0, timeout=10)
+    # each server claims its stage before the next one looks for the stage with the most need
+    # (the creator's claim comes after its pipeline is built: a second or more, torch imports)
+    creator = nodes[0].identity.peer_id.to_base58()
+    await wait_until(lambda: creator in stage_servers(session.state, spec["stages"]), timeout=20)
     servers = nodes[: len(nodes) - trainers]
     for node in servers[1:]:
         await node.runs.join("pipe", timeout=10, role={"role": "server"})
         me = node.identity.peer_id.to_base58()
-        await wait_until(lambda me=me: me in session.state.members(), timeout=10)
+        await wait_until(
+            lambda me=me: me in stage_servers(session.state, spec["stages"]), timeout=10
+        )
     for node in nodes[len(servers) :]:
         await node.runs.join("pipe", timeout=10, role={"role": "trainer"})
     return session
