@@ -23,7 +23,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .config import ENV_PREFIX, field_names
+from .cli_options import (
+    add_role_options,
+    add_run_options,
+    apply_env,
+    role_params,
+    run_spec_from_args,
+)
 from .errors import NodeError
 
 EXIT_ERROR = 1
@@ -37,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        _apply_env(args, parser)
+        apply_env(args, parser)
         return args.handler(args) or 0
     except NodeError as exc:
         print(f"peertrain: {exc}", file=sys.stderr)
@@ -165,117 +171,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def add_role_options(p: argparse.ArgumentParser) -> None:
-    """Swarm runs: what this node does in the run."""
-    p.add_argument(
-        "--role",
-        choices=["server", "trainer"],
-        default=None,
-        help="swarm runs: server (default) or trainer",
-    )
-    p.add_argument(
-        "--speed",
-        type=float,
-        default=None,
-        help="swarm servers: artificial speed (with base_seconds)",
-    )
-    p.add_argument(
-        "--stage",
-        type=int,
-        default=None,
-        help="swarm servers: serve this stage (default: most need)",
-    )
-
-
-def role_params(args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        k: getattr(args, k)
-        for k in ("role", "speed", "stage")
-        if getattr(args, k, None) is not None
-    }
-
-
-RUN_OPTIONS = {  # flag → (spec field, type)
-    "--model": ("model", str),
-    "--dataset": ("dataset", str),
-    "--inner-steps": ("inner_steps", int),
-    "--batch-size": ("batch_size", int),
-    "--lr": ("lr", float),
-    "--codec": ("codec", str),
-    "--aggregator": ("aggregator", str),
-    "--rounds": ("rounds", int),
-    "--min-members": ("min_members", int),
-    "--round-timeout": ("round_timeout", float),
-    "--seed": ("seed", int),
-    "--stages": ("stages", int),
-}
-
-
-def add_run_options(p: argparse.ArgumentParser) -> None:
-    for flag, (dest, kind) in RUN_OPTIONS.items():
-        p.add_argument(flag, dest=dest, type=kind, default=None)
-    p.add_argument(
-        "--set",
-        action="append",
-        default=None,
-        metavar="KEY=VALUE",
-        help="any other run setting, e.g. model_settings.n_layer=4 (value parsed as JSON)",
-    )
-
-
-def run_spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    spec: dict[str, Any] = {}
-    for dest, _ in RUN_OPTIONS.values():
-        if getattr(args, dest, None) is not None:
-            spec[dest] = getattr(args, dest)
-    for item in args.set or ():
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise NodeError(f"--set {item!r}: expected KEY=VALUE")
-        try:
-            value = json.loads(raw)
-        except ValueError:
-            value = raw
-        target = spec
-        *parents, leaf = key.split(".")
-        for part in parents:
-            target = target.setdefault(part, {})
-        target[leaf] = value
-    return spec
-
-
-def _apply_env(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
-    """Fill options the user did not give from PEERTRAIN_<OPTION>, except node-config keys,
-    which `load_config` merges itself (so that the file sits between env and default)."""
-    config_keys = set(field_names()) | {"home"}
-    for action in _all_actions(parser):
-        dest = action.dest
-        if dest in config_keys or not hasattr(args, dest) or getattr(args, dest) != action.default:
-            continue
-        raw = os.environ.get(ENV_PREFIX + dest.upper())
-        if raw is None or raw == "":
-            continue
-        if isinstance(action, argparse._StoreTrueAction):
-            value: Any = raw.lower() in ("1", "true", "yes", "on")
-        else:
-            try:
-                value = action.type(raw) if action.type else raw
-            except (TypeError, ValueError):
-                raise NodeError(
-                    f"{ENV_PREFIX}{dest.upper()}={raw!r} is not a valid value for "
-                    f"--{dest.replace('_', '-')}"
-                ) from None
-        setattr(args, dest, value)
-
-
-def _all_actions(parser: argparse.ArgumentParser):
-    for action in parser._actions:
-        yield action
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                yield from _all_actions(sub)
-
-
 def _load(args: argparse.Namespace, **extra: Any):
     from .config import load_config
 
@@ -397,56 +292,11 @@ async def _serve_and_join(config, peer: str) -> None:
 def cmd_status(args: argparse.Namespace) -> int:
     from .config import NodeConfig
     from .control import call_sync
+    from .status_text import render_status
 
     status = call_sync(NodeConfig(home=_home(args)).control_socket, "status")
-    if args.json:
-        print(json.dumps(status, indent=2))
-        return 0
-    print(f"{status['name']}  {status['peer_id']}")
-    print(f"  give others  {status['share']}")
-    print(f"  uptime       {status['uptime_s']:.0f} s")
-    if "reachability" in status:
-        print(f"  reachable    {status['reachability']['text']}")
-    run = status["run"]
-    if run and "runs" not in run:
-        loss = f"{run['loss']:.4f}" if run["loss"] is not None else "-"
-        print(f"  run          {run['name']} ({run['mode']}, {run['run_id'][:12]}…)")
-        if run["mode"] == "swarm":
-            print(f"    {_swarm_line(run)}")
-        else:
-            print(
-                f"    round {run['round']}  loss {loss}  members {len(run['members'])}"
-                f"  phase {run['phase']}"
-            )
-    else:
-        print(f"  run          {'-' if not run else len(run['runs'])}")
-    print(f"  peers        {len(status['peers'])}")
-    for peer in status["peers"]:
-        print(f"    {status['peer_names'].get(peer, '')}  {peer}")
+    print(json.dumps(status, indent=2) if args.json else render_status(status))
     return 0
-
-
-def _swarm_line(run: dict[str, Any]) -> str:
-    """One line for a SWARM pipeline run: this node's role and what it does, and the stage sizes."""
-    sizes = "/".join(str(n) for n in run.get("stage_sizes", []))
-    role, phase = run.get("role", "?"), run.get("phase", "?")
-    if phase == "starting":
-        what = "loading the model"
-    elif role == "server":
-        what = (
-            f"serving stage {run.get('stage')}  {run.get('throughput', 0):.1f} samples/s"
-            f"  {run.get('calls', 0)} calls  {run.get('steps', 0)} steps"
-        )
-    elif role == "trainer":
-        loss = run.get("loss")
-        what = (
-            f"{run.get('completed', 0)} microbatches  {run.get('throughput', 0):.1f} samples/s"
-            f"  loss {'-' if loss is None else f'{loss:.4f}'}"
-            f"  lost {run.get('lost_microbatches', 0)}"
-        )
-    else:
-        what = ""
-    return f"{role} ({phase})  {what}  stages {sizes}"
 
 
 def cmd_run_create(args: argparse.Namespace) -> int:

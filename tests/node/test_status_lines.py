@@ -1,8 +1,8 @@
-"""`peertrain status` says in one line what a node does in a SWARM pipeline run."""
+"""`peertrain status` for people: one line per SWARM run role, and the whole node summary."""
 
 from __future__ import annotations
 
-from peertrain.node.cli import _swarm_line
+from peertrain.node.status_text import render_status, swarm_line
 
 
 def test_a_server_line_names_its_stage_and_speed():
@@ -16,7 +16,7 @@ def test_a_server_line_names_its_stage_and_speed():
         "stage_sizes": [2, 1, 2],
     }
     assert (
-        _swarm_line(run)
+        swarm_line(run)
         == "server (serving)  serving stage 1  123.5 samples/s  40 calls  3 steps  stages 2/1/2"
     )
 
@@ -32,12 +32,56 @@ def test_a_trainer_line_shows_progress_loss_and_losses():
         "stage_sizes": [2, 2, 2],
     }
     assert (
-        _swarm_line(run)
+        swarm_line(run)
         == "trainer (swarm)  150 microbatches  80.0 samples/s  loss 0.9123  lost 0  stages 2/2/2"
     )
 
 
 def test_a_session_still_starting_has_a_line_too():
-    assert _swarm_line({"role": "server", "phase": "starting", "stage_sizes": [1, 0]}) == (
+    assert swarm_line({"role": "server", "phase": "starting", "stage_sizes": [1, 0]}) == (
         "server (starting)  loading the model  stages 1/0"
     )
+
+
+def test_the_node_summary_shows_identity_reachability_run_and_named_peers():
+    status = {
+        "name": "brave-otter",
+        "peer_id": "12D3KooWAAA",
+        "share": "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWAAA",
+        "uptime_s": 61.7,
+        "reachability": {"text": "public"},
+        "run": {
+            "name": "lm",
+            "mode": "diloco",
+            "run_id": "0123456789abcdef",
+            "round": 7,
+            "loss": 1.23456,
+            "members": ["a", "b", "c"],
+            "phase": "inner steps",
+        },
+        "peers": ["12D3KooWBBB"],
+        "peer_names": {"12D3KooWBBB": "calm-heron"},
+    }
+    assert render_status(status).splitlines() == [
+        "brave-otter  12D3KooWAAA",
+        "  give others  /ip4/127.0.0.1/tcp/4001/p2p/12D3KooWAAA",
+        "  uptime       62 s",
+        "  reachable    public",
+        "  run          lm (diloco, 0123456789ab…)",
+        "    round 7  loss 1.2346  members 3  phase inner steps",
+        "  peers        1",
+        "    calm-heron  12D3KooWBBB",
+    ]
+
+
+def test_a_node_without_a_run_says_so():
+    status = {
+        "name": "n",
+        "peer_id": "p",
+        "share": "s",
+        "uptime_s": 0,
+        "run": None,
+        "peers": [],
+        "peer_names": {},
+    }
+    assert "  run          -" in render_status(status).splitlines()

@@ -1,0 +1,57 @@
+"""`peertrain status` for people: the daemon's status dictionary as a few aligned lines.
+
+Kept apart from the CLI's parsing so the rendering can be tested on plain dictionaries.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def render_status(status: dict[str, Any]) -> str:
+    lines: list[str] = []
+    lines.append(f"{status['name']}  {status['peer_id']}")
+    lines.append(f"  give others  {status['share']}")
+    lines.append(f"  uptime       {status['uptime_s']:.0f} s")
+    if "reachability" in status:
+        lines.append(f"  reachable    {status['reachability']['text']}")
+    run = status["run"]
+    if run and "runs" not in run:
+        loss = f"{run['loss']:.4f}" if run["loss"] is not None else "-"
+        lines.append(f"  run          {run['name']} ({run['mode']}, {run['run_id'][:12]}…)")
+        if run["mode"] == "swarm":
+            lines.append(f"    {swarm_line(run)}")
+        else:
+            lines.append(
+                f"    round {run['round']}  loss {loss}  members {len(run['members'])}"
+                f"  phase {run['phase']}"
+            )
+    else:
+        lines.append(f"  run          {'-' if not run else len(run['runs'])}")
+    lines.append(f"  peers        {len(status['peers'])}")
+    for peer in status["peers"]:
+        lines.append(f"    {status['peer_names'].get(peer, '')}  {peer}")
+    return "\n".join(lines)
+
+
+def swarm_line(run: dict[str, Any]) -> str:
+    """One line for a SWARM pipeline run: this node's role and what it does, and the stage sizes."""
+    sizes = "/".join(str(n) for n in run.get("stage_sizes", []))
+    role, phase = run.get("role", "?"), run.get("phase", "?")
+    if phase == "starting":
+        what = "loading the model"
+    elif role == "server":
+        what = (
+            f"serving stage {run.get('stage')}  {run.get('throughput', 0):.1f} samples/s"
+            f"  {run.get('calls', 0)} calls  {run.get('steps', 0)} steps"
+        )
+    elif role == "trainer":
+        loss = run.get("loss")
+        what = (
+            f"{run.get('completed', 0)} microbatches  {run.get('throughput', 0):.1f} samples/s"
+            f"  loss {'-' if loss is None else f'{loss:.4f}'}"
+            f"  lost {run.get('lost_microbatches', 0)}"
+        )
+    else:
+        what = ""
+    return f"{role} ({phase})  {what}  stages {sizes}"
