@@ -19,8 +19,11 @@ servers of a small slice costs less than one more round trip. A peer that asked 
 but was not in our view of the stage (it has just moved in) is fetched from too, so a mover's
 first contribution is not lost on the servers that had not seen its announcement yet. A peer
 that fails to answer is left out of the round (it is dead or has left the stage); a peer left
-out by some servers but not others makes the stage's copies differ slightly until the next move
-resynchronises them: the asynchrony SWARM accepts.
+out by some servers but not others makes the stage's copies differ. That drift is caught and
+repaired here (drift.py): each contribution to round k carries its sender's state checksum after
+round k-1; once a server has gathered round k it compares those with its own, and if its copy
+lost to the stage's majority, it downloads the state from a winner (`fetch_state`) before it
+applies round k (or skips it, when the donor's state already includes it).
 
 Contributions of the last `keep` rounds are kept to answer late askers; older rounds are
 refused. Everything torch happens in worker threads; the round logic runs on the event loop.
@@ -31,20 +34,34 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
+from typing import NamedTuple
 
 import torch
 import trio
 
+from .drift import DriftGuard, Repair, flat_checksum, state_checksum
+from .migration import export_state, import_state
 from .stage import StageServer
 
 log = logging.getLogger(__name__)
 
-Contribution = tuple[torch.Tensor, int]  # (flat sample-weighted gradient sum, samples)
-Fetch = Callable[[str, int], Awaitable[Contribution]]
+
+class Contribution(NamedTuple):
+    flat: torch.Tensor  # the flat sample-weighted gradient sum
+    samples: int
+    checksum: bytes = b""  # the sender's state checksum after the previous round; b"": unknown
+
+
+StageState = tuple[torch.Tensor, int, int]  # (flat state, Adam step, rounds applied): migration.py
+Fetch = Callable[[str, int], Awaitable[Contribution | tuple[torch.Tensor, int]]]
+FetchState = Callable[[str], Awaitable[StageState]]
 
 
 class StageAverager:
-    """The step rounds of one server in one stage; see the module docstring."""
+    """The step rounds of one server in one stage; see the module docstring.
+
+    `fetch_state(peer)` downloads a peer's stage state (None: drift is counted, never repaired);
+    `may_repair()` says whether a repair may run now (False while the server moves)."""
 
     def __init__(
         self,
@@ -56,6 +73,8 @@ class StageAverager:
         completed: int = 0,
         keep: int = 4,
         timeout: float = 5.0,
+        fetch_state: FetchState | None = None,
+        may_repair: Callable[[], bool] = lambda: True,
     ) -> None:
         self.server = server
         self.me = me
@@ -65,10 +84,15 @@ class StageAverager:
         self.taken = completed  # rounds whose own contribution is taken
         self.keep = keep
         self.timeout = timeout
+        self.fetch_state = fetch_state
+        self.may_repair = may_repair
+        self.drift = DriftGuard()
         self._own: OrderedDict[int, Contribution] = OrderedDict()
         self._ready: dict[int, trio.Event] = {}  # set once our contribution to that round is taken
         self._askers: dict[int, set[str]] = {}
+        self._checksums: OrderedDict[int, bytes] = OrderedDict()  # ours, after each round
         self._order = trio.Lock()  # rounds are applied one at a time, in order
+        self._applying = trio.Lock()  # held while the state and `completed` change together
         self._thread = trio.CapacityLimiter(1)
         self.contributors: list[int] = []  # servers per applied round (last few)
 
@@ -92,15 +116,43 @@ class StageAverager:
         ready = self._ready.get(step)
         if ready is not None:
             await ready.wait()  # another asker made us take it a moment ago; the thread is busy
-        return self._own.get(step)
+        own = self._own.get(step)
+        if own is None:
+            return None
+        return own._replace(checksum=await self.checksum(step - 1))
+
+    async def checksum(self, round_: int) -> bytes:
+        """Our state checksum after round `round_`: b"" if that is neither kept nor now."""
+        if round_ not in self._checksums and round_ == self.completed:
+            async with self._applying:
+                if round_ == self.completed and round_ not in self._checksums:
+                    self._remember(
+                        round_,
+                        await trio.to_thread.run_sync(
+                            state_checksum, self.server, limiter=self._thread
+                        ),
+                    )
+        return self._checksums.get(round_, b"")
+
+    async def export(self) -> StageState:
+        """Our stage state for a mover or a drifted peer, with the round it is the state after."""
+        async with self._applying:
+            flat, adam_step = await trio.to_thread.run_sync(export_state, self.server)
+            return flat, adam_step, self.completed
+
+    def _remember(self, round_: int, checksum: bytes) -> None:
+        self._checksums[round_] = checksum
+        while len(self._checksums) > self.keep + 2:
+            self._checksums.popitem(last=False)
 
     async def _take(self, step: int) -> None:
         self.taken = step
         self._ready[step] = ready = trio.Event()
         try:
-            self._own[step] = await trio.to_thread.run_sync(
+            flat, samples = await trio.to_thread.run_sync(
                 self.server.take_gradients, limiter=self._thread
             )
+            self._own[step] = Contribution(flat, samples)
         finally:
             ready.set()
         while len(self._own) > self.keep:
@@ -112,37 +164,102 @@ class StageAverager:
             own = self._own.get(step)
             if own is None or step != self.completed + 1:
                 return
-            parts: dict[str, Contribution] = {}
-            tried: set[str] = set()
-            while True:  # again for askers that appeared while we gathered
-                todo = (set(self.peers()) | self._askers.get(step, set())) - tried
-                if not todo:
-                    break
-                tried |= todo
-                async with trio.open_nursery() as nursery:
-                    for peer in todo:
-                        nursery.start_soon(self._gather, peer, step, own[0].shape, parts)
-            parts[self.me] = own
-            total, samples = torch.zeros_like(own[0]), 0
+            mine = await self.checksum(step - 1)
+            parts = await self._gather_all(step, own)
+            reports = {peer: part.checksum for peer, part in parts.items() if part.checksum}
+            repair = self.drift.check(step - 1, self.me, {**reports, self.me: mine})
+            if repair is not None and await self._repair(repair) and self.completed >= step:
+                return  # the state we adopted already includes this round
+            total, samples = torch.zeros_like(own.flat), 0
             for peer in sorted(parts):  # one order everywhere: bitwise-equal sums on every server
-                total += parts[peer][0]
-                samples += parts[peer][1]
-            await trio.to_thread.run_sync(
-                self.server.apply_average, total, samples, limiter=self._thread
-            )
-            self.completed = step
+                total += parts[peer].flat
+                samples += parts[peer].samples
+            async with self._applying:
+                checksum = await trio.to_thread.run_sync(
+                    self._apply, total, samples, limiter=self._thread
+                )
+                self.completed = step
+                self._remember(step, checksum)
             self.contributors = [*self.contributors[-15:], len(parts)]
+
+    def _apply(self, total: torch.Tensor, samples: int) -> bytes:
+        self.server.apply_average(total, samples)
+        return state_checksum(self.server)
+
+    async def _gather_all(self, step: int, own: Contribution) -> dict[str, Contribution]:
+        parts: dict[str, Contribution] = {}
+        tried: set[str] = set()
+        while True:  # again for askers that appeared while we gathered
+            todo = (set(self.peers()) | self._askers.get(step, set())) - tried
+            if not todo:
+                break
+            tried |= todo
+            async with trio.open_nursery() as nursery:
+                for peer in todo:
+                    nursery.start_soon(self._gather, peer, step, own.flat.shape, parts)
+        parts[self.me] = own
+        return parts
 
     async def _gather(
         self, peer: str, step: int, shape: torch.Size, parts: dict[str, Contribution]
     ) -> None:
         with trio.move_on_after(self.timeout):
             try:
-                flat, n = await self.fetch(peer, step)
+                got = Contribution(*await self.fetch(peer, step))
             except Exception as exc:  # dead, left the stage, or refused: leave it out of the round
                 log.debug("stage round %d: no contribution from %s: %r", step, peer, exc)
                 return
-            if flat.shape != shape or n < 0:
+            if got.flat.shape != shape or got.samples < 0:
                 log.warning("stage round %d: %s sent a malformed contribution", step, peer)
                 return
-            parts[peer] = (flat, n)
+            parts[peer] = got
+
+    async def _repair(self, repair: Repair) -> bool:
+        """Adopt the stage state of one of the winner's holders; True if we did.
+
+        A donor still at `repair.round` must hand over exactly the winning checksum; one that has
+        applied later rounds (it raced ahead while we gathered) is taken as it is, as a mover
+        takes its donor's state. Never a state older than ours."""
+        ok = False
+        if self.fetch_state is not None and self.may_repair():
+            for donor in repair.donors[:2]:
+                ok = await self._adopt_from(donor, repair)
+                if ok:
+                    break
+        self.drift.repaired(ok)
+        if ok:
+            log.info("stage drift at round %d: re-synced from the majority", repair.round)
+        return ok
+
+    async def _adopt_from(self, donor: str, repair: Repair) -> bool:
+        assert self.fetch_state is not None
+        with trio.move_on_after(2 * self.timeout):
+            try:
+                flat, adam_step, rounds = await self.fetch_state(donor)
+            except Exception as exc:  # the donor left, moved or died: try the next
+                log.info("stage state from %s for a re-sync failed: %r", donor, exc)
+                return False
+            if rounds < self.completed or not self.may_repair():
+                return False
+            expect = repair.checksum if rounds == repair.round else None
+            async with self._applying:
+                checksum = await trio.to_thread.run_sync(
+                    self._import, flat, adam_step, expect, limiter=self._thread
+                )
+                if checksum is None:
+                    return False
+                self.completed, self.taken = rounds, max(self.taken, rounds)
+                self._remember(rounds, checksum)
+            return True
+        return False
+
+    def _import(self, flat: torch.Tensor, adam_step: int, expect: bytes | None) -> bytes | None:
+        """Load a downloaded state (sync); None, and nothing loaded, if it is not the one
+        expected or does not fit this stage."""
+        numel = sum(p.numel() for p in self.server._params)
+        if flat.shape != (3 * numel,) or (
+            expect is not None and flat_checksum(flat, numel, adam_step) != expect
+        ):
+            return None
+        import_state(self.server, flat, adam_step)
+        return state_checksum(self.server)

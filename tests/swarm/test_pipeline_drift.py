@@ -1,0 +1,171 @@
+"""Drift between a stage's copies (swarm/pipeline/drift.py, averaging.py), averagers in one process:
+a copy that differs from the stage's majority re-syncs from it within a round or two and the stage
+is bitwise identical again; a 1-1 split is settled the same way on both sides; a normal run never
+re-syncs."""
+
+from __future__ import annotations
+
+import torch
+import trio
+from peertrain.swarm.models.mlp import MLPConfig
+from peertrain.swarm.pipeline.averaging import StageAverager
+from peertrain.swarm.pipeline.boundary import pack
+from peertrain.swarm.pipeline.drift import flat_checksum, majority, state_checksum
+from peertrain.swarm.pipeline.migration import export_state
+from peertrain.swarm.pipeline.slices import mlp_stage_module
+from peertrain.swarm.pipeline.stage import StageServer
+
+CONFIG = MLPConfig(hidden=32, depth=2)
+
+
+def server() -> StageServer:
+    module = mlp_stage_module(CONFIG, 3, 2, seed=0)
+    return StageServer(
+        module, stage=2, is_last=True, optimizer=lambda ps: torch.optim.Adam(ps, lr=3e-3)
+    )
+
+
+def feed(s: StageServer, rows: int, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    s.loss_backward(
+        pack(torch.randn(rows, 32, generator=g)), torch.randint(10, (rows,), generator=g)
+    )
+
+
+def params(s: StageServer) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in s.module.parameters()])
+
+
+def perturb(s: StageServer) -> None:
+    with torch.no_grad():
+        next(iter(s.module.parameters())).add_(1e-3)
+
+
+class Stage:
+    """Averagers of one stage reaching each other by direct calls; `cut` holds (asker, peer) pairs
+    whose gradient fetches fail (a peer left out by some servers but not others)."""
+
+    def __init__(self, n: int, nursery: trio.Nursery) -> None:
+        self.names = [f"p{i}" for i in range(n)]
+        self.servers = {name: server() for name in self.names}
+        self.cut: set[tuple[str, str]] = set()
+        self.nursery = nursery
+        self.averagers = {
+            name: StageAverager(
+                s,
+                me=name,
+                fetch=self._fetch_for(name),
+                peers=lambda me=name: [n for n in self.names if n != me],
+                timeout=2.0,
+                fetch_state=lambda peer: self.averagers[peer].export(),
+            )
+            for name, s in self.servers.items()
+        }
+
+    def _fetch_for(self, me: str):
+        async def fetch(peer: str, round_: int):
+            if (me, peer) in self.cut:
+                raise ConnectionError(f"{me} cannot reach {peer}")
+            got = await self.averagers[peer].contribution(self.nursery, round_, me)
+            if got is None:
+                raise LookupError("round not kept")
+            return got
+
+        return fetch
+
+    async def round(self, round_: int) -> None:
+        for i, s in enumerate(self.servers.values()):
+            feed(s, 4, seed=100 * round_ + i)
+        await self.averagers[self.names[round_ % len(self.names)]].maybe_start(self.nursery, 4)
+        with trio.fail_after(10):
+            while any(a.completed < round_ for a in self.averagers.values()):  # noqa: ASYNC110
+                await trio.sleep(0.01)
+
+    def identical(self) -> bool:
+        first = params(self.servers[self.names[0]])
+        return all(torch.equal(params(s), first) for s in self.servers.values())
+
+    def resyncs(self) -> dict[str, int]:
+        return {name: a.drift.resyncs for name, a in self.averagers.items()}
+
+
+async def test_a_perturbed_copy_resyncs_from_the_majority_within_two_rounds():
+    async with trio.open_nursery() as nursery:
+        stage = Stage(3, nursery)
+        for r in (1, 2):
+            await stage.round(r)
+        assert stage.identical()
+        perturb(stage.servers["p2"])  # between rounds: its checksum after round 2 is already kept
+        await stage.round(3)  # p2 applies round 3 to the perturbed state: its checksum differs
+        assert not stage.identical()
+        await stage.round(4)  # round 4 carries the round-3 checksums: p2 lost, adopts, applies
+        assert stage.identical()
+        assert stage.resyncs() == {"p0": 0, "p1": 0, "p2": 1}
+        for r in (5, 6, 7):  # and it stays put
+            await stage.round(r)
+        assert stage.identical() and stage.resyncs() == {"p0": 0, "p1": 0, "p2": 1}
+        stats = stage.averagers["p0"].drift.statistics()
+        assert stats.drifted == 1 and stats.compared == 7  # rounds 0 (the initial state) to 6
+        assert len({a.completed for a in stage.averagers.values()}) == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_peer_left_out_by_one_server_only_is_repaired_the_next_round():
+    async with trio.open_nursery() as nursery:
+        stage = Stage(3, nursery)
+        await stage.round(1)
+        stage.cut = {("p0", "p2"), ("p2", "p0")}  # p0 and p2 cannot reach each other in round 2
+        await stage.round(2)
+        # p0 summed {p0, p1}, p2 summed {p1, p2}, p1 all three: three different copies
+        sizes = {n: a.contributors[-1] for n, a in stage.averagers.items()}
+        assert sizes == {"p0": 2, "p1": 3, "p2": 2}
+        assert not stage.identical()
+        stage.cut = set()
+        await stage.round(3)
+        assert stage.identical()
+        # p0 and p2 each held a checksum of their own, p1 a third: a three-way tie, settled by the
+        # largest checksum; whoever did not hold it re-synced, once
+        assert sorted(stage.resyncs().values()) == [0, 1, 1]
+        await stage.round(4)
+        assert stage.identical() and sum(stage.resyncs().values()) == 2
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_two_server_split_is_settled_by_the_larger_checksum():
+    async with trio.open_nursery() as nursery:
+        stage = Stage(2, nursery)
+        await stage.round(1)
+        perturb(stage.servers["p1"])
+        await stage.round(2)
+        before = {n: await a.checksum(2) for n, a in stage.averagers.items()}
+        loser = min(before, key=before.__getitem__)
+        await stage.round(3)
+        assert stage.identical()
+        assert stage.resyncs() == {n: int(n == loser) for n in stage.names}
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_normal_run_never_resyncs():
+    async with trio.open_nursery() as nursery:
+        stage = Stage(3, nursery)
+        for r in range(1, 9):
+            await stage.round(r)
+        assert stage.identical()
+        assert stage.resyncs() == {"p0": 0, "p1": 0, "p2": 0}
+        assert all(a.drift.statistics().drifted == 0 for a in stage.averagers.values())
+        assert stage.averagers["p1"].drift.statistics().compared == 8
+        nursery.cancel_scope.cancel()
+
+
+def test_majority_breaks_ties_by_the_larger_checksum_and_checksums_match_exports():
+    assert majority({"a": b"\x01", "b": b"\x02"}) == (b"\x02", ["b"])
+    assert majority({"a": b"\x01", "b": b"\x02", "c": b"\x01"}) == (b"\x01", ["a", "c"])
+    s = server()
+    feed(s, 4, seed=0)
+    s.step(lambda flat, n: (flat, n))
+    flat, adam_step = export_state(s)
+    numel = sum(p.numel() for p in s.module.parameters())
+    assert flat_checksum(flat, numel, adam_step) == state_checksum(s)
+    assert flat_checksum(flat, numel, adam_step + 1) != state_checksum(s)
+    perturb(s)
+    assert flat_checksum(flat, numel, adam_step) != state_checksum(s)
