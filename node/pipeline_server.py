@@ -10,7 +10,9 @@ What it does, each piece from swarm/pipeline/:
   service time, queueing excluded) and **announce** (stage, throughput) in RunState
   every few seconds with a short lease, and in the DHT stage key;
 - **average** within the stage over the network and step (`StageAverager`: numbered rounds,
-  all-gather of sample-weighted gradient sums among the stage's live servers);
+  all-gather of sample-weighted gradient sums among the stage's live servers), and **repair
+  drift**: a copy whose state checksum loses to the stage's majority re-syncs from a winner
+  (node/pipeline_drift.py; `resyncs` in the status);
 - **rebalance**: every `rebalance_period`, evaluate `plan_move` on the RunState view at the
   middle of the period (peers' clocks agree on the period index there), unless that view changed
   since the previous period (not settled yet: skip) or a trainer is measuring the static
@@ -40,7 +42,7 @@ from peertrain.protocol.messages import ErrorCode, ErrorResponse, Request
 from peertrain.swarm.pipeline.averaging import StageAverager
 from peertrain.swarm.pipeline.boundary import pack
 from peertrain.swarm.pipeline.membership import in_static_phase, server_role, servers, stage_views
-from peertrain.swarm.pipeline.migration import export_state, import_state
+from peertrain.swarm.pipeline.migration import import_state
 from peertrain.swarm.pipeline.rebalance import plan_move, stage_for_new_peer
 from peertrain.swarm.pipeline.run_spec import PipelineSpec
 from peertrain.swarm.pipeline.slices import mlp_stage_module
@@ -48,19 +50,16 @@ from peertrain.swarm.pipeline.stage import StageServer
 from peertrain.swarm.pipeline.wiring import BACKWARD_COST, ThroughputEMA
 
 from .penalties import is_misbehaviour
-from .pipeline_transport import NetworkStageTransport
+from .pipeline_drift import StagePeerTransport, answer_gradients, answer_state, stage_averager
 from .pipeline_wire import (
     MAX_BOUNDARY_BYTES,
     PIPELINE,
-    GradientsReply,
     GradientsRequest,
     StageCall,
     StageReply,
-    StateReply,
     StateRequest,
     boundary_of,
     prepare_boundary,
-    prepare_flat,
     read_payloads,
     write_payloads,
 )
@@ -97,7 +96,7 @@ class PipelineServer:
         self.session, self.spec, self.speed = session, spec, speed
         self.daemon = session.daemon
         self.me = self.daemon.identity.peer_id.to_base58()
-        self.transport = NetworkStageTransport(self.daemon.host, session.run_id, timeout=20.0)
+        self.transport = StagePeerTransport(self.daemon.host, session.run_id, timeout=20.0)
         self.stage = -1  # none until `run` has chosen one and fetched its state
         self._wanted = stage
         self.server: StageServer | None = None
@@ -109,6 +108,8 @@ class PipelineServer:
         self._nursery: trio.Nursery | None = None
         self.moves: list[dict[str, Any]] = []
         self.calls = self.refused = 0
+        self.moving = False  # building or downloading a stage: drift repairs wait
+        self._past_resyncs = 0  # of the averagers of stages we served before
 
     # --- lifecycle -------------------------------------------------------------------------
     async def run(
@@ -155,7 +156,13 @@ class PipelineServer:
 
     async def _become(self, stage: int, *, period: int | None = None) -> None:
         """Serve `stage` with its current state, downloaded from one of its servers if any."""
-        decided = time.time()
+        self.moving = True
+        try:
+            await self._switch(stage, decided=time.time(), period=period)
+        finally:
+            self.moving = False
+
+    async def _switch(self, stage: int, *, decided: float, period: int | None) -> None:
         server = await trio.to_thread.run_sync(self._build, stage, limiter=self._thread)
         completed = 0
         async with self._serve:  # the call in progress finishes first; none starts meanwhile
@@ -170,15 +177,17 @@ class PipelineServer:
                     log.info("stage %d state from %s failed: %s", stage, donor, exc)
                     completed = 0
             old = self.stage
+            if self.averager is not None:
+                self._past_resyncs += self.averager.drift.resyncs
             self.server, self.stage = server, stage
-            self.averager = StageAverager(
+            self.averager = stage_averager(
+                self.transport,
                 server,
                 me=self.me,
-                fetch=lambda peer, round_: self.transport.gradients(
-                    peer, stage=stage, round_=round_
-                ),
-                peers=lambda: self._peers_in(stage),
+                stage=stage,
                 completed=completed,
+                peers=lambda: self._peers_in(stage),
+                may_repair=lambda: not self.moving and self.stage == stage,
             )
             self._ema = ThroughputEMA(beta=0.9)
             await self._measure_once(server)
@@ -391,25 +400,12 @@ class PipelineServer:
         wrong = self._wrong_place(peer, req, req.run, req.stage)
         if wrong is not None or self.averager is None or self._nursery is None:
             return wrong or refuse(req, ErrorCode.BUSY, "starting"), ()
-        contribution = await self.averager.contribution(self._nursery, req.round, peer)
-        if contribution is None:
-            return refuse(req, ErrorCode.NOT_FOUND, f"no contribution for round {req.round}"), ()
-        flat, samples = contribution
-        prepared = (await trio.to_thread.run_sync(prepare_flat, "gradients", flat),)
-        return req.reply(GradientsReply, samples=samples, tensors=(prepared[0].header,)), prepared
+        return await answer_gradients(self.averager, self._nursery, peer, req)
 
     async def _state(self, req: StateRequest):
-        if req.run != self.session.run_id or req.stage != self.stage or self.server is None:
+        if req.run != self.session.run_id or req.stage != self.stage or self.averager is None:
             return refuse(req, WRONG_STAGE, f"this server serves stage {self.stage}"), ()
-        server, averager = self.server, self.averager
-        flat, adam_step = await trio.to_thread.run_sync(export_state, server)
-        prepared = (await trio.to_thread.run_sync(prepare_flat, "stage-state", flat),)
-        return req.reply(
-            StateReply,
-            round=averager.completed if averager else 0,
-            adam_step=adam_step,
-            tensors=(prepared[0].header,),
-        ), prepared
+        return await answer_state(self.averager, req)
 
     # --- status --------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
@@ -428,4 +424,5 @@ class PipelineServer:
             "round": self.averager.completed if self.averager else 0,
             "round_sizes": list(self.averager.contributors) if self.averager else [],
             "moves": list(self.moves),
+            "resyncs": self._past_resyncs + (self.averager.drift.resyncs if self.averager else 0),
         }

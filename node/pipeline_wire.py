@@ -68,10 +68,13 @@ class GradientsRequest(Request):
     round: Round
 
 
-@message("pipeline/gradients-reply", max_size=_HEADER_SIZE + 256)
+@message("pipeline/gradients-reply", max_size=_HEADER_SIZE + 320)
 class GradientsReply(Response):
     samples: Annotated[int, IntRange(0, 2**40)]
     tensors: Headers  # (flat sample-weighted gradient sum,)
+    # the replier's stage-state checksum after round `round - 1` (swarm/pipeline/drift.py);
+    # empty when it does not have it (not there yet, or long past)
+    checksum: Annotated[bytes, MaxLen(32)] = b""
 
 
 @message("pipeline/state-request", max_size=256)
