@@ -184,6 +184,9 @@ class DhtService:
         return stats
 
 
+RESOLVE_TIMEOUT = 8.0
+
+
 async def keep_joined(
     control_socket, peer: str, *, check_every: float = 5.0, max_backoff: float = 30.0
 ) -> None:
@@ -204,7 +207,14 @@ async def keep_joined(
             await trio.sleep(check_every)
             continue
         try:
-            found = await call(control_socket, "resolve_peer", {"peer": peer}, timeout=15.0)
+            # the daemon may wait `timeout` for its DHT to bootstrap, then `timeout` to resolve:
+            # waiting less here would give up on a resolution that is about to succeed
+            found = await call(
+                control_socket,
+                "resolve_peer",
+                {"peer": peer, "timeout": RESOLVE_TIMEOUT},
+                timeout=2 * RESOLVE_TIMEOUT + 5.0,
+            )
         except ControlError as exc:
             log.warning("joining %s: %s (retrying in %.0f s)", peer, exc, backoff)
             await trio.sleep(backoff)
