@@ -6,6 +6,7 @@ Modules, each one concept:
     rebalance.py   which server moves to which stage each period; which stage a joiner serves
     stage.py       a stage server's compute: forward, recompute-on-backward, accumulate, step
     averaging.py   averaging within a stage over the network: numbered all-gather rounds
+    drift.py       state checksums compared at equal rounds; a copy outvoted by its stage re-syncs
     migration.py   a stage's state (parameters + Adam moments) as one flat tensor, for movers
     membership.py  who serves which stage, read from RunState: the view everyone decides from
     boundary.py    tensors crossing stage boundaries (fp32 / fp16 / int8 blockwise payloads)
@@ -23,6 +24,8 @@ On the network (node/, which may import libp2p; this package may not):
     node/pipeline_transport.py  `StageTransport` over libp2p streams; a failure: ServerUnavailable
     node/pipeline_server.py     a stage server as a run service: serve, measure, announce in
                                 RunState and the DHT, average within the stage, rebalance
+    node/pipeline_drift.py      the stage's server-to-server calls: contributions carrying
+                                checksums, state downloads for movers and drifted copies
     node/pipeline_trainer.py    a trainer as a run service: wiring kept in step with RunState
     node/pipeline_session.py    a swarm run's session: RunState first, then the node's role
     node/pipeline_local.py      `peertrain swarm local --mode swarm`: daemons as processes + report
@@ -32,6 +35,8 @@ server of a stage can take any microbatch's backward and a dying server costs a 
 microbatch (stage.py); the view of who serves what is RunState, a CRDT every peer converges on,
 not the DHT, whose gets stop at the first replica (membership.py); a stage steps by an
 all-gather round that whoever is ready first starts, summed in peer-ID order so the stage's
-copies stay bitwise identical (averaging.py); one deterministic mover per period, decided by
-everyone on the same view at the middle of the period (rebalance.py, node/pipeline_server.py).
+copies stay bitwise identical (averaging.py), and a copy that still drifts (a peer left out by
+some servers only) is outvoted at the next round and re-syncs (drift.py); one deterministic
+mover per period, decided by everyone on the same view at the middle of the period (rebalance.py,
+node/pipeline_server.py).
 """

@@ -18,6 +18,10 @@ own checksum loses downloads the stage state from one of the winner's holders. `
 that cheap and calm: a decision needs at least one other report, and after a repair it waits
 `cooldown` rounds before it tries again (the repaired state shows up in the next round's
 comparison; a second try on the round right after would fetch twice for one drift).
+
+Each server decides on the reports it gathered; a peer that answered some servers and not others
+can make them see different majorities. The cost is bounded: a needless download of a winner's
+state (which is the stage's state anyway), at most once per `cooldown` rounds.
 """
 
 from __future__ import annotations
