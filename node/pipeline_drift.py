@@ -18,7 +18,7 @@ import trio
 from peertrain.protocol.messages import ErrorCode
 from peertrain.swarm.pipeline.averaging import Contribution, StageAverager
 
-from .pipeline_transport import NetworkStageTransport, _flat
+from .pipeline_transport import NetworkStageTransport, flat_tensor
 from .pipeline_wire import (
     MAX_STATE_BYTES,
     GradientsReply,
@@ -40,7 +40,7 @@ class StagePeerTransport(NetworkStageTransport):
         """Peer's contribution to round `round_`, with its state checksum after `round_ - 1`."""
         req = GradientsRequest(run=self.run_id, stage=stage, round=round_)
         reply, tensors = await self._exchange(peer, req, (), GradientsReply, MAX_STATE_BYTES)
-        return Contribution(_flat(reply, tensors), reply.samples, reply.checksum)
+        return Contribution(flat_tensor(reply, tensors), reply.samples, reply.checksum)
 
 
 def stage_averager(

@@ -325,6 +325,7 @@ def _report(swarm: PipelineSwarm, runs: list[dict[str, Any] | None]) -> dict[str
                 "calls": r["calls"],
                 "steps": r["steps"],
                 "moves": len(r["moves"]),
+                "resyncs": r.get("resyncs", 0),
             }
             for r in servers
         ],

@@ -92,14 +92,14 @@ class NetworkStageTransport:
         """Peer's contribution (flat gradient sum, samples) to averaging round `round_`."""
         req = GradientsRequest(run=self.run_id, stage=stage, round=round_)
         reply, tensors = await self._exchange(peer, req, (), GradientsReply, MAX_STATE_BYTES)
-        return _flat(reply, tensors), reply.samples
+        return flat_tensor(reply, tensors), reply.samples
 
     async def state(self, peer, *, stage: int) -> tuple[torch.Tensor, int, int]:
         """Peer's stage state: (flat state, Adam step, averaging rounds applied)."""
         reply, tensors = await self._exchange(
             peer, StateRequest(run=self.run_id, stage=stage), (), StateReply, MAX_STATE_BYTES
         )
-        return _flat(reply, tensors), reply.adam_step, reply.round
+        return flat_tensor(reply, tensors), reply.adam_step, reply.round
 
     # --- one exchange ----------------------------------------------------------------------
     async def _exchange(
@@ -145,7 +145,8 @@ class NetworkStageTransport:
         raise ServerUnavailable(f"{peer}: no answer within {self.timeout:g} s")
 
 
-def _flat(reply, tensors: list[torch.Tensor]) -> torch.Tensor:
+def flat_tensor(reply, tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The one flat fp32 tensor a gradients or state reply carries; ServerUnavailable otherwise."""
     from peertrain.protocol import codecs
 
     if (
