@@ -78,6 +78,7 @@ WRONG_STAGE = 101  # ErrorResponse code: the server serves another stage (it may
 BAD_INPUT_PENALTY = 25.0
 WRONG_STAGE_PENALTY = 1.0
 IDLE_TIMEOUT = 10.0
+FIRST_CLAIM_WAIT = 5.0  # a joiner waits this long for a first server claim before choosing
 
 
 class PipelineServer:
@@ -118,7 +119,7 @@ class PipelineServer:
         self.daemon.host.set_stream_handler(str(PIPELINE), self._on_stream)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            stage = self._wanted if self._wanted is not None else self._stage_with_most_need()
+            stage = self._wanted if self._wanted is not None else await self._choose_stage()
             await self._become(stage)
             nursery.start_soon(self._announce_loop)
             nursery.start_soon(self._dht_loop)
@@ -129,6 +130,16 @@ class PipelineServer:
     def _view(self):
         entries = servers(self.session.state, self.spec.stages)
         return entries, stage_views(entries, [self.spec.demand(s) for s in range(self.spec.stages)])
+
+    async def _choose_stage(self) -> int:
+        """The stage with the most need, once someone else's claim is in view: a joiner that
+        looks while the creator still builds its pipeline sees no server at all, and would
+        take the creator's stage (rebalancing would undo it, a few periods later)."""
+        if self.session.manifest.creator != self.me:
+            with trio.move_on_after(FIRST_CLAIM_WAIT):
+                while not set(servers(self.session.state, self.spec.stages)) - {self.me}:
+                    await trio.sleep(0.2)
+        return self._stage_with_most_need()
 
     def _stage_with_most_need(self) -> int:
         entries = servers(self.session.state, self.spec.stages)
