@@ -21,7 +21,6 @@ from libp2p.abc import IHost
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 from multiaddr import Multiaddr
-from peertrain.protocol.errors import PeertrainError
 from peertrain.protocol.ids import protocol_id
 from peertrain.protocol.messages import Message, Request, Response, message
 from peertrain.protocol.schema import IntRange, MaxLen
@@ -38,6 +37,7 @@ log = logging.getLogger(__name__)
 PEX = protocol_id("pex", "1.0.0")
 MAX_PEERS_PER_ANSWER = 64
 MAX_ADDRS_PER_PEER = 8
+SOURCES_PER_EXCHANGE = 3
 
 
 @message("node/pex-peer", max_size=2048)
@@ -81,8 +81,12 @@ class PeerExchange:
         task_status.started()
         delay = self.interval
         while True:
+            before = set(self.host.get_connected_peers())
             learned = await self.exchange_once()
-            delay = self.interval if learned else min(delay * 2, self.max_interval)
+            # back off only while nothing changes: a new connection (someone dialed us) is a
+            # peer that may know others, and must not wait out a long backoff
+            changed = set(self.host.get_connected_peers()) != before
+            delay = self.interval if learned or changed else min(delay * 2, self.max_interval)
             await trio.sleep(delay)
 
     async def _answer(self, peer: ID, req: PeersRequest) -> PeersResponse:
@@ -100,23 +104,24 @@ class PeerExchange:
         return KnownPeer(peer_id=peer.to_base58(), addrs=tuple(str(a) for a in addrs))
 
     async def exchange_once(self) -> int:
-        """Ask one random connected peer; dial what is new. Returns how many new peers connected."""
+        """Ask a random connected peer; dial what is new. Returns how many new peers connected.
+
+        A peer that does not answer (it lacks PEX, e.g. another node's throwaway dial-back
+        probe, or it is gone) is skipped for the next one, up to `SOURCES_PER_EXCHANGE`: one
+        unlucky pick must not cost a whole backoff period."""
         connected = self.host.get_connected_peers()
         if not connected or len(connected) >= self.target_peers:
             return 0
-        source = random.choice(connected)
-        try:
-            answer = await request(
-                self.host, source, PEX, PeersRequest(), PeersResponse, timeout=5.0
-            )
-        except (
-            PeertrainError,
-            trio.TooSlowError,
-            Exception,
-        ) as exc:  # the peer may lack PEX or be gone
-            log.debug("peer exchange with %s failed: %s", source, exc)
-            return 0
-        return await self._dial_new(source, answer.peers)
+        for source in random.sample(connected, min(len(connected), SOURCES_PER_EXCHANGE)):
+            try:
+                answer = await request(
+                    self.host, source, PEX, PeersRequest(), PeersResponse, timeout=5.0
+                )
+            except Exception as exc:  # PeertrainError, TooSlowError, the transport's own
+                log.debug("peer exchange with %s failed: %s", source, exc)
+                continue
+            return await self._dial_new(source, answer.peers)
+        return 0
 
     async def _dial_new(self, source: ID, peers: tuple[KnownPeer, ...]) -> int:
         own = self.host.get_id()

@@ -34,12 +34,17 @@ def test_three_daemons_joined_to_the_first_all_see_each_other_within_10s(daemons
         ids = [d.status()["peer_id"] for d in nodes]
         start = time.monotonic()
 
-        def meshed() -> bool:
-            return all(
-                set(status_json(d)["peers"]) == set(ids) - {ids[i]} for i, d in enumerate(nodes)
-            )
+        seen: dict[str, list[str]] = {}
 
-        wait_until_sync(meshed, timeout=10)
+        def meshed() -> bool:
+            for i, d in enumerate(nodes):
+                seen[ids[i]] = status_json(d)["peers"]
+            return all(set(seen[me]) == set(ids) - {me} for me in ids)
+
+        try:
+            wait_until_sync(meshed, timeout=10)
+        except TimeoutError:
+            raise AssertionError(f"not meshed within 10 s: {ids=} {seen=}") from None
         assert time.monotonic() - start < 10
         status = status_json(nodes[2])
         assert status["run"] is None and status["name"] and status["addrs"]

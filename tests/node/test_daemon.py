@@ -50,3 +50,29 @@ async def test_resolving_a_peer_reports_the_same_route_as_status_remembers():
             found = await nodes[2].dht.resolve_peer(target, timeout=8.0)
             remembered = nodes[2].status()["dht"]["resolved"][target]
             assert remembered["how"] == found["how"]
+
+
+async def test_peer_exchange_skips_connected_peers_that_do_not_answer():
+    # Dial-back probes and other non-peertrain peers are connected too; asking one of them
+    # must not end the exchange (the next one is asked), or meshing waits out a backoff.
+    from contextlib import AsyncExitStack
+
+    from libp2p.peer.peerinfo import PeerInfo
+    from multiaddr import Multiaddr
+    from peertrain.node.host import build_host
+    from peertrain.node.identity import Identity
+    from peertrain.node.peer_exchange import PeerExchange
+    from peertrain.node.penalties import PeerScoreboard
+
+    listen = [Multiaddr("/ip4/127.0.0.1/tcp/0")]
+    async with open_test_swarm(2) as (b, c), AsyncExitStack() as stack:
+        await wait_until(lambda: len(b.status()["peers"]) == 1)
+        hosts = [build_host(Identity.generate(), dial_timeout=3.0) for _ in range(3)]
+        for host in hosts:
+            await stack.enter_async_context(host.run(listen))
+        asker, mute = hosts[0], hosts[1:]  # `mute` hosts serve no peer exchange
+        for other in [*mute, b.host]:
+            await asker.connect(PeerInfo(other.get_id(), other.get_addrs()))
+        exchange = PeerExchange(asker, PeerScoreboard())
+        assert await exchange.exchange_once() == 1
+        assert c.host.get_id() in asker.get_connected_peers()
