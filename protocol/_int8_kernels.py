@@ -1,3 +1,4 @@
+# mypy: allow-untyped-defs
 """The loops behind int8_fused.py, as plain Python that numba compiles (see that module).
 
 Block loops index through per-block slices with `range(length)`: numba then knows every index

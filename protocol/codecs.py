@@ -68,10 +68,13 @@ def get_codec(name: str) -> Codec:
 def _torch_dtype(name: str) -> torch.dtype:
     import torch
 
-    return getattr(torch, name)
+    dtype: torch.dtype = getattr(torch, name)
+    return dtype
 
 
-def _split(codec: Codec, payload: torch.Tensor, numel: int, block_size: int):
+def _split(
+    codec: Codec, payload: torch.Tensor, numel: int, block_size: int
+) -> tuple[torch.Tensor | None, torch.Tensor]:
     """(scales, values) views of a uint8 payload, without copying."""
     n_scales = int8_blockwise.num_blocks(numel, block_size) if codec.scale_bytes else 0
     cut = n_scales * codec.scale_bytes

@@ -125,7 +125,7 @@ def check_codec_roundtrip(
     )
 
     def dec(p: Any, **overrides: Any) -> Any:
-        kw = dict(dtype=dtype, shape=shape, block_size=block_size) | overrides
+        kw: dict[str, Any] = dict(dtype=dtype, shape=shape, block_size=block_size) | overrides
         return codecs.decode(p, codec, **kw)
 
     back = dec(payload)

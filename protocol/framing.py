@@ -20,14 +20,15 @@ thread that does not block the reading task.
 from __future__ import annotations
 
 import struct
-from typing import Protocol
+from collections.abc import Awaitable, Callable
+from typing import Protocol, cast, overload
 
 import trio
 from libp2p.exceptions import BaseLibp2pError
 from libp2p.io.exceptions import IOException
 
 from .errors import MessageTooLarge, PeerTimeout, StreamEnded
-from .messages import M, Message, decode, encode
+from .messages import M2, M3, M4, M, Message, decode, encode
 
 HEADER = struct.Struct(">I")
 MAX_FRAME_LIMIT = (1 << 32) - 1
@@ -53,7 +54,7 @@ _STREAM_FAILURES: tuple[type[BaseException], ...] = (
 )
 
 
-def _readinto_of(stream: object):
+def _readinto_of(stream: object) -> Callable[[memoryview], Awaitable[int]] | None:
     """The zero-copy `readinto` of our own muxed streams (node/transport), when present."""
     muxed = getattr(stream, "muxed_stream", stream)
     return getattr(muxed, "readinto", None)
@@ -126,6 +127,7 @@ async def read_frame_length(
     stream: ByteStream, *, max_size: int, idle_timeout: float = DEFAULT_IDLE_TIMEOUT
 ) -> int:
     """Read a frame header and check its length against `max_size`."""
+    length: int
     (length,) = HEADER.unpack(
         await read_exactly(stream, HEADER.size, idle_timeout=idle_timeout, phase="frame-header")
     )
@@ -164,7 +166,9 @@ async def write_frame(
                 await stream.write(header + bytes(data))
             else:
                 await stream.write(header)
-                await stream.write(data)
+                # A stream's write takes any buffer (a memoryview of a 4 MiB tensor chunk goes
+                # down without a copy), though ByteStream follows libp2p in saying bytes.
+                await stream.write(cast(bytes, data))
         except _STREAM_FAILURES as exc:
             raise StreamEnded(f"stream failed while writing a frame: {exc!r}") from None
         return
@@ -179,12 +183,36 @@ async def write_message(
     await write_frame(stream, raw, max_size=type(msg).wire_max_size, idle_timeout=idle_timeout)
 
 
+# As for `decode`: a tuple of expected types gives their union back, not their base class.
+@overload
+async def read_message(
+    stream: ByteStream, expected: type[M] | tuple[type[M]], *, idle_timeout: float = ...
+) -> M: ...
+@overload
+async def read_message(
+    stream: ByteStream, expected: tuple[type[M], type[M2]], *, idle_timeout: float = ...
+) -> M | M2: ...
+@overload
+async def read_message(
+    stream: ByteStream, expected: tuple[type[M], type[M2], type[M3]], *, idle_timeout: float = ...
+) -> M | M2 | M3: ...
+@overload
 async def read_message(
     stream: ByteStream,
-    expected: type[M] | tuple[type[M], ...],
+    expected: tuple[type[M], type[M2], type[M3], type[M4]],
+    *,
+    idle_timeout: float = ...,
+) -> M | M2 | M3 | M4: ...
+@overload
+async def read_message(
+    stream: ByteStream, expected: tuple[type[M], ...], *, idle_timeout: float = ...
+) -> M: ...
+async def read_message(
+    stream: ByteStream,
+    expected: type[Message] | tuple[type[Message], ...],
     *,
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
-) -> M:
+) -> Message:
     """Read one frame and decode it as one of the `expected` message types."""
     choices = expected if isinstance(expected, tuple) else (expected,)
     limit = max(cls.wire_max_size for cls in choices)

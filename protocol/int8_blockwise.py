@@ -100,7 +100,7 @@ def quantize_into(
 FUSED_MIN_NUMEL = 1 << 22
 
 
-def _fused_applies(x, scales, residual) -> bool:
+def _fused_applies(x: torch.Tensor, scales: torch.Tensor, residual: torch.Tensor | None) -> bool:
     """The compiled one-pass kernel covers the common large case: fp32 in, fp32 scales."""
     import torch
 
@@ -138,7 +138,13 @@ class _Work:
         return part
 
 
-def _quantize_tile(xt, scales_t, values_t, residual_t, work: _Work) -> None:
+def _quantize_tile(
+    xt: torch.Tensor,
+    scales_t: torch.Tensor,
+    values_t: torch.Tensor,
+    residual_t: torch.Tensor | None,
+    work: _Work,
+) -> None:
     import torch
 
     w = work.take(xt.shape[0])
@@ -191,7 +197,7 @@ def dequantize_into(
             _dequantize_tile(scales[full:], values[tail].view(1, -1), out[tail].view(1, -1))
 
 
-def _dequantize_tile(scales_t, values_t, out_t) -> None:
+def _dequantize_tile(scales_t: torch.Tensor, values_t: torch.Tensor, out_t: torch.Tensor) -> None:
     import torch
 
     scale = scales_t.float()[:, None]

@@ -23,7 +23,7 @@ numba compiles each kernel on first use (about a second) and caches it beside th
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     import torch
@@ -49,7 +49,8 @@ def quantize_fp32(
     """
     import numpy as np
 
-    fused, fused_feedback = _kernels()
+    # Callers check available() first; without numba this raises TypeError, as it always did.
+    fused, fused_feedback = cast("tuple[Any, Any]", _kernels())
     xs, sc, vs = x.numpy(), scales.numpy(), values.numpy()
     if residual is None:
         fused(xs, xs.view(np.int32), sc, sc.view(np.int32), vs, block_size)

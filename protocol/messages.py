@@ -26,13 +26,16 @@ import dataclasses
 import secrets
 import typing
 from collections.abc import Callable
-from typing import Annotated, Any, ClassVar, TypeVar, dataclass_transform
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeVar, dataclass_transform, overload
 
 from .errors import DecodeError, MessageTooLarge, RemoteError
 from .packing import pack, unpack
 from .schema import Converter, IntRange, Invalid, MaxLen, Nested, compile_annotation
 
 M = TypeVar("M", bound="Message")
+M2 = TypeVar("M2", bound="Message")
+M3 = TypeVar("M3", bound="Message")
+M4 = TypeVar("M4", bound="Message")
 R = TypeVar("R", bound="Response")
 _REGISTRY: dict[str, type[Message]] = {}
 _FIELDS: dict[type, list[tuple[str, Converter, bool]]] = {}  # bounded: one entry per class
@@ -45,6 +48,8 @@ class Message:
     __slots__ = ()
     wire_tag: ClassVar[str]
     wire_max_size: ClassVar[int]
+    if TYPE_CHECKING:  # every subclass is made a dataclass by `@message`
+        __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
 
 
 @dataclass_transform(
@@ -136,7 +141,24 @@ def encode(msg: Message) -> bytes:
     return raw
 
 
-def decode(raw: bytes | bytearray | memoryview, expected: type[M] | tuple[type[M], ...]) -> M:
+_Raw = bytes | bytearray | memoryview
+
+
+# The overloads give a caller the union of the types it expects (`(Pong, ErrorResponse)` gives
+# `Pong | ErrorResponse`), not their common base class, so narrowing with isinstance works.
+@overload
+def decode(raw: _Raw, expected: type[M] | tuple[type[M]]) -> M: ...
+@overload
+def decode(raw: _Raw, expected: tuple[type[M], type[M2]]) -> M | M2: ...
+@overload
+def decode(raw: _Raw, expected: tuple[type[M], type[M2], type[M3]]) -> M | M2 | M3: ...
+@overload
+def decode(
+    raw: _Raw, expected: tuple[type[M], type[M2], type[M3], type[M4]]
+) -> M | M2 | M3 | M4: ...
+@overload
+def decode(raw: _Raw, expected: tuple[type[M], ...]) -> M: ...
+def decode(raw: _Raw, expected: type[Message] | tuple[type[Message], ...]) -> Message:
     """Decode untrusted bytes into one of the `expected` types; raise only ProtocolError."""
     choices = expected if isinstance(expected, tuple) else (expected,)
     by_tag = {cls.wire_tag: cls for cls in choices}

@@ -18,7 +18,8 @@ from .errors import DecodeError, MessageTooLarge
 
 def pack(obj: Any) -> bytes:
     """Canonical msgpack: bin type for bytes, str for text, minimal integer widths."""
-    return msgpack.packb(obj, use_bin_type=True)
+    raw: bytes = msgpack.packb(obj, use_bin_type=True)  # msgpack has no type hints
+    return raw
 
 
 def _refuse_ext(code: int, data: bytes) -> Any:

@@ -64,7 +64,7 @@ def _check_len(value: Any, max_len: int | None, path: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Scalar(Converter):
-    kind: type
+    kind: type[Any]
     max_len: int | None = None
     int_range: IntRange | None = None
 

@@ -17,7 +17,7 @@ stops reading for long (hashing a 4 MiB chunk takes about 2 ms), as Yamux requir
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, cast
 
 from .errors import DecodeError
 from .framing import (
@@ -35,6 +35,7 @@ from .tensors import DIGEST_BYTES, MAX_CHUNKS, PreparedTensor, TensorDownload, T
 
 if TYPE_CHECKING:
     import torch
+    from typing_extensions import Buffer
 
 Checksum = Annotated[bytes, MaxLen(DIGEST_BYTES)]
 ChunkIndex = Annotated[int, IntRange(0, MAX_CHUNKS)]
@@ -99,7 +100,7 @@ async def _send_range(
         return
     reply = request.reply(TensorRangeReply, first_chunk=request.first_chunk, count=request.count)
     await write_message(stream, reply, idle_timeout=idle_timeout)
-    payload = memoryview(prepared.payload.numpy())
+    payload = memoryview(cast("Buffer", prepared.payload.numpy()))  # numpy's stubs: 3.12+ only
     for index in range(request.first_chunk, end):
         offset, length = header.chunk_span(index)
         await write_frame(

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, TypedDict, cast
 
 import blake3
 
@@ -33,6 +33,7 @@ from .schema import IntRange, MaxLen
 
 if TYPE_CHECKING:
     import torch
+    from typing_extensions import Buffer
 
     from .error_feedback import ErrorFeedback
 
@@ -151,7 +152,20 @@ def check_header(
         raise ChecksumMismatch("tensor header is not the one announced")
 
 
-def _root_fields(header: TensorHeader) -> dict:
+class _RootFields(TypedDict):
+    """What the root checksum covers: every header field but the checksum itself."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    codec: str
+    block_size: int
+    nbytes: int
+    chunk_size: int
+    chunk_digests: bytes
+
+
+def _root_fields(header: TensorHeader) -> _RootFields:
     return {
         "name": header.name,
         "dtype": header.dtype,
@@ -214,7 +228,7 @@ def prepare_encoded(
     digests = b"".join(
         blake3_digest(raw[i : i + chunk_size]) for i in range(0, raw.nbytes, chunk_size)
     )
-    fields = dict(
+    fields: _RootFields = dict(
         name=name,
         dtype=dtype,
         shape=tuple(shape),
@@ -255,7 +269,7 @@ class TensorDownload:
         self.payload = (allocate or _empty_uint8)(header.nbytes)
         if self.payload.dtype != torch.uint8 or self.payload.shape != (header.nbytes,):
             raise ValueError("allocate() must return a flat uint8 tensor of the payload's size")
-        self._view = memoryview(self.payload.numpy())
+        self._view = memoryview(cast("Buffer", self.payload.numpy()))  # numpy's stubs: 3.12+
         self._verified = bytearray(header.num_chunks)
 
     def chunk_buffer(self, index: int) -> memoryview:
