@@ -5,7 +5,8 @@ Every stage has a load = demand / capacity, where demand is the stage's compute 
 stage twice as deep needs twice the capacity) and capacity is the sum of its servers' measured
 throughputs. Every period, each server evaluates the same pure function on the same view (the
 stage announcements in the DHT / RunState) and gets the same answer: at most ONE move, from the
-least-loaded stage to the most-loaded one, and only if the move lowers the pipeline's worst load.
+least-loaded stage to the most-loaded one, and only if the move lowers the pipeline's worst load
+by at least `MIN_GAIN`.
 The mover is the donor stage's server with the lowest hash of (peer id, period): deterministic, so
 everyone agrees on who moves without talking, different from period to period, so the same peer is
 not always the one uprooted. One mover per period is what keeps peers from stampeding: if every
@@ -23,6 +24,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+
+# A move must lower the worst stage load by this fraction. Throughputs are measured, and a
+# server slowed for a while (a busy machine, a cold start after its own move) looks up to a few
+# times slower than it is; without a margin, equal servers in a balanced layout start trading
+# places on such noise, and every move costs a state download and a warm-up.
+MIN_GAIN = 0.2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,8 +75,8 @@ def plan_move(stages: Sequence[StageView], period: int) -> Move | None:
     speed = stages[source].servers[peer]
     after_source = _load(stages[source].demand, stages[source].capacity - speed)
     after_target = _load(stages[target].demand, stages[target].capacity + speed)
-    if max(after_source, after_target) >= stages[target].load:
-        return None  # the move would only shift the bottleneck, not lower it
+    if max(after_source, after_target) > (1.0 - MIN_GAIN) * stages[target].load:
+        return None  # the move would shift the bottleneck, or lower it by too little to pay
     return Move(peer=peer, source=source, target=target)
 
 

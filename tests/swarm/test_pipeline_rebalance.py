@@ -72,3 +72,22 @@ def test_new_peer_joins_the_stage_with_most_need() -> None:
     assert stage_for_new_peer(_view([2, 1, 2])) == 1
     assert stage_for_new_peer(_view([2, 2, 2], demands=[1.0, 1.0, 3.0])) == 2
     assert stage_for_new_peer(_view([1, 0, 1])) == 1  # an empty stage needs a server most
+
+
+def test_measurement_noise_does_not_unsettle_a_balanced_layout() -> None:
+    # Equal servers at 2/2/2; stage 0's two were measured slow for a while (a busy machine):
+    # moving a stage-2 server there would shave the worst load by ~10%, which no move pays for.
+    noisy = [
+        StageView(demand=1.0, servers={"a": 0.45, "b": 0.45}),
+        StageView(demand=1.0, servers={"c": 1.0, "d": 1.0}),
+        StageView(demand=1.0, servers={"e": 1.0, "f": 1.0}),
+    ]
+    assert all(plan_move(noisy, period) is None for period in range(10))
+    # a real shortage (stage 0 a third as fast as the others) still draws a server
+    slow = [
+        StageView(demand=1.0, servers={"a": 0.3, "b": 0.3}),
+        StageView(demand=1.0, servers={"c": 1.0, "d": 1.0}),
+        StageView(demand=1.0, servers={"e": 1.0, "f": 1.0}),
+    ]
+    move = plan_move(slow, 0)
+    assert move is not None and move.target == 0
