@@ -30,7 +30,7 @@ from dataclasses import dataclass
 # server slowed for a while (a busy machine, a cold start after its own move) looks up to a few
 # times slower than it is; without a margin, equal servers in a balanced layout start trading
 # places on such noise, and every move costs a state download and a warm-up.
-MIN_GAIN = 0.2
+MIN_GAIN = 0.15
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
