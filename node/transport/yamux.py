@@ -196,13 +196,17 @@ class YamuxConnection(IMuxedConn):
         if self._closing or self._shut_down:
             return
         self._closing = True
-        with trio.move_on_after(CLOSE_TIMEOUT):
-            try:
-                self._control.append(header(GO_AWAY, 0, 0, error_code))
-                await self._flush()
-            except (IOException, trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
-        await self._shutdown()
+        try:
+            with trio.move_on_after(CLOSE_TIMEOUT):
+                try:
+                    self._control.append(header(GO_AWAY, 0, 0, error_code))
+                    await self._flush()
+                except (IOException, trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
+        finally:
+            # even when the caller's scope cancels us mid-GoAway: a close that stops there
+            # leaves the socket open, and the peer lists us as connected until it is collected
+            await self._shutdown()
 
     def get_transport_addresses(self) -> list[Multiaddr]:
         return self.secured_conn.get_transport_addresses()

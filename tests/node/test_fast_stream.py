@@ -328,3 +328,16 @@ def test_config_refuses_frames_other_implementations_reject():
         YamuxConfig(max_frame=(1 << 20) + 1)
     with pytest.raises(ValueError, match="initial"):
         YamuxConfig(max_window=INITIAL_WINDOW - 1)
+
+
+async def test_a_cancelled_close_still_closes_the_connection():
+    # A caller that bounds its hang-up (a dial-back probe gives it a second) may cancel the
+    # close while the GoAway is being written; the socket must close anyway, or the peer keeps
+    # listing us as connected.
+    async with connected(our_host(), our_host()) as (listener, dialer):
+        await dialer.connect(PeerInfo(listener.get_id(), listener.get_addrs()))
+        (conn,) = dialer.get_network().get_connections(listener.get_id())
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await conn.close()
+        await wait_until(lambda: not listener.get_network().get_connections(dialer.get_id()))
