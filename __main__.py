@@ -1,5 +1,5 @@
 """`python -m peertrain …` is the `peertrain` command."""
 
-from peertrain.node.cli import main
+from peertrain.node.cli.main import main
 
 raise SystemExit(main())

@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from peertrain.node.api.serve import serve_node
+from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
 from peertrain.node.config import NodeConfig
 from peertrain.node.daemon import Daemon
-from peertrain.node.identity import Identity
-from peertrain.node.processes import DaemonProcess, node_args, stop_all
+from peertrain.node.net.identity import Identity
 
 
 @contextlib.asynccontextmanager
@@ -43,7 +44,7 @@ async def open_test_swarm(
                     psk=psk,
                     reconnect_interval=0.2,
                 )
-                nodes.append(await nursery.start(Daemon(config, Identity.generate()).run))
+                nodes.append(await nursery.start(serve_node, Daemon(config, Identity.generate())))
             try:
                 yield nodes
             finally:

@@ -18,8 +18,8 @@ from libp2p import new_host
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.peerinfo import PeerInfo
 from multiaddr import Multiaddr
-from peertrain.node.host import build_host
-from peertrain.node.identity import Identity
+from peertrain.node.net.host import build_host
+from peertrain.node.net.identity import Identity
 
 try:
     from benchmarks._report import print_json, print_table

@@ -43,8 +43,8 @@ from _report import print_json, print_table  # noqa: E402
 from peertrain.dht import DhtConfig, stage_key  # noqa: E402
 from peertrain.dht.messages import Ping, Pong  # noqa: E402
 from peertrain.dht.testing import DhtSwarm, open_dht_swarm, without_auto_connect  # noqa: E402
-from peertrain.node.host import build_host  # noqa: E402
-from peertrain.node.identity import Identity  # noqa: E402
+from peertrain.node.net.host import build_host  # noqa: E402
+from peertrain.node.net.identity import Identity  # noqa: E402
 
 CONFIG = DhtConfig(publish_peer_record=False)
 TARGETS = {"bootstrap_32_s": 3.0, "store_p50_64_ms": 20.0, "get_p50_64_ms": 10.0}

@@ -4,7 +4,7 @@ Two daemons are started through the CLI as separate processes (exactly as a user
 second joined to the first. Once they see each other, the first is left idle for `--idle`
 seconds and its memory is sampled a few times. For context, the same run also measures a bare
 Python process and a bare `import libp2p` (py-libp2p 0.8.1 imports ~1250 modules at its top
-level, most of them for features we never use; see node/slim_imports.py), and the same daemon
+level, most of them for features we never use; see node/net/slim_imports.py), and the same daemon
 with that import guard turned off (PEERTRAIN_FULL_IMPORTS=1), to show what it saves.
 Target (issue 2): idle daemon RSS ≤ 80 MiB.
 
@@ -27,8 +27,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import psutil
-from peertrain.node import slim_imports
-from peertrain.node.processes import DaemonProcess, node_args, stop_all
+from peertrain.node.net import slim_imports
+from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
 
 try:
     from benchmarks._report import print_json, print_table
@@ -45,7 +45,7 @@ DAEMONS = (  # the last one is the figure of record
 BASELINES = {
     "bare python": "pass",
     "python + import libp2p": "import libp2p",
-    "python + slim import libp2p": "from peertrain.node import slim_imports\n"
+    "python + slim import libp2p": "from peertrain.node.net import slim_imports\n"
     "slim_imports.install()\nimport libp2p",
 }
 

@@ -80,7 +80,7 @@ class Nodes:
         return self.by_name[key].status()
 
     def call(self, key: str, method: str, params: dict, timeout: float = 30.0):
-        from peertrain.node.control import call_sync
+        from peertrain.node.api.control import call_sync
 
         return call_sync(self.by_name[key].control_socket, method, params, timeout=timeout)
 

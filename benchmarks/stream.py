@@ -105,8 +105,8 @@ def _run(fn: Callable[[], Any], profile: str | None, name: str) -> None:
 
 def _make_host(arm: str):
     if arm == "ours":
-        from peertrain.node.host import build_host
-        from peertrain.node.identity import Identity
+        from peertrain.node.net.host import build_host
+        from peertrain.node.net.identity import Identity
 
         return build_host(Identity.generate())
     from libp2p import new_host

@@ -7,7 +7,7 @@ the round is an all-gather: each node sends and receives (N-1) payloads.
 
 What runs is the daemon's own path, nothing stubbed: real `Daemon`s (TCP + Noise + Yamux on
 127.0.0.1, gossipsub, TensorService), `UpdateGossip.exchange` on every node at once, through the
-transport the daemon builds in node/run_session.py (`NodeTensors` + `_UpdateTransport`: serve =
+transport the daemon builds in node/runs/session.py (`NodeTensors` + `_UpdateTransport`: serve =
 `prepare_encoded` in a thread + `TensorStore.put`; fetch = `fetch_tensor` from the holders;
 announcements on the node's gossip topic). The payloads are real int8 + error-feedback encodings
 (`ErrorFeedbackEncoder(ProtocolCodec("int8"))`, as `DiLoCoMember.prepare_update` makes them) of
@@ -64,7 +64,7 @@ except ImportError:  # run as a script from the benchmarks folder
     from _report import print_json, print_table
     from stream import trial as stream_trial
 
-from peertrain.node.run_session import NodeTensors, _UpdateTransport
+from peertrain.node.runs.session import NodeTensors, _UpdateTransport
 
 RUN_ID = "bench-update-round"
 TOPIC = f"/peertrain/{RUN_ID}/updates"
@@ -321,15 +321,16 @@ def node_process(index: int, numel: int, peers: int, home: str, conn, profile: s
 async def _node_main(
     index: int, numel: int, peers: int, home: Path, conn, profile: str | None
 ) -> None:
+    from peertrain.node.api.serve import serve_node
     from peertrain.node.daemon import Daemon
-    from peertrain.node.host import connect, parse_peer_addr
-    from peertrain.node.identity import Identity
+    from peertrain.node.net.host import connect, parse_peer_addr
+    from peertrain.node.net.identity import Identity
 
     async def recv() -> Any:
         return await trio.to_thread.run_sync(conn.recv)
 
     async with trio.open_nursery() as nursery:
-        daemon = await nursery.start(Daemon(_node_config(home, ()), Identity.generate()).run)
+        daemon = await nursery.start(serve_node, Daemon(_node_config(home, ()), Identity.generate()))
         node = BenchNode(daemon, numel, peers)
         conn.send({"peer": node.me, "addr": daemon.addrs()[0], "port": node.listen_port()})
         roster = await recv()

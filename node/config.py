@@ -52,7 +52,7 @@ class NodeConfig:
     attack: str | None = None  # research/testing: make this node Byzantine (swarm/attacks.py)
     dial_timeout: float = 10.0
     reconnect_interval: float = 2.0
-    # NAT traversal (node/relays.py): what a public node grants strangers as a circuit relay v2
+    # NAT traversal (node/nat/relays.py): what a public node grants strangers as a circuit relay v2
     # hop, and how many relays a node behind NAT holds reservations on
     relay_reservations: int = 64  # reservations granted at once
     relay_circuits: int = 8  # relayed connections at once per reserving peer

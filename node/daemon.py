@@ -2,17 +2,17 @@
 
     host (TCP + Noise + Yamux, listening)
       └─ nursery
-           ├─ ControlServer   JSON on <home>/control.sock   (status now; runs later)
            ├─ PeerKeeper      bootstrap peers, reconnecting with backoff
-           ├─ DhtService      Kademlia DHT: records, bootstrap, bare peer IDs (node/dht_service.py)
+           ├─ DhtService      Kademlia DHT: records, bootstrap, bare peer IDs (node/services/dht.py)
            ├─ PeerExchange    learn peers' peers until the node is well connected
-           ├─ Gossip          gossipsub, tuned and fenced (node/gossip.py)
+           ├─ Gossip          gossipsub, tuned and fenced (node/services/gossip.py)
            ├─ TensorService   content-addressed tensors for peers (state, updates)
-           ├─ Reachability    serves dial-backs, asks peers to dial us (node/reachability.py)
+           ├─ Reachability    serves dial-backs, asks peers to dial us (node/nat/reachability.py)
            ├─ NatTraversal    relay hop when public; reservations, DCUtR, UPnP when not
            └─ RunManager      runs this node creates or joins (one RunSession each)
 
-A crash in a service stops the node loudly; a misbehaving remote peer never does. Torch is not
+The control socket is not started here: node/api/serve.py runs a daemon with it (api/ sits
+above the daemon in the layer order). A crash in a service stops the node loudly; a misbehaving remote peer never does. Torch is not
 imported here: the training services import it when a run needs it.
 """
 
@@ -28,22 +28,21 @@ from multiaddr import Multiaddr
 from peertrain import __version__
 from peertrain.protocol.errors import PeertrainError
 
-from .addresses import rank
 from .config import NodeConfig
-from .control import ControlServer
-from .dht_service import DhtService
-from .gossip import Gossip
-from .host import build_host, parse_peer_addr
-from .identity import Identity
-from .names import friendly_name
-from .nat_traversal import NatTraversal
-from .peer_exchange import PeerExchange
-from .peers import IdentityGuard, PeerKeeper
-from .penalties import PeerScoreboard
-from .reachability import ReachabilityCheck
-from .relays import HopLimits
-from .runs import RunManager
-from .tensor_service import TensorService, TensorStore
+from .nat.reachability import ReachabilityCheck
+from .nat.relays import HopLimits
+from .nat.traversal import NatTraversal
+from .net.addresses import rank
+from .net.host import build_host, parse_peer_addr
+from .net.identity import Identity
+from .net.names import friendly_name
+from .net.peers import IdentityGuard, PeerKeeper
+from .net.penalties import PeerScoreboard
+from .runs.manager import RunManager
+from .services.dht import DhtService
+from .services.gossip import Gossip
+from .services.peer_exchange import PeerExchange
+from .services.tensors import TensorService, TensorStore
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +86,6 @@ class Daemon:
         async with self.host.run(listen):
             self.host.get_network().register_notifee(self._guard)
             async with trio.open_nursery() as nursery:
-                control = ControlServer(self.config.control_socket, self.control_methods())
-                await nursery.start(control.run)
                 keeper = PeerKeeper(
                     self.host, self.bootstrap, interval=self.config.reconnect_interval
                 )
@@ -110,7 +107,7 @@ class Daemon:
         async def status(_params: dict[str, Any]) -> dict[str, Any]:
             return self.status()
 
-        from .payload_check import control_methods as payload_methods
+        from .services.payload_check import control_methods as payload_methods
 
         return {
             "status": status,

@@ -53,3 +53,67 @@ def test_relative_imports_do_not_climb_out_of_a_layer():
                         f"{path.relative_to(ROOT)}: from {'.' * node.level}{node.module}"
                     )
     assert not offenders, "\n".join(offenders)
+
+
+# Inside node/ the same rule holds, one way down this list (README, Layout). Modules directly in
+# node/ are the daemon's level (daemon, config, log setup), except errors.py, which every
+# sub-layer may raise. TYPE_CHECKING imports count: a type hint that reaches up is still a knot.
+NODE_ORDER = ["net", "nat", "services", "runs", "<daemon>", "api", "cli"]
+NODE_SHARED = {"errors"}
+
+
+def _node_level(module: str) -> str | None:
+    """'peertrain.node.services.dht' -> 'services'; 'peertrain.node.daemon' -> '<daemon>'."""
+    parts = module.split(".")
+    if parts[:2] != ["peertrain", "node"] or len(parts) < 3:
+        return None
+    if parts[2] in NODE_SHARED:
+        return None
+    return parts[2] if parts[2] in NODE_ORDER else "<daemon>"
+
+
+def _absolute_imports(path: Path, root: Path) -> list[tuple[int, str]]:
+    """Every `peertrain.…` module the file imports, relative imports resolved."""
+    package = ["peertrain", *path.relative_to(root).with_suffix("").parts[:-1]]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                base = node.module or ""
+            else:
+                base = ".".join(package[: len(package) - node.level + 1] + [node.module or ""])
+            # `from .x import y` may import a module y: count the deepest name too
+            found.append((node.lineno, base.rstrip(".")))
+            found += [(node.lineno, f"{base.rstrip('.')}.{a.name}") for a in node.names]
+    return found
+
+
+def node_upward_imports(root: Path = ROOT) -> list[str]:
+    violations: dict[tuple[str, int], str] = {}
+    for path in sorted((root / "node").rglob("*.py")):
+        mine = _node_level(".".join(["peertrain", *path.relative_to(root).with_suffix("").parts]))
+        if mine is None:
+            continue
+        for lineno, module in _absolute_imports(path, root):
+            theirs = _node_level(module)
+            if theirs is not None and NODE_ORDER.index(theirs) > NODE_ORDER.index(mine):
+                where = (f"{path.relative_to(root)}:{lineno} ({mine})", lineno)
+                violations[where] = min(violations.get(where, module), module, key=len)
+    return sorted(f"{where} imports {module}" for (where, _), module in violations.items())
+
+
+def test_node_sub_layers_import_only_downwards():
+    violations = node_upward_imports()
+    assert not violations, "\n".join(violations)
+
+
+def test_an_upward_import_inside_node_is_caught(tmp_path):
+    (tmp_path / "node" / "net").mkdir(parents=True)
+    (tmp_path / "node" / "net" / "host.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..daemon import Daemon\n"
+    )
+    (tmp_path / "node" / "net" / "rpc.py").write_text("from ..errors import NodeError\n")
+    expected = "node/net/host.py:3 (net) imports peertrain.node.daemon"
+    assert node_upward_imports(tmp_path) == [expected]

@@ -19,16 +19,16 @@ Modules, each one concept:
 
 On the network (node/, which may import libp2p; this package may not):
 
-    node/pipeline_wire.py       the `/peertrain/pipeline/1.0.0` messages; tensors as TensorHeader +
+    node/runs/pipeline_wire.py       the `/peertrain/pipeline/1.0.0` messages; tensors as TensorHeader +
                                 raw verified frames, never msgpacked
-    node/pipeline_transport.py  `StageTransport` over libp2p streams; a failure: ServerUnavailable
-    node/pipeline_server.py     a stage server as a run service: serve, measure, announce in
+    node/runs/pipeline_transport.py  `StageTransport` over libp2p streams; a failure: ServerUnavailable
+    node/runs/pipeline_server.py     a stage server as a run service: serve, measure, announce in
                                 RunState and the DHT, average within the stage, rebalance
-    node/pipeline_drift.py      the stage's server-to-server calls: contributions carrying
+    node/runs/pipeline_drift.py      the stage's server-to-server calls: contributions carrying
                                 checksums, state downloads for movers and drifted copies
-    node/pipeline_trainer.py    a trainer as a run service: wiring kept in step with RunState
-    node/pipeline_session.py    a swarm run's session: RunState first, then the node's role
-    node/pipeline_local.py      `peertrain swarm local --mode swarm`: daemons as processes + report
+    node/runs/pipeline_trainer.py    a trainer as a run service: wiring kept in step with RunState
+    node/runs/pipeline_session.py    a swarm run's session: RunState first, then the node's role
+    node/cli/pipeline_local.py      `peertrain swarm local --mode swarm`: daemons as processes + report
 
 Choices, and why (each module's docstring says more): backward recomputes the forward, so any
 server of a stage can take any microbatch's backward and a dying server costs a retry, not a
@@ -38,5 +38,5 @@ all-gather round that whoever is ready first starts, summed in peer-ID order so 
 copies stay bitwise identical (averaging.py), and a copy that still drifts (a peer left out by
 some servers only) is outvoted at the next round and re-syncs (drift.py); one deterministic
 mover per period, decided by everyone on the same view at the middle of the period (rebalance.py,
-node/pipeline_server.py).
+node/runs/pipeline_server.py).
 """

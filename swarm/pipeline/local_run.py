@@ -1,6 +1,6 @@
 """One in-process SWARM run with the report `peertrain swarm local --mode swarm` prints.
 
-The same run as node/pipeline_local.py's daemons, in one process (threads, no sockets): N
+The same run as node/cli/pipeline_local.py's daemons, in one process (threads, no sockets): N
 servers dealt round-robin over S stages (speeds cycled over them, as `--speeds 1,2,4`), T trainers
 sharing the microbatches, optional kill of one server at `kill_at` seconds, optional rebalancing,
 and a report with the issue's keys. Tests and benchmarks use it where process start-up and

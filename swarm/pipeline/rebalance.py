@@ -25,7 +25,6 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-
 # A move must lower the worst stage load by this fraction. Throughputs are measured, and a
 # server slowed for a while (a busy machine, a cold start after its own move) looks up to a few
 # times slower than it is; without a margin, equal servers in a balanced layout start trading

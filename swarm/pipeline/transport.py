@@ -1,7 +1,7 @@
 """The one interface between a pipeline trainer and stage servers: three async calls.
 
 The trainer never talks to sockets; it is given a `StageTransport`. The in-process harness
-(harness.py) implements it with threads; the network implementation (node/pipeline_transport.py)
+(harness.py) implements it with threads; the network implementation (node/runs/pipeline_transport.py)
 sends the same three requests over our protocol to a stage server daemon:
 
     forward(peer, stage, x)                  -> y                  stage < S-1

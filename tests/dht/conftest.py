@@ -12,8 +12,8 @@ import random
 import pytest
 from libp2p.crypto.ed25519 import create_new_key_pair
 from peertrain.dht.testing import open_dht_swarm, without_auto_connect
-from peertrain.node.host import build_host
-from peertrain.node.identity import Identity
+from peertrain.node.net.host import build_host
+from peertrain.node.net.identity import Identity
 
 
 def make_host(rng: random.Random):

@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from peertrain.node.processes import DaemonProcess, node_args
+from peertrain.node.cli.processes import DaemonProcess, node_args
 from peertrain.testing import wait_until_sync
 
 pytestmark = pytest.mark.slow

@@ -10,8 +10,8 @@ import subprocess
 import sys
 
 import pytest
-from peertrain.node.local_swarm import DAEMON_ENV
-from peertrain.node.processes import DaemonProcess, node_args, stop_all
+from peertrain.node.cli.local_swarm import DAEMON_ENV
+from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
 from peertrain.testing import wait_until_sync
 
 pytestmark = pytest.mark.slow

@@ -52,22 +52,23 @@ async def test_joining_an_unknown_run_fails_clearly():
 async def test_a_restarted_node_resumes_its_run_from_its_own_checkpoint(tmp_path):
     from pathlib import Path
 
+    from peertrain.node.api.serve import serve_node
     from peertrain.node.config import NodeConfig
     from peertrain.node.daemon import Daemon
-    from peertrain.node.identity import load_or_create_identity
+    from peertrain.node.net.identity import load_or_create_identity
 
     config = NodeConfig(home=Path(tmp_path) / "solo", listen=("/ip4/127.0.0.1/tcp/0",))
     identity = load_or_create_identity(config.home)
     spec = {**SPEC, "min_members": 1, "rounds": 3}
     async with trio.open_nursery() as nursery:
-        node = await nursery.start(Daemon(config, identity).run)
+        node = await nursery.start(serve_node, Daemon(config, identity))
         session = await node.runs.create(name="solo", mode="diloco", spec=spec)
         await wait_until(lambda: node.status()["run"]["finished"], timeout=60)
         before = node.status()["run"]
         nursery.cancel_scope.cancel()
     assert (config.home / "runs" / session.run_id / "manifest.envelope").exists()
     async with trio.open_nursery() as nursery:
-        again = await nursery.start(Daemon(config, identity).run)
+        again = await nursery.start(serve_node, Daemon(config, identity))
         await again.runs.join("solo", timeout=5)  # no peer knows it: the saved manifest does
         await wait_until(lambda: again.status()["run"]["phase"] == "finished", timeout=30)
         after = again.status()["run"]

@@ -15,9 +15,9 @@ import sys
 
 import trio
 from multiaddr import Multiaddr
-from peertrain.node.host import build_host, parse_peer_addr
-from peertrain.node.identity import Identity
-from peertrain.node.reachability import ReachabilityCheck
+from peertrain.node.nat.reachability import ReachabilityCheck
+from peertrain.node.net.host import build_host, parse_peer_addr
+from peertrain.node.net.identity import Identity
 
 
 async def main(listen: str, ask: list[str]) -> None:

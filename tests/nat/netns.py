@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from peertrain.node.processes import DaemonProcess
+from peertrain.node.cli.processes import DaemonProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "netns-nat"

@@ -28,7 +28,7 @@ import time
 from contextlib import ExitStack
 
 import pytest
-from peertrain.node.control import call_sync
+from peertrain.node.api.control import call_sync
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 MiB16 = 16

@@ -7,10 +7,10 @@ from contextlib import asynccontextmanager
 import trio
 from libp2p.peer.peerinfo import PeerInfo
 from multiaddr import Multiaddr
-from peertrain.node.dialback import DialbackResponse, dial_targets
-from peertrain.node.host import build_host
-from peertrain.node.identity import Identity
-from peertrain.node.reachability import ReachabilityCheck, decide
+from peertrain.node.nat.dialback import DialbackResponse, dial_targets
+from peertrain.node.nat.reachability import ReachabilityCheck, decide
+from peertrain.node.net.host import build_host
+from peertrain.node.net.identity import Identity
 
 
 @asynccontextmanager

@@ -19,9 +19,9 @@ from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID as HOP
 from libp2p.relay.circuit_v2.transport import CircuitV2Transport
 from libp2p.tools.anyio_service import background_trio_service
 from multiaddr import Multiaddr
-from peertrain.node.host import build_host
-from peertrain.node.identity import Identity
-from peertrain.node.relays import Dialer, HopLimits, PacedRelay, connection_kind
+from peertrain.node.nat.relays import Dialer, HopLimits, PacedRelay, connection_kind
+from peertrain.node.net.host import build_host
+from peertrain.node.net.identity import Identity
 from peertrain.testing import wait_until
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from multiaddr import Multiaddr
-from peertrain.node.addresses import expand_wildcards, rank, shareable
+from peertrain.node.net.addresses import expand_wildcards, rank, shareable
 
 
 def test_wildcards_become_concrete_addresses_with_loopback_last():

@@ -7,7 +7,7 @@ import stat
 
 import pytest
 import trio
-from peertrain.node.control import MAX_REQUEST, ControlServer, call
+from peertrain.node.api.control import MAX_REQUEST, ControlServer, call
 from peertrain.node.errors import ControlError
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from peertrain.node.control import call
+from peertrain.node.api.control import call
 from peertrain.testing import open_test_swarm, wait_until
 
 
@@ -29,7 +29,7 @@ async def test_a_peer_reporting_our_id_elsewhere_raises_a_loud_warning(caplog):
     caplog.set_level(logging.CRITICAL)
     async with open_test_swarm(2) as (a, b):
         await wait_until(lambda: len(a.status()["peers"]) == 1)
-        from peertrain.node.peer_exchange import KnownPeer
+        from peertrain.node.services.peer_exchange import KnownPeer
 
         clone = KnownPeer(peer_id=a.status()["peer_id"], addrs=("/ip4/127.0.0.1/tcp/9",))
         await a.peer_exchange._dial_new(b.host.get_id(), (clone,))
@@ -59,10 +59,10 @@ async def test_peer_exchange_skips_connected_peers_that_do_not_answer():
 
     from libp2p.peer.peerinfo import PeerInfo
     from multiaddr import Multiaddr
-    from peertrain.node.host import build_host
-    from peertrain.node.identity import Identity
-    from peertrain.node.peer_exchange import PeerExchange
-    from peertrain.node.penalties import PeerScoreboard
+    from peertrain.node.net.host import build_host
+    from peertrain.node.net.identity import Identity
+    from peertrain.node.net.penalties import PeerScoreboard
+    from peertrain.node.services.peer_exchange import PeerExchange
 
     listen = [Multiaddr("/ip4/127.0.0.1/tcp/0")]
     async with open_test_swarm(2) as (b, c), AsyncExitStack() as stack:

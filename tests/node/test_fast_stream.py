@@ -25,11 +25,17 @@ from libp2p.security.noise.transport import Transport as StockNoise
 from libp2p.stream_muxer.exceptions import MuxedStreamReset
 from libp2p.stream_muxer.yamux.yamux import Yamux as StockYamux
 from multiaddr import Multiaddr
-from peertrain.node.host import build_host
-from peertrain.node.identity import Identity
-from peertrain.node.transport import NOISE_ID, YAMUX_ID, NoiseSession, YamuxConfig, YamuxConnection
-from peertrain.node.transport.yamux_stream import YamuxStream
-from peertrain.node.transport.yamux_wire import INITIAL_WINDOW
+from peertrain.node.net.host import build_host
+from peertrain.node.net.identity import Identity
+from peertrain.node.net.transport import (
+    NOISE_ID,
+    YAMUX_ID,
+    NoiseSession,
+    YamuxConfig,
+    YamuxConnection,
+)
+from peertrain.node.net.transport.yamux_stream import YamuxStream
+from peertrain.node.net.transport.yamux_wire import INITIAL_WINDOW
 from peertrain.protocol.framing import read_exactly_into
 from peertrain.testing import wait_until
 

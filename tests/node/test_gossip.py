@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import trio
-from peertrain.node.gossip import MAX_GOSSIP_MESSAGE
+from peertrain.node.services.gossip import MAX_GOSSIP_MESSAGE
 from peertrain.protocol.errors import MessageTooLarge
 from peertrain.testing import open_test_swarm, wait_until
 

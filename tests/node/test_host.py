@@ -15,8 +15,8 @@ from libp2p.peer.peerinfo import PeerInfo
 from libp2p.security.insecure.transport import PLAINTEXT_PROTOCOL_ID, InsecureTransport
 from multiaddr import Multiaddr
 from peertrain.node.errors import ConnectError, PskMismatch
-from peertrain.node.host import build_host, connect
-from peertrain.node.identity import Identity
+from peertrain.node.net.host import build_host, connect
+from peertrain.node.net.identity import Identity
 
 LOOPBACK = [Multiaddr("/ip4/127.0.0.1/tcp/0")]
 KEY_A = "a1" * 32

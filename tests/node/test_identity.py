@@ -7,8 +7,8 @@ import stat
 
 import pytest
 from peertrain.node.errors import IdentityError
-from peertrain.node.identity import KEY_FILE, load_or_create_identity
-from peertrain.node.names import friendly_name
+from peertrain.node.net.identity import KEY_FILE, load_or_create_identity
+from peertrain.node.net.names import friendly_name
 
 
 def test_first_use_creates_a_private_key_file(tmp_path):

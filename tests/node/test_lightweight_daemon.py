@@ -12,7 +12,7 @@ from peertrain.node.log_setup import JsonLines
 
 def test_starting_the_daemon_code_does_not_import_torch_numpy_or_numba():
     code = (
-        "import sys, peertrain.node.daemon, peertrain.node.cli, peertrain.node.runner;"
+        "import sys, peertrain.node.daemon, peertrain.node.cli.main, peertrain.node.cli.runner;"
         "print(sorted(m for m in ('torch', 'numpy', 'numba') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -11,8 +11,8 @@ import torch
 import trio
 from libp2p.peer.id import ID
 from peertrain.dht import stage_key
-from peertrain.node.pipeline_transport import NetworkStageTransport
-from peertrain.node.pipeline_wire import PIPELINE, StageCall, StageReply
+from peertrain.node.runs.pipeline_transport import NetworkStageTransport
+from peertrain.node.runs.pipeline_wire import PIPELINE, StageCall, StageReply
 from peertrain.protocol.framing import read_message, write_message
 from peertrain.protocol.messages import ErrorResponse
 from peertrain.protocol.tensors import TensorHeader, root_checksum

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from peertrain.node.receive_buffers import ReceiveBuffers
+from peertrain.node.net.receive_buffers import ReceiveBuffers
 
 
 def test_a_buffer_is_reused_after_its_last_reader_is_gone():

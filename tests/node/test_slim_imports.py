@@ -1,4 +1,4 @@
-"""The import guard of node/slim_imports.py: placeholders that let libp2p import, fail loudly
+"""The import guard of node/net/slim_imports.py: placeholders that let libp2p import, fail loudly
 when used, and leave every libp2p feature peertrain needs working.
 
 The guard is process-wide, so anything involving the real libp2p runs in a fresh process:
@@ -18,9 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from peertrain.node import slim_imports
+from peertrain.node.net import slim_imports
 from peertrain.node.errors import NodeError
-from peertrain.node.slim_imports import SlimmedDependencyUsed
+from peertrain.node.net.slim_imports import SlimmedDependencyUsed
 
 ABSENT = "peertrain_slim_probe_pkg"  # a package that exists nowhere
 
@@ -118,7 +118,7 @@ def test_libp2p_features_we_need_work_with_the_guard_on():
 
 @pytest.mark.slow
 def test_cli_daemons_started_and_joined_run_without_the_slimmed_packages(tmp_path):
-    from peertrain.node.processes import DaemonProcess, node_args, stop_all
+    from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
     from peertrain.testing import wait_until_sync
 
     first = DaemonProcess(tmp_path / "a", node_args()).start()
@@ -174,8 +174,8 @@ async def _exercise_features() -> dict[str, object]:
     from libp2p.relay.circuit_v2.transport import CircuitV2Transport
     from libp2p.tools.anyio_service import background_trio_service
     from multiaddr import Multiaddr
-    from peertrain.node.host import build_host
-    from peertrain.node.identity import Identity
+    from peertrain.node.net.host import build_host
+    from peertrain.node.net.identity import Identity
     from peertrain.testing import wait_until
 
     class AnyValue(Validator):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from peertrain.node.status_text import render_status, swarm_line
+from peertrain.node.cli.status_text import render_status, swarm_line
 
 
 def test_a_server_line_names_its_stage_and_speed():

@@ -1,0 +1,4 @@
+"""peertrain.node.api — how the node's owner talks to it: the control socket (JSON over a Unix socket).
+
+May import every node sub-layer below it and the daemon; never cli/.
+"""

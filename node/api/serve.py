@@ -1,0 +1,25 @@
+"""A daemon with its owner's front door: the node's services, then the control socket.
+
+The daemon does not know how it is reached (the layer order puts api/ above it): whoever runs a
+node — the CLI, `peertrain.testing`, a benchmark — starts it through `serve_node`, which starts
+the daemon's services first and then answers on `<home>/control.sock` with the daemon's
+control methods. A control client therefore never sees a node whose services are half started.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from ..daemon import Daemon
+from .control import ControlServer
+
+
+async def serve_node(
+    daemon: Daemon, *, task_status: trio.TaskStatus[Daemon] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Run `daemon` and its control server; `started(daemon)` once both serve."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(daemon.run)
+        control = ControlServer(daemon.config.control_socket, daemon.control_methods())
+        await nursery.start(control.run)
+        task_status.started(daemon)

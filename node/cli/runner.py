@@ -1,0 +1,70 @@
+"""Running a daemon in the foreground: banner, signals, clean exit.
+
+SIGINT and SIGTERM cancel the daemon's nursery; services unwind and the process exits 0 with
+no traceback. If unwinding were ever to hang (a library task that ignores cancellation), a
+watchdog ends the process after `SHUTDOWN_GRACE` seconds rather than leave a zombie node that
+still holds its port and its control socket.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+
+import trio
+
+from ..api.serve import serve_node
+from ..config import NodeConfig
+from ..daemon import Daemon
+from ..net.identity import load_or_create_identity
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_GRACE = 4.0
+
+
+async def serve_until_signalled(config: NodeConfig) -> None:
+    identity = load_or_create_identity(config.home)
+    daemon = Daemon(config, identity)
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(serve_node, daemon)
+            print_banner(daemon)
+            async for signum in signals:
+                log.info("received %s, stopping", signal.Signals(signum).name)
+                _arm_watchdog()
+                nursery.cancel_scope.cancel()
+                break
+        # Leaving the receiver restores the default handlers; a second Ctrl-C or SIGTERM in
+        # the last milliseconds of shutdown must not turn a clean exit into a signal death.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    log.info("stopped")
+
+
+def print_banner(daemon: Daemon) -> None:
+    status = daemon.status()
+    lines = [
+        f"peertrain node {status['name']}",
+        f"  peer id       {status['peer_id']}",
+        f"  give others   {status['share']}",
+    ]
+    lines += [f"  also at       {a}" for a in status["addrs"][1:]]
+    if status["private_network"]:
+        lines.append("  private network: peers need the same --psk")
+    lines.append(f"  control       {daemon.config.control_socket}")
+    print("\n".join(lines), flush=True)
+
+
+def _arm_watchdog() -> None:
+    def expire() -> None:
+        sys.stderr.write(f"peertrain: shutdown took over {SHUTDOWN_GRACE:.0f} s; exiting anyway\n")
+        sys.stderr.flush()
+        os._exit(0)
+
+    timer = threading.Timer(SHUTDOWN_GRACE, expire)
+    timer.daemon = True
+    timer.start()

@@ -1,0 +1,158 @@
+"""The dial-back protocol, `/peertrain/dialback/1.0.0`: a peer dials us back from a stranger.
+
+The server side builds a throwaway host (new key, new socket) for every check and dials the
+client only at the IP it sees the request come from, so the service cannot be used to make us
+dial third parties. The client side and the verdict are in reachability.py.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+import trio
+from libp2p.abc import IHost, INetStream
+from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import PeerInfo
+from multiaddr import Multiaddr
+from peertrain.protocol.errors import ProtocolError
+from peertrain.protocol.framing import read_message, write_message
+from peertrain.protocol.ids import protocol_id
+from peertrain.protocol.messages import Request, Response, message
+from peertrain.protocol.schema import MaxLen
+
+from ..errors import NodeError
+from ..net.host import build_host
+from ..net.identity import Identity
+
+log = logging.getLogger(__name__)
+
+DIALBACK = protocol_id("dialback", "1.0.0")
+MAX_CANDIDATES = 8
+MAX_DIALS = 4
+Addr = Annotated[str, MaxLen(256)]
+
+
+@message("node/dialback-request", max_size=4096)
+class DialbackRequest(Request):
+    addrs: Annotated[tuple[Addr, ...], MaxLen(MAX_CANDIDATES)]
+
+
+@message("node/dialback-response", max_size=4096)
+class DialbackResponse(Response):
+    observed: Addr  # the IP the server saw the request come from
+    reached: Annotated[tuple[Addr, ...], MaxLen(MAX_DIALS)]
+    tried: Annotated[tuple[Addr, ...], MaxLen(MAX_DIALS)]
+
+
+def dial_targets(candidates: tuple[str, ...], observed_ip: str) -> list[Multiaddr]:
+    """The addresses a server may dial for a client seen at `observed_ip`, at most MAX_DIALS."""
+    targets: list[str] = []
+    ports: list[str] = []
+    for text in candidates[:MAX_CANDIDATES]:
+        try:
+            addr = Multiaddr(text)
+            ip, port = addr.value_for_protocol("ip4"), addr.value_for_protocol("tcp")
+        except Exception:  # a malformed or non-ip4/tcp candidate is simply not dialed
+            continue
+        if ip == observed_ip:
+            targets.append(f"/ip4/{ip}/tcp/{port}")
+        ports.append(port)
+    targets += [f"/ip4/{observed_ip}/tcp/{port}" for port in ports]
+    return [Multiaddr(t) for t in dict.fromkeys(targets)][:MAX_DIALS]
+
+
+async def dial_fresh(
+    peer: ID,
+    addr: Multiaddr,
+    *,
+    timeout: float,  # noqa: ASYNC109 (it bounds the probe host's dial and handshake too)
+    psk: str | None = None,
+) -> bool:
+    """Can a stranger (new key, new socket) complete a handshake with `peer` at `addr`?"""
+    probe = build_host(Identity.generate(), psk=psk, dial_timeout=timeout)
+    reached = False
+    try:
+        async with probe.run([]):
+            with trio.move_on_after(timeout):
+                await probe.connect(PeerInfo(peer, [addr]))
+                reached = True
+            # Hang up before the host goes: leaving `run` does not close its connections, and the
+            # peer would list the probe as a connected peer until its socket is collected.
+            with trio.move_on_after(1.0):
+                await probe.disconnect(peer)
+    except Exception as exc:  # refused, timed out, wrong peer: all mean "not reached"
+        log.debug("dial-back to %s at %s failed: %s", peer, addr, exc)
+    return reached
+
+
+class DialbackServer:
+    """Answers dial-back requests, a few at a time (each costs a host and some dials)."""
+
+    def __init__(
+        self,
+        host: IHost,
+        *,
+        psk: str | None = None,
+        dial_timeout: float = 3.0,
+        max_concurrent: int = 4,
+    ):
+        self.host, self.psk = host, psk
+        self.dial_timeout = dial_timeout
+        self._limiter = trio.CapacityLimiter(max_concurrent)
+        self._serving: set[str] = set()  # bounded by max_concurrent (others are refused)
+
+    def register(self) -> None:
+        self.host.set_stream_handler(str(DIALBACK), self._on_stream)
+
+    async def _on_stream(self, stream: INetStream) -> None:
+        peer = stream.muxed_conn.peer_id
+        remote = stream.get_remote_address()
+        key = peer.to_base58()
+        if remote is None or key in self._serving or self._limiter.available_tokens == 0:
+            await close_quietly(stream)  # busy or nothing to dial: the client asks elsewhere
+            return
+        self._serving.add(key)  # one check at a time per peer, so one peer cannot hog us
+        try:
+            async with self._limiter:
+                request = await read_message(
+                    stream, DialbackRequest, idle_timeout=self.dial_timeout
+                )
+                response = await self.answer(peer, remote[0], request)
+                await write_message(stream, response, idle_timeout=self.dial_timeout)
+        except ProtocolError as exc:
+            log.debug("dial-back request from %s: %s", peer, exc)
+        finally:
+            self._serving.discard(key)
+            await close_quietly(stream)
+
+    async def answer(
+        self, peer: ID, observed_ip: str, request: DialbackRequest
+    ) -> DialbackResponse:
+        targets = dial_targets(request.addrs, observed_ip)
+        results = [False] * len(targets)
+
+        async def one(i: int) -> None:
+            results[i] = await dial_fresh(peer, targets[i], timeout=self.dial_timeout, psk=self.psk)
+
+        async with trio.open_nursery() as nursery:
+            for i in range(len(targets)):
+                nursery.start_soon(one, i)
+        reached = tuple(str(t) for t, ok in zip(targets, results, strict=True) if ok)
+        return request.reply(
+            DialbackResponse,
+            observed=observed_ip,
+            reached=reached,
+            tried=tuple(str(t) for t in targets),
+        )
+
+
+class DialbackUnavailable(NodeError):
+    """A peer could not or would not run the dial-back check for us."""
+
+
+async def close_quietly(stream: INetStream) -> None:
+    try:
+        await stream.close()
+    except Exception:  # already reset by the peer
+        pass

@@ -1,0 +1,124 @@
+"""Our libp2p host: TCP, Noise only, Yamux only, dials in milliseconds, concrete addresses.
+
+What py-libp2p 0.8.1 does by default and why we override it (LIBP2P-NOTES.md):
+- it offers plaintext, secio and TLS besides Noise; a plaintext-only peer could connect.
+  We register Noise alone, so negotiation with anything else fails.
+- its dial loop waits ≈250 ms unless `max_connections_per_peer` connections exist;
+  with a limit of 1 a dial takes a few milliseconds.
+- it advertises a wildcard listen address verbatim; our address factory expands it.
+- its PSK support never verifies the key; `private_network.PrivateTCP` does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from libp2p import new_host
+from libp2p.abc import IHost
+from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
+from libp2p.network.config import ConnectionConfig
+from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
+from libp2p.transport.tcp.tcp import TCP
+from multiaddr import Multiaddr
+
+from ..errors import ConfigError, ConnectError, PskMismatch
+from .addresses import expand_wildcards
+from .identity import Identity
+from .private_network import MISMATCH
+from .transport import NOISE_ID, YAMUX_ID, NoiseTransport, YamuxConnection, use_registered_muxers
+
+log = logging.getLogger(__name__)
+
+
+def build_host(
+    identity: Identity,
+    *,
+    psk: str | None = None,
+    announce: Sequence[str] = (),
+    dial_timeout: float = 10.0,
+) -> IHost:
+    """A host that speaks only TCP + Noise + Yamux (+ our checked PSK when given)."""
+    from .private_network import PrivateTCP
+
+    transport = PrivateTCP(psk) if psk else TCP()
+    extra = [Multiaddr(a) for a in announce]
+
+    def advertised(candidates: list[Multiaddr]) -> list[Multiaddr]:
+        return expand_wildcards([*extra, *candidates])
+
+    muxers = {YAMUX_ID: YamuxConnection}  # our data path, libp2p's protocol IDs (node/transport)
+    host = new_host(
+        key_pair=identity.key_pair,
+        sec_opt={
+            NOISE_ID: NoiseTransport(
+                identity.key_pair, noise_privkey=create_x25519_key_pair().private_key
+            )
+        },
+        muxer_opt=muxers,
+        transports=[transport],
+        connection_config=ConnectionConfig(
+            max_connections_per_peer=1,
+            # libp2p's auto-connector redials known peers up to (low+high)/2 connections and
+            # prunes above `high_watermark`; defaults (100/300) would dial 200 peers at once.
+            min_connections=4,
+            low_watermark=8,
+            high_watermark=64,
+            dial_timeout=dial_timeout,
+            outbound_upgrade_timeout=dial_timeout,
+            inbound_upgrade_timeout=dial_timeout,
+        ),
+        addrs_factory=advertised,
+    )
+    use_registered_muxers(host, muxers)
+    return host
+
+
+def parse_peer_addr(text: str) -> PeerInfo:
+    """A full multiaddr ending in /p2p/<id> → PeerInfo, with an error that says what is wrong."""
+    try:
+        return info_from_p2p_addr(Multiaddr(text))
+    except Exception as exc:
+        raise ConfigError(
+            f"{text!r} is not a peer address ({exc}); give the full address a node prints, "
+            "such as /ip4/203.0.113.7/tcp/4001/p2p/12D3KooW…"
+        ) from None
+
+
+async def connect(host: IHost, peer: PeerInfo) -> None:
+    """Connect or raise ConnectError / PskMismatch with the root cause in plain words."""
+    try:
+        await host.connect(peer)
+    except Exception as exc:
+        if _failed_key_check(host, peer):
+            raise PskMismatch(f"could not connect to {peer.peer_id}: {MISMATCH}") from None
+        cause = _root_cause(exc)
+        if "negotiate the secure protocol" in cause:
+            cause += (
+                " (the peer speaks no protocol we accept: it may require a pre-shared key (--psk),"
+                " or offer plaintext/TLS only, which peertrain refuses)"
+            )
+        raise ConnectError(f"could not connect to {peer.peer_id}: {cause}") from None
+
+
+def _failed_key_check(host: IHost, peer: PeerInfo) -> bool:
+    from .private_network import PrivateTCP
+
+    transports = host.get_network().transport_manager.get_transports()  # type: ignore[attr-defined]
+    peer_text = peer.peer_id.to_base58()
+    return any(isinstance(t, PrivateTCP) and t.failed_key_check(peer_text) for t in transports)
+
+
+def _root_cause(exc: BaseException) -> str:
+    messages = []
+    seen = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if str(current):
+            messages.append(str(current))
+        if isinstance(current, BaseExceptionGroup) and current.exceptions:
+            current = current.exceptions[0]
+        else:
+            current = current.__cause__ or current.__context__
+    return messages[-1] if messages else type(exc).__name__

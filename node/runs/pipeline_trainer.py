@@ -1,0 +1,268 @@
+"""A trainer in a SWARM run: microbatches through one live server per stage, over the network.
+
+The trainer is swarm/pipeline/trainer.py's `PipelineTrainer` with a `NetworkStageTransport`;
+this service only keeps its wiring told of the servers. Every half second it reads the stage
+servers from RunState (swarm/pipeline/membership.py) and:
+
+- announces a server new to its stage (it enters at the stage's minimum virtual load);
+- brings back a server it excluded after a failed call once that server has renewed its record
+  since (a re-announcement: it is alive and serving again); a dead server never renews, so it
+  stays out until its lease ends and it leaves the view;
+- moves a server that now announces another stage (a rebalancing move) to that stage's wiring.
+
+With `static_seconds` > 0 the run opens with a fixed pipeline (per stage the server announcing
+the most throughput, lowest peer ID on ties; replaced by the next one only if it fails) for that
+long: the baseline the report's `static_throughput` compares with, measured in the same
+conditions as the SWARM phase after it. The trainer announces itself `pipeline-trainer/static`
+meanwhile, and servers hold rebalancing until no trainer does.
+
+Data: the digits training rows are dealt over `shards` by a seeded hash of this trainer's peer
+ID, so trainers usually read different rows. Losses are training losses of the microbatches as
+they complete (the last stage computes them); `initial_loss` / `final_loss` average the first and
+the last `LOSS_WINDOW` of them.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+import trio
+from peertrain.swarm.pipeline.membership import (
+    STATIC_TRAINER_ROLE,
+    TRAINER_ROLE,
+    ServerEntry,
+    servers,
+)
+from peertrain.swarm.pipeline.run_spec import PipelineSpec
+from peertrain.swarm.pipeline.trainer import PipelineTrainer, TrainerConfig
+from peertrain.swarm.pipeline.wiring import PipelineWiring
+
+from .pipeline_transport import NetworkStageTransport
+
+if TYPE_CHECKING:
+    from .session import RunSession
+
+log = logging.getLogger(__name__)
+
+SYNC_EVERY = 0.5
+LEASE_MS = 10_000
+ANNOUNCE_EVERY = 3.0
+LOSS_WINDOW = 20
+SHARDS = 4
+
+
+class WiringSync:
+    """Keeps a `PipelineWiring` in step with the stage servers announced in RunState."""
+
+    def __init__(self, wiring: PipelineWiring, num_stages: int) -> None:
+        self.wiring, self.num_stages = wiring, num_stages
+        self._seen: dict[str, ServerEntry] = {}
+
+    def update(self, entries: dict[str, ServerEntry]) -> None:
+        for peer, old in list(self._seen.items()):
+            new = entries.get(peer)
+            if new is None or new.stage != old.stage:
+                self.wiring[old.stage].exclude(peer)
+                del self._seen[peer]
+        for peer, entry in entries.items():
+            old = self._seen.get(peer)
+            stage = self.wiring[entry.stage]
+            if old is None or (peer not in stage.peers and entry.stamp != old.stamp):
+                stage.announce(peer)
+                self._seen[peer] = entry
+            elif peer in stage.peers:
+                self._seen[peer] = entry
+
+    def complete(self) -> bool:
+        return all(self.wiring[s].peers for s in range(self.num_stages))
+
+
+class PipelineTrainerService:
+    """This node's trainer in one run. `await nursery.start(service.run)`."""
+
+    def __init__(self, session: RunSession, spec: PipelineSpec) -> None:
+        self.session, self.spec = session, spec
+        self.daemon = session.daemon
+        self.me = self.daemon.identity.peer_id.to_base58()
+        self.transport = NetworkStageTransport(self.daemon.host, session.run_id, timeout=10.0)
+        self.phase = "waiting for servers"
+        self.losses: collections.deque[float] = collections.deque(maxlen=LOSS_WINDOW)
+        self.first_losses: list[float] = []
+        self.static: dict[str, float] | None = None
+        self.swarm_started: float | None = None
+        self.trainers: list[PipelineTrainer] = []
+        self.finished = False
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[PipelineTrainerService] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._announce_loop)
+            task_status.started(self)
+            await self._train()
+            self.finished = True
+            self.phase = "finished"
+
+    async def _announce_loop(self) -> None:
+        while True:
+            self._announce()
+            await trio.sleep(ANNOUNCE_EVERY)
+
+    def _announce(self) -> None:
+        role = STATIC_TRAINER_ROLE if self.phase == "static pipeline" else TRAINER_ROLE
+        self.session.replicator.writer.announce(
+            role=role,
+            addrs=self.daemon.addrs()[:8],
+            throughput=self._recent_throughput(),
+            lease_ms=LEASE_MS,
+        )
+
+    def _entries(self) -> dict[str, ServerEntry]:
+        return servers(self.session.state, self.spec.stages)
+
+    async def _train(self) -> None:
+        from peertrain.swarm.data import seeded_int
+
+        spec = self.spec
+        seed = seeded_int("pipeline-trainer", spec.seed, self.me)
+        wiring = PipelineWiring(spec.stages, seed=seed % 1_000_003)
+        sync = WiringSync(wiring, spec.stages)
+        while True:
+            sync.update(self._entries())
+            if sync.complete():
+                break
+            await trio.sleep(SYNC_EVERY)
+        data = await trio.to_thread.run_sync(lambda: spec.dataset_config().build())
+        batches = data.train_batches(
+            seed % SHARDS, SHARDS, batch_size=spec.batch_size, seed=spec.seed
+        )
+        config = TrainerConfig(in_flight=spec.in_flight, max_attempts=12, retry_delay=0.2)
+        step = 0
+        if spec.static_seconds > 0:
+            self.phase = "static pipeline"
+            self._announce()  # servers hold rebalancing while we measure
+            fixed = PipelineWiring(spec.stages, seed=seed % 1_000_003)
+            trainer = self._trainer(fixed, config)
+            started = time.monotonic()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._keep_fixed, fixed)
+                step = await self._steps(
+                    trainer, batches, step, until=started + spec.static_seconds
+                )
+                nursery.cancel_scope.cancel()
+            elapsed = time.monotonic() - started
+            stats = trainer.statistics()
+            self.static = {
+                "samples": stats.samples,
+                "seconds": elapsed,
+                "throughput": stats.samples / elapsed,
+            }
+        self.phase = "swarm"
+        self._announce()
+        trainer = self._trainer(wiring, config)
+        self.swarm_started = time.monotonic()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._sync_loop, sync)
+            await self._steps(trainer, batches, step, until=None)
+            nursery.cancel_scope.cancel()
+
+    async def _keep_fixed(self, fixed: PipelineWiring) -> None:
+        """The static pipeline: one server per stage, the fastest; replaced only if it fails."""
+        while True:
+            best = self._fastest()
+            for stage in range(self.spec.stages):
+                if not fixed[stage].peers and stage in best:
+                    fixed[stage].announce(best[stage])
+            await trio.sleep(SYNC_EVERY)
+
+    def _fastest(self) -> dict[int, str]:
+        best: dict[int, tuple[float, str]] = {}
+        for peer, entry in sorted(self._entries().items()):
+            if entry.stage not in best or entry.throughput > best[entry.stage][0]:
+                best[entry.stage] = (entry.throughput, peer)
+        return {stage: peer for stage, (_, peer) in best.items()}
+
+    def _trainer(self, wiring: PipelineWiring, config: TrainerConfig) -> PipelineTrainer:
+        trainer = PipelineTrainer(
+            num_stages=self.spec.stages, transport=self.transport, wiring=wiring, config=config
+        )
+        self.trainers.append(trainer)
+        return trainer
+
+    async def _steps(
+        self, trainer: PipelineTrainer, batches, step: int, *, until: float | None
+    ) -> int:
+        """Microbatches `in_flight` at a time until `until` (monotonic) or the spec's count; the
+        next step index. Microbatches in flight at `until` complete (none is abandoned)."""
+        total = self.spec.microbatches
+        limiter = trio.Semaphore(self.spec.in_flight)
+
+        async def one(index: int) -> None:
+            try:
+                x, y = batches.batch(index)
+                loss = await trainer.try_microbatch(x, y)
+            finally:
+                limiter.release()
+            if loss is not None:
+                self.losses.append(loss)
+                if len(self.first_losses) < LOSS_WINDOW:
+                    self.first_losses.append(loss)
+
+        async with trio.open_nursery() as nursery:
+            while (until is None or time.monotonic() < until) and (not total or step < total):
+                with trio.move_on_at(
+                    trio.current_time() + until - time.monotonic() if until else math.inf
+                ):
+                    await limiter.acquire()
+                    nursery.start_soon(one, step)
+                    step += 1
+        return step
+
+    async def _sync_loop(self, sync: WiringSync) -> None:
+        while True:
+            await trio.sleep(SYNC_EVERY)
+            sync.update(self._entries())
+
+    def _totals(self) -> dict[str, int]:
+        stats = [t.statistics() for t in self.trainers]
+        return {
+            key: sum(getattr(s, key) for s in stats)
+            for key in ("completed", "lost", "retries", "samples")
+        }
+
+    def _swarm_samples(self) -> int:
+        return self.trainers[-1].statistics().samples if self.swarm_started and self.trainers else 0
+
+    def _recent_throughput(self) -> float:
+        if not self.swarm_started:
+            return 0.0
+        return self._swarm_samples() / max(1e-3, time.monotonic() - self.swarm_started)
+
+    def status(self) -> dict[str, Any]:
+        totals = (
+            self._totals()
+            if self.trainers
+            else {"completed": 0, "lost": 0, "retries": 0, "samples": 0}
+        )
+
+        def mean(values):
+            return sum(values) / len(values) if values else None
+
+        return {
+            "role": "trainer",
+            "phase": self.phase,
+            **{f"{k}" if k != "lost" else "lost_microbatches": v for k, v in totals.items()},
+            "swarm_samples": self._swarm_samples(),
+            "swarm_seconds": round(time.monotonic() - self.swarm_started, 3)
+            if self.swarm_started
+            else 0.0,
+            "throughput": round(self._recent_throughput(), 3),
+            "static": self.static,
+            "initial_loss": mean(self.first_losses),
+            "loss": mean(list(self.losses)),
+            "finished": self.finished,
+        }

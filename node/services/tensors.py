@@ -1,0 +1,317 @@
+"""Serving and fetching content-addressed tensors between nodes.
+
+`TensorStore` holds the prepared tensors this node serves (model state for joiners, outer
+updates for the group, checkpoints), keyed by their root checksum and bounded by total bytes:
+the least recently used unpinned tensor goes first. `TensorService` answers
+`/peertrain/tensor/1.0.0` streams with protocol/tensor_transfer.py, one request per stream,
+with per-peer and total limits; a peer that sends garbage is penalised.
+
+`fetch_tensor` downloads one tensor from several holders at once: chunk ranges are handed to
+one worker per holder; a holder that fails or lies (a chunk that does not match its digest) is
+dropped and its range goes back to the queue, so the download resumes from verified chunks on
+another holder. Any holder will do, since the checksum, not the holder, is trusted. A holder
+whose connection broke (a relayed connection reset and redialed, a punched one replacing it)
+is asked again once it is connected again: a few times, each within a few seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import trio
+from libp2p.abc import IHost, INetStream
+from libp2p.peer.id import ID
+from peertrain.protocol.errors import ChecksumMismatch, DecodeError, ProtocolError, RemoteError
+from peertrain.protocol.ids import protocol_id
+from peertrain.protocol.messages import ErrorCode
+from peertrain.protocol.tensor_transfer import fetch_chunks, request_header, serve_tensor_request
+from peertrain.protocol.tensors import PreparedTensor, TensorDownload
+
+from ..errors import NodeError
+from ..net.penalties import PeerScoreboard, is_misbehaviour
+from ..net.stream_limits import StreamSlots
+
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger(__name__)
+
+TENSOR = protocol_id("tensor", "1.0.0")
+CHUNKS_PER_REQUEST = 4
+LYING_HOLDER_PENALTY = 50.0
+BAD_REQUEST_PENALTY = 10.0
+RETRIES = 3  # times a holder whose stream broke is asked again (per download)
+RECONNECT_WAIT = 5.0  # seconds it gets to be connected again (a circuit redial takes < 1 s)
+RETRY_PAUSE = 0.2
+REDIAL_GRACE = 1.0  # seconds left to whoever redials (hole punching) before `reconnect` runs
+
+
+class TransferFailed(NodeError):
+    """No holder could supply a tensor."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TensorStoreStatistics:
+    tensors: int
+    bytes: int
+    pinned: int
+
+
+class TensorStore:
+    """Prepared tensors by checksum, at most `max_bytes` of unpinned payload (LRU)."""
+
+    def __init__(self, max_bytes: int = 2 << 30):
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[bytes, PreparedTensor] = OrderedDict()
+        self._pinned: set[bytes] = set()
+
+    def put(self, prepared: PreparedTensor, *, pin: bool = False) -> bytes:
+        key = prepared.header.checksum
+        self._items[key] = prepared
+        self._items.move_to_end(key)
+        if pin:
+            self._pinned.add(key)
+        self._evict()
+        return key
+
+    def get(self, checksum: bytes) -> PreparedTensor | None:
+        prepared = self._items.get(checksum)
+        if prepared is not None:
+            self._items.move_to_end(checksum)
+        return prepared
+
+    def unpin(self, checksum: bytes) -> None:
+        self._pinned.discard(checksum)
+        self._evict()
+
+    def discard(self, checksum: bytes) -> None:
+        self._pinned.discard(checksum)
+        self._items.pop(checksum, None)
+
+    def _evict(self) -> None:
+        unpinned = sum(p.header.nbytes for k, p in self._items.items() if k not in self._pinned)
+        for key in list(self._items):
+            if unpinned <= self.max_bytes:
+                break
+            if key not in self._pinned:
+                unpinned -= self._items.pop(key).header.nbytes
+
+    def statistics(self) -> TensorStoreStatistics:
+        return TensorStoreStatistics(
+            tensors=len(self._items),
+            pinned=len(self._pinned),
+            bytes=sum(p.header.nbytes for p in self._items.values()),
+        )
+
+
+class TensorService:
+    """Answers tensor requests from the store."""
+
+    def __init__(
+        self,
+        host: IHost,
+        store: TensorStore,
+        scoreboard: PeerScoreboard,
+        *,
+        max_total: int = 16,
+        max_per_peer: int = 4,
+        idle_timeout: float = 15.0,
+    ):
+        self.host, self.store, self.scoreboard = host, store, scoreboard
+        self.idle_timeout = idle_timeout
+        self._slots = StreamSlots(scoreboard, max_total=max_total, max_per_peer=max_per_peer)
+        self.bytes_served = 0
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self.host.set_stream_handler(str(TENSOR), self._on_stream)
+        task_status.started()
+        await trio.sleep_forever()
+
+    async def _on_stream(self, stream: INetStream) -> None:
+        async with self._slots.admit(stream) as peer:
+            if peer is None:
+                return
+            try:
+                await serve_tensor_request(stream, self._lookup, idle_timeout=self.idle_timeout)
+            except ProtocolError as exc:
+                if is_misbehaviour(exc):
+                    self.scoreboard.penalise(peer, BAD_REQUEST_PENALTY, f"tensor request: {exc}")
+
+    def _lookup(self, checksum: bytes) -> PreparedTensor | None:
+        prepared = self.store.get(checksum)
+        if prepared is not None:
+            self.bytes_served += prepared.header.nbytes  # upper bound: ranges may be partial
+        return prepared
+
+
+async def fetch_tensor(
+    host: IHost,
+    holders: Sequence[ID],
+    checksum: bytes,
+    *,
+    max_nbytes: int,
+    scoreboard: PeerScoreboard | None = None,
+    idle_timeout: float = 15.0,
+    allocate: Callable[[int], torch.Tensor] | None = None,
+    retries: int = RETRIES,
+    reconnect_wait: float = RECONNECT_WAIT,
+    reconnect: Callable[[ID], Awaitable[Any]] | None = None,
+) -> TensorDownload:
+    """Download and verify tensor `checksum` from `holders` in parallel; raise TransferFailed.
+
+    A holder whose stream breaks (its connection reset or replaced, e.g. a relayed one being
+    redialed) is asked again, up to `retries` times, once a connection to it is back within
+    `reconnect_wait` s; `reconnect(holder)` is called when none came back by itself. Verified
+    chunks are kept, so the download resumes where it stopped. `allocate(nbytes)` may supply
+    the payload buffer (node/net/receive_buffers.py)."""
+    holders = [h for h in dict.fromkeys(holders) if h != host.get_id()]
+    again = _Retries(host, retries=retries, wait=reconnect_wait, reconnect=reconnect)
+    download, failures = await _first_header(
+        host, holders, checksum, max_nbytes, idle_timeout, allocate, again
+    )
+    pending = _split(download)
+    alive = list(holders)
+
+    async def worker(holder: ID) -> None:
+        while pending:
+            first, count = pending.pop(0)
+            try:
+                stream = await host.new_stream(holder, [str(TENSOR)])
+                try:
+                    await fetch_chunks(
+                        stream, download, first_chunk=first, count=count, idle_timeout=idle_timeout
+                    )
+                finally:
+                    await stream.close()
+            except Exception as exc:  # whatever went wrong, the range goes to another holder
+                if isinstance(exc, ChecksumMismatch) and scoreboard is not None:
+                    scoreboard.penalise(
+                        holder.to_base58(), LYING_HOLDER_PENALTY, f"tensor chunk: {exc}"
+                    )
+                failures.append(f"{holder}: {exc}")
+                pending[:0] = _split(download, first, count)  # its verified chunks are kept
+                if download.complete or not await again.worth_it(holder, exc):
+                    alive.remove(holder)
+                    return
+                continue
+            if download.complete:  # a worker waiting for its holder to come back stops too
+                nursery.cancel_scope.cancel()
+
+    while not download.complete and alive:
+        async with trio.open_nursery() as nursery:
+            for holder in list(alive):
+                nursery.start_soon(worker, holder)
+        pending[:] = _split(download)
+    if not download.complete:
+        raise TransferFailed(
+            f"could not fetch tensor {checksum.hex()[:16]}: " + "; ".join(failures[-4:])
+        )
+    return download
+
+
+class _Retries:
+    """Whether to ask a holder again after a failure: bounded per holder, and only once a
+    connection to it is back (it may be redialed by hole punching, or by `reconnect`)."""
+
+    def __init__(
+        self,
+        host: IHost,
+        *,
+        retries: int,
+        wait: float,
+        reconnect: Callable[[ID], Awaitable[Any]] | None,
+    ):
+        self.host, self.retries, self.wait, self.reconnect = host, retries, wait, reconnect
+        self.used: dict[ID, int] = {}  # bounded by the holders of one download
+        self.reconnects = 0
+
+    async def worth_it(self, holder: ID, exc: BaseException) -> bool:
+        if not _may_retry(exc) or self.used.get(holder, 0) >= self.retries:
+            return False
+        self.used[holder] = self.used.get(holder, 0) + 1
+        log.info("tensor: %s failed (%s); asking it again once reconnected", holder, exc)
+        return await self._connected(holder)
+
+    async def _connected(self, holder: ID) -> bool:
+        with trio.move_on_after(self.wait):
+            await trio.sleep(RETRY_PAUSE)  # a reset connection takes a moment to leave the swarm
+            with trio.move_on_after(REDIAL_GRACE if self.reconnect else self.wait):
+                await self._until_connected(holder)
+                return True
+            if self.reconnect is not None:
+                try:
+                    await self.reconnect(holder)
+                    self.reconnects += 1
+                except Exception as exc:  # not reachable now: the wait below decides
+                    log.info("tensor: reconnecting to %s: %s", holder, exc)
+                await self._until_connected(holder)
+                return True
+        return False
+
+    async def _until_connected(self, holder: ID) -> None:
+        while not self.host.get_network().get_connections(holder):
+            await trio.sleep(0.05)
+
+
+def _may_retry(exc: BaseException) -> bool:
+    """A broken or slow connection is worth another try; a lie or a refusal is not (a busy
+    holder is)."""
+    if isinstance(exc, RemoteError):
+        return exc.code == ErrorCode.BUSY
+    return not isinstance(exc, DecodeError)
+
+
+async def _first_header(
+    host: IHost,
+    holders: Sequence[ID],
+    checksum: bytes,
+    max_nbytes: int,
+    idle_timeout: float,
+    allocate,
+    again: _Retries,
+) -> tuple[TensorDownload, list[str]]:
+    """The header from the first holder that answers; the ones whose connection broke are
+    asked again (once back) only after every other holder has been tried."""
+    failures: list[str] = []
+    candidates = list(holders)
+    while candidates:
+        broken: list[tuple[ID, Exception]] = []
+        for holder in candidates:
+            try:
+                stream = await host.new_stream(holder, [str(TENSOR)])
+                try:
+                    header = await request_header(
+                        stream,
+                        checksum,
+                        max_nbytes=max_nbytes,
+                        idle_timeout=idle_timeout,
+                        allocate=allocate,
+                    )
+                    return header, failures
+                finally:
+                    await stream.close()
+            except Exception as exc:  # NOT_FOUND, dead holder, bad header: try the next one
+                failures.append(f"{holder}: {exc}")
+                broken.append((holder, exc))
+        candidates = [holder for holder, exc in broken if await again.worth_it(holder, exc)]
+    reasons = "; ".join(failures) or "no holders"
+    raise TransferFailed(f"no holder has tensor {checksum.hex()[:16]}: {reasons}")
+
+
+def _split(
+    download: TensorDownload, first: int = 0, count: int | None = None
+) -> list[tuple[int, int]]:
+    """Missing chunks (of [first, first + count) when given) as ranges of at most
+    CHUNKS_PER_REQUEST."""
+    end = download.header.num_chunks if count is None else first + count
+    out: list[tuple[int, int]] = []
+    for index in (i for i in download.missing_chunks() if first <= i < end):
+        if out and out[-1][0] + out[-1][1] == index and out[-1][1] < CHUNKS_PER_REQUEST:
+            out[-1] = (out[-1][0], out[-1][1] + 1)
+        else:
+            out.append((index, 1))
+    return out
