@@ -35,6 +35,7 @@ from .nat.traversal import NatTraversal
 from .net.addresses import rank
 from .net.host import build_host, parse_peer_addr
 from .net.identity import Identity
+from .net.inbound_shield import InboundShield
 from .net.names import friendly_name
 from .net.peers import IdentityGuard, PeerKeeper
 from .net.penalties import PeerScoreboard
@@ -60,6 +61,10 @@ class Daemon:
         self.started_at: float | None = None
         self._guard = IdentityGuard(self.host)
         self.scoreboard = PeerScoreboard()
+        self.shield = InboundShield(
+            self.host, is_banned=self.scoreboard.is_banned, penalise=self.scoreboard.penalise
+        )
+        self.shield.install()  # before anything can open a stream to us
         self.peer_exchange = PeerExchange(self.host, self.scoreboard)
         self.dht = DhtService(self.host, self.scoreboard, self.bootstrap)
         self.gossip = Gossip(
