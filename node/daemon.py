@@ -34,6 +34,7 @@ from .nat.relays import HopLimits
 from .nat.traversal import NatTraversal
 from .net.addresses import rank
 from .net.host import build_host, parse_peer_addr
+from .net.bans import BanEnforcer
 from .net.identity import Identity
 from .net.inbound_shield import InboundShield
 from .net.names import friendly_name
@@ -65,6 +66,7 @@ class Daemon:
             self.host, is_banned=self.scoreboard.is_banned, penalise=self.scoreboard.penalise
         )
         self.shield.install()  # before anything can open a stream to us
+        self.bans = BanEnforcer(self.host, self.scoreboard)
         self.peer_exchange = PeerExchange(self.host, self.scoreboard)
         self.dht = DhtService(self.host, self.scoreboard, self.bootstrap)
         self.gossip = Gossip(
@@ -91,6 +93,7 @@ class Daemon:
         async with self.host.run(listen):
             self.host.get_network().register_notifee(self._guard)
             async with trio.open_nursery() as nursery:
+                await nursery.start(self.bans.run)
                 keeper = PeerKeeper(
                     self.host, self.bootstrap, interval=self.config.reconnect_interval
                 )
