@@ -108,8 +108,12 @@ class Supervisor:
                 first.give_up()  # a non-critical service that failed to start: start() returns None
                 if self._quarantine_due(health):
                     health.state = "quarantined"
-                    log.error("%s failed %d times in %.0f s: quarantined", health.name,
-                              len(health._failures), self.window)
+                    log.error(
+                        "%s failed %d times in %.0f s: quarantined",
+                        health.name,
+                        len(health._failures),
+                        self.window,
+                    )
                     return
                 health.state = "restarting"
                 await trio.sleep(backoff)
