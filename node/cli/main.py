@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from peertrain import __version__
+
 from ..errors import NodeError
 from .options import (
     add_role_options,
@@ -56,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="peertrain", description="Decentralized peer-to-peer training."
     )
+    parser.add_argument("--version", action="version", version=f"peertrain {__version__}")
     commands = parser.add_subparsers(metavar="COMMAND")
 
     home = argparse.ArgumentParser(add_help=False)
