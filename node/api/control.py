@@ -6,9 +6,10 @@ one line, answered by `{"id": …, "result": …}` or `{"id": …, "error": "…
 no token to leak. Requests are bounded in size, time and concurrency like any network input.
 
 Nothing a client sends can end the daemon: a request that is not an object with object params,
-nesting deeper than `MAX_DEPTH`, or a parameter of the wrong type (`param`) is answered with an
-error; a method that fails on our own bug is answered "internal error", logged with its
-traceback, and the server goes on. Only cancellation leaves `_serve_one`.
+nesting deeper than `MAX_DEPTH`, or a parameter of the wrong type (methods read parameters
+through `param`, node/params.py) is answered with an error; a method that fails on our own bug
+is answered "internal error", logged with its traceback, and the server goes on. Only
+cancellation leaves `_serve_one`.
 """
 
 from __future__ import annotations
@@ -117,32 +118,6 @@ def parse_request(line: bytes) -> dict[str, Any]:
     if not isinstance(request, dict):
         raise ControlError("request must be a JSON object")
     return request
-
-
-def param(
-    params: dict[str, Any], key: str, kind: type | tuple[type, ...], default: Any = ...
-) -> Any:
-    """`params[key]` if it has the type a method expects; ControlError naming the key otherwise.
-
-    bool is refused where int or float is asked (JSON true is not a count), and an int is
-    accepted where a float is asked."""
-    if key not in params or params[key] is None:
-        if default is ...:
-            raise ControlError(f"missing parameter {key!r}")
-        return default
-    value = params[key]
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    if float in kinds and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, bool) and bool not in kinds:
-        raise ControlError(f"parameter {key!r} must be {_names(kinds)}, not a boolean")
-    if not isinstance(value, kinds):
-        raise ControlError(f"parameter {key!r} must be {_names(kinds)}, not {type(value).__name__}")
-    return value
-
-
-def _names(kinds: tuple[type, ...]) -> str:
-    return " or ".join(k.__name__ for k in kinds)
 
 
 def _depth(line: bytes) -> int:

@@ -94,7 +94,7 @@ async def test_a_method_that_fails_on_its_own_bug_answers_internal_error_and_the
 
 
 def test_param_checks_types_and_names_the_key():
-    from peertrain.node.api.control import param
+    from peertrain.node.params import param
 
     assert param({"mib": 16}, "mib", int) == 16
     assert param({"speed": 2}, "speed", float) == 2.0
