@@ -42,6 +42,7 @@ class DhtService:
         bootstrap: Sequence[PeerInfo],
         *,
         mode: DhtMode = DhtMode.SERVER,
+        connect: Callable[[ID, list[Multiaddr]], Awaitable[str]] | None = None,
     ) -> None:
         self.host = host
         self.dht = Dht(
@@ -52,8 +53,8 @@ class DhtService:
             is_banned=scoreboard.is_banned,
         )
         self.resolved: dict[str, dict[str, Any]] = {}
-        # set by the daemon to NAT traversal's connect (dials circuits, which host.connect refuses)
-        self.connect: Callable[[ID, list[Multiaddr]], Awaitable[str]] | None = None
+        # NAT traversal's connect (dials circuits, which host.connect refuses); None: the DHT's
+        self.connect = connect
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
