@@ -119,6 +119,7 @@ class UpdateTransport:
 class UpdateExchange:
     tensors: NodeTensors  # the driver's TensorTransport
     gossip: UpdateGossip  # `exchange(round, payload, deadline)` → every member's contribution
+    reserved: trio.Event  # set once the receive buffers are faulted in
 
 
 @asynccontextmanager
@@ -152,11 +153,17 @@ async def open_update_exchange(
         is_member=is_member,
         expected=expected,
     )
+    reserved = trio.Event()
+
+    async def reserve() -> None:
+        await tensors.reserve_receive_buffers(reserve_updates, gossip.expected_nbytes)
+        reserved.set()
+
     async with trio.open_nursery() as nursery:
-        inbox = await node.gossip.subscribe(tensors.topic, validator=gossip.validate)
+        inbox = await node.gossip.subscribe(topic, validator=gossip.validate)
         nursery.start_soon(_drain, inbox)  # announcements act in the validator; drop the copies
-        nursery.start_soon(tensors.reserve_receive_buffers, reserve_updates, gossip.expected_nbytes)
-        yield UpdateExchange(tensors=tensors, gossip=gossip)
+        nursery.start_soon(reserve)
+        yield UpdateExchange(tensors=tensors, gossip=gossip, reserved=reserved)
         nursery.cancel_scope.cancel()
 
 
