@@ -15,7 +15,8 @@ The control socket is not started here: node/api/serve.py runs a daemon with it 
 above the daemon in the layer order). Every inbound stream passes one shield
 (node/net/inbound_shield.py) and bans disconnect (node/net/bans.py): a misbehaving remote peer
 never stops the node. Torch is not imported here: the training services import it when a run
-needs it.
+needs it. What sits above the services (runs, their control methods) is handed `NodeServices`
+(node/services/node_services.py), never the daemon: the sub-layers import only downwards.
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ payloads). `NodeTensors` provides both on the node's gossip, tensor store and `f
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -25,8 +24,6 @@ from ..services.tensors import fetch_tensor
 if TYPE_CHECKING:
     from peertrain.swarm.diloco.compression import ProtocolCodec
     from peertrain.swarm.diloco.update_gossip import GroupTransport, UpdateGossip
-
-log = logging.getLogger(__name__)
 
 
 def update_topic(run_id: str) -> str:
