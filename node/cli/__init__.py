@@ -1,4 +1,5 @@
-"""peertrain.node.cli — the `peertrain` command: parser, options, human status text, CLI daemon processes and the local-swarm supervisors.
+"""peertrain.node.cli — the `peertrain` command: parser, options, human status text, CLI daemon
+processes and the local-swarm supervisors.
 
 Top of node/: may import everything.
 """
