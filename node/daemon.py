@@ -12,8 +12,10 @@
            └─ RunManager      runs this node creates or joins (one RunSession each)
 
 The control socket is not started here: node/api/serve.py runs a daemon with it (api/ sits
-above the daemon in the layer order). A crash in a service stops the node loudly; a misbehaving remote peer never does. Torch is not
-imported here: the training services import it when a run needs it.
+above the daemon in the layer order). Every inbound stream passes one shield
+(node/net/inbound_shield.py) and bans disconnect (node/net/bans.py): a misbehaving remote peer
+never stops the node. Torch is not imported here: the training services import it when a run
+needs it.
 """
 
 from __future__ import annotations
@@ -33,8 +35,10 @@ from .nat.reachability import ReachabilityCheck
 from .nat.relays import HopLimits
 from .nat.traversal import NatTraversal
 from .net.addresses import rank
+from .net.bans import BanEnforcer
 from .net.host import build_host, parse_peer_addr
 from .net.identity import Identity
+from .net.inbound_shield import InboundShield
 from .net.names import friendly_name
 from .net.peers import IdentityGuard, PeerKeeper
 from .net.penalties import PeerScoreboard
@@ -60,6 +64,11 @@ class Daemon:
         self.started_at: float | None = None
         self._guard = IdentityGuard(self.host)
         self.scoreboard = PeerScoreboard()
+        self.shield = InboundShield(
+            self.host, is_banned=self.scoreboard.is_banned, penalise=self.scoreboard.penalise
+        )
+        self.shield.install()  # before anything can open a stream to us
+        self.bans = BanEnforcer(self.host, self.scoreboard)
         self.peer_exchange = PeerExchange(self.host, self.scoreboard)
         self.dht = DhtService(self.host, self.scoreboard, self.bootstrap)
         self.gossip = Gossip(
@@ -86,6 +95,7 @@ class Daemon:
         async with self.host.run(listen):
             self.host.get_network().register_notifee(self._guard)
             async with trio.open_nursery() as nursery:
+                await nursery.start(self.bans.run)
                 keeper = PeerKeeper(
                     self.host, self.bootstrap, interval=self.config.reconnect_interval
                 )

@@ -1,4 +1,5 @@
-"""peertrain.node.api — how the node's owner talks to it: the control socket (JSON over a Unix socket).
+"""peertrain.node.api — how the node's owner talks to it: the control socket (JSON over a Unix
+socket).
 
 May import every node sub-layer below it and the daemon; never cli/.
 """

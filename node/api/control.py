@@ -4,6 +4,12 @@ One request per connection: a JSON object `{"id": …, "method": "status", "para
 one line, answered by `{"id": …, "result": …}` or `{"id": …, "error": "…"}`. A Unix socket
 (mode 0600 in a 0700 home) means only the owner can drive the daemon, with no port to guard and
 no token to leak. Requests are bounded in size, time and concurrency like any network input.
+
+Nothing a client sends can end the daemon: a request that is not an object with object params,
+nesting deeper than `MAX_DEPTH`, or a parameter of the wrong type (methods read parameters
+through `param`, node/params.py) is answered with an error; a method that fails on our own bug
+is answered "internal error", logged with its traceback, and the server goes on. Only
+cancellation leaves `_serve_one`.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ log = logging.getLogger(__name__)
 MAX_REQUEST = 64 * 1024
 MAX_RESPONSE = 16 * 1024 * 1024
 REQUEST_TIMEOUT = 10.0
+MAX_DEPTH = 32  # a 64 KiB line of "[[[[…" would otherwise reach the JSON decoder's recursion limit
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 
@@ -70,27 +77,71 @@ class ControlServer:
 
     async def _serve_one(self, stream: trio.SocketStream) -> None:
         async with stream, self._limiter:
-            request_id = None
+            request_id = name = None
             try:
                 with trio.fail_after(REQUEST_TIMEOUT):
-                    request = json.loads(await _read_line(stream, MAX_REQUEST))
-                    if not isinstance(request, dict):
-                        raise ControlError("request must be a JSON object")
-                    request_id = request.get("id")
-                    method = self.methods.get(request.get("method", ""))
-                    if method is None:
-                        raise ControlError(
-                            f"unknown method {request.get('method')!r}; "
-                            f"known: {sorted(self.methods)}"
-                        )
-                    params = request.get("params") or {}
+                    request = parse_request(await _read_line(stream, MAX_REQUEST))
+                    request_id, name = request.get("id"), request.get("method")
+                    method, params = self._resolve(request)
                     reply = {"id": request_id, "result": await method(params)}
-            except (ControlError, ValueError, trio.TooSlowError) as exc:
+            except (ControlError, trio.TooSlowError) as exc:
                 reply = {"id": request_id, "error": str(exc) or type(exc).__name__}
+            except Exception as exc:  # noqa: BLE001 - our own bug in a method: answer, log, serve on
+                log.exception("control method %r failed", name)
+                reply = {"id": request_id, "error": f"internal error: {type(exc).__name__}: {exc}"}
             try:
-                await stream.send_all(json.dumps(reply).encode() + b"\n")
-            except trio.BrokenResourceError:
-                pass
+                await stream.send_all(_dump(reply))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass  # the client hung up before its answer: nothing to tell it
+
+    def _resolve(self, request: dict[str, Any]) -> tuple[Handler, dict[str, Any]]:
+        name = request.get("method", "")
+        method = self.methods.get(name) if isinstance(name, str) else None
+        if method is None:
+            raise ControlError(f"unknown method {name!r}; known: {sorted(self.methods)}")
+        params = request.get("params")
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):
+            raise ControlError(f"params must be a JSON object, not {type(params).__name__}")
+        return method, params
+
+
+def parse_request(line: bytes) -> dict[str, Any]:
+    """One request line as a dict, or ControlError saying what is wrong with it."""
+    if _depth(line) > MAX_DEPTH:
+        raise ControlError(f"request nests deeper than {MAX_DEPTH} levels")
+    try:
+        request = json.loads(line)
+    except (ValueError, RecursionError) as exc:
+        raise ControlError(f"request is not JSON: {exc}") from None
+    if not isinstance(request, dict):
+        raise ControlError("request must be a JSON object")
+    return request
+
+
+def _depth(line: bytes) -> int:
+    """Deepest bracket nesting, counted without parsing (brackets inside strings count too:
+    a false alarm costs a legitimate client nothing, as no method takes 32 levels)."""
+    if line.count(b"[") + line.count(b"{") <= MAX_DEPTH:
+        return 0  # the common case, without a Python loop over the bytes
+    depth = deepest = 0
+    for byte in line:
+        if byte in b"[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in b"]}":
+            depth -= 1
+    return deepest
+
+
+def _dump(reply: dict[str, Any]) -> bytes:
+    try:
+        return json.dumps(reply).encode() + b"\n"
+    except (TypeError, ValueError) as exc:  # a method returned something JSON cannot say
+        log.error("control reply not serialisable: %s", exc)
+        error = {"id": reply.get("id"), "error": f"internal error: {exc}"}
+        return json.dumps(error).encode() + b"\n"
 
 
 async def _read_line(stream: trio.abc.ReceiveStream, limit: int) -> bytes:

@@ -46,37 +46,64 @@ def role_params(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-RUN_OPTIONS = {  # flag → (spec field, type)
-    "--model": ("model", str),
-    "--dataset": ("dataset", str),
-    "--inner-steps": ("inner_steps", int),
-    "--batch-size": ("batch_size", int),
-    "--lr": ("lr", float),
-    "--codec": ("codec", str),
-    "--aggregator": ("aggregator", str),
-    "--rounds": ("rounds", int),
-    "--min-members": ("min_members", int),
-    "--round-timeout": ("round_timeout", float),
-    "--seed": ("seed", int),
-    "--stages": ("stages", int),
+# flag → (spec field, type, help, choices). Choices are imported lazily where they live (the
+# aggregator names come from swarm/aggregation, which imports torch), so --help stays light.
+RUN_OPTIONS: dict[str, tuple[str, type, str, tuple[str, ...] | None]] = {
+    "--model": ("model", str, "model to train (default: gpt for diloco, mlp for swarm)", None),
+    "--dataset": ("dataset", str, "dataset (default: text for diloco, digits for swarm)", None),
+    "--inner-steps": ("inner_steps", int, "DiLoCo inner AdamW steps per round (default: 50)", None),
+    "--batch-size": ("batch_size", int, "samples per inner step (default: 16)", None),
+    "--lr": ("lr", float, "inner learning rate (default: 4e-4)", None),
+    "--codec": (
+        "codec",
+        str,
+        "outer-update codec (default: int8)",
+        ("fp32", "fp16", "bf16", "int8"),
+    ),
+    "--aggregator": (
+        "aggregator",
+        str,
+        "robust rule for outer updates (default: mean)",
+        ("mean", "median", "trimmed-mean", "multi-krum", "flag"),
+    ),
+    "--rounds": ("rounds", int, "outer rounds, 0 = until stopped (default: 0)", None),
+    "--min-members": ("min_members", int, "members round 0 waits for (default: 1)", None),
+    "--round-timeout": (
+        "round_timeout",
+        float,
+        "seconds a round waits for updates (default: 60)",
+        None,
+    ),
+    "--seed": (
+        "seed",
+        int,
+        "seed for the model's initial weights and data order (default: 0)",
+        None,
+    ),
+    "--stages": ("stages", int, "SWARM pipeline stages (default: 3)", None),
 }
+
+# Env vars of list options: one item per line or separated by ';' (a KEY=VALUE may hold JSON,
+# whose commas would be ambiguous), e.g. PEERTRAIN_SET='model_settings.n_layer=4;seed=3'.
+LIST_ENV_SEPARATORS = ("\n", ";")
 
 
 def add_run_options(p: argparse.ArgumentParser) -> None:
-    for flag, (dest, kind) in RUN_OPTIONS.items():
-        p.add_argument(flag, dest=dest, type=kind, default=None)
+    for flag, (dest, kind, text, choices) in RUN_OPTIONS.items():
+        p.add_argument(flag, dest=dest, type=kind, default=None, help=text, choices=choices)
     p.add_argument(
         "--set",
         action="append",
         default=None,
         metavar="KEY=VALUE",
-        help="any other run setting, e.g. model_settings.n_layer=4 (value parsed as JSON)",
+        help="any other run setting, e.g. model_settings.n_layer=4 (value parsed as JSON); "
+        "env PEERTRAIN_SET takes several separated by ';'",
     )
 
 
 def run_spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
     spec: dict[str, Any] = {}
-    for dest, _ in RUN_OPTIONS.values():
+    for dest, *_ in RUN_OPTIONS.values():
         if getattr(args, dest, None) is not None:
             spec[dest] = getattr(args, dest)
     for item in args.set or ():
@@ -108,15 +135,32 @@ def apply_env(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None
             continue
         if isinstance(action, argparse._StoreTrueAction):
             value: Any = raw.lower() in ("1", "true", "yes", "on")
+        elif isinstance(action, argparse._AppendAction):
+            value = [_convert(action, dest, item) for item in split_list_env(raw)]
         else:
-            try:
-                value = action.type(raw) if action.type else raw
-            except (TypeError, ValueError):
-                raise NodeError(
-                    f"{ENV_PREFIX}{dest.upper()}={raw!r} is not a valid value for "
-                    f"--{dest.replace('_', '-')}"
-                ) from None
+            value = _convert(action, dest, raw)
         setattr(args, dest, value)
+
+
+def split_list_env(raw: str) -> list[str]:
+    """A list option's env value as its items (see LIST_ENV_SEPARATORS); blanks dropped."""
+    for separator in LIST_ENV_SEPARATORS[1:]:
+        raw = raw.replace(separator, LIST_ENV_SEPARATORS[0])
+    return [item.strip() for item in raw.split(LIST_ENV_SEPARATORS[0]) if item.strip()]
+
+
+def _convert(action: argparse.Action, dest: str, raw: str) -> Any:
+    flag = f"--{dest.replace('_', '-')}"
+    try:
+        value = action.type(raw) if action.type else raw
+    except (TypeError, ValueError):
+        raise NodeError(
+            f"{ENV_PREFIX}{dest.upper()}={raw!r} is not a valid value for {flag}"
+        ) from None
+    if action.choices is not None and value not in action.choices:
+        choices = ", ".join(map(str, action.choices))
+        raise NodeError(f"{ENV_PREFIX}{dest.upper()}={raw!r}: {flag} must be one of {choices}")
+    return value
 
 
 def _all_actions(parser: argparse.ArgumentParser):

@@ -10,6 +10,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from peertrain import __version__
+
 from .commands import (
     cmd_id,
     cmd_join,
@@ -26,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="peertrain", description="Decentralized peer-to-peer training."
     )
+    parser.add_argument("--version", action="version", version=f"peertrain {__version__}")
     commands = parser.add_subparsers(metavar="COMMAND")
     home = _home_options()
     _add_node_commands(commands, home, _daemon_options(home))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ class PeerScoreboard:
         self._scores: OrderedDict[str, tuple[float, float]] = OrderedDict()  # peer → (score, at)
         self._banned_until: OrderedDict[str, float] = OrderedDict()
         self._penalties = 0
+        self.on_ban: list[Callable[[str], None]] = []  # enforcement (node/net/bans.py) listens
 
     def penalise(self, peer: str, points: float, reason: str) -> bool:
         """Add `points` to `peer`'s score; return True if this bans it."""
@@ -59,6 +61,8 @@ class PeerScoreboard:
             while len(self._banned_until) > self.max_peers:
                 self._banned_until.popitem(last=False)
             log.warning("banned %s for %.0f s", peer, self.ban_seconds)
+            for listener in self.on_ban:
+                listener(peer)
             return True
         return False
 

@@ -25,8 +25,12 @@ class InnerConfig:
     total_steps: int | None = None
     min_lr: float = 0.0
     grad_clip: float | None = 1.0
+    accumulation: int = 1  # micro-batches per step: a step sees batch_size × accumulation samples
+    precision: str = "fp32"  # autocast for forward and loss: fp32 | bf16 | fp16 (swarm/devices.py)
 
     def __post_init__(self) -> None:
+        if self.accumulation < 1:
+            raise ConfigError("accumulation must be at least 1")
         if self.steps < 1 or self.batch_size < 1:
             raise ConfigError("inner steps (H) and batch_size must be at least 1")
         if self.lr <= 0 or self.warmup_steps < 0:

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from ..data.batches import Batches
+from ..devices import autocast, to_device
 from .config import InnerConfig
 
 
@@ -52,10 +53,18 @@ def build_adamw(model: nn.Module, config: InnerConfig) -> torch.optim.AdamW:
 
 
 class InnerLoop:
-    def __init__(self, model: nn.Module, batches: Batches, config: InnerConfig) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        batches: Batches,
+        config: InnerConfig,
+        *,
+        device: torch.device | None = None,
+    ) -> None:
         self.model = model
         self.batches = batches
         self.config = config
+        self.device = device or next(model.parameters()).device
         self.optimizer = build_adamw(model, config)
         self.step = 0
 
@@ -69,24 +78,36 @@ class InnerLoop:
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
 
-            x, y = self.batches.batch(self.step)
-            _, loss = self.model(x, y)
             self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            loss = self._accumulate_gradients()
             if self.config.grad_clip is not None:
                 nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
             self.optimizer.step()
 
             self.step += 1
-            losses.append(loss.item())
+            losses.append(loss)
         return InnerReport(
             steps=steps,
             first_loss=losses[0] if losses else math.nan,
             last_loss=losses[-1] if losses else math.nan,
             mean_loss=sum(losses) / len(losses) if losses else math.nan,
-            samples=steps * self.batches.batch_size,
+            samples=steps * self.batches.batch_size * self.config.accumulation,
             seconds=time.perf_counter() - started,
         )
+
+    def _accumulate_gradients(self) -> float:
+        """Forward and backward over `accumulation` micro-batches (autocast per the config);
+        the step's mean loss. Micro-batch k of step s is batch s·A + k, so A=1 is unchanged."""
+        parts = self.config.accumulation
+        total = 0.0
+        for k in range(parts):
+            x, y = self.batches.batch(self.step * parts + k)
+            x, y = to_device(x, self.device), to_device(y, self.device)
+            with autocast(self.device, self.config.precision):
+                _, loss = self.model(x, y)
+            (loss.float() / parts).backward()
+            total += loss.item()
+        return total / parts
 
 
 @torch.no_grad()
@@ -95,8 +116,9 @@ def evaluate(model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]])
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
+    device = next(model.parameters()).device
     for x, y in batches:
-        _, loss = model(x, y)
+        _, loss = model(to_device(x, device), to_device(y, device))
         total += loss.item() * len(x)
         count += len(x)
     model.train(was_training)

@@ -10,15 +10,25 @@ from torch import nn
 from .config import ConfigError, config_from_dict, config_to_dict
 from .gpt import GPT, GPTConfig, sample_text
 from .mlp import MLPClassifier, MLPConfig
+from .registry import ENTRY_POINT_GROUP, FactoryModelConfig, factory_config, trust_import
 
 MODEL_CONFIGS: dict[str, type[GPTConfig] | type[MLPConfig]] = {"gpt": GPTConfig, "mlp": MLPConfig}
 
 
-def model_config(name: str, settings: Mapping[str, Any] | None = None) -> GPTConfig | MLPConfig:
-    """The config of model `name` (one of `MODEL_CONFIGS`) with `settings` applied."""
-    if name not in MODEL_CONFIGS:
-        raise ConfigError(f"unknown model {name!r}; choose one of {', '.join(MODEL_CONFIGS)}")
-    return config_from_dict(MODEL_CONFIGS[name], settings or {})
+def model_config(
+    name: str, settings: Mapping[str, Any] | None = None
+) -> GPTConfig | MLPConfig | FactoryModelConfig:
+    """The config of model `name` with `settings` applied: a built-in (`MODEL_CONFIGS`), an
+    installed plugin, or a trusted `package.module:factory` (see registry.py)."""
+    if name in MODEL_CONFIGS:
+        return config_from_dict(MODEL_CONFIGS[name], settings or {})
+    found = factory_config(name, settings or {})
+    if found is None:
+        raise ConfigError(
+            f"unknown model {name!r}; choose one of {', '.join(MODEL_CONFIGS)}, an installed "
+            f"plugin ({ENTRY_POINT_GROUP} entry point) or an import path package.module:factory"
+        )
+    return found
 
 
 def count_parameters(model: nn.Module) -> int:
@@ -29,6 +39,7 @@ def count_parameters(model: nn.Module) -> int:
 __all__ = [
     "GPT",
     "MODEL_CONFIGS",
+    "FactoryModelConfig",
     "ConfigError",
     "GPTConfig",
     "MLPClassifier",
@@ -38,4 +49,5 @@ __all__ = [
     "count_parameters",
     "model_config",
     "sample_text",
+    "trust_import",
 ]

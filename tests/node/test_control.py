@@ -53,3 +53,57 @@ async def test_a_second_daemon_on_the_same_home_is_refused(server, nursery):
 async def test_no_daemon_gives_a_clear_message(tmp_path):
     with pytest.raises(ControlError, match="no daemon is running"):
         await call(tmp_path / "control.sock", "status")
+
+
+async def _raw(server, payload: bytes) -> dict:
+    stream = await trio.open_unix_socket(str(server))
+    async with stream:
+        await stream.send_all(payload)
+        return json.loads(await stream.receive_some(65536))
+
+
+@pytest.mark.parametrize(
+    "payload, says",
+    [
+        (b'{"method": "echo", "params": [1]}\n', "params must be a JSON object"),
+        (b'{"method": [1]}\n', "unknown method"),
+        (b'{"method": "echo", "params": ' + b"[" * 5000 + b"]" * 5000 + b"}\n", "nests deeper"),
+        (b"[" * 30000 + b"\n", "nests deeper"),
+    ],
+)
+async def test_requests_of_the_wrong_shape_are_refused_and_the_server_goes_on(
+    server, payload, says
+):
+    reply = await _raw(server, payload)
+    assert says in reply["error"]
+    assert await call(server, "echo") == {"echo": {}}
+
+
+async def test_a_method_that_fails_on_its_own_bug_answers_internal_error_and_the_server_goes_on(
+    tmp_path, nursery, caplog
+):
+    async def broken(params):
+        return params["mib"] + 1  # TypeError for {"mib": "x"}: our bug (no type check), not theirs
+
+    path = tmp_path / "control.sock"
+    await nursery.start(ControlServer(path, {"broken": broken, "echo": echo}).run)
+    with pytest.raises(ControlError, match="internal error: TypeError"):
+        await call(path, "broken", {"mib": "x"})
+    assert "control method 'broken' failed" in caplog.text
+    assert await call(path, "echo", {"ok": True}) == {"echo": {"ok": True}}
+
+
+def test_param_checks_types_and_names_the_key():
+    from peertrain.node.params import param
+
+    assert param({"mib": 16}, "mib", int) == 16
+    assert param({"speed": 2}, "speed", float) == 2.0
+    assert param({}, "role", str, "server") == "server"
+    for params, kind, says in [
+        ({"name": [1]}, str, "'name' must be str, not list"),
+        ({"mib": True}, int, "'mib' must be int, not a boolean"),
+        ({}, str, "missing parameter 'name'"),
+    ]:
+        key = next(iter(params), "name")
+        with pytest.raises(ControlError, match=says):
+            param(params, key, kind)

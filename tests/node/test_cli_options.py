@@ -1,0 +1,62 @@
+"""The CLI explains itself: run options carry help, choices and defaults; env lists split as told."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from peertrain import __version__
+from peertrain.node.cli.main import build_parser
+from peertrain.node.cli.options import RUN_OPTIONS, apply_env, run_spec_from_args
+from peertrain.node.errors import NodeError
+
+
+def _parse(argv, monkeypatch, **env):
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    apply_env(args, parser)
+    return args
+
+
+def test_peertrain_set_from_the_environment_is_a_list_of_settings_not_of_characters(monkeypatch):
+    args = _parse(
+        ["run", "create", "--name", "r"],
+        monkeypatch,
+        PEERTRAIN_SET="model_settings.n_layer=4;model_settings.n_head=2\nseed=3",
+    )
+    spec = run_spec_from_args(args)
+    assert spec == {"model_settings": {"n_layer": 4, "n_head": 2}, "seed": 3}
+
+
+def test_a_single_setting_in_the_environment_works_too(monkeypatch):
+    args = _parse(
+        ["run", "create", "--name", "r"], monkeypatch, PEERTRAIN_SET="model_settings.n_layer=4"
+    )
+    assert run_spec_from_args(args) == {"model_settings": {"n_layer": 4}}
+
+
+def test_an_env_value_outside_the_choices_is_refused_by_name(monkeypatch):
+    with pytest.raises(NodeError, match="PEERTRAIN_CODEC='int3': --codec must be one of"):
+        _parse(["run", "create", "--name", "r"], monkeypatch, PEERTRAIN_CODEC="int3")
+
+
+def test_every_run_option_has_help_with_its_default():
+    for flag, (_, _, text, _) in RUN_OPTIONS.items():
+        assert "default" in text, f"{flag} says no default"
+    out = subprocess.run(
+        [sys.executable, "-m", "peertrain", "run", "create", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "{fp32,fp16,bf16,int8}" in out and "robust rule" in out
+
+
+def test_version():
+    out = subprocess.run(
+        [sys.executable, "-m", "peertrain", "--version"], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == f"peertrain {__version__}"
