@@ -21,6 +21,8 @@ from libp2p.abc import IHost, INetStream
 from libp2p.exceptions import ParseError
 from peertrain.protocol.errors import ProtocolError
 
+from .streams import reset_quietly
+
 log = logging.getLogger(__name__)
 
 MALFORMED_STREAM_PENALTY = 25.0
@@ -62,13 +64,13 @@ class InboundShield:
             peer = stream.muxed_conn.peer_id.to_base58()
             if self._is_banned(peer):
                 self.refused_banned += 1
-                await quiet_reset(stream)
+                await reset_quietly(stream)
                 return
             try:
                 await inner(stream)
             except Exception as exc:  # noqa: BLE001 - the shield's whole job: nothing escapes
                 self._blame(peer, stream, exc)
-                await quiet_reset(stream)
+                await reset_quietly(stream)
 
         return handle
 
@@ -102,11 +104,3 @@ def _protocol_of(stream: INetStream) -> str:
         return str(stream.get_protocol())
     except Exception:  # noqa: BLE001 - before negotiation a stream has no protocol to name
         return "(unnegotiated)"
-
-
-async def quiet_reset(stream: INetStream) -> None:
-    """Reset a stream that may already be reset or closed: the outcome we want either way."""
-    try:
-        await stream.reset()
-    except Exception:  # noqa: BLE001 - an already-reset stream raises; it is reset all the same
-        pass

@@ -315,9 +315,8 @@ class YamuxConnection(FrameReceiver, IMuxedConn):
     async def _close_secured(self) -> None:
         try:
             await self.secured_conn.close()
-        except (
-            Exception
-        ) as exc:  # closing a broken socket may fail in many ways; it is closed either way
+        except Exception as exc:  # noqa: BLE001 - closing a broken socket may fail in many
+            # ways; it is closed either way
             log.debug("yamux %s: closing the secure connection: %r", self.peer_id, exc)
 
     async def _shutdown(self) -> None:
@@ -331,7 +330,9 @@ class YamuxConnection(FrameReceiver, IMuxedConn):
                 outcome = self.on_close()
                 if inspect.isawaitable(outcome):
                     await outcome
-            except Exception as exc:
-                log.warning("yamux %s: on_close callback failed: %r", self.peer_id, exc)
+            except Exception as exc:  # the swarm's callback: its bug must not keep us open
+                log.warning(
+                    "yamux %s: on_close callback failed: %r", self.peer_id, exc, exc_info=True
+                )
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
