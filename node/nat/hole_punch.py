@@ -5,8 +5,8 @@ py-libp2p 0.8.1's `DCUtRProtocol` punches by TCP simultaneous open from our list
 service also starts punches by itself for relayed peers every 2 s; we start one at once after
 dialing a circuit, bounded by `budget`. A relayed connection sometimes closed during failed
 attempts (about 1 in 4 with a symmetric NAT; at least some of those were the relay closing one
-circuit for another's end, fixed in node/nat/relays.py): then we dial the circuit again, and keep
-watching for `watch` seconds, so the peer we just reached is not lost.
+circuit for another's end, fixed in node/nat/relays/hop.py): then we dial the circuit again, and
+keep watching for `watch` seconds, so the peer we just reached is not lost.
 
 Before punching, upstream first dials every direct address it knows for the peer ("step 0",
 in case it is reachable after all) and waits for all of them, up to its 10 s dial timeout. A

@@ -1,6 +1,6 @@
 """NAT traversal as one daemon service: it follows the reachability verdict and acts on it.
 
-    verdict public  : serve circuit relay v2 (bounded hop, node/nat/relays.py); DHT server mode.
+    verdict public  : serve circuit relay v2 (bounded hop, node/nat/relays/hop.py); DHT server mode.
     verdict private : reserve on `relays` public peers, publish the circuits in our DHT peer
                       record, ask a UPnP gateway once (node/nat/upnp.py); DHT client mode (a
                       server nobody can dial costs every lookup that reaches it a timeout).
