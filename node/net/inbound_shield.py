@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TypedDict
 
 from libp2p.abc import IHost, INetStream
 from libp2p.exceptions import ParseError
@@ -28,6 +29,12 @@ log = logging.getLogger(__name__)
 MALFORMED_STREAM_PENALTY = 25.0
 
 StreamHandler = Callable[[INetStream], Awaitable[None]]
+
+
+class ShieldStatistics(TypedDict):
+    refused_banned: int  # streams of banned peers, reset before negotiation
+    peer_faults: int  # malformed input: the peer was penalised
+    handler_bugs: int  # our own handlers' failures, logged with their traceback
 
 
 def is_peer_fault(exc: BaseException) -> bool:
@@ -84,12 +91,12 @@ class InboundShield:
             self.handler_bugs += 1
             log.warning("handler for %s from %s failed; stream reset", protocol, peer, exc_info=exc)
 
-    def statistics(self) -> dict[str, int]:
-        return {
-            "refused_banned": self.refused_banned,
-            "peer_faults": self.peer_faults,
-            "handler_bugs": self.handler_bugs,
-        }
+    def statistics(self) -> ShieldStatistics:
+        return ShieldStatistics(
+            refused_banned=self.refused_banned,
+            peer_faults=self.peer_faults,
+            handler_bugs=self.handler_bugs,
+        )
 
 
 def _leaf(exc: BaseException) -> BaseException:
