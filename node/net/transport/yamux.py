@@ -9,12 +9,12 @@ Where py-libp2p 0.8.1's Yamux loses its time (profiled with benchmarks/stream.py
 - the reader task reads every header and body with its own awaited exact read, takes a lock
   per frame, and copies each body into a bytearray.
 
-Here the reader task takes everything the secure session has decrypted (`read_chunks`) and
-parses all frames in it without awaiting; DATA bodies are handed to their stream as pieces,
-not copied. Writers wait on a parking lot woken by WINDOW_UPDATE, send frames of up to
-`max_frame` bytes with their header in one batched secure write, and carry pending control
-frames (window updates, ACKs, RSTs, pong) along. A separate task flushes control frames when
-no writer is busy, so a reading task never waits on the socket.
+Here the reader task (yamux_receive.py) takes everything the secure session has decrypted
+(`read_chunks`) and parses all frames in it without awaiting; DATA bodies are handed to their
+stream as pieces, not copied. Writers wait on a parking lot woken by WINDOW_UPDATE, send
+frames of up to `max_frame` bytes with their header in one batched secure write, and carry
+pending control frames (window updates, ACKs, RSTs, pong) along. A separate task flushes
+control frames when no writer is busy, so a reading task never waits on the socket.
 
 Bounds: a stream's receive window grows only while its reader keeps up, to `max_window`;
 inbound streams beyond `max_streams` or an accept backlog beyond `accept_backlog` are reset;
