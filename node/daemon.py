@@ -46,7 +46,7 @@ from .net.peers import IdentityGuard, PeerKeeper
 from .net.penalties import PeerScoreboard
 from .runs.manager import RunManager
 from .runs.status import ManyRunsStatus, RunStatus
-from .services.dht import DhtService
+from .services.dht import DhtService, DhtServiceStatus
 from .services.gossip import Gossip
 from .services.node_services import NodeServices
 from .services.peer_exchange import PeerExchange
@@ -65,8 +65,8 @@ class DaemonStatus(TypedDict):
     peers: list[str]
     peer_names: dict[str, str]
     run: RunStatus | ManyRunsStatus | None
-    dht: dict[str, Any]
-    reachability: dict[str, Any]
+    dht: DhtServiceStatus
+    reachability: dict[str, Any]  # Reachability.as_dict() and NatStatus, one dict
     private_network: bool
     uptime_s: float
     pid: int

@@ -58,7 +58,7 @@ _uses: collections.deque[str] = collections.deque(maxlen=MAX_RECORDED_USES)
 
 
 class SlimmedDependencyUsed(NodeError, ImportError):
-    """Code tried to use a package that the daemon keeps out of memory (see node/net/slim_imports.py).
+    """Code tried to use a package that the daemon keeps out of memory (see this module).
 
     It is an ImportError too: code that falls back when an optional package is missing does so.
     """
