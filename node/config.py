@@ -61,6 +61,13 @@ class NodeConfig:
     relay_bandwidth: float = 16e6  # bytes/s per direction of a relayed connection (0: no cap)
     relays: int = 2  # reservations a node behind NAT holds
     upnp: bool = True  # ask a UPnP gateway for a port mapping when behind NAT
+    # The resource budget (node/net/budget.py): what peers together can make this node take
+    budget_connections: int = 256  # connections at once, all peers
+    budget_connections_per_peer: int = 4
+    budget_connections_per_prefix: int = 32  # per IPv4 /24 or IPv6 /48 (not loopback/private)
+    budget_receive_memory: int = 2 << 30  # bytes of downloads in flight (states, updates)
+    budget_receive_memory_per_peer: int = 512 << 20
+    budget_disk: int = 20 << 30  # bytes under <home>/runs (checkpoints, manifests)
 
     @property
     def control_socket(self) -> Path:

@@ -38,9 +38,10 @@ from .nat.relays import HopLimits
 from .nat.traversal import NatTraversal
 from .net.addresses import rank
 from .net.bans import BanEnforcer
+from .net.budget import BudgetLimits, BudgetUsage, ConnectionGate, ResourceBudget
 from .net.host import build_host, parse_peer_addr
 from .net.identity import Identity
-from .net.inbound_shield import InboundShield
+from .net.inbound_shield import InboundShield, ShieldStatistics
 from .net.names import friendly_name
 from .net.peers import IdentityGuard, PeerKeeper
 from .net.penalties import PeerScoreboard
@@ -51,6 +52,7 @@ from .services.gossip import Gossip
 from .services.node_services import NodeServices
 from .services.peer_exchange import PeerExchange
 from .services.tensors import TensorService, TensorStore
+from .supervision import ServiceHealthStatus, Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +74,9 @@ class DaemonStatus(TypedDict):
     pid: int
     version: str
     home: str
+    services: list[ServiceHealthStatus]  # each supervised service: state, restarts, last error
+    budget: BudgetUsage  # the resource budget: usage beside each limit, refusals
+    shield: ShieldStatistics  # inbound streams refused (banned), peer faults, handler bugs
 
 
 class Daemon:
@@ -92,6 +97,9 @@ class Daemon:
         )
         self.shield.install()  # before anything can open a stream to us
         self.bans = BanEnforcer(self.host, self.scoreboard)
+        self.supervisor = Supervisor()
+        self.budget = ResourceBudget(BudgetLimits.of(config), home=config.home)
+        self.connection_gate = ConnectionGate(self.host, self.budget)
         self.peer_exchange = PeerExchange(self.host, self.scoreboard)
         self.dht = DhtService(self.host, self.scoreboard, self.bootstrap, connect=self._connect)
         self.gossip = Gossip(
@@ -134,24 +142,31 @@ class Daemon:
         listen = [Multiaddr(a) for a in self.config.listen]
         async with self.host.run(listen):
             self.host.get_network().register_notifee(self._guard)
+            self.host.get_network().register_notifee(self.connection_gate)
             async with trio.open_nursery() as nursery:
-                await nursery.start(self.bans.run)
-                keeper = PeerKeeper(
-                    self.host, self.bootstrap, interval=self.config.reconnect_interval
-                )
-                await nursery.start(keeper.run)
-                await nursery.start(self.dht.run)
-                await nursery.start(self.peer_exchange.run)
-                await nursery.start(self.gossip.run)
-                await nursery.start(
-                    TensorService(self.host, self.tensor_store, self.scoreboard).run
-                )
-                await nursery.start(self.reachability.run)
-                await nursery.start(self.nat.run)
-                await nursery.start(self.runs.run)
+                for name, service in self._services():
+                    await self.supervisor.start(nursery, name, service, critical=True)
                 self.started_at = time.monotonic()
                 log.info("node %s serving as %s", self.identity.name, self.identity.peer_id)
                 task_status.started(self)
+
+    def _services(self) -> list[tuple[str, Any]]:
+        """The node's services in start order. Each runs under the supervisor: one that fails
+        while serving is logged, shown under `services` in status, and restarted with backoff;
+        one that cannot start at all stops the daemon's start (it would not be a node)."""
+        keeper = PeerKeeper(self.host, self.bootstrap, interval=self.config.reconnect_interval)
+        tensors = TensorService(self.host, self.tensor_store, self.scoreboard)
+        return [
+            ("bans", self.bans.run),
+            ("peer keeper", keeper.run),
+            ("dht", self.dht.run),
+            ("peer exchange", self.peer_exchange.run),
+            ("gossip", self.gossip.run),
+            ("tensors", tensors.run),
+            ("reachability", self.reachability.run),
+            ("nat traversal", self.nat.run),
+            ("runs", self.runs.run),
+        ]
 
     def control_methods(self) -> dict[str, Any]:
         async def status(_params: dict[str, Any]) -> DaemonStatus:
@@ -198,4 +213,7 @@ class Daemon:
             pid=os.getpid(),
             version=__version__,
             home=str(self.config.home),
+            services=self.supervisor.status(),
+            budget=self.budget.usage(self.connection_gate.counts()),
+            shield=self.shield.statistics(),
         )

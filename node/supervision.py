@@ -23,13 +23,23 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import trio
 
 log = logging.getLogger(__name__)
 
 Service = Callable[..., Awaitable[Any]]
+
+
+class ServiceHealthStatus(TypedDict):
+    """One entry of `services` in `status --json`."""
+
+    name: str
+    state: str
+    restarts: int
+    error: str | None
+    error_at: float | None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -41,14 +51,14 @@ class ServiceHealth:
     error_at: float | None = None  # wall-clock seconds
     _failures: deque[float] = field(default_factory=lambda: deque(maxlen=64), repr=False)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "state": self.state,
-            "restarts": self.restarts,
-            "error": self.error,
-            "error_at": self.error_at,
-        }
+    def as_dict(self) -> ServiceHealthStatus:
+        return ServiceHealthStatus(
+            name=self.name,
+            state=self.state,
+            restarts=self.restarts,
+            error=self.error,
+            error_at=self.error_at,
+        )
 
 
 class Supervisor:
@@ -67,13 +77,20 @@ class Supervisor:
         self.health: dict[str, ServiceHealth] = {}
 
     async def start(
-        self, nursery: trio.Nursery, name: str, service: Service, *, critical: bool = False
+        self,
+        nursery: trio.Nursery,
+        name: str,
+        service: Service,
+        *,
+        critical: bool = False,
+        on_quarantine: Callable[[ServiceHealth], None] | None = None,
     ) -> Any:
-        """Start `service` under supervision in `nursery`; return its `started()` value."""
+        """Start `service` under supervision in `nursery`; return its `started()` value.
+        `on_quarantine` hears when a crash loop puts the service down for good."""
         health = self._track(name)
-        return await nursery.start(self._supervise, health, service, critical)
+        return await nursery.start(self._supervise, health, service, critical, on_quarantine)
 
-    def status(self) -> list[dict[str, Any]]:
+    def status(self) -> list[ServiceHealthStatus]:
         return [h.as_dict() for h in self.health.values()]
 
     def forget(self, name: str) -> None:
@@ -93,6 +110,7 @@ class Supervisor:
         health: ServiceHealth,
         service: Service,
         critical: bool,
+        on_quarantine: Callable[[ServiceHealth], None] | None,
         *,
         task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
     ) -> None:
@@ -108,6 +126,8 @@ class Supervisor:
                 first.give_up()  # a non-critical service that failed to start: start() returns None
                 if self._quarantine_due(health):
                     health.state = "quarantined"
+                    if on_quarantine is not None:
+                        on_quarantine(health)
                     log.error(
                         "%s failed %d times in %.0f s: quarantined",
                         health.name,
@@ -125,7 +145,7 @@ class Supervisor:
             return
 
     def _record_failure(self, health: ServiceHealth, exc: BaseException) -> None:
-        health.error = f"{type(exc).__name__}: {exc}"
+        health.error = describe(exc)
         health.error_at = time.time()
         health._failures.append(time.monotonic())
         log.warning("%s failed: %s", health.name, health.error, exc_info=exc)
@@ -134,6 +154,14 @@ class Supervisor:
         now = time.monotonic()
         recent = [t for t in health._failures if now - t <= self.window]
         return len(recent) >= self.max_failures
+
+
+def describe(exc: BaseException) -> str:
+    """`Type: message` of the one real error inside nested single-exception groups (a service's
+    nurseries wrap what failed; "ExceptionGroup: 1 sub-exception" tells a user nothing)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"
 
 
 class _StartedOnce:

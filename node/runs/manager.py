@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Annotated, Any
 
 import trio
@@ -26,6 +27,7 @@ from ..errors import ControlError, NodeError
 from ..net.rpc import RpcServer, refuse, request
 from ..params import param
 from ..services.node_services import NodeServices
+from ..supervision import ServiceHealth, ServiceHealthStatus, Supervisor, describe
 from .session import CRDT_SYNC, RunSession, saved_manifests
 from .status import ManyRunsStatus, RunStatus
 
@@ -60,6 +62,7 @@ class RunManager:
         self.node = node
         self.join_at_start, self.role_at_start = join_at_start, role_at_start
         self.sessions: dict[str, RunSession] = {}
+        self.supervisor = Supervisor(max_failures=3, window=600.0, backoff_min=2.0)
         self._nursery: trio.Nursery | None = None
 
     async def run(
@@ -157,6 +160,14 @@ class RunManager:
                 log.warning("ignoring a corrupt saved manifest for run %s", run_id[:16])
                 continue
             if name in (manifest.name, run_id):
+                if quarantine_file(self.node.home, run_id).exists():
+                    log.warning(
+                        "run %s is quarantined after failing to start (%s); join it again "
+                        "by hand to retry",
+                        name,
+                        quarantine_file(self.node.home, run_id),
+                    )
+                    return None
                 return run_id, envelope
         return None
 
@@ -166,6 +177,11 @@ class RunManager:
             await self.join(name, timeout=120.0, role={"role": role} if role else None)
         except NodeError as exc:
             log.error("%s", exc)
+        except Exception as exc:  # noqa: BLE001 - a run that cannot start must not end the daemon
+            log.error("run %s could not start: %s", name, exc, exc_info=exc)
+            found = self._saved(name)
+            if found is not None:  # a restart would only fail the same way: quarantine it
+                quarantine(self.node.home, found[0], f"{type(exc).__name__}: {exc}")
 
     async def _lookup(self, name: str) -> tuple[str, RunFound] | None:
         for peer in self.node.host.get_connected_peers():
@@ -185,15 +201,34 @@ class RunManager:
     async def _start(
         self, run_id: str, envelope: bytes, *, seeds: set[str], role: dict[str, Any] | None = None
     ) -> RunSession:
-        if len(self.sessions) >= MAX_RUNS:
+        """Start a run's session under the supervisor; wait until it serves. A session that
+        cannot start fails this call (the user hears why) and is not retried; one that fails
+        later is restarted with backoff, and after a crash loop quarantined: it stays in status
+        with its error, stops counting toward MAX_RUNS, and is not restarted from its saved
+        manifest until the user joins it again."""
+        if len(self._active()) >= MAX_RUNS:
             raise ControlError(f"this node already takes part in {MAX_RUNS} runs")
+        if run_id in self.sessions and self.sessions[run_id].error is None:
+            return self.sessions[run_id]
         assert self._nursery is not None
-        session = RunSession(
-            self.node, run_id=run_id, manifest_envelope=envelope, seeds=seeds, role=role
-        )
-        self.sessions[run_id] = session
-        await self._nursery.start(session.run)
-        return session
+        quarantine_file(self.node.home, run_id).unlink(missing_ok=True)
+        lifecycle = _SessionLifecycle(self, run_id, envelope, seeds, role)
+        try:
+            await self.supervisor.start(
+                self._nursery,
+                f"run {run_id[:16]}",
+                lifecycle.run,
+                critical=True,
+                on_quarantine=lifecycle.quarantine,
+            )
+        except Exception:
+            self.sessions.pop(run_id, None)  # the caller hears why; nothing is left running
+            self.supervisor.forget(f"run {run_id[:16]}")
+            raise
+        return self.sessions[run_id]
+
+    def _active(self) -> list[RunSession]:
+        return [s for s in self.sessions.values() if not s.quarantined]
 
     # -- what peers ask -------------------------------------------------------------------------
 
@@ -210,6 +245,9 @@ class RunManager:
         if session is None:
             return refuse(req, ErrorCode.NOT_FOUND, "not in that run")
         return session.replicator.handle_sync(peer.to_base58(), req)
+
+    def services(self) -> list[ServiceHealthStatus]:
+        return self.supervisor.status()
 
     def status(self) -> RunStatus | ManyRunsStatus | None:
         if not self.sessions:
@@ -250,3 +288,55 @@ def _spec_bytes(mode: str, spec: dict[str, Any]) -> bytes:
         return DiLoCoSpec(**spec).to_bytes()
     except (ConfigError, TypeError, ValueError) as exc:
         raise ControlError(f"invalid run settings: {exc}") from None
+
+
+class _SessionLifecycle:
+    """What the supervisor restarts: a fresh RunSession from the same manifest each attempt (a
+    session's state after a failure is not trusted; the replica and checkpoints on disk are)."""
+
+    def __init__(
+        self,
+        manager: RunManager,
+        run_id: str,
+        envelope: bytes,
+        seeds: set[str],
+        role: dict[str, Any] | None,
+    ) -> None:
+        self.manager, self.run_id, self.envelope = manager, run_id, envelope
+        self.seeds, self.role = seeds, role
+
+    async def run(self, *, task_status: trio.TaskStatus[RunSession] = trio.TASK_STATUS_IGNORED):
+        manager = self.manager
+        session = RunSession(
+            manager.node,
+            run_id=self.run_id,
+            manifest_envelope=self.envelope,
+            seeds=self.seeds,
+            role=self.role,
+        )
+        previous = manager.sessions.get(self.run_id)
+        if previous is not None:
+            session.restarts = previous.restarts + 1
+        manager.sessions[self.run_id] = session
+        try:
+            await session.run(task_status=task_status)
+        except Exception as exc:  # noqa: BLE001 - recorded for status, then the supervisor decides
+            session.error = describe(exc)
+            raise
+
+    def quarantine(self, health: ServiceHealth) -> None:
+        session = self.manager.sessions.get(self.run_id)
+        if session is not None:
+            session.quarantined = True
+        quarantine(self.manager.node.home, self.run_id, health.error or "failed repeatedly")
+
+
+def quarantine_file(home: Path, run_id: str) -> Path:
+    return home / "runs" / run_id / "QUARANTINED"
+
+
+def quarantine(home: Path, run_id: str, reason: str) -> None:
+    """Mark a run so the daemon does not restart it from its saved manifest by itself."""
+    path = quarantine_file(home, run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(reason + "\n")

@@ -85,7 +85,9 @@ class RunSession:
             directory=node.home / "runs" / run_id,
         )
         self.driver = None
-        self.error: str | None = None
+        self.error: str | None = None  # the last failure, shown in status (runs[].error)
+        self.restarts = 0  # times the supervisor started this run again after a failure
+        self.quarantined = False  # failed in a loop: down until the user joins it again
         save_manifest(self.context.directory, manifest_envelope)
 
     @property
