@@ -51,7 +51,7 @@ async def _close_quietly(stream: INetStream) -> None:
     with trio.CancelScope(shield=True):
         try:
             await stream.close()
-        except Exception:  # the peer may already have reset it
+        except Exception:  # noqa: BLE001 - the peer may already have reset it: nothing to do
             pass
 
 
@@ -149,7 +149,7 @@ class Links:
                     stream = await self.host.new_stream(peer, [str(self.pid)])
                 except trio.Cancelled:
                     raise
-                except Exception as exc:  # dial or negotiation failed: py-libp2p raises many types
+                except Exception as exc:  # noqa: BLE001 - dial or negotiation failed (py-libp2p raises many types): translated
                     raise StreamEnded(f"could not open a DHT stream to {peer}: {exc}") from None
                 link = self._links[peer] = _Link(peer, stream)
                 assert self._nursery is not None, "Links.attach() was not called"

@@ -135,7 +135,7 @@ def check_peer_addrs(value: Any) -> None:
             raise ValueError("addresses are multiaddr strings of at most 256 characters")
         try:
             Multiaddr(addr)
-        except Exception as exc:  # multiaddr raises many types for bad text
+        except Exception as exc:  # noqa: BLE001 - multiaddr raises many types for bad text: translated
             raise ValueError(f"{addr[:80]!r} is not a multiaddr ({exc})") from None
 
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 import multihash
 from libp2p.abc import IHost
 from libp2p.peer.id import ID
+from libp2p.peer.peerstore import PeerStoreError
 from multiaddr import Multiaddr
 
 from .messages import MAX_ADDRS_PER_PEER, PeerAddrs
@@ -50,7 +51,7 @@ class PeerBook:
         """What the peerstore knows (identify, past dials)."""
         try:
             return list(self.host.get_peerstore().addrs(peer))
-        except Exception:  # PeerStoreError: unknown or expired
+        except PeerStoreError:  # unknown or expired
             return []
 
     def dial_addrs(self, peer: ID) -> list[Multiaddr]:
@@ -103,7 +104,7 @@ class PeerBook:
             return self._parsed[text]
         try:
             addr = Multiaddr(text)
-        except Exception:  # multiaddr raises many types for bad text
+        except Exception:  # noqa: BLE001 - multiaddr raises many types for bad text: not an address
             addr = None
         return self._parsed.remember(text, addr)
 
@@ -111,6 +112,6 @@ class PeerBook:
 def _is_peer_id(raw: bytes) -> bool:
     try:
         multihash.decode(raw)
-    except Exception:
+    except Exception:  # noqa: BLE001 - bytes from the network; any failure means "not a peer ID"
         return False
     return True

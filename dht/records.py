@@ -129,7 +129,7 @@ class SignatureCache:
 def _writer_text(writer: bytes) -> str:
     try:
         return ID(writer).to_base58()
-    except Exception:
+    except Exception:  # noqa: BLE001 - bytes from the network, any failure: translated
         raise RecordRejected(RejectReason.MALFORMED, "writer is not a peer ID") from None
 
 

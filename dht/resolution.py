@@ -137,7 +137,7 @@ class Resolver:
                 raise PeerNotFound(f"no peer in the DHT knows {peer}")
             try:
                 await self.host.connect(found.info)
-            except Exception as exc:  # py-libp2p raises many types for failed dials
+            except Exception as exc:  # noqa: BLE001 - py-libp2p raises many types for failed dials: translated
                 addrs = [str(a) for a in found.info.addrs]
                 raise PeerNotFound(
                     f"found {peer} ({found.how}) at {addrs} but could not connect: {exc}"

@@ -36,6 +36,7 @@ from multiaddr import Multiaddr
 from peertrain.protocol.errors import PeertrainError
 from peertrain.protocol.framing import read_message, write_message
 
+from ..errors import DialbackUnavailable
 from ..net.notifee import ConnectionEvents
 from .dialback import (
     DIALBACK,
@@ -43,7 +44,6 @@ from .dialback import (
     DialbackRequest,
     DialbackResponse,
     DialbackServer,
-    DialbackUnavailable,
     close_quietly,
 )
 

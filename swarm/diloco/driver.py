@@ -326,7 +326,9 @@ class DiLoCoDriver:
         try:
             found = await self._thread(self.checkpoints.latest)
         except Exception as exc:  # a corrupt store must not stop the node: peers have the state
-            log.warning("local checkpoints unusable (%s); catching up from peers", exc)
+            log.warning(
+                "local checkpoints unusable (%s); catching up from peers", exc, exc_info=True
+            )
             return
         if found is not None and found[1].round > self.member.round:
             await self._thread(self.member.restore, found[1])
