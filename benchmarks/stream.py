@@ -136,7 +136,7 @@ def listener_main(arm: str, total: int, ready: Any, result: Any, profile: str | 
         listen = _tcp_listen if arm == "tcp" else _libp2p_listen
         try:
             wall, cpu = await listen(arm, buffer, ready)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the parent process reports it
             result.put({"error": repr(exc)})
             return
         result.put({"seconds": wall, "rx_cpu": cpu, "ok": _payload_ok(buffer)})
@@ -178,7 +178,7 @@ async def _libp2p_listen(arm: str, buffer: bytearray, ready: Any) -> tuple[float
             timing.append(_since(start))
             await stream.write(b"k")  # tells the dialer it may hang up
             await stream.close()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - handed to the caller, which reports it
             failure.append(exc)
         finally:
             done.set()
@@ -204,7 +204,7 @@ def dialer_main(
         send = _tcp_send if arm == "tcp" else _libp2p_send
         try:
             wall, cpu = await send(arm, _chunks(total, chunk), target)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the parent process reports it
             result.put({"error": f"{arm}: the transfer failed in the dialer: {exc!r}"})
             return
         result.put({"tx_seconds": wall, "tx_cpu": cpu})

@@ -81,7 +81,7 @@ def fetch_cut_midway(nodes: Nodes, key: str, peer: str, checksum: str, cut: list
     def fetch() -> None:
         try:
             out["got"] = nodes.call(key, "debug.fetch", {"peer": peer, "checksum": checksum})
-        except Exception as exc:  # reported by the caller's assertion
+        except Exception as exc:  # noqa: BLE001 - reported by the caller's assertion
             out["error"] = exc
 
     worker = threading.Thread(target=fetch)
