@@ -18,8 +18,8 @@ from typing import TypeVar
 
 from peertrain.protocol.errors import ProtocolError
 
-from .hlc import HybridClock
 from .errors import StateFull
+from .hlc import HybridClock
 from .proofs import ProofStore
 from .runstate import RunState
 from .signed import SignedDelta, open_delta

@@ -25,11 +25,12 @@ import logging
 import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import trio
 from libp2p.crypto.keys import KeyPair
 from libp2p.peer.id import ID
-from peertrain.protocol.errors import PeertrainError, ProtocolError
+from peertrain.protocol.errors import PeertrainError
 from peertrain.protocol.messages import ErrorCode, ErrorResponse
 
 from .intake import Intake, Penalty
@@ -40,6 +41,11 @@ from .signed import SignedDelta, seal_delta
 from .sync import SyncReply, SyncRequest
 from .transport import Exchange, Inbound, PubSub
 from .writer import RunWriter
+
+if TYPE_CHECKING:
+    # libp2p installs trio-typing, whose stubs shadow trio's own types and do not export
+    # trio.TaskStatus; this is the same protocol.
+    from trio_typing import TaskStatus
 
 __all__ = ["Penalty", "Replicator", "ReplicatorConfig", "ReplicatorStatistics", "topic_for"]
 
@@ -128,7 +134,9 @@ class Replicator:
 
     # -- service
 
-    async def run(self, *, task_status: trio.TaskStatus[Replicator] = trio.TASK_STATUS_IGNORED):
+    async def run(
+        self, *, task_status: TaskStatus[Replicator] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         inbox = await self.pubsub.subscribe(self.topic, self.validate_gossip)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._receive_loop, inbox)
@@ -239,7 +247,9 @@ class Replicator:
 
     # -- anti-entropy
 
-    def _request(self, envelopes: Sequence[bytes] = (), manifest: bytes | None = None):
+    def _request(
+        self, envelopes: Sequence[bytes] = (), manifest: bytes | None = None
+    ) -> SyncRequest:
         return SyncRequest(
             run=self.state.run_id,
             has_manifest=self.state.manifest is not None,

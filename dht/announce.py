@@ -18,6 +18,8 @@ import trio
 from peertrain.protocol.errors import PeertrainError
 
 if TYPE_CHECKING:
+    from trio_typing import TaskStatus  # trio.TaskStatus (see dht/node.py)
+
     from .node import Dht
 
 log = logging.getLogger(__name__)
@@ -32,7 +34,7 @@ async def keep_announced(
     *,
     ttl: float,
     every: float | None = None,
-    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+    task_status: TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Put `value()` under `key` now and every `every` seconds (default ttl / 3), forever.
 

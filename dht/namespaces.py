@@ -19,7 +19,7 @@ own namespaces on a `NamespaceRegistry` (e.g. `/peertrain/<run>/expert/<e>`).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,7 +109,7 @@ class NamespaceRegistry:
             raise ValueError(f"namespace {namespace.name!r} is already registered")
         self._namespaces[namespace.name] = namespace
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Namespace]:
         return iter(self._namespaces.values())
 
     def match(self, key: str) -> KeyMatch:

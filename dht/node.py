@@ -42,7 +42,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 from libp2p.abc import IHost
@@ -69,6 +69,11 @@ from .table_feed import TableFeed
 from .values import Values
 from .walker import Walker
 from .watcher import ConnectionWatcher
+
+if TYPE_CHECKING:
+    # libp2p installs trio-typing, whose stubs shadow trio's own types and do not export
+    # trio.TaskStatus; this is the same protocol.
+    from trio_typing import TaskStatus
 
 __all__ = ["DEFAULT_CONFIG", "Dht", "DhtConfig", "DhtMode", "DhtStatistics", "Found"]
 
@@ -207,7 +212,7 @@ class Dht:
 
     # ── lifecycle ────────────────────────────────────────────────────────────────────────
 
-    async def run(self, *, task_status: trio.TaskStatus[Dht] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: TaskStatus[Dht] = trio.TASK_STATUS_IGNORED) -> None:
         network = self.host.get_network()
         network.register_notifee(self.watcher)
         if self.is_server:

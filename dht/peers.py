@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable
+from typing import TypeVar
 
 import multihash
 from libp2p.abc import IHost
@@ -22,13 +23,16 @@ from multiaddr import Multiaddr
 
 from .messages import MAX_ADDRS_PER_PEER, PeerAddrs
 
+K = TypeVar("K")
+V = TypeVar("V")
 
-class _Lru(OrderedDict):
+
+class _Lru(OrderedDict[K, V]):
     def __init__(self, size: int) -> None:
         super().__init__()
         self.size = size
 
-    def remember(self, key, value):
+    def remember(self, key: K, value: V) -> V:
         self[key] = value
         if len(self) > self.size:
             self.popitem(last=False)
@@ -40,9 +44,9 @@ class PeerBook:
 
     def __init__(self, host: IHost, *, cache_size: int = 4096) -> None:
         self.host = host
-        self._parsed: _Lru = _Lru(cache_size)
-        self._described: _Lru = _Lru(cache_size)
-        self._hints: _Lru = _Lru(cache_size)
+        self._parsed: _Lru[str, Multiaddr | None] = _Lru(cache_size)
+        self._described: _Lru[tuple[ID, tuple[Multiaddr, ...]], PeerAddrs] = _Lru(cache_size)
+        self._hints: _Lru[ID, list[Multiaddr]] = _Lru(cache_size)
 
     def is_connected(self, peer: ID) -> bool:
         return bool(self.host.get_network().get_connections(peer))

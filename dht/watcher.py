@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import trio
 from libp2p.abc import IHost, INetConn, INetwork
@@ -24,6 +25,11 @@ from peertrain.protocol.connection_events import ConnectionEvents
 from .keyspace import peer_key
 from .messages import DHT_PROTOCOL
 from .table_feed import TableFeed
+
+if TYPE_CHECKING:
+    # libp2p installs trio-typing, whose stubs shadow trio's own types and do not export
+    # trio.TaskStatus; this is the same protocol.
+    from trio_typing import TaskStatus
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +58,7 @@ class ConnectionWatcher(ConnectionEvents):
         self._send, self._receive = trio.open_memory_channel[ID](QUEUE)
         self.dropped = 0
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             for _ in range(WORKERS):
                 nursery.start_soon(self._classify)
