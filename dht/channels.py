@@ -105,7 +105,12 @@ class Links:
         self._nursery = nursery
 
     async def request(
-        self, peer: ID, message: Request, expected: type[R], *, timeout: float
+        self,
+        peer: ID,
+        message: Request,
+        expected: type[R],
+        *,
+        timeout: float,  # noqa: ASYNC109 - each request's own budget, apart from the caller's scope
     ) -> R:
         """Send `message` to `peer` and return its answer of type `expected`.
 

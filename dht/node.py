@@ -382,7 +382,7 @@ class Dht:
         else the first of the walks in `via` to answer (`Resolver.find_peer`)."""
         return await self.resolver.find_peer(peer, fresh=fresh, via=via)
 
-    async def resolve(self, peer: ID, *, timeout: float = 15.0, fresh: bool = False) -> Found:
+    async def resolve(self, peer: ID, *, timeout: float = 15.0, fresh: bool = False) -> Found:  # noqa: ASYNC109 - running out of time is PeerNotFound, not a cancellation
         """Find `peer` through the DHT (`find_peer`) and connect to it. Raises `PeerNotFound`."""
         return await self.resolver.resolve(peer, timeout=timeout, fresh=fresh)
 

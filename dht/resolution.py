@@ -133,7 +133,7 @@ class Resolver:
         )
         return named
 
-    async def resolve(self, peer: ID, *, timeout: float = 15.0, fresh: bool = False) -> Found:
+    async def resolve(self, peer: ID, *, timeout: float = 15.0, fresh: bool = False) -> Found:  # noqa: ASYNC109 - running out of time is PeerNotFound, not a cancellation
         """Find `peer` through the DHT (`find_peer`) and connect to it. Raises `PeerNotFound`."""
         with trio.move_on_after(timeout):
             found = await self.find_peer(peer, fresh=fresh)
