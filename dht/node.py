@@ -22,9 +22,8 @@ Client mode (for nodes others cannot dial) registers no handler: it is never in 
 table, stores nothing for others, and still looks up, puts and gets. `set_mode` switches
 between the two while running (the node's reachability verdict decides).
 
-This module is the node's life: wiring the parts, running them, bootstrap and refresh, the
-routing table's feed from connections, the mode switch, penalties and statistics. The work
-it hands out lives with its concept:
+This module wires the parts and runs them: the mode switch, penalties, statistics. The work it
+hands out lives with its concept:
     config.py      DhtConfig, DhtMode
     walker.py      a request to a peer, lookups from our table (what every walk teaches it)
     values.py      put / put_entry / get: signed entries at and from a key's replicas
@@ -70,9 +69,7 @@ from .values import Values
 from .walker import Walker
 from .watcher import ConnectionWatcher
 
-if TYPE_CHECKING:
-    # libp2p installs trio-typing, whose stubs shadow trio's own types and do not export
-    # trio.TaskStatus; this is the same protocol.
+if TYPE_CHECKING:  # libp2p installs trio-typing, whose stubs shadow trio's and hide TaskStatus
     from trio_typing import TaskStatus
 
 __all__ = ["DEFAULT_CONFIG", "Dht", "DhtConfig", "DhtMode", "DhtStatistics", "Found"]
@@ -326,11 +323,10 @@ class Dht:
             self, peer_record_key(self.own), self.peer_record, ttl=self.config.peer_record_ttl
         )
 
-    # ── peers ────────────────────────────────────────────────────────────────────────────
+    # ── peers and penalties ──────────────────────────────────────────────────────────────
 
     async def probe(self, peer: ID) -> bool:
-        """Ping `peer`; add it to the table if it serves the DHT. False if it failed or is a
-        client."""
+        """Ping `peer`; add it to the table if it serves. False if it failed or is a client."""
         try:
             pong = await self.links.request(
                 peer, Ping(server=self.is_server), Pong, timeout=self.config.request_timeout
@@ -343,8 +339,6 @@ class Dht:
 
     async def _dial(self, peer: ID) -> None:
         await self.host.connect(PeerInfo(peer, self.book.dial_addrs(peer)))
-
-    # ── penalties ────────────────────────────────────────────────────────────────────────
 
     def _bad_peer(self, peer: ID, exc: ProtocolError) -> None:
         points = exc.reason.penalty if isinstance(exc, RecordRejected) else BAD_ANSWER_PENALTY
