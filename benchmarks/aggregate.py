@@ -96,43 +96,71 @@ def best_time(fn: Callable[[], object], repeats: int, device: torch.device) -> f
 
 
 def main() -> None:
+    args = _parse_args()
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    sizes = [int(float(s.rstrip("M")) * 1_000_000) for s in args.sizes.split(",")]
+    counts = [int(p) for p in args.inputs.split(",")]
+    seconds: dict[str, float] = {}
+    rows: list[list[object]] = []
+    for d in sizes:
+        for p in counts:
+            rows += time_rules(p, d, device, args.repeats, seconds)
+    peak_rss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+    _print_report(device, rows, seconds, peak_rss_gb)
+    print_json(
+        {
+            "benchmark": "aggregate",
+            "device": str(device),
+            "threads": torch.get_num_threads(),
+            "chunk_size": DEFAULT_CHUNK_SIZE,
+            "seconds": seconds,
+            "peak_rss_gb": round(peak_rss_gb, 2),
+            "streamed_sizes": [d for d in sizes if d > IN_MEMORY_LIMIT],
+        }
+    )
+
+
+def _parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="10M,100M")
     parser.add_argument("--inputs", default="8,16")
     parser.add_argument("--repeats", type=int, default=3, help="best of N (streamed sizes: 1)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
-    sizes = [int(float(s.rstrip("M")) * 1_000_000) for s in args.sizes.split(",")]
-    counts = [int(p) for p in args.inputs.split(",")]
-    rules = sorted(AGGREGATORS)
+    return parser.parse_args()
 
-    seconds: dict[str, float] = {}
-    rows = []
-    for d in sizes:
-        for p in counts:
-            sources, streamed = make_inputs(p, d, device)
-            repeats = 1 if streamed else args.repeats
-            out = torch.empty(d, device=device)
-            base = best_time(lambda s=sources: read_pass(s), repeats, device)
-            label = f"{d // 1_000_000}M"
-            seconds[f"read-pass/p{p}/{label}"] = round(base, 4)
-            for rule in rules:
-                agg = build_aggregator(rule, **RULE_OPTIONS.get(rule, {}))
-                if streamed:
-                    call = lambda a=agg, s=sources, o=out: a.aggregate_streaming(s, out=o)  # noqa: E731
-                else:
-                    tensors = [s.tensor for s in sources]  # type: ignore[attr-defined]
-                    call = lambda a=agg, t=tensors, o=out: a.aggregate(t, out=o)  # noqa: E731
-                elapsed = best_time(call, repeats, device)
-                seconds[f"{rule}/p{p}/{label}"] = round(elapsed, 4)
-                gbps = p * d * 4 / elapsed / 1e9
-                mode = "streamed" if streamed else "in memory"
-                rows.append([label, p, mode, rule, elapsed, elapsed / base, gbps])
-            del sources, out
-    peak_rss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+
+def time_rules(
+    p: int, d: int, device: torch.device, repeats: int, seconds: dict[str, float]
+) -> list[list[object]]:
+    """One read pass, then every rule, over `p` inputs of `d` values; times go into `seconds`,
+    one table row per rule comes back."""
+    sources, streamed = make_inputs(p, d, device)
+    repeats = 1 if streamed else repeats
+    out = torch.empty(d, device=device)
+    base = best_time(lambda s=sources: read_pass(s), repeats, device)
+    label = f"{d // 1_000_000}M"
+    seconds[f"read-pass/p{p}/{label}"] = round(base, 4)
+    rows: list[list[object]] = []
+    for rule in sorted(AGGREGATORS):
+        agg = build_aggregator(rule, **RULE_OPTIONS.get(rule, {}))
+        if streamed:
+            call = lambda a=agg, s=sources, o=out: a.aggregate_streaming(s, out=o)  # noqa: E731
+        else:
+            tensors = [s.tensor for s in sources]  # type: ignore[attr-defined]
+            call = lambda a=agg, t=tensors, o=out: a.aggregate(t, out=o)  # noqa: E731
+        elapsed = best_time(call, repeats, device)
+        seconds[f"{rule}/p{p}/{label}"] = round(elapsed, 4)
+        gbps = p * d * 4 / elapsed / 1e9
+        mode = "streamed" if streamed else "in memory"
+        rows.append([label, p, mode, rule, elapsed, elapsed / base, gbps])
+    return rows
+
+
+def _print_report(
+    device: torch.device, rows: list[list[object]], seconds: dict[str, float], peak_rss_gb: float
+) -> None:
     print_table(
         f"aggregation time on {device} ({torch.get_num_threads()} threads); ratio = seconds / "
         "one read pass over the same inputs; GB/s = input bytes / seconds",
@@ -145,17 +173,6 @@ def main() -> None:
         ", ".join(f"{k.split('/', 1)[1]} {seconds[k]:.3f} s" for k in base_keys),
     )
     print(f"peak RSS {peak_rss_gb:.2f} GB")
-    print_json(
-        {
-            "benchmark": "aggregate",
-            "device": str(device),
-            "threads": torch.get_num_threads(),
-            "chunk_size": DEFAULT_CHUNK_SIZE,
-            "seconds": seconds,
-            "peak_rss_gb": round(peak_rss_gb, 2),
-            "streamed_sizes": [d for d in sizes if d > IN_MEMORY_LIMIT],
-        }
-    )
 
 
 if __name__ == "__main__":

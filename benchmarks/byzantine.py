@@ -171,18 +171,50 @@ def main() -> None:
         momentum=0.9,
     )
     started = time.perf_counter()
+    results, diverged = run_grid(settings, args.seeds)
+    seconds = time.perf_counter() - started
+    verdict = _print_report(args, results, diverged, seconds)
+    print_json(
+        {
+            "benchmark": "byzantine",
+            "workers": WORKERS,
+            "byzantine": BYZANTINE,
+            "rounds": args.rounds,
+            "local_steps": args.local_steps,
+            "seeds": args.seeds,
+            "accuracy": {r: {a: round(v, 2) for a, v in results[r].items()} for r in RULES},
+            "diverged": diverged,
+            **verdict,
+            "seconds": round(seconds, 1),
+        }
+    )
+
+
+def run_grid(
+    settings: Settings, seeds: int
+) -> tuple[dict[str, dict[str, float]], dict[str, list[str]]]:
+    """Every rule against every attack, accuracy averaged over `seeds`; and per rule, the
+    attacks under which it diverged in some seed."""
     results: dict[str, dict[str, float]] = {r: {} for r in RULES}
     diverged: dict[str, list[str]] = {r: [] for r in RULES}
-    for seed in range(args.seeds):
+    for seed in range(seeds):
         data = load_data(seed)
         for rule in RULES:
             for attack in ATTACKS:
                 acc, broke = run(rule, attack, data, settings, seed)
-                results[rule][attack] = results[rule].get(attack, 0.0) + acc / args.seeds
+                results[rule][attack] = results[rule].get(attack, 0.0) + acc / seeds
                 if broke and attack not in diverged[rule]:
                     diverged[rule].append(attack)
-    seconds = time.perf_counter() - started
+    return results, diverged
 
+
+def _print_report(
+    args: argparse.Namespace,
+    results: dict[str, dict[str, float]],
+    diverged: dict[str, list[str]],
+    seconds: float,
+) -> dict[str, object]:
+    """The table and the verdict on the targets; the verdict's figures come back for the JSON."""
     rows = [
         [attack]
         + [f"{results[r][attack]:.1f}{'*' if attack in diverged[r] else ''}" for r in RULES]
@@ -208,24 +240,13 @@ def main() -> None:
         f"mean: points below clean: {mean_drops}; collapses (>= 20 points) under {mean_collapses}"
     )
     print(f"{len(RULES) * len(ATTACKS) * args.seeds} runs in {seconds:.0f} s")
-    print_json(
-        {
-            "benchmark": "byzantine",
-            "workers": WORKERS,
-            "byzantine": BYZANTINE,
-            "rounds": args.rounds,
-            "local_steps": args.local_steps,
-            "seeds": args.seeds,
-            "accuracy": {r: {a: round(v, 2) for a, v in results[r].items()} for r in RULES},
-            "diverged": diverged,
-            "clean_accuracy": round(clean, 2),
-            "flag_gap_points": flag_gaps,
-            "flag_within_2_points": flag_ok,
-            "mean_drop_points": mean_drops,
-            "mean_collapses_under": mean_collapses,
-            "seconds": round(seconds, 1),
-        }
-    )
+    return {
+        "clean_accuracy": round(clean, 2),
+        "flag_gap_points": flag_gaps,
+        "flag_within_2_points": flag_ok,
+        "mean_drop_points": mean_drops,
+        "mean_collapses_under": mean_collapses,
+    }
 
 
 if __name__ == "__main__":

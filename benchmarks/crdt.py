@@ -156,7 +156,7 @@ async def libp2p_arm(n: int, trials: int, seed: int, settle: float) -> ArmResult
                     state=state,
                     key_pair=daemon.identity.key_pair,
                     pubsub=daemon.gossip,
-                    exchange=SyncExchange(daemon, state, ids),
+                    exchange=SyncExchange(daemon.host, state, ids),
                     seed=seed + i,
                 )
                 daemon.runs.sessions[run_id] = _Registered(rep)

@@ -143,6 +143,37 @@ def with_total(inner: InnerConfig, total: int, **changes: int) -> InnerConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    started = time.perf_counter()
+    torch.set_num_threads(args.threads)
+    model = GPTConfig()
+    dataset = TextDatasetConfig(max_bytes=args.max_bytes, block_size=model.block_size).build()
+    evalset = dataset.eval_batches(batch_size=64)
+    setup = Setup(
+        workers=args.workers,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        model=model,
+        inner=InnerConfig(lr=args.lr, warmup_steps=args.warmup, batch_size=args.batch_size),
+        outer=OuterConfig(),
+    )
+    arms = build_arms(args, setup, dataset, evalset)
+    chosen = [a for a in arms if not args.arms or a in args.arms.split(",")]
+    n_params = count_parameters(model.build())
+    print(
+        f"GPT {n_params:,} params (block {model.block_size}, byte-level) on {dataset.num_bytes:,} "
+        f"bytes of stdlib sources; {args.workers} workers x {args.steps} inner steps x batch "
+        f"{args.batch_size}; AdamW lr {args.lr} (warm-up {args.warmup}, cosine to 10%); "
+        f"outer Nesterov lr {setup.outer.lr} momentum {setup.outer.momentum}"
+    )
+    results = {name: _run_arm(name, arms[name]) for name in chosen}
+    figures = report(results, args, n_params, started)
+    print(json.dumps(figures, sort_keys=True))
+    return 0
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -157,22 +188,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-bytes", type=int, default=2_000_000)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    started = time.perf_counter()
-    torch.set_num_threads(args.threads)
+    return parser.parse_args(argv)
 
-    model = GPTConfig()
-    dataset = TextDatasetConfig(max_bytes=args.max_bytes, block_size=model.block_size).build()
-    evalset = dataset.eval_batches(batch_size=64)
-    setup = Setup(
-        workers=args.workers,
-        steps=args.steps,
-        batch_size=args.batch_size,
-        seed=args.seed,
-        model=model,
-        inner=InnerConfig(lr=args.lr, warmup_steps=args.warmup, batch_size=args.batch_size),
-        outer=OuterConfig(),
-    )
+
+def build_arms(
+    args: argparse.Namespace, setup: Setup, dataset, evalset
+) -> dict[str, Callable[[], ArmResult]]:
+    """Every arm by name: data parallel, a single worker (same steps, or as many tokens as all
+    workers together), and DiLoCo at each H with each codec."""
     codecs = {name: (lambda name=name: ProtocolCodec(name)) for name in args.codecs}
     arms: dict[str, Callable[[], ArmResult]] = {
         "dp": lambda: run_data_parallel(setup, dataset, evalset),
@@ -184,27 +207,17 @@ def main(argv: list[str] | None = None) -> int:
             arms[f"diloco-{h}-{name}"] = lambda h=h, name=name: run_diloco(
                 setup, dataset, evalset, h=h, codec_name=name, codec=codecs[name]
             )
-    chosen = [a for a in arms if not args.arms or a in args.arms.split(",")]
-    n_params = count_parameters(model.build())
-    print(
-        f"GPT {n_params:,} params (block {model.block_size}, byte-level) on {dataset.num_bytes:,} "
-        f"bytes of stdlib sources; {args.workers} workers x {args.steps} inner steps x batch "
-        f"{args.batch_size}; AdamW lr {args.lr} (warm-up {args.warmup}, cosine to 10%); "
-        f"outer Nesterov lr {setup.outer.lr} momentum {setup.outer.momentum}"
-    )
-    results: dict[str, ArmResult] = {}
-    for name in chosen:
-        results[name] = arms[name]()
-        r = results[name]
-        print(
-            f"  {name:<16} eval loss {r.eval_loss:.4f} "
-            f"(wall {r.seconds:.0f} s, cpu {r.cpu_seconds:.0f} s)",
-            file=sys.stderr,
-        )
+    return arms
 
-    figures = report(results, args, n_params, started)
-    print(json.dumps(figures, sort_keys=True))
-    return 0
+
+def _run_arm(name: str, arm: Callable[[], ArmResult]) -> ArmResult:
+    r = arm()
+    print(
+        f"  {name:<16} eval loss {r.eval_loss:.4f} "
+        f"(wall {r.seconds:.0f} s, cpu {r.cpu_seconds:.0f} s)",
+        file=sys.stderr,
+    )
+    return r
 
 
 def report(

@@ -181,7 +181,7 @@ def measure_reset(nodes: Nodes, src: str, dst_id: str, checksum: str, ns: str):
     def fetch() -> None:
         try:
             out["got"] = nodes.call(src, "debug.fetch", {"peer": dst_id, "checksum": checksum})
-        except Exception as exc:  # noqa: BLE001 - any failure is the measurement: reported below
+        except Exception as exc:  # noqa: BLE001 - raised below, in the benchmark's thread
             out["error"] = exc
 
     worker = threading.Thread(target=fetch)
@@ -228,14 +228,14 @@ def measure(world, base: Path, repeats: int, mib: int, punch: float):
                             nodes, dialers[src], dst, ids[dst], offers[dst]["checksum"], punch
                         )
                     )
-                except Exception as exc:  # noqa: BLE001 - counted, and the reason kept for the JSON line
+                except Exception as exc:  # noqa: BLE001 - counted, the reason kept for the JSON
                     failures[cell].append(str(exc).splitlines()[0][:200])
             try:
                 sym = offers["sym"]["checksum"]
                 runs[RESET_CELL].append(
                     measure_reset(nodes, dialers["sym2"], ids["sym"], sym, "sym2")
                 )
-            except Exception as exc:  # noqa: BLE001 - counted, and the reason kept for the JSON line
+            except Exception as exc:  # noqa: BLE001 - counted, the reason kept for the JSON
                 failures[RESET_CELL].append(str(exc).splitlines()[0][:200])
             for key in dialers.values():
                 nodes.stop(key)

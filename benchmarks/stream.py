@@ -136,7 +136,7 @@ def listener_main(arm: str, total: int, ready: Any, result: Any, profile: str | 
         listen = _tcp_listen if arm == "tcp" else _libp2p_listen
         try:
             wall, cpu = await listen(arm, buffer, ready)
-        except Exception as exc:  # noqa: BLE001 - the parent process reports it
+        except Exception as exc:  # noqa: BLE001 - sent to the driver, which raises it
             result.put({"error": repr(exc)})
             return
         result.put({"seconds": wall, "rx_cpu": cpu, "ok": _payload_ok(buffer)})
@@ -178,7 +178,7 @@ async def _libp2p_listen(arm: str, buffer: bytearray, ready: Any) -> tuple[float
             timing.append(_since(start))
             await stream.write(b"k")  # tells the dialer it may hang up
             await stream.close()
-        except Exception as exc:  # noqa: BLE001 - handed to the caller, which reports it
+        except Exception as exc:  # noqa: BLE001 - raised below, once the handler has ended
             failure.append(exc)
         finally:
             done.set()
@@ -204,7 +204,7 @@ def dialer_main(
         send = _tcp_send if arm == "tcp" else _libp2p_send
         try:
             wall, cpu = await send(arm, _chunks(total, chunk), target)
-        except Exception as exc:  # noqa: BLE001 - the parent process reports it
+        except Exception as exc:  # noqa: BLE001 - sent to the driver, which raises it
             result.put({"error": f"{arm}: the transfer failed in the dialer: {exc!r}"})
             return
         result.put({"tx_seconds": wall, "tx_cpu": cpu})
@@ -285,6 +285,17 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, floa
 
 
 def main() -> None:
+    args, arms = _parse_args()
+    total, chunk = args.mib << 20, int(args.chunk_mib * (1 << 20))
+    load_before = os.getloadavg()[0]
+    runs = _run_trials(arms, args.repeats, total, chunk, args.profile)
+    load = (load_before, os.getloadavg()[0])
+    med = summarize(runs)
+    _print_report(args, runs, med, load)
+    print_json(_figures(args, arms, runs, med, load))
+
+
+def _parse_args() -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -297,13 +308,17 @@ def main() -> None:
     arms = [a for a in args.arms.split(",") if a]
     if unknown := set(arms) - set(ARMS):
         parser.error(f"unknown arms {sorted(unknown)}; choose from {ARMS}")
-    total, chunk = args.mib << 20, int(args.chunk_mib * (1 << 20))
+    return args, arms
 
-    load_before = os.getloadavg()[0]
+
+def _run_trials(
+    arms: list[str], repeats: int, total: int, chunk: int, profile: str | None
+) -> dict[str, list[dict[str, Any]]]:
+    """Every arm once per repeat, interleaved so that load drifts hit all arms alike."""
     runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
-    for repeat in range(args.repeats):
+    for repeat in range(repeats):
         for arm in arms:
-            run = trial(arm, total, chunk, args.profile)
+            run = trial(arm, total, chunk, profile)
             run["MBps"] = total / run["seconds"] / 1e6
             run["cpu_MBps"] = total / max(run["rx_cpu"], run["tx_cpu"]) / 1e6
             runs[arm].append(run)
@@ -312,8 +327,15 @@ def main() -> None:
                 f" {run['rx_cpu']:.2f}, sender {run['tx_cpu']:.2f}   data ok: {run['ok']}",
                 flush=True,
             )
-    load = (load_before, os.getloadavg()[0])
-    med = summarize(runs)
+    return runs
+
+
+def _print_report(
+    args: argparse.Namespace,
+    runs: dict[str, list[dict[str, Any]]],
+    med: dict[str, dict[str, float]],
+    load: tuple[float, float],
+) -> None:
     tcp = med["tcp"]["MBps"] if "tcp" in med else None
     rows = [
         (
@@ -341,10 +363,20 @@ def main() -> None:
         if "default" in med:
             print(f"ours vs py-libp2p default: {ours / med['default']['MBps']:.1f}x")
 
+
+def _figures(
+    args: argparse.Namespace,
+    arms: list[str],
+    runs: dict[str, list[dict[str, Any]]],
+    med: dict[str, dict[str, float]],
+    load: tuple[float, float],
+) -> dict[str, Any]:
     def fig(arm: str, key: str = "MBps") -> float | None:
         return round(med[arm][key], 1) if arm in med else None
 
-    figures: dict[str, Any] = {
+    ours = med["ours"]["MBps"] if "ours" in med else None
+    tcp = med["tcp"]["MBps"] if "tcp" in med else None
+    return {
         "benchmark": "stream",
         "mib": args.mib,
         "chunk_mib": args.chunk_mib,
@@ -357,7 +389,6 @@ def main() -> None:
         "load_avg": [round(x, 2) for x in load],
         "all_data_ok": all(r["ok"] for rs in runs.values() for r in rs),
     }
-    print_json(figures)
 
 
 if __name__ == "__main__":

@@ -206,11 +206,13 @@ def _validate(config: NodeConfig) -> None:
 def _validate_multiaddrs(config: NodeConfig) -> None:
     from multiaddr import Multiaddr
 
+    from .net.addresses import MULTIADDR_ERRORS
+
     for name in ("listen", "bootstrap", "announce"):
         for text in getattr(config, name):
             try:
                 Multiaddr(text)
-            except Exception as exc:  # multiaddr raises a zoo of types
+            except MULTIADDR_ERRORS as exc:
                 raise ConfigError(f"`{name}`: {text!r} is not a multiaddr ({exc})") from None
     for text in config.bootstrap:
         if "/p2p/" not in text:

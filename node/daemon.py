@@ -15,7 +15,8 @@ The control socket is not started here: node/api/serve.py runs a daemon with it 
 above the daemon in the layer order). Every inbound stream passes one shield
 (node/net/inbound_shield.py) and bans disconnect (node/net/bans.py): a misbehaving remote peer
 never stops the node. Torch is not imported here: the training services import it when a run
-needs it.
+needs it. What sits above the services (runs, their control methods) is handed `NodeServices`
+(node/services/node_services.py), never the daemon: the sub-layers import only downwards.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any
+from typing import Any, TypedDict
 
 import trio
+from libp2p.peer.id import ID
 from multiaddr import Multiaddr
 from peertrain import __version__
 from peertrain.protocol.errors import PeertrainError
@@ -43,12 +45,33 @@ from .net.names import friendly_name
 from .net.peers import IdentityGuard, PeerKeeper
 from .net.penalties import PeerScoreboard
 from .runs.manager import RunManager
-from .services.dht import DhtService
+from .runs.status import ManyRunsStatus, RunStatus
+from .services.dht import DhtService, DhtServiceStatus
 from .services.gossip import Gossip
+from .services.node_services import NodeServices
 from .services.peer_exchange import PeerExchange
 from .services.tensors import TensorService, TensorStore
 
 log = logging.getLogger(__name__)
+
+
+class DaemonStatus(TypedDict):
+    """`peertrain status --json`: what node/cli/status_text.py and the tests read."""
+
+    peer_id: str
+    name: str
+    addrs: list[str]  # best first
+    share: str | None  # the address to give other machines
+    peers: list[str]
+    peer_names: dict[str, str]
+    run: RunStatus | ManyRunsStatus | None
+    dht: DhtServiceStatus
+    reachability: dict[str, Any]  # Reachability.as_dict() and NatStatus, one dict
+    private_network: bool
+    uptime_s: float
+    pid: int
+    version: str
+    home: str
 
 
 class Daemon:
@@ -70,12 +93,25 @@ class Daemon:
         self.shield.install()  # before anything can open a stream to us
         self.bans = BanEnforcer(self.host, self.scoreboard)
         self.peer_exchange = PeerExchange(self.host, self.scoreboard)
-        self.dht = DhtService(self.host, self.scoreboard, self.bootstrap)
+        self.dht = DhtService(self.host, self.scoreboard, self.bootstrap, connect=self._connect)
         self.gossip = Gossip(
             self.host, self.scoreboard
         )  # before connections: pubsub hears of peers by event
         self.tensor_store = TensorStore()
-        self.runs = RunManager(self)
+        self.services = NodeServices(
+            host=self.host,
+            identity=identity,
+            scoreboard=self.scoreboard,
+            gossip=self.gossip,
+            tensors=self.tensor_store,
+            dht=self.dht,
+            addrs=self.addrs,
+            home=config.home,
+            attack=config.attack,
+        )
+        self.runs = RunManager(
+            self.services, join_at_start=config.run, role_at_start=config.run_role
+        )
         self.reachability = ReachabilityCheck(self.host, psk=config.psk)
         self.nat = NatTraversal(
             self.host,
@@ -88,7 +124,11 @@ class Daemon:
             dial_timeout=config.dial_timeout,
             dht_server=self.dht.serve,
         )
-        self.dht.connect = self.nat.connect
+
+    async def _connect(self, peer: ID, addrs: list[Multiaddr]) -> str:
+        """The DHT resolves and NAT traversal dials (circuits, hole punching). Each needs the
+        other (traversal switches the DHT's mode), so one is handed a forward to the other."""
+        return await self.nat.connect(peer, addrs)
 
     async def run(self, *, task_status: trio.TaskStatus[Daemon] = trio.TASK_STATUS_IGNORED) -> None:
         listen = [Multiaddr(a) for a in self.config.listen]
@@ -114,7 +154,7 @@ class Daemon:
                 task_status.started(self)
 
     def control_methods(self) -> dict[str, Any]:
-        async def status(_params: dict[str, Any]) -> dict[str, Any]:
+        async def status(_params: dict[str, Any]) -> DaemonStatus:
             return self.status()
 
         from .services.payload_check import control_methods as payload_methods
@@ -123,7 +163,7 @@ class Daemon:
             "status": status,
             **self.runs.control_methods(),
             **self.dht.control_methods(),
-            **payload_methods(self),
+            **payload_methods(self.services),
         }
 
     async def _publish_addrs(self, addrs: list[str]) -> None:
@@ -140,22 +180,22 @@ class Daemon:
         """Advertised addresses, best first: the first one is what to give other machines."""
         return [str(a) for a in sorted(self.host.get_addrs(), key=rank)]
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> DaemonStatus:
         peers = [p.to_base58() for p in self.host.get_connected_peers()]
         addrs = self.addrs()
-        return {
-            "peer_id": self.identity.peer_id.to_base58(),
-            "name": self.identity.name,
-            "addrs": addrs,
-            "share": addrs[0] if addrs else None,
-            "peers": peers,
-            "peer_names": {p: friendly_name(p) for p in peers},
-            "run": self.runs.status(),
-            "dht": self.dht.status(),
-            "reachability": {**self.reachability.current.as_dict(), **self.nat.status()},
-            "private_network": self.config.psk is not None,
-            "uptime_s": round(time.monotonic() - self.started_at, 1) if self.started_at else 0.0,
-            "pid": os.getpid(),
-            "version": __version__,
-            "home": str(self.config.home),
-        }
+        return DaemonStatus(
+            peer_id=self.identity.peer_id.to_base58(),
+            name=self.identity.name,
+            addrs=addrs,
+            share=addrs[0] if addrs else None,
+            peers=peers,
+            peer_names={p: friendly_name(p) for p in peers},
+            run=self.runs.status(),
+            dht=self.dht.status(),
+            reachability={**self.reachability.current.as_dict(), **self.nat.status()},
+            private_network=self.config.psk is not None,
+            uptime_s=round(time.monotonic() - self.started_at, 1) if self.started_at else 0.0,
+            pid=os.getpid(),
+            version=__version__,
+            home=str(self.config.home),
+        )

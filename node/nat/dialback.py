@@ -21,8 +21,10 @@ from peertrain.protocol.ids import protocol_id
 from peertrain.protocol.messages import Request, Response, message
 from peertrain.protocol.schema import MaxLen
 
+from ..net.addresses import value_of
 from ..net.host import build_host
 from ..net.identity import Identity
+from ..net.streams import close_quietly
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +51,8 @@ def dial_targets(candidates: tuple[str, ...], observed_ip: str) -> list[Multiadd
     targets: list[str] = []
     ports: list[str] = []
     for text in candidates[:MAX_CANDIDATES]:
-        try:
-            addr = Multiaddr(text)
-            ip, port = addr.value_for_protocol("ip4"), addr.value_for_protocol("tcp")
-        except Exception:  # a malformed or non-ip4/tcp candidate is simply not dialed
+        ip, port = value_of(text, "ip4"), value_of(text, "tcp")
+        if ip is None or port is None:  # a malformed or non-ip4/tcp candidate is not dialed
             continue
         if ip == observed_ip:
             targets.append(f"/ip4/{ip}/tcp/{port}")
@@ -80,7 +80,8 @@ async def dial_fresh(
             # peer would list the probe as a connected peer until its socket is collected.
             with trio.move_on_after(1.0):
                 await probe.disconnect(peer)
-    except Exception as exc:  # refused, timed out, wrong peer: all mean "not reached"
+    except Exception as exc:  # noqa: BLE001 - refused, timed out, wrong peer (upstream raises
+        # many types): all mean "not reached", which is the answer this probe reports
         log.debug("dial-back to %s at %s failed: %s", peer, addr, exc)
     return reached
 
@@ -144,10 +145,3 @@ class DialbackServer:
             reached=reached,
             tried=tuple(str(t) for t in targets),
         )
-
-
-async def close_quietly(stream: INetStream) -> None:
-    try:
-        await stream.close()
-    except Exception:  # already reset by the peer
-        pass

@@ -5,8 +5,8 @@ py-libp2p 0.8.1's `DCUtRProtocol` punches by TCP simultaneous open from our list
 service also starts punches by itself for relayed peers every 2 s; we start one at once after
 dialing a circuit, bounded by `budget`. A relayed connection sometimes closed during failed
 attempts (about 1 in 4 with a symmetric NAT; at least some of those were the relay closing one
-circuit for another's end, fixed in node/nat/relays.py): then we dial the circuit again, and keep
-watching for `watch` seconds, so the peer we just reached is not lost.
+circuit for another's end, fixed in node/nat/relays/hop.py): then we dial the circuit again, and
+keep watching for `watch` seconds, so the peer we just reached is not lost.
 
 Before punching, upstream first dials every direct address it knows for the peer ("step 0",
 in case it is reachable after all) and waits for all of them, up to its 10 s dial timeout. A
@@ -30,7 +30,8 @@ from libp2p.peer.id import ID
 from libp2p.relay.circuit_v2.dcutr import DCUtRProtocol
 from multiaddr import Multiaddr
 
-from .relays import CIRCUIT, Dialer, connection_kind
+from ..net.connections import CIRCUIT, connection_kind, peerstore_addrs
+from .relays import Dialer
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +45,8 @@ class QuickDCUtR(DCUtRProtocol):
     unilateral_timeout = UNILATERAL_TIMEOUT
 
     async def _try_unilateral_upgrade(self, peer_id: ID) -> bool:
-        try:
-            addrs = [a for a in self.host.get_peerstore().addrs(peer_id) if CIRCUIT not in str(a)]
-        except Exception:  # unknown or expired peer: nothing to dial
-            return False
-        if not addrs:
+        addrs = [a for a in peerstore_addrs(self.host, peer_id) if CIRCUIT not in str(a)]
+        if not addrs:  # unknown or expired peer: nothing to dial
             return False
         with trio.move_on_after(self.unilateral_timeout):
             async with trio.open_nursery() as nursery:
@@ -67,6 +65,10 @@ class PunchResult:
     punch_s: float
     redials: int
     at: float  # time.time()
+
+    def as_dict(self) -> dict[str, Any]:
+        """The shape `peertrain status --json` shows under reachability.hole_punches."""
+        return asdict(self)
 
 
 class HolePunch:
@@ -119,7 +121,8 @@ class HolePunch:
                 try:
                     if await self.dcutr.initiate_hole_punch(peer):
                         break
-                except Exception as exc:  # a failed attempt
+                except Exception as exc:  # noqa: BLE001 - upstream's DCUtR raises many types
+                    # for a failed attempt; the next one follows until `budget` runs out
                     log.debug("hole punch to %s: %s", peer, exc)
                 await trio.sleep(0.5)
             nursery.cancel_scope.cancel()
@@ -151,7 +154,8 @@ class HolePunch:
             with trio.fail_after(self.dialer.timeout):
                 await self.dialer.dial_circuit(circuit)
             return 1
-        except Exception as exc:  # relay gone too: the joiner's own retry loop takes over
+        except Exception as exc:  # noqa: BLE001 - relay gone too (a failed dial, any type):
+            # logged at warning; the joiner's own retry loop takes over
             log.warning("redialing %s through %s failed: %s", peer, circuit, exc)
             return 0
 
@@ -161,5 +165,6 @@ class HolePunch:
         while len(self.results) > MAX_REMEMBERED:
             self.results.popitem(last=False)
 
-    def status(self) -> dict[str, dict[str, Any]]:
-        return {peer: asdict(r) for peer, r in self.results.items()}
+    def status(self) -> dict[str, PunchResult]:
+        """The latest punch per peer (base58 ID), oldest first."""
+        return dict(self.results)

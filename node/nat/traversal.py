@@ -1,6 +1,6 @@
 """NAT traversal as one daemon service: it follows the reachability verdict and acts on it.
 
-    verdict public  : serve circuit relay v2 (bounded hop, node/nat/relays.py); DHT server mode.
+    verdict public  : serve circuit relay v2 (bounded hop, node/nat/relays/hop.py); DHT server mode.
     verdict private : reserve on `relays` public peers, publish the circuits in our DHT peer
                       record, ask a UPnP gateway once (node/nat/upnp.py); DHT client mode (a
                       server nobody can dial costs every lookup that reaches it a timeout).
@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import trio
 from libp2p.abc import IHost
 from libp2p.peer.id import ID
 from multiaddr import Multiaddr
 
+from ..net.addresses import MULTIADDR_ERRORS
 from .hole_punch import HolePunch, QuickDCUtR
 from .reachability import ReachabilityCheck, address_translated
 from .relays import CIRCUIT, Dialer, HopLimits, PacedRelay, ReservationKeeper, connections_by_kind
@@ -31,6 +32,18 @@ from .relays import CIRCUIT, Dialer, HopLimits, PacedRelay, ReservationKeeper, c
 log = logging.getLogger(__name__)
 
 PROVISIONAL_FOR = 60.0  # seconds to watch for a translated address before any verdict
+
+
+class NatStatus(TypedDict):
+    """What `status["reachability"]` gets from NAT traversal (`peertrain status --json`)."""
+
+    relays: list[dict[str, Any]]  # Reservation.as_dict() per relay held
+    relays_lost: int
+    relay_service: bool  # serving the hop for others
+    relayed_bytes: int
+    connections: dict[str, str]  # peer → "direct" | "relayed"
+    hole_punches: dict[str, dict[str, Any]]  # peer → PunchResult.as_dict()
+    upnp: str | None
 
 
 class NatTraversal:
@@ -144,7 +157,7 @@ class NatTraversal:
         try:
             addr = listen[0]
             ip, port = addr.value_for_protocol("ip4"), int(addr.value_for_protocol("tcp"))
-        except Exception:  # no IPv4 TCP listen address: nothing to map
+        except (IndexError, *MULTIADDR_ERRORS):  # no IPv4 TCP listen address: nothing to map
             self.upnp_text = "UPnP: no IPv4 TCP listen address to map"
             return
         result = await map_port(ip, port)
@@ -160,13 +173,15 @@ class NatTraversal:
             self.punch.start(self._nursery, peer, circuit)
         return kind
 
-    def status(self) -> dict[str, Any]:
-        return {
-            "relays": self.keeper.status() if self.keeper else [],
-            "relays_lost": self.keeper.lost if self.keeper else 0,
-            "relay_service": bool(self.relay and self.relay.allow_hop),
-            "relayed_bytes": self.relay.relayed_bytes if self.relay else 0,
-            "connections": connections_by_kind(self.host),
-            "hole_punches": self.punch.status() if self.punch else {},
-            "upnp": self.upnp_text,
-        }
+    def status(self) -> NatStatus:
+        held = self.keeper.status() if self.keeper else []
+        punches = self.punch.status() if self.punch else {}
+        return NatStatus(
+            relays=[r.as_dict() for r in held],
+            relays_lost=self.keeper.lost if self.keeper else 0,
+            relay_service=bool(self.relay and self.relay.allow_hop),
+            relayed_bytes=self.relay.relayed_bytes if self.relay else 0,
+            connections=connections_by_kind(self.host),
+            hole_punches={peer: r.as_dict() for peer, r in punches.items()},
+            upnp=self.upnp_text,
+        )

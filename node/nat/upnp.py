@@ -51,7 +51,8 @@ def _map_blocking(lan_ip: str, port: int, timeout: float) -> UpnpResult:
         client.selectigd()
         external_ip = client.externalipaddress()
         client.addportmapping(port, "TCP", lan_ip, port, "peertrain", "", LEASE_S)
-    except Exception as exc:  # miniupnpc raises plain Exception with the gateway's words
+    except Exception as exc:  # noqa: BLE001 - miniupnpc raises plain Exception with the
+        # gateway's words, which the result's text carries to `peertrain status`
         return UpnpResult(
             mapped=False, text=f"UPnP: the gateway refused a mapping of TCP {port}: {exc}"
         )

@@ -13,6 +13,11 @@ from collections.abc import Iterable, Sequence
 
 import psutil
 from multiaddr import Multiaddr
+from multiaddr.exceptions import Error as _MultiaddrError
+
+# What parsing text into a Multiaddr, or asking one for a protocol it lacks, may raise: the
+# library's own tree (StringParseError, ProtocolLookupError, ...), plus TypeError for a non-string
+MULTIADDR_ERRORS: tuple[type[Exception], ...] = (_MultiaddrError, TypeError, ValueError)
 
 _WILDCARDS = {"0.0.0.0": "ip4", "::": "ip6"}
 
@@ -59,13 +64,21 @@ def _rank_ip(text: str) -> tuple[int, str]:
     return (1, text)
 
 
+def value_of(addr: Multiaddr | str, protocol: str) -> str | None:
+    """The value of `protocol` in `addr` ("ip4" → "10.0.0.2"); None when `addr` does not parse or
+    has no such part."""
+    try:
+        return (addr if isinstance(addr, Multiaddr) else Multiaddr(addr)).value_for_protocol(
+            protocol
+        )
+    except MULTIADDR_ERRORS:
+        return None
+
+
 def rank(addr: Multiaddr) -> int:
     """0 for public, 1 for private, 2 for loopback, 3 for anything we cannot classify."""
     for proto in ("ip4", "ip6"):
-        try:
-            value = addr.value_for_protocol(proto)
-        except Exception:
-            continue
+        value = value_of(addr, proto)
         if value:
             return _rank_ip(value)[0]
     return 3

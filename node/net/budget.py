@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from libp2p.abc import IHost, INetConn, INetwork
 
@@ -121,15 +121,32 @@ class ResourceBudget:
             return 0
         return sum(p.stat().st_size for p in (self.home / "runs").rglob("*") if p.is_file())
 
-    def usage(self, connections: dict[str, int] | None = None) -> dict[str, Any]:
+    def usage(self, connections: ConnectionCounts | None = None) -> BudgetUsage:
         """What `status --json` shows under `budget`: usage beside each limit."""
-        return {
-            "limits": {f: getattr(self.limits, f) for f in self.limits.__dataclass_fields__},
-            "receive_memory": sum(self._memory.values()),
-            "receive_memory_peers": len(self._memory),
-            "connections": connections or {},
-            "refused": dict(self.refused),
-        }
+        return BudgetUsage(
+            limits={f: getattr(self.limits, f) for f in self.limits.__dataclass_fields__},
+            receive_memory=sum(self._memory.values()),
+            receive_memory_peers=len(self._memory),
+            connections=dict(connections or {}),
+            refused=dict(self.refused),
+        )
+
+
+class BudgetUsage(TypedDict):
+    """`status["budget"]`: each limit (BudgetLimits' fields) and what is used of it."""
+
+    limits: dict[str, int]
+    receive_memory: int  # bytes reserved by downloads in flight
+    receive_memory_peers: int
+    connections: dict[str, int]  # ConnectionGate.counts()
+    refused: dict[str, int]  # by the limit that refused
+
+
+class ConnectionCounts(TypedDict):
+    total: int
+    peers: int
+    max_per_peer: int
+    max_per_prefix: int
 
 
 class ConnectionGate(ConnectionEvents):
@@ -139,16 +156,16 @@ class ConnectionGate(ConnectionEvents):
         self.host = host
         self.budget = budget
 
-    def counts(self) -> dict[str, int]:
+    def counts(self) -> ConnectionCounts:
         conns = self._connections()
         peers = Counter(peer for peer, _ in conns)
         prefixes = Counter(prefix for _, prefix in conns if prefix)
-        return {
-            "total": len(conns),
-            "peers": len(peers),
-            "max_per_peer": max(peers.values(), default=0),
-            "max_per_prefix": max(prefixes.values(), default=0),
-        }
+        return ConnectionCounts(
+            total=len(conns),
+            peers=len(peers),
+            max_per_peer=max(peers.values(), default=0),
+            max_per_prefix=max(prefixes.values(), default=0),
+        )
 
     async def connected(self, network: INetwork, conn: INetConn) -> None:
         reason = self._over_limit(conn)

@@ -23,7 +23,7 @@ from libp2p.transport.tcp.tcp import TCP
 from multiaddr import Multiaddr
 
 from ..errors import ConfigError, ConnectError, PskMismatch
-from .addresses import expand_wildcards
+from .addresses import MULTIADDR_ERRORS, expand_wildcards
 from .identity import Identity
 from .private_network import MISMATCH
 from .transport import NOISE_ID, YAMUX_ID, NoiseTransport, YamuxConnection, use_registered_muxers
@@ -78,7 +78,7 @@ def parse_peer_addr(text: str) -> PeerInfo:
     """A full multiaddr ending in /p2p/<id> → PeerInfo, with an error that says what is wrong."""
     try:
         return info_from_p2p_addr(Multiaddr(text))
-    except Exception as exc:
+    except MULTIADDR_ERRORS as exc:
         raise ConfigError(
             f"{text!r} is not a peer address ({exc}); give the full address a node prints, "
             "such as /ip4/203.0.113.7/tcp/4001/p2p/12D3KooW…"
@@ -89,7 +89,8 @@ async def connect(host: IHost, peer: PeerInfo) -> None:
     """Connect or raise ConnectError / PskMismatch with the root cause in plain words."""
     try:
         await host.connect(peer)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - host.connect raises many unrelated types; each
+        # is translated below into ConnectError / PskMismatch with its root cause in words
         if _failed_key_check(host, peer):
             raise PskMismatch(f"could not connect to {peer.peer_id}: {MISMATCH}") from None
         cause = _root_cause(exc)

@@ -16,16 +16,25 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TypedDict
 
 from libp2p.abc import IHost, INetStream
 from libp2p.exceptions import ParseError
 from peertrain.protocol.errors import ProtocolError
+
+from .streams import reset_quietly
 
 log = logging.getLogger(__name__)
 
 MALFORMED_STREAM_PENALTY = 25.0
 
 StreamHandler = Callable[[INetStream], Awaitable[None]]
+
+
+class ShieldStatistics(TypedDict):
+    refused_banned: int  # streams of banned peers, reset before negotiation
+    peer_faults: int  # malformed input: the peer was penalised
+    handler_bugs: int  # our own handlers' failures, logged with their traceback
 
 
 def is_peer_fault(exc: BaseException) -> bool:
@@ -62,13 +71,13 @@ class InboundShield:
             peer = stream.muxed_conn.peer_id.to_base58()
             if self._is_banned(peer):
                 self.refused_banned += 1
-                await quiet_reset(stream)
+                await reset_quietly(stream)
                 return
             try:
                 await inner(stream)
             except Exception as exc:  # noqa: BLE001 - the shield's whole job: nothing escapes
                 self._blame(peer, stream, exc)
-                await quiet_reset(stream)
+                await reset_quietly(stream)
 
         return handle
 
@@ -82,12 +91,12 @@ class InboundShield:
             self.handler_bugs += 1
             log.warning("handler for %s from %s failed; stream reset", protocol, peer, exc_info=exc)
 
-    def statistics(self) -> dict[str, int]:
-        return {
-            "refused_banned": self.refused_banned,
-            "peer_faults": self.peer_faults,
-            "handler_bugs": self.handler_bugs,
-        }
+    def statistics(self) -> ShieldStatistics:
+        return ShieldStatistics(
+            refused_banned=self.refused_banned,
+            peer_faults=self.peer_faults,
+            handler_bugs=self.handler_bugs,
+        )
 
 
 def _leaf(exc: BaseException) -> BaseException:
@@ -102,11 +111,3 @@ def _protocol_of(stream: INetStream) -> str:
         return str(stream.get_protocol())
     except Exception:  # noqa: BLE001 - before negotiation a stream has no protocol to name
         return "(unnegotiated)"
-
-
-async def quiet_reset(stream: INetStream) -> None:
-    """Reset a stream that may already be reset or closed: the outcome we want either way."""
-    try:
-        await stream.reset()
-    except Exception:  # noqa: BLE001 - an already-reset stream raises; it is reset all the same
-        pass

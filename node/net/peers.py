@@ -16,6 +16,7 @@ from libp2p.abc import IHost, INetConn, INetwork
 from libp2p.peer.peerinfo import PeerInfo
 
 from ..errors import ConnectError
+from .connections import remote_addr
 from .host import connect
 from .notifee import ConnectionEvents
 
@@ -99,7 +100,5 @@ class IdentityGuard(ConnectionEvents):
 
 
 def _remote_text(conn: INetConn) -> str:
-    try:
-        return str(conn.get_transport_addresses()[0])
-    except Exception:
-        return "an unknown address"
+    addr = remote_addr(conn)
+    return str(addr) if addr is not None else "an unknown address"

@@ -24,6 +24,8 @@ from libp2p.transport.exceptions import OpenConnectionError
 from libp2p.transport.tcp.tcp import TCP, TCPListener
 from multiaddr import Multiaddr
 
+from .addresses import value_of
+
 log = logging.getLogger(__name__)
 
 MAGIC = b"ptpsk\x00v1"
@@ -143,10 +145,7 @@ class PrivateTCP(TCP):
 
 
 def _peer_of(maddr: Multiaddr) -> str:
-    try:
-        return maddr.value_for_protocol("p2p") or ""
-    except Exception:
-        return ""
+    return value_of(maddr, "p2p") or ""
 
 
 def _peer_text(stream: ReadWriteCloser) -> str:

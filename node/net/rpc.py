@@ -22,6 +22,7 @@ from peertrain.protocol.messages import ErrorCode, ErrorResponse, Request, Respo
 
 from .penalties import PeerScoreboard, is_misbehaviour
 from .stream_limits import StreamSlots
+from .streams import close_quietly
 
 log = logging.getLogger(__name__)
 
@@ -92,22 +93,16 @@ async def request(
     with trio.fail_after(timeout):
         try:
             stream = await host.new_stream(peer, [str(pid)])
-        except Exception as exc:  # libp2p's StreamFailure, SwarmException, …: one error for callers
+        except Exception as exc:  # noqa: BLE001 - libp2p's StreamFailure, SwarmException, …:
+            # translated into one error for callers
             raise StreamEnded(f"could not open {pid} to {peer}: {exc}") from None
         try:
             await write_message(stream, message, idle_timeout=timeout)
             reply = await read_message(stream, (response_type, ErrorResponse), idle_timeout=timeout)
         finally:
-            await _close_quietly(stream)
+            await close_quietly(stream)
     return check_reply(message, reply)
 
 
 def refuse(req: Request, code: int = ErrorCode.BAD_REQUEST, reason: str = "") -> ErrorResponse:
     return req.reply(ErrorResponse, code=code, reason=reason[:256])
-
-
-async def _close_quietly(stream: INetStream) -> None:
-    try:
-        await stream.close()
-    except Exception:  # the peer may already have reset it
-        pass

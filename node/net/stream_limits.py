@@ -12,6 +12,7 @@ import trio
 from libp2p.abc import INetStream
 
 from .penalties import PeerScoreboard
+from .streams import close_quietly, reset_quietly
 
 
 class StreamSlots:
@@ -27,7 +28,7 @@ class StreamSlots:
         The stream is closed on the way out either way."""
         peer = stream.muxed_conn.peer_id.to_base58()
         if self.scoreboard.is_banned(peer) or self._per_peer[peer] >= self.max_per_peer:
-            await _quietly(stream.reset())
+            await reset_quietly(stream)
             yield None
             return
         self._per_peer[peer] += 1
@@ -38,11 +39,4 @@ class StreamSlots:
             self._per_peer[peer] -= 1
             if not self._per_peer[peer]:
                 del self._per_peer[peer]
-            await _quietly(stream.close())
-
-
-async def _quietly(awaitable) -> None:
-    try:
-        await awaitable
-    except Exception:  # the peer may already have reset it
-        pass
+            await close_quietly(stream)

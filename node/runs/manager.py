@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import trio
 from libp2p.peer.id import ID
@@ -24,10 +24,10 @@ from peertrain.protocol.schema import MaxLen
 
 from ..errors import ControlError, NodeError
 from ..net.rpc import RpcServer, refuse, request
+from ..params import param
+from ..services.node_services import NodeServices
 from .session import CRDT_SYNC, RunSession, saved_manifests
-
-if TYPE_CHECKING:
-    from ..daemon import Daemon
+from .status import ManyRunsStatus, RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -47,25 +47,33 @@ class RunFound(Response):
 
 
 class RunManager:
-    """The daemon's runs, at most `MAX_RUNS`."""
+    """The daemon's runs, at most `MAX_RUNS`. `join_at_start`: a run to join once serving (the
+    `run` option), as `role_at_start` (`run_role`)."""
 
-    def __init__(self, daemon: Daemon):
-        self.daemon = daemon
+    def __init__(
+        self,
+        node: NodeServices,
+        *,
+        join_at_start: str | None = None,
+        role_at_start: str | None = None,
+    ) -> None:
+        self.node = node
+        self.join_at_start, self.role_at_start = join_at_start, role_at_start
         self.sessions: dict[str, RunSession] = {}
         self._nursery: trio.Nursery | None = None
 
     async def run(
         self, *, task_status: trio.TaskStatus[RunManager] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        host, board = self.daemon.host, self.daemon.scoreboard
+        host, board = self.node.host, self.node.scoreboard
         RpcServer(host, RUN_LOOKUP, RunLookup, self._answer_lookup, scoreboard=board).register()
         RpcServer(
             host, CRDT_SYNC, SyncRequest, self._answer_sync, scoreboard=board, max_per_peer=8
         ).register()
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            if self.daemon.config.run:
-                nursery.start_soon(self._join_configured, self.daemon.config.run)
+            if self.join_at_start:
+                nursery.start_soon(self._join_configured, self.join_at_start)
             task_status.started(self)
             await trio.sleep_forever()
 
@@ -74,17 +82,17 @@ class RunManager:
     def control_methods(self) -> dict[str, Any]:
         async def create(params: dict[str, Any]) -> dict[str, Any]:
             session = await self.create(
-                name=str(params.get("name") or ""),
-                mode=str(params.get("mode") or "diloco"),
-                spec=params.get("spec") or {},
+                name=param(params, "name", str, ""),
+                mode=param(params, "mode", str, "") or "diloco",
+                spec=param(params, "spec", dict, {}),
                 role=_role(params),
             )
             return {"run_id": session.run_id, "name": session.manifest.name}
 
         async def join(params: dict[str, Any]) -> dict[str, Any]:
             session = await self.join(
-                str(params.get("name") or ""),
-                timeout=float(params.get("timeout", 30)),
+                param(params, "name", str, ""),
+                timeout=param(params, "timeout", float, 30.0),
                 role=_role(params),
             )
             return {"run_id": session.run_id, "name": session.manifest.name}
@@ -95,7 +103,7 @@ class RunManager:
             session = next(iter(self.sessions.values()))
             try:
                 text = await session.sample(
-                    str(params.get("prompt", "")), min(int(params.get("tokens", 160)), 2000)
+                    param(params, "prompt", str, ""), min(param(params, "tokens", int, 160), 2000)
                 )
             except (TypeError, RuntimeError) as exc:
                 raise ControlError(str(exc)) from None
@@ -112,13 +120,13 @@ class RunManager:
             raise ControlError(f"this node already takes part in a run named {name!r}")
         spec_bytes = _spec_bytes(mode, spec)
         manifest = RunManifest(
-            creator=self.daemon.identity.peer_id.to_base58(),
+            creator=self.node.peer_id,
             created_ms=int(time.time() * 1000),
             name=name,
             mode=mode,
             spec=spec_bytes,
         )
-        envelope = sign_manifest(self.daemon.identity.key_pair, manifest)
+        envelope = sign_manifest(self.node.identity.key_pair, manifest)
         log.info("created run %s (%s)", name, manifest.run_id[:16])
         return await self._start(manifest.run_id, envelope, seeds=set(), role=role)
 
@@ -142,7 +150,7 @@ class RunManager:
         raise ControlError(f"no connected peer knows a run named {name!r} (after {timeout:.0f} s)")
 
     def _saved(self, name: str) -> tuple[str, bytes] | None:
-        for run_id, envelope in saved_manifests(self.daemon.config.home).items():
+        for run_id, envelope in saved_manifests(self.node.home).items():
             try:
                 manifest = open_manifest(envelope, run_id)
             except PeertrainError:
@@ -153,24 +161,23 @@ class RunManager:
         return None
 
     async def _join_configured(self, name: str) -> None:
-        role = self.daemon.config.run_role
+        role = self.role_at_start
         try:
             await self.join(name, timeout=120.0, role={"role": role} if role else None)
         except NodeError as exc:
             log.error("%s", exc)
 
     async def _lookup(self, name: str) -> tuple[str, RunFound] | None:
-        for peer in self.daemon.host.get_connected_peers():
+        for peer in self.node.host.get_connected_peers():
             try:
                 reply = await request(
-                    self.daemon.host, peer, RUN_LOOKUP, RunLookup(name=name), RunFound, timeout=5.0
+                    self.node.host, peer, RUN_LOOKUP, RunLookup(name=name), RunFound, timeout=5.0
                 )
                 open_manifest(reply.manifest, reply.run_id)  # forged or mismatched → ProtocolError
-            except PeertrainError as exc:
-                log.debug("run lookup at %s: %s", peer, exc)
-                continue
-            except Exception as exc:  # a peer that hangs up mid-answer
-                log.debug("run lookup at %s failed: %r", peer, exc)
+            except (PeertrainError, trio.TooSlowError) as exc:
+                # a peer that hangs up mid-answer (rpc raises StreamEnded), does not know the
+                # run, forges it or is too slow: ask the next one
+                log.debug("run lookup at %s: %r", peer, exc)
                 continue
             return peer.to_base58(), reply
         return None
@@ -182,7 +189,7 @@ class RunManager:
             raise ControlError(f"this node already takes part in {MAX_RUNS} runs")
         assert self._nursery is not None
         session = RunSession(
-            self.daemon, run_id=run_id, manifest_envelope=envelope, seeds=seeds, role=role
+            self.node, run_id=run_id, manifest_envelope=envelope, seeds=seeds, role=role
         )
         self.sessions[run_id] = session
         await self._nursery.start(session.run)
@@ -204,11 +211,11 @@ class RunManager:
             return refuse(req, ErrorCode.NOT_FOUND, "not in that run")
         return session.replicator.handle_sync(peer.to_base58(), req)
 
-    def status(self) -> dict[str, Any] | None:
+    def status(self) -> RunStatus | ManyRunsStatus | None:
         if not self.sessions:
             return None
         statuses = [s.status() for s in self.sessions.values()]
-        return statuses[0] if len(statuses) == 1 else {"runs": statuses}
+        return statuses[0] if len(statuses) == 1 else ManyRunsStatus(runs=statuses)
 
 
 def _role(params: dict[str, Any]) -> dict[str, Any] | None:

@@ -67,7 +67,7 @@ from .pipeline_wire import (
 )
 
 if TYPE_CHECKING:
-    from .session import RunSession
+    from .context import RunContext
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class PipelineServer:
 
     def __init__(
         self,
-        session: RunSession,
+        context: RunContext,
         spec: PipelineSpec,
         *,
         speed: float = 1.0,
@@ -94,10 +94,10 @@ class PipelineServer:
     ) -> None:
         if speed <= 0:
             raise ValueError("a server's speed must be positive")
-        self.session, self.spec, self.speed = session, spec, speed
-        self.daemon = session.daemon
-        self.me = self.daemon.identity.peer_id.to_base58()
-        self.transport = StagePeerTransport(self.daemon.host, session.run_id, timeout=20.0)
+        self.context, self.spec, self.speed = context, spec, speed
+        self.node = context.node
+        self.me = self.node.identity.peer_id.to_base58()
+        self.transport = StagePeerTransport(self.node.host, context.run_id, timeout=20.0)
         self.stage = -1  # none until `run` has chosen one and fetched its state
         self._wanted = stage
         self.server: StageServer | None = None
@@ -105,7 +105,7 @@ class PipelineServer:
         self._ema = ThroughputEMA(beta=0.9)
         self._serve = trio.Lock()  # one call at a time, FIFO
         self._thread = trio.CapacityLimiter(1)
-        self._slots = StreamSlots(self.daemon.scoreboard, max_total=64, max_per_peer=24)
+        self._slots = StreamSlots(self.node.scoreboard, max_total=64, max_per_peer=24)
         self._nursery: trio.Nursery | None = None
         self.moves: list[dict[str, Any]] = []
         self.calls = self.refused = 0
@@ -116,7 +116,7 @@ class PipelineServer:
     async def run(
         self, *, task_status: trio.TaskStatus[PipelineServer] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        self.daemon.host.set_stream_handler(str(PIPELINE), self._on_stream)
+        self.node.host.set_stream_handler(str(PIPELINE), self._on_stream)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             stage = self._wanted if self._wanted is not None else await self._choose_stage()
@@ -128,21 +128,21 @@ class PipelineServer:
             task_status.started(self)
 
     def _view(self):
-        entries = servers(self.session.state, self.spec.stages)
+        entries = servers(self.context.state, self.spec.stages)
         return entries, stage_views(entries, [self.spec.demand(s) for s in range(self.spec.stages)])
 
     async def _choose_stage(self) -> int:
         """The stage with the most need, once someone else's claim is in view: a joiner that
         looks while the creator still builds its pipeline sees no server at all, and would
         take the creator's stage (rebalancing would undo it, a few periods later)."""
-        if self.session.manifest.creator != self.me:
+        if self.context.manifest.creator != self.me:
             with trio.move_on_after(FIRST_CLAIM_WAIT):
-                while not set(servers(self.session.state, self.spec.stages)) - {self.me}:
+                while not set(servers(self.context.state, self.spec.stages)) - {self.me}:
                     await trio.sleep(0.2)
         return self._stage_with_most_need()
 
     def _stage_with_most_need(self) -> int:
-        entries = servers(self.session.state, self.spec.stages)
+        entries = servers(self.context.state, self.spec.stages)
         entries.pop(self.me, None)  # a restarted server: our old record says nothing of need
         return stage_for_new_peer(
             stage_views(entries, [self.spec.demand(s) for s in range(self.spec.stages)])
@@ -209,7 +209,7 @@ class PipelineServer:
                 {"at": decided, "from": old, "to": stage, "period": period},
             ]
         log.info(
-            "serving stage %d of run %s (round %d)", stage, self.session.run_id[:12], completed
+            "serving stage %d of run %s (round %d)", stage, self.context.run_id[:12], completed
         )
 
     async def _measure_once(self, server: StageServer, calls: int = 3) -> None:
@@ -236,9 +236,9 @@ class PipelineServer:
         return 0.0 if not seconds else 1.0 / max(seconds, 1e-9)
 
     def _announce(self) -> None:
-        self.session.replicator.writer.announce(
+        self.context.replicator.writer.announce(
             role=server_role(self.stage),
-            addrs=self.daemon.addrs()[:8],
+            addrs=self.node.addrs()[:8],
             throughput=self.throughput(),
             lease_ms=LEASE_MS,
         )
@@ -250,12 +250,12 @@ class PipelineServer:
 
     async def _dht_loop(self) -> None:
         """The DHT stage key, for discovery from outside the run (decisions use RunState)."""
-        dht = self.daemon.dht.dht
+        dht = self.node.dht.dht
         while True:
             with trio.move_on_after(DHT_EVERY):
                 try:
                     await dht.put(
-                        stage_key(self.session.run_id[:64], self.stage),
+                        stage_key(self.context.run_id[:64], self.stage),
                         {"tput": round(self.throughput(), 3)},
                         ttl=6 * DHT_EVERY,
                     )
@@ -281,7 +281,7 @@ class PipelineServer:
             entries, views = self._view()
             layout = {peer: entry.stage for peer, entry in entries.items()}
             settled, last = layout == last, layout
-            if not settled or in_static_phase(self.session.state):
+            if not settled or in_static_phase(self.context.state):
                 continue
             move = plan_move(views, period)
             if move is not None and move.peer == self.me and move.source == self.stage:
@@ -340,13 +340,13 @@ class PipelineServer:
         self, peer: str, exc: ProtocolError, points: float = BAD_INPUT_PENALTY
     ) -> None:
         if is_misbehaviour(exc):
-            self.daemon.scoreboard.penalise(peer, points, f"pipeline: {exc}")
+            self.node.scoreboard.penalise(peer, points, f"pipeline: {exc}")
 
     def _wrong_place(self, peer: str, req: Request, run: str, stage: int) -> ErrorResponse | None:
-        if run != self.session.run_id:
+        if run != self.context.run_id:
             return refuse(req, ErrorCode.NOT_FOUND, "not in that run")
         if stage != self.stage:
-            self.daemon.scoreboard.penalise(
+            self.node.scoreboard.penalise(
                 peer, WRONG_STAGE_PENALTY, f"pipeline: stage {stage} asked of {self.stage}"
             )
             return refuse(req, WRONG_STAGE, f"this server serves stage {self.stage}, not {stage}")
@@ -414,7 +414,7 @@ class PipelineServer:
         return await answer_gradients(self.averager, self._nursery, peer, req)
 
     async def _state(self, req: StateRequest):
-        if req.run != self.session.run_id or req.stage != self.stage or self.averager is None:
+        if req.run != self.context.run_id or req.stage != self.stage or self.averager is None:
             return refuse(req, WRONG_STAGE, f"this server serves stage {self.stage}"), ()
         return await answer_state(self.averager, req)
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 if TYPE_CHECKING:
-    from .session import RunSession
+    from .context import RunContext
 
 ROLES = ("server", "trainer")
 
@@ -22,7 +22,7 @@ ROLES = ("server", "trainer")
 class PipelineSession:
     def __init__(
         self,
-        session: RunSession,
+        context: RunContext,
         *,
         role: str = "server",
         speed: float = 1.0,
@@ -32,8 +32,8 @@ class PipelineSession:
 
         if role not in ROLES:
             raise ValueError(f"a swarm run's role is one of {ROLES}, not {role!r}")
-        self.session, self.role, self.speed, self.stage = session, role, speed, stage
-        self.spec = PipelineSpec.from_bytes(session.manifest.spec)
+        self.context, self.role, self.speed, self.stage = context, role, speed, stage
+        self.spec = PipelineSpec.from_bytes(context.manifest.spec)
         if stage is not None and not 0 <= stage < self.spec.stages:
             raise ValueError(f"stage must be in 0..{self.spec.stages - 1}")
         self.service: Any = None
@@ -44,22 +44,22 @@ class PipelineSession:
         from .pipeline_server import PipelineServer
         from .pipeline_trainer import PipelineTrainerService
 
-        session = self.session
+        context = self.context
         async with trio.open_nursery() as nursery:
-            await nursery.start(session.replicator.run)
-            await session.replicator.bootstrap()
+            await nursery.start(context.replicator.run)
+            await context.replicator.bootstrap()
             if self.role == "server":
                 service: Any = PipelineServer(
-                    session, self.spec, speed=self.speed, stage=self.stage
+                    context, self.spec, speed=self.speed, stage=self.stage
                 )
             else:
-                service = PipelineTrainerService(session, self.spec)
+                service = PipelineTrainerService(context, self.spec)
             await nursery.start(service.run)
             self.service = service
             task_status.started(self)
 
     def status(self) -> dict[str, Any]:
-        state = self.session.state
+        state = self.context.state
         live = state.members()
         from peertrain.swarm.pipeline.membership import servers
 

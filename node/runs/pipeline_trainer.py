@@ -44,7 +44,7 @@ from peertrain.swarm.pipeline.wiring import PipelineWiring
 from .pipeline_transport import NetworkStageTransport
 
 if TYPE_CHECKING:
-    from .session import RunSession
+    from .context import RunContext
 
 log = logging.getLogger(__name__)
 
@@ -84,11 +84,11 @@ class WiringSync:
 class PipelineTrainerService:
     """This node's trainer in one run. `await nursery.start(service.run)`."""
 
-    def __init__(self, session: RunSession, spec: PipelineSpec) -> None:
-        self.session, self.spec = session, spec
-        self.daemon = session.daemon
-        self.me = self.daemon.identity.peer_id.to_base58()
-        self.transport = NetworkStageTransport(self.daemon.host, session.run_id, timeout=10.0)
+    def __init__(self, context: RunContext, spec: PipelineSpec) -> None:
+        self.context, self.spec = context, spec
+        self.node = context.node
+        self.me = self.node.identity.peer_id.to_base58()
+        self.transport = NetworkStageTransport(self.node.host, context.run_id, timeout=10.0)
         self.phase = "waiting for servers"
         self.losses: collections.deque[float] = collections.deque(maxlen=LOSS_WINDOW)
         self.first_losses: list[float] = []
@@ -114,15 +114,15 @@ class PipelineTrainerService:
 
     def _announce(self) -> None:
         role = STATIC_TRAINER_ROLE if self.phase == "static pipeline" else TRAINER_ROLE
-        self.session.replicator.writer.announce(
+        self.context.replicator.writer.announce(
             role=role,
-            addrs=self.daemon.addrs()[:8],
+            addrs=self.node.addrs()[:8],
             throughput=self._recent_throughput(),
             lease_ms=LEASE_MS,
         )
 
     def _entries(self) -> dict[str, ServerEntry]:
-        return servers(self.session.state, self.spec.stages)
+        return servers(self.context.state, self.spec.stages)
 
     async def _train(self) -> None:
         from peertrain.swarm.data import seeded_int

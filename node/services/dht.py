@@ -16,7 +16,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import trio
 from libp2p.abc import IHost
@@ -27,11 +27,38 @@ from peertrain.dht import Dht, DhtConfig, DhtMode, PeerNotFound, peer_record_key
 from peertrain.protocol.errors import PeertrainError
 
 from ..errors import ControlError, NodeError
+from ..net.addresses import MULTIADDR_ERRORS
 from ..net.penalties import PeerScoreboard
 
 log = logging.getLogger(__name__)
 
 MAX_REMEMBERED = 64  # resolutions shown in status
+
+
+class ResolvedPeer(TypedDict):
+    """A peer found through the DHT: how ("lookup" | "record"), at which addresses, when."""
+
+    peer: str
+    how: str
+    addrs: list[str]
+    at: float  # time.time()
+
+
+class DhtServiceStatus(TypedDict):
+    """`status["dht"]` of `peertrain status --json`: the DHT's statistics (dht/node.py
+    `DhtStatistics`, as a dict) and the peers resolved lately, by base58 ID."""
+
+    mode: str
+    bootstrapped: bool
+    routing: dict[str, int]
+    storage: dict[str, int]
+    links: int
+    lookups: int
+    puts: int
+    gets: int
+    answered: int
+    resolved: dict[str, ResolvedPeer]
+    rejected: dict[str, int]
 
 
 class DhtService:
@@ -42,6 +69,7 @@ class DhtService:
         bootstrap: Sequence[PeerInfo],
         *,
         mode: DhtMode = DhtMode.SERVER,
+        connect: Callable[[ID, list[Multiaddr]], Awaitable[str]] | None = None,
     ) -> None:
         self.host = host
         self.dht = Dht(
@@ -51,9 +79,9 @@ class DhtService:
             penalise=scoreboard.penalise,
             is_banned=scoreboard.is_banned,
         )
-        self.resolved: dict[str, dict[str, Any]] = {}
-        # set by the daemon to NAT traversal's connect (dials circuits, which host.connect refuses)
-        self.connect: Callable[[ID, list[Multiaddr]], Awaitable[str]] | None = None
+        self.resolved: dict[str, ResolvedPeer] = {}
+        # NAT traversal's connect (dials circuits, which host.connect refuses); None: the DHT's
+        self.connect = connect
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -70,7 +98,7 @@ class DhtService:
         try:
             peer = ID.from_base58(text)
             peer.to_bytes()
-        except Exception:
+        except ValueError:  # base58's own error for a character outside its alphabet
             raise ControlError(
                 f"{text!r} is not a peer ID (a base58 string such as 12D3KooW…)"
             ) from None
@@ -143,9 +171,11 @@ class DhtService:
         suffix = f"/p2p/{peer.to_base58()}"
         out = []
         for text in record.value.get("addrs", []) if record is not None else []:
+            if not isinstance(text, str):  # a malformed entry in a signed record: skip it
+                continue
             try:
                 out.append(Multiaddr(text.removesuffix(suffix)))
-            except Exception:  # a malformed address in a signed record: skip it
+            except MULTIADDR_ERRORS:  # a malformed address in a signed record: skip it
                 continue
         return out
 
@@ -163,8 +193,8 @@ class DhtService:
         found = await self.resolve_peer(peer.to_base58(), timeout=timeout)
         return str(found.get("connection") or found["how"])
 
-    def _remember(self, peer: ID, how: str, addrs: list[str]) -> dict[str, Any]:
-        entry = {"peer": peer.to_base58(), "how": how, "addrs": addrs, "at": time.time()}
+    def _remember(self, peer: ID, how: str, addrs: list[str]) -> ResolvedPeer:
+        entry = ResolvedPeer(peer=peer.to_base58(), how=how, addrs=addrs, at=time.time())
         self.resolved[entry["peer"]] = entry
         while len(self.resolved) > MAX_REMEMBERED:
             self.resolved.pop(next(iter(self.resolved)))
@@ -178,7 +208,7 @@ class DhtService:
 
         return {"resolve_peer": resolve_peer}
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> DhtServiceStatus:
         stats = dataclasses.asdict(self.dht.statistics())
         stats["resolved"] = dict(self.resolved)
-        return stats
+        return DhtServiceStatus(**stats)

@@ -174,7 +174,7 @@ class Gossip:
             try:
                 ok = validator(ID(msg.from_id).to_base58(), msg.data)
             except Exception as exc:  # a validator bug must not let garbage through
-                log.warning("validator for %s raised %r; rejecting", topic, exc)
+                log.warning("validator for %s raised %r; rejecting", topic, exc, exc_info=True)
                 ok = False
             if not ok and forwarder != self.host.get_id():
                 self._rejected += 1

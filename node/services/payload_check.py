@@ -16,48 +16,47 @@ on first use, in a worker thread, so a daemon that never calls them stays light.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 from libp2p.peer.id import ID
 
 from ..errors import ControlError
 from ..nat.relays import connection_kind
+from ..params import param
+from .node_services import NodeServices
 from .tensors import TransferFailed, fetch_tensor
-
-if TYPE_CHECKING:
-    from ..daemon import Daemon
 
 MAX_MIB = 256
 
 
-def control_methods(daemon: Daemon) -> dict[str, Any]:
+def control_methods(node: NodeServices) -> dict[str, Any]:
     async def offer(params: dict[str, Any]) -> dict[str, Any]:
-        mib = int(params.get("mib", 16))
+        mib = param(params, "mib", int, 16)
         if not 1 <= mib <= MAX_MIB:
             raise ControlError(f"mib must be 1..{MAX_MIB}")
         prepared = await trio.to_thread.run_sync(_random_tensor, mib << 20)
-        daemon.tensor_store.put(prepared, pin=True)
+        node.tensors.put(prepared, pin=True)
         return {"checksum": prepared.header.checksum.hex(), "nbytes": prepared.header.nbytes}
 
     async def fetch(params: dict[str, Any]) -> dict[str, Any]:
-        text = str(params.get("peer", ""))
+        text = param(params, "peer", str, "")
         try:
-            peer, checksum = ID.from_base58(text), bytes.fromhex(str(params.get("checksum", "")))
+            peer, checksum = ID.from_base58(text), bytes.fromhex(param(params, "checksum", str, ""))
         except ValueError:
             raise ControlError("give a peer ID and a hex checksum") from None
         how = "connected"
-        if not daemon.host.get_network().get_connections(peer):  # a control call has 10 s
-            wait = float(params.get("timeout", 4.0))
-            how = (await daemon.dht.resolve_peer(text, timeout=wait))["how"]
+        if not node.host.get_network().get_connections(peer):  # a control call has 10 s
+            wait = param(params, "timeout", float, 4.0)
+            how = (await node.dht.resolve_peer(text, timeout=wait))["how"]
 
         async def reconnect(holder: ID) -> None:  # a reset circuit, if nobody redialed it yet
-            await daemon.dht.reconnect(holder)
+            await node.dht.reconnect(holder)
 
         started = time.perf_counter()
         try:
             download = await fetch_tensor(
-                daemon.host, [peer], checksum, max_nbytes=MAX_MIB << 20, reconnect=reconnect
+                node.host, [peer], checksum, max_nbytes=MAX_MIB << 20, reconnect=reconnect
             )
         except TransferFailed as exc:
             raise ControlError(str(exc)) from None
@@ -67,7 +66,7 @@ def control_methods(daemon: Daemon) -> dict[str, Any]:
             "nbytes": nbytes,
             "seconds": round(seconds, 4),
             "mb_per_s": round(nbytes / seconds / 1e6, 1),
-            "connection": connection_kind(daemon.host, peer),
+            "connection": connection_kind(node.host, peer),
             "how": how,
         }
 

@@ -26,7 +26,8 @@ from peertrain.protocol.messages import Message, Request, Response, message
 from peertrain.protocol.schema import IntRange, MaxLen
 
 from ..errors import ConnectError
-from ..net.addresses import rank
+from ..net.addresses import MULTIADDR_ERRORS, rank
+from ..net.connections import peerstore_addrs
 from ..net.host import connect
 from ..net.peers import DUPLICATE_WARNING
 from ..net.penalties import PeerScoreboard
@@ -94,13 +95,7 @@ class PeerExchange:
         return req.reply(PeersResponse, peers=tuple(self._describe(p) for p in known))
 
     def _describe(self, peer: ID) -> KnownPeer:
-        try:
-            known = self.host.get_peerstore().addrs(peer)
-        except (
-            Exception
-        ):  # py-libp2p raises PeerStoreError for a connected peer it has no addresses of
-            known = []
-        addrs = sorted(known, key=rank)[:MAX_ADDRS_PER_PEER]
+        addrs = sorted(peerstore_addrs(self.host, peer), key=rank)[:MAX_ADDRS_PER_PEER]
         return KnownPeer(peer_id=peer.to_base58(), addrs=tuple(str(a) for a in addrs))
 
     async def exchange_once(self) -> int:
@@ -117,7 +112,8 @@ class PeerExchange:
                 answer = await request(
                     self.host, source, PEX, PeersRequest(), PeersResponse, timeout=5.0
                 )
-            except Exception as exc:  # PeertrainError, TooSlowError, the transport's own
+            except Exception as exc:  # noqa: BLE001 - PeertrainError, TooSlowError, the
+                # transport's own: a source that cannot answer is skipped for the next one
                 log.debug("peer exchange with %s failed: %s", source, exc)
                 continue
             return await self._dial_new(source, answer.peers)
@@ -131,7 +127,7 @@ class PeerExchange:
             try:
                 peer_id = ID.from_base58(known.peer_id)
                 addrs = [Multiaddr(a) for a in known.addrs]
-            except Exception:
+            except MULTIADDR_ERRORS:  # ValueError covers a malformed peer ID too
                 self.scoreboard.penalise(
                     source.to_base58(), 10, "peer exchange: malformed peer entry"
                 )

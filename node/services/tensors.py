@@ -169,44 +169,80 @@ async def fetch_tensor(
     download, failures = await _first_header(
         host, holders, checksum, max_nbytes, idle_timeout, allocate, again
     )
-    pending = _split(download)
-    alive = list(holders)
-
-    async def worker(holder: ID) -> None:
-        while pending:
-            first, count = pending.pop(0)
-            try:
-                stream = await host.new_stream(holder, [str(TENSOR)])
-                try:
-                    await fetch_chunks(
-                        stream, download, first_chunk=first, count=count, idle_timeout=idle_timeout
-                    )
-                finally:
-                    await stream.close()
-            except Exception as exc:  # whatever went wrong, the range goes to another holder
-                if isinstance(exc, ChecksumMismatch) and scoreboard is not None:
-                    scoreboard.penalise(
-                        holder.to_base58(), LYING_HOLDER_PENALTY, f"tensor chunk: {exc}"
-                    )
-                failures.append(f"{holder}: {exc}")
-                pending[:0] = _split(download, first, count)  # its verified chunks are kept
-                if download.complete or not await again.worth_it(holder, exc):
-                    alive.remove(holder)
-                    return
-                continue
-            if download.complete:  # a worker waiting for its holder to come back stops too
-                nursery.cancel_scope.cancel()
-
-    while not download.complete and alive:
-        async with trio.open_nursery() as nursery:
-            for holder in list(alive):
-                nursery.start_soon(worker, holder)
-        pending[:] = _split(download)
+    ranges = _RangeFetch(host, download, again, failures, scoreboard, idle_timeout)
+    await ranges.run(holders)
     if not download.complete:
         raise TransferFailed(
             f"could not fetch tensor {checksum.hex()[:16]}: " + "; ".join(failures[-4:])
         )
     return download
+
+
+class _RangeFetch:
+    """The chunks of one download after its header: one worker per holder takes ranges from a
+    shared queue; a failed range goes back to it, its verified chunks kept."""
+
+    def __init__(
+        self,
+        host: IHost,
+        download: TensorDownload,
+        again: _Retries,
+        failures: list[str],
+        scoreboard: PeerScoreboard | None,
+        idle_timeout: float,
+    ):
+        self.host, self.download, self.again = host, download, again
+        self.failures, self.scoreboard, self.idle_timeout = failures, scoreboard, idle_timeout
+        self.pending = _split(download)
+        self.alive: list[ID] = []
+
+    async def run(self, holders: Sequence[ID]) -> None:
+        """Until the download is complete or no holder is left."""
+        self.alive = list(holders)
+        while not self.download.complete and self.alive:
+            async with trio.open_nursery() as nursery:
+                for holder in list(self.alive):
+                    nursery.start_soon(self._worker, holder, nursery)
+            self.pending[:] = _split(self.download)
+
+    async def _worker(self, holder: ID, nursery: trio.Nursery) -> None:
+        while self.pending:
+            first, count = self.pending.pop(0)
+            try:
+                await self._fetch_range(holder, first, count)
+            except Exception as exc:  # noqa: BLE001 - whatever went wrong, the range goes to
+                # another holder; the reason ends up in TransferFailed if none can supply it
+                if not await self._failed(holder, first, count, exc):
+                    return
+                continue
+            if self.download.complete:  # a worker waiting for its holder to come back stops too
+                nursery.cancel_scope.cancel()
+
+    async def _fetch_range(self, holder: ID, first: int, count: int) -> None:
+        stream = await self.host.new_stream(holder, [str(TENSOR)])
+        try:
+            await fetch_chunks(
+                stream,
+                self.download,
+                first_chunk=first,
+                count=count,
+                idle_timeout=self.idle_timeout,
+            )
+        finally:
+            await stream.close()
+
+    async def _failed(self, holder: ID, first: int, count: int, exc: Exception) -> bool:
+        """Requeue the range; whether `holder` is still worth asking."""
+        if isinstance(exc, ChecksumMismatch) and self.scoreboard is not None:
+            self.scoreboard.penalise(
+                holder.to_base58(), LYING_HOLDER_PENALTY, f"tensor chunk: {exc}"
+            )
+        self.failures.append(f"{holder}: {exc}")
+        self.pending[:0] = _split(self.download, first, count)  # its verified chunks are kept
+        if self.download.complete or not await self.again.worth_it(holder, exc):
+            self.alive.remove(holder)
+            return False
+        return True
 
 
 class _Retries:
@@ -242,7 +278,8 @@ class _Retries:
                 try:
                     await self.reconnect(holder)
                     self.reconnects += 1
-                except Exception as exc:  # not reachable now: the wait below decides
+                except Exception as exc:  # noqa: BLE001 - the caller's reconnect may fail in
+                    # any way; not reachable now: the wait below decides
                     log.info("tensor: reconnecting to %s: %s", holder, exc)
                 await self._until_connected(holder)
                 return True
@@ -290,7 +327,8 @@ async def _first_header(
                     return header, failures
                 finally:
                     await stream.close()
-            except Exception as exc:  # NOT_FOUND, dead holder, bad header: try the next one
+            except Exception as exc:  # noqa: BLE001 - NOT_FOUND, dead holder, bad header,
+                # libp2p's own types: try the next one; the reasons go into TransferFailed
                 failures.append(f"{holder}: {exc}")
                 broken.append((holder, exc))
         candidates = [holder for holder, exc in broken if await again.worth_it(holder, exc)]

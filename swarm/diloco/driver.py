@@ -26,6 +26,7 @@ from typing import Protocol
 import torch
 import trio
 from peertrain.crdt.replicator import Replicator
+from peertrain.crdt.runstate import RunState
 from peertrain.protocol.tensors import PreparedTensor, TensorDownload, prepare_tensor
 
 from .build import BuiltMember
@@ -48,6 +49,17 @@ def _build_attack(name: str | None):
 
     log.warning("this member is Byzantine: its updates go through the %r attack", name)
     return build_attack(name)
+
+
+def expected_members(state: RunState, me: str, round_: int) -> set[str]:
+    """Whose updates round `round_` waits for: the live members that hold state for it (they
+    will contribute), and `me`. A function of RunState alone, so the update gossip can ask it
+    before the driver exists."""
+    live = {p for p in state.members() if state.is_live(p)} | {me}
+    providers = set()
+    for provs in state.checkpoints().get(round_, {}).values():
+        providers |= set(provs)
+    return (live & providers) | {me}
 
 
 def _winner(counts: Counter[bytes]) -> bytes:
@@ -291,12 +303,7 @@ class DiLoCoDriver:
             await self._adopt(round_, majority)
 
     def expected_members(self, round_: int) -> set[str]:
-        """Live members that hold state for round `round_` (they will contribute to it)."""
-        live = {p for p in self.state.members() if self.state.is_live(p)} | {self.peer_id}
-        providers = set()
-        for provs in self.state.checkpoints().get(round_, {}).values():
-            providers |= set(provs)
-        return (live & providers) | {self.peer_id}
+        return expected_members(self.state, self.peer_id, round_)
 
     async def _catch_up(self, *, initial: bool = False) -> None:
         """Adopt the newest majority state when it differs from ours; then announce ours."""
@@ -380,6 +387,10 @@ class DiLoCoDriver:
                 payload
             )  # what a NaN sender puts on the wire: receivers must refuse it
         return codec.encode(forged)
+
+    async def sample(self, prompt: str, max_new_tokens: int) -> str:
+        """Text from the member's model, on its torch thread (never beside a round's work)."""
+        return await self._thread(self.built.sample, prompt, max_new_tokens)
 
     async def _thread(self, fn, *args):
         return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)

@@ -116,6 +116,17 @@ class Attacker:
                     nursery.start_soon(self._hold_open, report, victim, protocol)
         return report
 
+    async def bulk_junk(
+        self, victim: ID, protocol: str, *, streams: int = 4, seconds: float = 5.0
+    ) -> AttackReport:
+        """As many bytes as the link takes: 64 KiB junk writes until the victim resets us."""
+        report = AttackReport("bulk junk")
+        with trio.move_on_after(seconds):
+            async with trio.open_nursery() as nursery:
+                for _ in range(streams):
+                    nursery.start_soon(self._pour, report, victim, protocol)
+        return report
+
     async def connection_flood(
         self, addr: str, *, identities: int = 50, seconds: float = 10.0
     ) -> AttackReport:
@@ -154,6 +165,19 @@ class Attacker:
                 await trio.sleep(1.0)
         except Exception as exc:  # noqa: BLE001 - the victim's deadline cut us off: good
             report.failed(exc)
+
+    async def _pour(self, report: AttackReport, victim: ID, protocol: str) -> None:
+        chunk = bytes(self.rng.getrandbits(8) for _ in range(256)) * 256
+        while True:
+            report.attempts += 1
+            try:
+                stream = await self.host.new_stream(victim, [protocol])
+                while True:
+                    await stream.write(chunk)
+                    report.bytes_delivered += len(chunk)
+            except Exception as exc:  # noqa: BLE001 - reset by the victim: open another one
+                report.failed(exc)
+                await trio.sleep(0.01)
 
     async def _hold_open(self, report: AttackReport, victim: ID, protocol: str) -> None:
         report.attempts += 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import trio
+from peertrain.node.runs.status import DiLoCoRunStatus
 from peertrain.testing import open_test_swarm, wait_until
 
 SPEC = dict(
@@ -32,6 +33,7 @@ async def test_three_nodes_train_together_and_end_with_one_model():
         runs[0]["state_checksum"]
     }  # one model everywhere
     assert all(r["round"] == 4 and r["rounds_completed"] == 4 for r in runs)
+    assert all(r.keys() == DiLoCoRunStatus.__required_keys__ for r in runs)
     assert runs[0]["loss"] < 0.6 * runs[0]["initial_loss"]
     assert all(len(r["members"]) == 3 and r["rejected_updates"] == 0 for r in runs)
 

@@ -101,121 +101,141 @@ def test_matrix_through_cli_daemons(nat_world, tmp_path):
     world = nat_world
     with ExitStack() as stack:
         nodes = Nodes(world, tmp_path, stack)
-        nodes.start("pub", "pub", 4001, ["node", "start"])
-        boot = nodes.ready("pub")["pub"]["share"]
-        start = ["node", "start", "--bootstrap", boot]
-        nodes.start("pub2", "pub2", 4001, start)
-        nodes.start("pub3", "pub", 4002, start)
-        nodes.start("fwd", "fwd", world.FORWARDED_PORT, start)
-        nodes.start("cone", "cone", 4001, start)
-        nodes.start("sym", "sym", 4001, start)
-        ready = nodes.ready("pub", "pub2", "pub3", "fwd", "cone", "sym")
-        ids = {k: s["peer_id"] for k, s in ready.items()}
-        for key in ("cone", "sym"):  # reservations on two public peers, circuits published
-            wait_for(lambda k=key: len(relays_of(nodes, k)) >= 2, 40, f"{key} holds 2 relays")
-        wait_for(  # the forwarded port, once confirmed, goes in fwd's peer record
-            lambda: nodes.status("fwd")["reachability"]["status"] == "public", 40, "fwd public"
-        )
-        nodes.start("cone2", "cone2", 4001, ["join", ids["cone"], "--bootstrap", boot])
-        nodes.start("sym2", "sym2", 4001, ["join", ids["sym"], "--bootstrap", boot])
-        nodes.ready("cone2", "sym2")
+        ids, boot = start_public_and_natted(nodes, world)
+        join_by_peer_id(nodes, ids, boot)
+        offers = fetch_every_pair(nodes, ids)
+        fetch_through_a_reset(nodes, world, ids, offers)
+        cone = check_verdicts(nodes, world)
+        replace_a_silent_relay(nodes, world, ids, cone)
 
-        # cone / cone: through the relay first, then direct by hole punching
-        wait_for(
-            lambda: (
-                nodes.status("cone2")["reachability"]["connections"].get(ids["cone"]) == "direct"
-            ),
-            30,
-            "cone2 directly connected to cone",
-        )
-        wait_for(
-            lambda: ids["sym"] in nodes.status("sym2")["reachability"]["connections"],
-            30,
-            "sym2 connected to sym",
-        )
 
-        pairs = (("cone2", "cone"), ("sym2", "sym"), ("cone2", "sym"), ("cone", "fwd"))
-        offers = {}
-        for key in ("cone", "sym", "fwd", "cone2", "sym2"):  # also loads torch on the fetchers
-            offers[key] = nodes.call(key, "debug.offer", {"mib": MiB16})
-        fetched = {}
-        for src, dst in pairs:
-            nodes.call(src, "resolve_peer", {"peer": ids[dst]})  # by bare peer ID, through the DHT
-            offer = offers[dst]
-            got = nodes.call(src, "debug.fetch", {"peer": ids[dst], "checksum": offer["checksum"]})
-            assert got["nbytes"] == offer["nbytes"] >= MiB16 << 20, (src, dst, got)
-            fetched[(src, dst)] = got
-            print(f"{src} <- {dst}: {got}")
-        assert fetched[("cone2", "cone")]["connection"] == "direct"
-        assert fetched[("sym2", "sym")]["connection"] == "relayed"
-        assert fetched[("cone2", "sym")]["connection"] == "relayed"
-        assert fetched[("cone", "fwd")]["connection"] == "direct"
+def start_public_and_natted(nodes: Nodes, world) -> tuple[dict[str, str], str]:
+    """Three public daemons, one behind a forwarded port, one behind each NAT kind; returns
+    their peer IDs and the bootstrap address, once cone and sym hold two relays each and fwd
+    knows it is public."""
+    nodes.start("pub", "pub", 4001, ["node", "start"])
+    boot = nodes.ready("pub")["pub"]["share"]
+    start = ["node", "start", "--bootstrap", boot]
+    nodes.start("pub2", "pub2", 4001, start)
+    nodes.start("pub3", "pub", 4002, start)
+    nodes.start("fwd", "fwd", world.FORWARDED_PORT, start)
+    nodes.start("cone", "cone", 4001, start)
+    nodes.start("sym", "sym", 4001, start)
+    ready = nodes.ready("pub", "pub2", "pub3", "fwd", "cone", "sym")
+    ids = {k: s["peer_id"] for k, s in ready.items()}
+    for key in ("cone", "sym"):  # reservations on two public peers, circuits published
+        wait_for(lambda k=key: len(relays_of(nodes, k)) >= 2, 40, f"{key} holds 2 relays")
+    wait_for(  # the forwarded port, once confirmed, goes in fwd's peer record
+        lambda: nodes.status("fwd")["reachability"]["status"] == "public", 40, "fwd public"
+    )
+    return ids, boot
 
-        # every TCP connection of sym2 reset mid-transfer (as when its relay restarts): the
-        # download resumes from the same holder once the circuit is dialed again
-        cut = world.in_ns("sym2", ["ss", "-K", "-t", "state", "established"])
-        got = fetch_cut_midway(nodes, "sym2", ids["sym"], offers["sym"]["checksum"], cut)
-        assert got["nbytes"] == offers["sym"]["nbytes"], got
-        log = nodes.by_name["sym2"].log_path.read_text()
-        assert "asking it again once reconnected" in log, "the cut missed the transfer"
-        print(f"sym2 <- sym, cut midway: {got}")
 
-        statuses = {k: nodes.status(k) for k in nodes.by_name}
-        verdicts = {k: s["reachability"] for k, s in statuses.items()}
-        for key in ("pub", "pub2", "pub3", "fwd"):
-            assert verdicts[key]["status"] == "public", (key, verdicts[key])
-            assert statuses[key]["dht"]["mode"] == "server", key
-        assert verdicts["fwd"]["addrs"] == [f"/ip4/{world.WAN['fwd']}/tcp/{world.FORWARDED_PORT}"]
-        assert verdicts["pub"]["relay_service"] is True
-        for key in ("cone", "cone2", "sym", "sym2"):
-            assert verdicts[key]["status"] == "private", (key, verdicts[key])
-            assert verdicts[key]["relay_service"] is False
-            assert statuses[key]["dht"]["mode"] == "client", key  # nobody can dial it
-        # a NATed node turns DHT client on its first observed address, not after its verdict;
-        # the forwarded one too, and serves again once dial-backs reach it (asserted above)
-        hint = "peers see us through a NAT: DHT client until dial-backs say more"
-        for key in ("cone", "sym", "fwd"):
-            assert hint in nodes.by_name[key].log_path.read_text(), key
-        for key in ("pub", "pub2", "pub3"):
-            assert hint not in nodes.by_name[key].log_path.read_text(), key
-        cone = verdicts["cone"]
-        assert cone["text"].startswith(
-            f"behind NAT (peers see you as {world.WAN['cone']}): "
-            "reachable through relays /ip4/10.213."
-        )
-        assert set(cone["circuits"]) == {r["circuit"] for r in cone["relays"]}
-        shown = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "peertrain",
-                "status",
-                "--home",
-                str(nodes.by_name["cone"].home),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        ).stdout
-        assert "reachable through relays" in shown
+def join_by_peer_id(nodes: Nodes, ids: dict[str, str], boot: str) -> None:
+    """cone2 and sym2 join cone and sym by bare peer ID; cone2 ends up direct (DCUtR)."""
+    nodes.start("cone2", "cone2", 4001, ["join", ids["cone"], "--bootstrap", boot])
+    nodes.start("sym2", "sym2", 4001, ["join", ids["sym"], "--bootstrap", boot])
+    nodes.ready("cone2", "sym2")
+    # cone / cone: through the relay first, then direct by hole punching
+    wait_for(
+        lambda: nodes.status("cone2")["reachability"]["connections"].get(ids["cone"]) == "direct",
+        30,
+        "cone2 directly connected to cone",
+    )
+    wait_for(
+        lambda: ids["sym"] in nodes.status("sym2")["reachability"]["connections"],
+        30,
+        "sym2 connected to sym",
+    )
 
-        # a relay that vanishes without closing its connections (its packets dropped, as on a
-        # power cut) is replaced by a reservation on another public node within 30 s
-        held = {r["relay"] for r in cone["relays"]}
-        victim = next(k for k in ("pub3", "pub2", "fwd") if ids[k] in held)
-        where = {"pub3": ("pub", 4002), "pub2": ("pub2", 4001), "fwd": ("fwd", 4001)}
-        world.silence(*where[victim])
-        stopped = time.monotonic()
-        relays = wait_for(
-            lambda: (
-                len(r := relays_of(nodes, "cone")) >= 2
-                and ids[victim] not in {x["relay"] for x in r}
-                and r
-            ),
-            30,
-            "cone holds 2 relays again",
-        )
-        print(f"relay replaced after {time.monotonic() - stopped:.2f} s")
-        public = {ids[k] for k in ("pub", "pub2", "pub3", "fwd") if k != victim}  # fwd: forwarded
-        assert {r["relay"] for r in relays} <= public
-        assert nodes.status("cone")["reachability"]["relays_lost"] >= 1
+
+def fetch_every_pair(nodes: Nodes, ids: dict[str, str]) -> dict[str, dict]:
+    """16 MiB from each holder to its fetcher, found through the DHT; the offers come back."""
+    pairs = (("cone2", "cone"), ("sym2", "sym"), ("cone2", "sym"), ("cone", "fwd"))
+    offers = {}
+    for key in ("cone", "sym", "fwd", "cone2", "sym2"):  # also loads torch on the fetchers
+        offers[key] = nodes.call(key, "debug.offer", {"mib": MiB16})
+    fetched = {}
+    for src, dst in pairs:
+        nodes.call(src, "resolve_peer", {"peer": ids[dst]})  # by bare peer ID, through the DHT
+        offer = offers[dst]
+        got = nodes.call(src, "debug.fetch", {"peer": ids[dst], "checksum": offer["checksum"]})
+        assert got["nbytes"] == offer["nbytes"] >= MiB16 << 20, (src, dst, got)
+        fetched[(src, dst)] = got
+        print(f"{src} <- {dst}: {got}")
+    assert fetched[("cone2", "cone")]["connection"] == "direct"
+    assert fetched[("sym2", "sym")]["connection"] == "relayed"
+    assert fetched[("cone2", "sym")]["connection"] == "relayed"
+    assert fetched[("cone", "fwd")]["connection"] == "direct"
+    return offers
+
+
+def fetch_through_a_reset(nodes: Nodes, world, ids: dict[str, str], offers: dict) -> None:
+    """Every TCP connection of sym2 reset mid-transfer (as when its relay restarts): the
+    download resumes from the same holder once the circuit is dialed again."""
+    cut = world.in_ns("sym2", ["ss", "-K", "-t", "state", "established"])
+    got = fetch_cut_midway(nodes, "sym2", ids["sym"], offers["sym"]["checksum"], cut)
+    assert got["nbytes"] == offers["sym"]["nbytes"], got
+    log = nodes.by_name["sym2"].log_path.read_text()
+    assert "asking it again once reconnected" in log, "the cut missed the transfer"
+    print(f"sym2 <- sym, cut midway: {got}")
+
+
+def check_verdicts(nodes: Nodes, world) -> dict:
+    """Public nodes serve the DHT and relays; NATed ones are DHT clients that say how to reach
+    them (also in `peertrain status`). Returns cone's reachability."""
+    statuses = {k: nodes.status(k) for k in nodes.by_name}
+    verdicts = {k: s["reachability"] for k, s in statuses.items()}
+    for key in ("pub", "pub2", "pub3", "fwd"):
+        assert verdicts[key]["status"] == "public", (key, verdicts[key])
+        assert statuses[key]["dht"]["mode"] == "server", key
+    assert verdicts["fwd"]["addrs"] == [f"/ip4/{world.WAN['fwd']}/tcp/{world.FORWARDED_PORT}"]
+    assert verdicts["pub"]["relay_service"] is True
+    for key in ("cone", "cone2", "sym", "sym2"):
+        assert verdicts[key]["status"] == "private", (key, verdicts[key])
+        assert verdicts[key]["relay_service"] is False
+        assert statuses[key]["dht"]["mode"] == "client", key  # nobody can dial it
+    # a NATed node turns DHT client on its first observed address, not after its verdict;
+    # the forwarded one too, and serves again once dial-backs reach it (asserted above)
+    hint = "peers see us through a NAT: DHT client until dial-backs say more"
+    for key in ("cone", "sym", "fwd"):
+        assert hint in nodes.by_name[key].log_path.read_text(), key
+    for key in ("pub", "pub2", "pub3"):
+        assert hint not in nodes.by_name[key].log_path.read_text(), key
+    cone = verdicts["cone"]
+    assert cone["text"].startswith(
+        f"behind NAT (peers see you as {world.WAN['cone']}): reachable through relays /ip4/10.213."
+    )
+    assert set(cone["circuits"]) == {r["circuit"] for r in cone["relays"]}
+    home = str(nodes.by_name["cone"].home)
+    shown = subprocess.run(
+        [sys.executable, "-m", "peertrain", "status", "--home", home],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout
+    assert "reachable through relays" in shown
+    return cone
+
+
+def replace_a_silent_relay(nodes: Nodes, world, ids: dict[str, str], cone: dict) -> None:
+    """A relay that vanishes without closing its connections (its packets dropped, as on a
+    power cut) is replaced by a reservation on another public node within 30 s."""
+    held = {r["relay"] for r in cone["relays"]}
+    victim = next(k for k in ("pub3", "pub2", "fwd") if ids[k] in held)
+    where = {"pub3": ("pub", 4002), "pub2": ("pub2", 4001), "fwd": ("fwd", 4001)}
+    world.silence(*where[victim])
+    stopped = time.monotonic()
+    relays = wait_for(
+        lambda: (
+            len(r := relays_of(nodes, "cone")) >= 2
+            and ids[victim] not in {x["relay"] for x in r}
+            and r
+        ),
+        30,
+        "cone holds 2 relays again",
+    )
+    print(f"relay replaced after {time.monotonic() - stopped:.2f} s")
+    public = {ids[k] for k in ("pub", "pub2", "pub3", "fwd") if k != victim}  # fwd: forwarded
+    assert {r["relay"] for r in relays} <= public
+    assert nodes.status("cone")["reachability"]["relays_lost"] >= 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from peertrain.node.api.control import call
+from peertrain.node.daemon import DaemonStatus
 from peertrain.testing import open_test_swarm, wait_until
 
 
@@ -20,7 +21,7 @@ async def test_status_over_the_control_socket_has_the_documented_keys():
     async with open_test_swarm(2) as (a, b):
         await wait_until(lambda: len(a.status()["peers"]) == 1)
         status = await call(a.config.control_socket, "status")
-        assert {"peer_id", "name", "addrs", "peers", "run"} <= status.keys()
+        assert status.keys() == DaemonStatus.__required_keys__  # what the CLI and tests read
         assert status["run"] is None and status["peers"] == [b.status()["peer_id"]]
         assert not any("0.0.0.0" in addr for addr in status["addrs"])
 

@@ -159,24 +159,39 @@ def probe() -> dict[str, object]:
 
 
 async def _exercise_features() -> dict[str, object]:
+    """Two hosts with every upstream service peertrain mounts; what each feature answered."""
     import trio
-    from libp2p.host.ping import ID as PING
-    from libp2p.host.ping import PingService
-    from libp2p.kad_dht.kad_dht import DHTMode, KadDHT
-    from libp2p.peer.peerinfo import PeerInfo
-    from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11, GossipSub
-    from libp2p.pubsub.pubsub import Pubsub
-    from libp2p.records.validator import NamespacedValidator, Validator
-    from libp2p.relay.circuit_v2.config import RelayConfig
-    from libp2p.relay.circuit_v2.dcutr import DCUtRProtocol
-    from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID as HOP
-    from libp2p.relay.circuit_v2.protocol import CircuitV2Protocol
-    from libp2p.relay.circuit_v2.transport import CircuitV2Transport
     from libp2p.tools.anyio_service import background_trio_service
     from multiaddr import Multiaddr
     from peertrain.node.net.host import build_host
     from peertrain.node.net.identity import Identity
-    from peertrain.testing import wait_until
+
+    a, b = build_host(Identity.generate()), build_host(Identity.generate())
+    loopback = [Multiaddr("/ip4/127.0.0.1/tcp/0")]
+    async with a.run(loopback), b.run(loopback), trio.open_nursery() as nursery:
+        services = _upstream_services(a, b)
+        async with contextlib.AsyncExitStack() as stack:
+            for service in services["all"]:
+                await stack.enter_async_context(background_trio_service(service))
+            for pubsub in services["pubsubs"]:
+                await pubsub.wait_until_ready()
+            with trio.fail_after(20):
+                out = await _use_features(a, b, services, nursery)
+            # libp2p builds its resource manager inside `except Exception`; a swallowed
+            # placeholder failure would leave it None
+            out["resource_manager"] = a.get_network()._resource_manager is not None  # type: ignore[attr-defined]
+            nursery.cancel_scope.cancel()
+    return out
+
+
+def _upstream_services(a, b) -> dict[str, list]:
+    """Gossipsub, Kad-DHT, circuit relay v2 (a serves the hop) and DCUtR on both hosts."""
+    from libp2p.kad_dht.kad_dht import DHTMode, KadDHT
+    from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11, GossipSub
+    from libp2p.pubsub.pubsub import Pubsub
+    from libp2p.records.validator import NamespacedValidator, Validator
+    from libp2p.relay.circuit_v2.dcutr import DCUtRProtocol
+    from libp2p.relay.circuit_v2.protocol import CircuitV2Protocol
 
     class AnyValue(Validator):
         def validate(self, key: str, value: bytes) -> None:
@@ -185,52 +200,60 @@ async def _exercise_features() -> dict[str, object]:
         def select(self, key: str, values: list[bytes]) -> int:
             return 0
 
-    a, b = build_host(Identity.generate()), build_host(Identity.generate())
-    loopback = [Multiaddr("/ip4/127.0.0.1/tcp/0")]
+    routers = [
+        GossipSub(
+            protocols=[PROTOCOL_ID_V11],
+            degree=1,
+            degree_low=1,
+            degree_high=2,
+            heartbeat_interval=1,
+        )
+        for _ in (a, b)
+    ]
+    pubsubs = [Pubsub(host, router) for host, router in zip((a, b), routers, strict=True)]
+    validator = NamespacedValidator({"probe": AnyValue()})
+    dhts = [KadDHT(h, DHTMode.SERVER, validator=validator) for h in (a, b)]
+    relay, relay_client = CircuitV2Protocol(a, allow_hop=True), CircuitV2Protocol(b)
+    dcutrs = [DCUtRProtocol(h) for h in (a, b)]
+    return {
+        "all": [*pubsubs, *routers, *dhts, relay, relay_client, *dcutrs],
+        "pubsubs": pubsubs,
+        "dhts": dhts,
+        "relay_client": [relay_client],
+        "dcutrs": dcutrs,
+    }
+
+
+async def _use_features(a, b, services: dict[str, list], nursery) -> dict[str, object]:
+    """b connects to a, pings, is identified, gets a gossip message, reads a DHT value and
+    reserves a relay slot on a."""
+    from libp2p.host.ping import ID as PING
+    from libp2p.host.ping import PingService
+    from libp2p.peer.peerinfo import PeerInfo
+    from libp2p.relay.circuit_v2.config import RelayConfig
+    from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID as HOP
+    from libp2p.relay.circuit_v2.transport import CircuitV2Transport
+    from peertrain.testing import wait_until
+
+    pubsubs, dhts = services["pubsubs"], services["dhts"]
     out: dict[str, object] = {}
-    async with a.run(loopback), b.run(loopback), trio.open_nursery() as nursery:
-        routers = [
-            GossipSub(
-                protocols=[PROTOCOL_ID_V11],
-                degree=1,
-                degree_low=1,
-                degree_high=2,
-                heartbeat_interval=1,
-            )
-            for _ in (a, b)
-        ]
-        pubsubs = [Pubsub(host, router) for host, router in zip((a, b), routers, strict=True)]
-        validator = NamespacedValidator({"probe": AnyValue()})
-        dhts = [KadDHT(h, DHTMode.SERVER, validator=validator) for h in (a, b)]
-        relay, relay_client = CircuitV2Protocol(a, allow_hop=True), CircuitV2Protocol(b)
-        dcutrs = [DCUtRProtocol(h) for h in (a, b)]
-        async with contextlib.AsyncExitStack() as stack:
-            for service in [*pubsubs, *routers, *dhts, relay, relay_client, *dcutrs]:
-                await stack.enter_async_context(background_trio_service(service))
-            for pubsub in pubsubs:
-                await pubsub.wait_until_ready()
-            subscription = await pubsubs[1].subscribe("probe")
-            with trio.fail_after(20):
-                await b.connect(PeerInfo(a.get_id(), a.get_addrs()))
-                out["ping"] = len(await PingService(b).ping(a.get_id(), ping_amt=2))
-                # identify runs by itself on connect and fills the peerstore
-                await wait_until(lambda: PING in b.get_peerstore().get_protocols(a.get_id()))
-                out["identify"] = True
-                await wait_until(lambda: b.get_id() in pubsubs[0].peer_topics.get("probe", ()))
-                await pubsubs[0].publish("probe", b"hello")
-                out["gossipsub"] = (await subscription.get()).data.decode()
-                await dhts[0].add_peer(b.get_id())
-                await dhts[1].add_peer(a.get_id())
-                await dhts[0].put_value("/probe/key", b"v")
-                out["kad_dht"] = ((await dhts[1].get_value("/probe/key")) or b"").decode()
-                transport = CircuitV2Transport(b, relay_client, RelayConfig())
-                stream = await b.new_stream(a.get_id(), [HOP])
-                out["relay_reservation"] = await transport.reserve(stream, a.get_id(), nursery)
-                out["dcutr_running"] = all(d.manager.is_running for d in dcutrs)
-            # libp2p builds its resource manager inside `except Exception`; a swallowed
-            # placeholder failure would leave it None
-            out["resource_manager"] = a.get_network()._resource_manager is not None  # type: ignore[attr-defined]
-            nursery.cancel_scope.cancel()
+    subscription = await pubsubs[1].subscribe("probe")
+    await b.connect(PeerInfo(a.get_id(), a.get_addrs()))
+    out["ping"] = len(await PingService(b).ping(a.get_id(), ping_amt=2))
+    # identify runs by itself on connect and fills the peerstore
+    await wait_until(lambda: PING in b.get_peerstore().get_protocols(a.get_id()))
+    out["identify"] = True
+    await wait_until(lambda: b.get_id() in pubsubs[0].peer_topics.get("probe", ()))
+    await pubsubs[0].publish("probe", b"hello")
+    out["gossipsub"] = (await subscription.get()).data.decode()
+    await dhts[0].add_peer(b.get_id())
+    await dhts[1].add_peer(a.get_id())
+    await dhts[0].put_value("/probe/key", b"v")
+    out["kad_dht"] = ((await dhts[1].get_value("/probe/key")) or b"").decode()
+    transport = CircuitV2Transport(b, services["relay_client"][0], RelayConfig())
+    stream = await b.new_stream(a.get_id(), [HOP])
+    out["relay_reservation"] = await transport.reserve(stream, a.get_id(), nursery)
+    out["dcutr_running"] = all(d.manager.is_running for d in services["dcutrs"])
     return out
 
 

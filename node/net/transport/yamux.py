@@ -9,12 +9,12 @@ Where py-libp2p 0.8.1's Yamux loses its time (profiled with benchmarks/stream.py
 - the reader task reads every header and body with its own awaited exact read, takes a lock
   per frame, and copies each body into a bytearray.
 
-Here the reader task takes everything the secure session has decrypted (`read_chunks`) and
-parses all frames in it without awaiting; DATA bodies are handed to their stream as pieces,
-not copied. Writers wait on a parking lot woken by WINDOW_UPDATE, send frames of up to
-`max_frame` bytes with their header in one batched secure write, and carry pending control
-frames (window updates, ACKs, RSTs, pong) along. A separate task flushes control frames when
-no writer is busy, so a reading task never waits on the socket.
+Here the reader task (yamux_receive.py) takes everything the secure session has decrypted
+(`read_chunks`) and parses all frames in it without awaiting; DATA bodies are handed to their
+stream as pieces, not copied. Writers wait on a parking lot woken by WINDOW_UPDATE, send
+frames of up to `max_frame` bytes with their header in one batched secure write, and carry
+pending control frames (window updates, ACKs, RSTs, pong) along. A separate task flushes
+control frames when no writer is busy, so a reading task never waits on the socket.
 
 Bounds: a stream's receive window grows only while its reader keeps up, to `max_window`;
 inbound streams beyond `max_streams` or an accept backlog beyond `accept_backlog` are reset;
@@ -42,23 +42,19 @@ from libp2p.stream_muxer.exceptions import (
 )
 from multiaddr import Multiaddr
 
-from .errors import NoiseError, YamuxProtocolError
+from .errors import YamuxProtocolError
+from .yamux_receive import CLOSE_TIMEOUT, FrameReceiver
 from .yamux_stream import Buffer, YamuxStream
 from .yamux_wire import (
-    ACK,
     DATA,
     FIN,
     GO_AWAY,
     GO_AWAY_NORMAL,
-    GO_AWAY_PROTOCOL_ERROR,
-    HEADER,
     INITIAL_WINDOW,
     MAX_STREAM_ID,
-    PING,
     PROTOCOL_ID,
     RST,
     SYN,
-    VERSION,
     WINDOW_UPDATE,
     header,
 )  # fmt: skip
@@ -67,10 +63,8 @@ __all__ = ["PROTOCOL_ID", "YamuxConfig", "YamuxConnection", "YamuxStatistics"]
 
 log = logging.getLogger(__name__)
 
-CLOSE_TIMEOUT = 2.0
 MAX_PEER_FRAME = 1 << 20  # rust-yamux rejects DATA bodies above 1 MiB
 MAX_QUEUED_CONTROL = 4096  # frames; a peer that makes us queue more is flooding us
-MAX_QUEUED_PONGS = 64
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -96,7 +90,7 @@ class YamuxStatistics:
     queued_control: int  # frames waiting for the next write
 
 
-class YamuxConnection(IMuxedConn):
+class YamuxConnection(FrameReceiver, IMuxedConn):
     """A muxed connection; the upgrader builds it as `YamuxConnection(secured_conn, peer_id)`."""
 
     config = YamuxConfig()
@@ -304,130 +298,6 @@ class YamuxConnection(IMuxedConn):
     async def _write_joined(self, parts: list[Buffer]) -> None:
         await self.secured_conn.write(b"".join(parts))
 
-    # ------------------------------------------------------------------ receiving
-
-    async def _read_one(self) -> list[Buffer]:
-        data = await self.secured_conn.read(None)
-        return [data] if data else []
-
-    async def _read_loop(self) -> None:
-        try:
-            while True:
-                chunks = await self._read_chunks()
-                if not chunks:
-                    break
-                for chunk in chunks:
-                    self._feed(chunk)
-        except YamuxProtocolError as exc:
-            log.warning("yamux %s: %s; closing the connection", self.peer_id, exc)
-            with trio.move_on_after(CLOSE_TIMEOUT):
-                self._control.append(header(GO_AWAY, 0, 0, GO_AWAY_PROTOCOL_ERROR))
-                await self._flush_quietly()
-        except NoiseError as exc:
-            log.warning("yamux %s: %s; closing the connection", self.peer_id, exc)
-        except (
-            IOException,
-            OSError,
-            trio.BrokenResourceError,
-            trio.ClosedResourceError,
-            EOFError,
-        ) as exc:
-            log.debug("yamux %s: connection ended: %r", self.peer_id, exc)
-        await self._shutdown()
-
-    def _feed(self, chunk: Buffer) -> None:
-        """Parse every frame (or part of one) in `chunk`; never awaits."""
-        size, pos = len(chunk), 0
-        while pos < size:
-            if self._body_left:
-                take = min(self._body_left, size - pos)
-                stream = self._body_stream
-                if stream is not None:
-                    stream.deliver(chunk if take == size else memoryview(chunk)[pos : pos + take])
-                pos += take
-                self._body_left -= take
-                if not self._body_left:
-                    self._apply_flags(self._body_stream_id, self._body_flags)
-                continue
-            if self._partial_header or size - pos < HEADER.size:
-                need = HEADER.size - len(self._partial_header)
-                self._partial_header += chunk[pos : pos + need]
-                pos += min(need, size - pos)
-                if len(self._partial_header) < HEADER.size:
-                    return
-                fields = HEADER.unpack(self._partial_header)
-                self._partial_header.clear()
-            else:
-                fields = HEADER.unpack_from(chunk, pos)
-                pos += HEADER.size
-            self._on_frame(*fields)
-
-    def _on_frame(
-        self, version: int, frame_type: int, flags: int, stream_id: int, length: int
-    ) -> None:
-        if version != VERSION:
-            raise YamuxProtocolError(f"unknown Yamux version {version}")
-        if frame_type == DATA or frame_type == WINDOW_UPDATE:
-            stream = self._accept_syn(stream_id) if flags & SYN else self._streams.get(stream_id)
-            if frame_type == WINDOW_UPDATE:
-                if stream is not None and length:
-                    stream.add_send_window(length)
-                self._apply_flags(stream_id, flags)
-                return
-            if stream is not None:
-                if not stream.reserve_receive(length):
-                    raise YamuxProtocolError(
-                        f"stream {stream_id} sent a {length}-byte frame beyond its window"
-                    )
-                if stream.remote_fin or stream.reset_locally:
-                    stream = None  # nothing may arrive after FIN; a reset stream discards
-            if length:
-                self._body_left, self._body_stream = length, stream
-                self._body_stream_id, self._body_flags = stream_id, flags
-            else:
-                self._apply_flags(stream_id, flags)
-        elif frame_type == PING:
-            if flags & SYN and self._pongs < MAX_QUEUED_PONGS:
-                self._pongs += 1
-                self._queue_control(header(PING, ACK, 0, length), peer_caused=True)
-        elif frame_type == GO_AWAY:
-            self._remote_go_away = True
-            log.debug("yamux %s: peer is going away (code %d)", self.peer_id, length)
-        else:
-            raise YamuxProtocolError(f"unknown Yamux frame type {frame_type}")
-
-    def _apply_flags(self, stream_id: int, flags: int) -> None:
-        if not flags & (FIN | RST):
-            return
-        stream = self._streams.get(stream_id)
-        if stream is None:
-            return
-        if flags & RST:
-            stream.on_remote_reset()
-        elif flags & FIN:
-            stream.on_remote_fin()
-        self._forget_if_done(stream)
-
-    def _accept_syn(self, stream_id: int) -> YamuxStream | None:
-        if stream_id == 0 or stream_id % 2 == (1 if self._initiator else 0):
-            raise YamuxProtocolError(f"peer opened stream {stream_id}, an ID of our parity")
-        if stream_id in self._streams:
-            raise YamuxProtocolError(f"peer opened stream {stream_id} twice")
-        refuse = self._closing or self._shut_down or len(self._streams) >= self.config.max_streams
-        stream = YamuxStream(self, stream_id, is_initiator=False)
-        if not refuse:
-            try:
-                self._accept_send.send_nowait(stream)
-            except trio.WouldBlock:
-                refuse = True
-        if refuse:
-            log.debug("yamux %s: refusing stream %d (limits or closing)", self.peer_id, stream_id)
-            self._queue_control(header(WINDOW_UPDATE, RST, stream_id, 0), peer_caused=True)
-            return None
-        self._streams[stream_id] = stream
-        self._queue_control(header(WINDOW_UPDATE, ACK, stream_id, 0), peer_caused=True)
-        return stream
-
     def _forget_if_done(self, stream: YamuxStream) -> None:
         if stream.done and self._streams.get(stream.stream_id) is stream:
             del self._streams[stream.stream_id]
@@ -445,9 +315,8 @@ class YamuxConnection(IMuxedConn):
     async def _close_secured(self) -> None:
         try:
             await self.secured_conn.close()
-        except (
-            Exception
-        ) as exc:  # closing a broken socket may fail in many ways; it is closed either way
+        except Exception as exc:  # noqa: BLE001 - closing a broken socket may fail in many
+            # ways; it is closed either way
             log.debug("yamux %s: closing the secure connection: %r", self.peer_id, exc)
 
     async def _shutdown(self) -> None:
@@ -461,7 +330,9 @@ class YamuxConnection(IMuxedConn):
                 outcome = self.on_close()
                 if inspect.isawaitable(outcome):
                     await outcome
-            except Exception as exc:
-                log.warning("yamux %s: on_close callback failed: %r", self.peer_id, exc)
+            except Exception as exc:  # the swarm's callback: its bug must not keep us open
+                log.warning(
+                    "yamux %s: on_close callback failed: %r", self.peer_id, exc, exc_info=True
+                )
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()

@@ -1,0 +1,172 @@
+"""The `peertrain` argument parser: commands, their options, and the handler each one runs.
+
+Options shared by several commands (`--home`, the daemon's addresses and logging) are parent
+parsers; the run options live in options.py, where the environment-variable layer is too.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from peertrain import __version__
+
+from .commands import (
+    cmd_id,
+    cmd_join,
+    cmd_node_start,
+    cmd_run_create,
+    cmd_run_join,
+    cmd_status,
+    cmd_swarm_local,
+)
+from .options import add_role_options, add_run_options
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="peertrain", description="Decentralized peer-to-peer training."
+    )
+    parser.add_argument("--version", action="version", version=f"peertrain {__version__}")
+    commands = parser.add_subparsers(metavar="COMMAND")
+    home = _home_options()
+    _add_node_commands(commands, home, _daemon_options(home))
+    _add_run_commands(commands, home)
+    _add_swarm_commands(commands)
+    return parser
+
+
+def _home_options() -> argparse.ArgumentParser:
+    """--home, shared by every command that talks to a node's home."""
+    home = argparse.ArgumentParser(add_help=False)
+    home.add_argument(
+        "--home",
+        type=Path,
+        help="node home folder (env PEERTRAIN_HOME; default: per-user data dir)",
+    )
+    return home
+
+
+def _daemon_options(home: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """What a command that runs the daemon takes: addresses, network key, logging."""
+    daemon = argparse.ArgumentParser(add_help=False, parents=[home])
+    daemon.add_argument(
+        "--listen", action="append", metavar="MULTIADDR", help="listen address (repeatable)"
+    )
+    daemon.add_argument(
+        "--bootstrap", action="append", metavar="MULTIADDR", help="peer to connect to (repeatable)"
+    )
+    daemon.add_argument(
+        "--announce", action="append", metavar="MULTIADDR", help="extra address to advertise"
+    )
+    daemon.add_argument("--psk", metavar="HEX64", help="pre-shared key of a private network")
+    daemon.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    daemon.add_argument("--log-format", choices=["auto", "rich", "plain", "json"])
+    daemon.add_argument("--attack", metavar="NAME", help=argparse.SUPPRESS)  # Byzantine test hook
+    return daemon
+
+
+def _add_node_commands(
+    commands: Any, home: argparse.ArgumentParser, daemon: argparse.ArgumentParser
+) -> None:
+    """id, node start, join, status."""
+    p = commands.add_parser(
+        "id", parents=[home], help="print this home's peer ID and friendly name"
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_id)
+
+    node = commands.add_parser("node", help="run a node").add_subparsers(metavar="ACTION")
+    p = node.add_parser("start", parents=[daemon], help="run the daemon in the foreground")
+    p.set_defaults(handler=cmd_node_start)
+
+    p = commands.add_parser("join", parents=[daemon], help="run the daemon connected to PEER")
+    p.add_argument(
+        "peer",
+        metavar="PEER",
+        help="full multiaddr ending in /p2p/<peer id>, or a bare peer ID "
+        "(then --bootstrap names any node to find it through)",
+    )
+    p.add_argument("--run", metavar="NAME", help="the training run to join")
+    p.add_argument(
+        "--role",
+        choices=["server", "trainer"],
+        default=None,
+        help="SWARM runs: serve a stage (default) or feed microbatches",
+    )
+    p.set_defaults(handler=cmd_join)
+
+    p = commands.add_parser("status", parents=[home], help="status of the daemon on this home")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(handler=cmd_status)
+
+
+def _add_run_commands(commands: Any, home: argparse.ArgumentParser) -> None:
+    """run create, run join: ask the daemon of this home."""
+    run = commands.add_parser("run", help="training runs").add_subparsers(metavar="ACTION")
+    p = run.add_parser("create", parents=[home], help="create a run on the running daemon")
+    p.add_argument("--name", required=True, help="the run's name; others join with --run NAME")
+    p.add_argument("--mode", default="diloco", choices=["diloco", "swarm"])
+    add_run_options(p)
+    add_role_options(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_run_create)
+    p = run.add_parser("join", parents=[home], help="join a run from the running daemon")
+    p.add_argument("--name", required=True, help="the run's name (or ID)")
+    add_role_options(p)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_run_join)
+
+
+def _add_swarm_commands(commands: Any) -> None:
+    """swarm local: N daemons on loopback, with churn, Byzantine members or a SWARM pipeline."""
+    swarm = commands.add_parser("swarm", help="local multi-node swarms").add_subparsers(
+        metavar="ACTION"
+    )
+    p = swarm.add_parser("local", help="spawn N daemons on loopback and watch them")
+    p.add_argument("--nodes", type=int, default=4, help="number of daemons (default 4)")
+    p.add_argument("--duration", type=float, default=0.0, help="seconds to run; 0 = until Ctrl-C")
+    p.add_argument("--report", type=Path, help="write a JSON report here at the end")
+    p.add_argument("--log-format", choices=["auto", "rich", "plain", "json"])
+    p.add_argument(
+        "--mode",
+        choices=["none", "diloco", "swarm"],
+        default="none",
+        help="none: daemons only; diloco: train a DiLoCo run together; swarm: a SWARM pipeline",
+    )
+    _add_fault_options(p)
+    p.add_argument(
+        "--trainers", type=int, default=2, help="swarm: trainer daemons besides the --nodes servers"
+    )
+    p.add_argument(
+        "--speeds", default="1", metavar="S1,S2,…", help="swarm: server speeds, cycled over servers"
+    )
+    p.add_argument(
+        "--kill-at",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="swarm: kill a stage-1 server then",
+    )
+    add_run_options(p)
+    p.set_defaults(handler=cmd_swarm_local)
+
+
+def _add_fault_options(p: argparse.ArgumentParser) -> None:
+    """Churn and Byzantine members of a local swarm."""
+    p.add_argument(
+        "--kill-every",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="kill a random member (not the creator) this often, and restart it",
+    )
+    p.add_argument(
+        "--byzantine", type=int, default=0, metavar="K", help="make the last K members Byzantine"
+    )
+    p.add_argument(
+        "--attack",
+        default="sign-flip",
+        help="their attack: sign-flip, sign-flip-10, noise, alie, ipm, random, nan",
+    )

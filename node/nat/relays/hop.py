@@ -1,0 +1,116 @@
+"""The hop side of circuit relay v2: a public node relays for peers behind NAT, within limits.
+
+py-libp2p's `CircuitV2Protocol` serves the hop (relay for others) and the stop side (accept
+circuits). Every node runs the stop side; the hop is switched on only once our own dial-back
+check says "public": a NATed relay is useless to strangers and a trap for whoever picks it.
+Its limits are explicit (NodeConfig `relay_*`); its bandwidth cap is defined upstream but never
+enforced, so `PacedRelay` paces every relayed read itself. Upstream also keeps a circuit's
+streams in a table keyed by *peer*, and a circuit that ends closes whatever that table holds
+for its peer: the streams of another, live circuit to the same peer (a redial after a reset, or
+a second source). Each redial was torn down by the end of the circuit it replaced, and one
+transfer's end cut another's. `PacedRelay` closes each circuit's own streams instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+from libp2p.abc import IHost, INetStream
+from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID as HOP
+from libp2p.relay.circuit_v2.protocol import CircuitV2Protocol
+from libp2p.relay.circuit_v2.resources import RelayLimits
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HopLimits:
+    """What a public node grants strangers (NodeConfig `relay_*`)."""
+
+    reservations: int = 64
+    circuits: int = 8
+    duration: float = 600.0
+    data: int = 1 << 30
+    bandwidth: float = 16e6  # bytes/s per direction of one relayed connection; 0: no cap
+    reservation_ttl: int = 3600
+
+    @classmethod
+    def of(cls, config: Any) -> HopLimits:
+        """From NodeConfig's `relay_*` options."""
+        return cls(
+            reservations=config.relay_reservations,
+            circuits=config.relay_circuits,
+            duration=config.relay_duration,
+            data=config.relay_data,
+            bandwidth=config.relay_bandwidth,
+        )
+
+    def relay_limits(self) -> RelayLimits:
+        return RelayLimits(
+            duration=int(self.duration),
+            data=self.data,
+            max_circuit_conns=self.circuits,
+            max_reservations=self.reservations,
+            reservation_ttl=self.reservation_ttl,
+        )
+
+
+class PacedRelay(CircuitV2Protocol):
+    """CircuitV2Protocol whose relayed bytes are paced to `bandwidth` per source stream.
+
+    Upstream reads each direction of a circuit with `_read_stream_with_retry` and has no rate
+    limit; sleeping after each read by its share of the budget caps both directions."""
+
+    def __init__(self, host: IHost, *, limits: HopLimits):
+        super().__init__(host, limits=limits.relay_limits(), allow_hop=False)
+        self.bandwidth = limits.bandwidth
+        self._next: weakref.WeakKeyDictionary[INetStream, float] = weakref.WeakKeyDictionary()
+        self.relayed_bytes = 0
+        self._active_relays = _Unshared()  # see the module docstring
+
+    async def _relay_data(
+        self, src_stream: INetStream, dst_stream: INetStream, *args: Any, **kwargs: Any
+    ) -> None:
+        """One direction of a circuit; when it ends, the circuit's own two streams close
+        (upstream closed the streams its per-peer table held, maybe another circuit's)."""
+        try:
+            await super()._relay_data(src_stream, dst_stream, *args, **kwargs)
+        finally:
+            await self._close_stream(src_stream)
+            await self._close_stream(dst_stream)
+
+    def enable_hop(self) -> None:
+        """Serve as a relay from now on (the stop side always runs)."""
+        if not self.allow_hop:
+            self.allow_hop = True
+            self.host.set_stream_handler(HOP, self._handle_hop_stream)
+            log.info("relay: serving circuit relay v2 for peers behind NAT")
+
+    def disable_hop(self) -> None:
+        if self.allow_hop:
+            self.allow_hop = False
+            self.host.remove_stream_handler(HOP)
+
+    async def _read_stream_with_retry(self, stream: INetStream, *args: Any, **kwargs: Any) -> Any:
+        data = await super()._read_stream_with_retry(stream, *args, **kwargs)
+        if data:
+            self.relayed_bytes += len(data)
+        if data and self.bandwidth > 0:
+            now = trio.current_time()
+            due = max(self._next.get(stream, now), now) + len(data) / self.bandwidth
+            self._next[stream] = due
+            await trio.sleep_until(due)
+        return data
+
+
+class _Unshared(dict):
+    """Upstream's circuit table, keyed by peer, kept empty: nothing can find another circuit's
+    streams in it (upstream only reads it after checking `in`, and at shutdown, when the
+    host's closing connections end every circuit anyway)."""
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass

@@ -1,0 +1,55 @@
+"""What `status()` says about runs: the `run` part of `peertrain status --json`.
+
+TypedDicts, not dataclasses: the status is JSON on the control socket, and tests, the CLI's
+status text and the local-swarm supervisors read it by key; these types name those keys.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NotRequired, TypedDict
+
+
+class RunStatus(TypedDict):
+    """Every run, whatever its mode."""
+
+    name: str
+    run_id: str
+    mode: str  # "diloco" | "swarm"
+    creator: str  # peer ID of the node that signed the manifest
+    members: list[str]
+    round: int
+    phase: str  # "starting" until the driver or pipeline service runs
+    loss: float | None
+    error: str | None
+
+
+class DiLoCoRunStatus(RunStatus):
+    initial_loss: float | None
+    rounds_completed: int
+    state_checksum: str
+    resyncs: int
+    rejected_updates: int
+    bytes_published: int
+    bytes_fetched: int
+    finished: bool
+    params: int
+    inner_steps: int
+    model: str
+
+
+class SwarmRunStatus(RunStatus):
+    """A swarm run: its role settings, then what the pipeline says (node/runs/pipeline_*):
+    stages, stage sizes, the spec, and the server's or trainer's own figures."""
+
+    role: NotRequired[str]
+    speed: NotRequired[float]
+    stage: NotRequired[int]
+    stages: NotRequired[int]
+    stage_sizes: NotRequired[list[int]]
+    spec: NotRequired[dict[str, Any]]
+
+
+class ManyRunsStatus(TypedDict):
+    """A node in several runs: one status each (a node in one run shows that run's alone)."""
+
+    runs: list[RunStatus]
