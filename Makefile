@@ -22,6 +22,8 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	@mkdir -p build/typing && ln -sfn ../.. build/typing/peertrain  # see pyproject's [tool.mypy]
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) *.egg-info

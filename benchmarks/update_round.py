@@ -102,7 +102,7 @@ def node_process(index: int, numel: int, peers: int, home: str, conn, profile: s
     logging.getLogger().addHandler(TALLY)
     try:
         trio.run(_node_main, index, numel, peers, Path(home), conn, profile)
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - a child process: the parent reports it
         import traceback
 
         conn.send({"error": f"node {index}: {exc!r}", "traceback": traceback.format_exc()[-4000:]})

@@ -16,6 +16,7 @@ Bottom up:
     signed.py      signed deltas and snapshots (protocol envelopes)
     proofs.py      ProofStore: the signed envelopes kept to forward to others
     sync.py        anti-entropy messages;  transport.py: the two interfaces replication needs
-    replicator.py  Replicator: paced gossip + push-pull anti-entropy, penalties
+    intake.py      Intake: every received envelope deduplicated, checked, applied or penalised
+    replicator.py  Replicator: paced gossip + push-pull anti-entropy
     testing.py     in-memory seeded fault-injecting router and a swarm of replicators
 """

@@ -12,8 +12,9 @@ Wire: `[[key, wall_ms, counter, writer, value or nil], ...]` sorted by the key's
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterator
-from typing import Generic, Self, TypeVar
+from typing import Generic, Self, TypeVar, cast
 
 from .hlc import Stamp
 from .lattice import Lattice
@@ -56,7 +57,7 @@ class LWWMap(Lattice, Generic[K, V]):
             yield key, reg.stamp, reg.value  # type: ignore[misc]
 
     def __contains__(self, key: object) -> bool:
-        reg = self._regs.get(key)  # type: ignore[call-overload]
+        reg = self._regs.get(cast(K, key))  # any hashable key is a valid dict lookup
         return reg is not None and reg.value is not None
 
     def __len__(self) -> int:
@@ -114,7 +115,7 @@ class LWWMap(Lattice, Generic[K, V]):
     def drop(self, key: K) -> None:
         self._regs.pop(key, None)
 
-    def keys(self) -> set[K]:
+    def keys(self) -> builtins.set[K]:  # `set` in this class body is the method below
         """Every key, tombstoned ones included."""
         return set(self._regs)
 

@@ -13,37 +13,41 @@ Two paths, both carrying only envelopes signed by the owner of the slots they wr
    with a random reachable peer, which repairs whatever gossip lost; a joiner's first exchange
    (`bootstrap`) brings it the whole state.
 
-Everything received is checked (`signed.open_delta`: signature, run, size, strict decode;
-`RunState.apply_remote`: ownership, clock drift, capacity). A failure costs the peer that
-handed it to us a `Penalty` and changes nothing else. Memory stays bounded under a flood: the
-state and the proof store are capped per owner, the duplicate filter is an LRU, and the
-transport's inbound channel is bounded.
+Everything received passes `intake.py` (signature, run, size, strict decode, ownership, clock
+drift, capacity). A failure costs the peer that handed it to us a `Penalty` and changes nothing
+else. Memory stays bounded under a flood: the state and the proof store are capped per owner,
+the duplicate filter is an LRU, and the transport's inbound channel is bounded.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import logging
 import random
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import trio
 from libp2p.crypto.keys import KeyPair
 from libp2p.peer.id import ID
-from peertrain.protocol.errors import PeertrainError, ProtocolError
+from peertrain.protocol.errors import PeertrainError
 from peertrain.protocol.messages import ErrorCode, ErrorResponse
 
-from .errors import StateFull
+from .intake import Intake, Penalty
 from .proofs import ProofStore, ProofStoreStatistics
 from .rundoc import RunDoc
 from .runstate import RunState, RunStateStatistics
-from .signed import SignedDelta, open_delta, seal_delta
+from .signed import SignedDelta, seal_delta
 from .sync import SyncReply, SyncRequest
 from .transport import Exchange, Inbound, PubSub
 from .writer import RunWriter
+
+if TYPE_CHECKING:
+    # libp2p installs trio-typing, whose stubs shadow trio's own types and do not export
+    # trio.TaskStatus; this is the same protocol.
+    from trio_typing import TaskStatus
+
+__all__ = ["Penalty", "Replicator", "ReplicatorConfig", "ReplicatorStatistics", "topic_for"]
 
 log = logging.getLogger(__name__)
 
@@ -62,23 +66,10 @@ class ReplicatorConfig:
     collect_interval: float = 5.0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Penalty:
-    """Remote misbehaviour: `peer` handed us something invalid (`reason`)."""
-
-    peer: str
-    reason: str
-    points: float = 20.0
-
-
 @dataclass(slots=True)
 class _Counts:
     published: int = 0
     published_bytes: int = 0
-    received: int = 0
-    duplicates: int = 0
-    applied: int = 0
-    rejected: int = 0
     syncs: int = 0
     sync_failures: int = 0
     envelopes_sent: int = 0
@@ -121,23 +112,31 @@ class Replicator:
         self.key_pair = key_pair
         self.peer_id = ID.from_pubkey(key_pair.public_key).to_base58()
         self.pubsub, self.exchange, self.config = pubsub, exchange, config
-        self.on_penalty = on_penalty
         self.topic = topic_for(state.run_id)
         self.writer = RunWriter(state, self.peer_id, on_delta=self._queue)
         self.proofs = ProofStore(max_deltas=config.max_proof_deltas)
+        self.intake = Intake(
+            state=state,
+            own_id=self.peer_id,
+            clock=self.writer.clock,
+            proofs=self.proofs,
+            seen_cache=config.seen_cache,
+            on_own=self._own_from_before,
+            on_penalty=on_penalty,
+        )
+        self.listeners = self.intake.listeners  # called with the owner after a change
         self._rng = random.Random(seed)
         self._pending: RunDoc | None = None
         self._wake = trio.Event()
         self._seq = 0
         self._own_snapshot: SignedDelta | None = None
-        self._seen: OrderedDict[bytes, None] = OrderedDict()
-        self._prechecked: OrderedDict[bytes, SignedDelta] = OrderedDict()
         self._counts = _Counts()
-        self.listeners: list[Callable[[str], None]] = []  # called with the owner after a change
 
     # -- service
 
-    async def run(self, *, task_status: trio.TaskStatus[Replicator] = trio.TASK_STATUS_IGNORED):
+    async def run(
+        self, *, task_status: TaskStatus[Replicator] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         inbox = await self.pubsub.subscribe(self.topic, self.validate_gossip)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._receive_loop, inbox)
@@ -234,64 +233,23 @@ class Replicator:
 
     def validate_gossip(self, sender: str, data: bytes) -> bool:
         """Gossipsub topic validator: would `handle_gossip` accept `data`? (No state change.)"""
-        key = _key(data)
-        if key in self._seen or key in self._prechecked:
-            return True
-        try:
-            signed = open_delta(data, run_id=self.state.run_id)
-            self.state.check_remote(signed.signer, signed.doc)
-        except ProtocolError:
-            return False  # the transport penalises the forwarder
-        except StateFull:
-            return True  # valid, just no room here
-        _remember(self._prechecked, key, signed, 256)
-        return True
+        return self.intake.precheck(data)
 
     def handle_gossip(self, sender: str, data: bytes) -> bool:
         """Apply one gossiped envelope; False if it was a duplicate or rejected."""
-        self._counts.received += 1
-        return self._accept_raw(sender, data)
+        self.intake.counts.received += 1
+        return self.intake.accept(sender, data)
 
-    def _accept_raw(self, sender: str, data: bytes) -> bool:
-        key = _key(data)
-        if key in self._seen:
-            self._counts.duplicates += 1
-            return False
-        _remember(self._seen, key, None, self.config.seen_cache)
-        try:
-            signed = self._prechecked.pop(key, None) or open_delta(data, run_id=self.state.run_id)
-            self._accept(signed)
-        except ProtocolError as exc:
-            self._counts.rejected += 1
-            self._penalise(sender, f"bad state delta: {exc}")
-            return False
-        except StateFull as exc:
-            self._seen.pop(key, None)  # no room now; a later copy may find some
-            log.info("dropped a delta from %s: %s", sender, exc)
-            return False
-        self._counts.applied += 1
-        return True
-
-    def _accept(self, signed: SignedDelta) -> None:
-        self.state.apply_remote(signed.signer, signed.doc)
-        for _, stamp, _ in signed.doc.members.registers():
-            self.writer.clock.observe(stamp)
-        if signed.signer == self.peer_id:  # our own, from before a restart: continue after it
-            self._seq = max(self._seq, signed.seq)
-            self._own_snapshot = None
-        else:
-            self.proofs.add(signed)
-        for listener in self.listeners:
-            listener(signed.signer)
-
-    def _penalise(self, peer: str, reason: str) -> None:
-        log.warning("penalising %s: %s", peer, reason)
-        if self.on_penalty is not None:
-            self.on_penalty(Penalty(peer=peer, reason=reason))
+    def _own_from_before(self, signed: SignedDelta) -> None:
+        """Our own delta, from before a restart: continue our sequence after it."""
+        self._seq = max(self._seq, signed.seq)
+        self._own_snapshot = None
 
     # -- anti-entropy
 
-    def _request(self, envelopes: Sequence[bytes] = (), manifest: bytes | None = None):
+    def _request(
+        self, envelopes: Sequence[bytes] = (), manifest: bytes | None = None
+    ) -> SyncRequest:
         return SyncRequest(
             run=self.state.run_id,
             has_manifest=self.state.manifest is not None,
@@ -345,24 +303,17 @@ class Replicator:
             return None
 
     def _absorb(self, peer: str, reply: SyncReply) -> None:
-        self._take_manifest(peer, reply.manifest)
+        self.intake.accept_manifest(peer, reply.manifest)
         for raw in reply.envelopes:
-            self._accept_raw(peer, raw)
-
-    def _take_manifest(self, peer: str, raw: bytes | None) -> None:
-        if raw is not None and self.state.manifest is None:
-            try:
-                self.state.accept_manifest(raw)
-            except ProtocolError as exc:
-                self._penalise(peer, f"bad manifest: {exc}")
+            self.intake.accept(peer, raw)
 
     def handle_sync(self, peer: str, request: SyncRequest) -> SyncReply | ErrorResponse:
         """Serve one anti-entropy request (sync: no awaits, so it never interleaves)."""
         if request.run != self.state.run_id:
             return request.reply(ErrorResponse, code=ErrorCode.NOT_FOUND, reason="not in that run")
-        self._take_manifest(peer, request.manifest)
+        self.intake.accept_manifest(peer, request.manifest)
         for raw in request.envelopes:
-            self._accept_raw(peer, raw)
+            self.intake.accept(peer, raw)
         mine, theirs = self.state.summary(), request.summary
         differ = [o for o in mine.keys() | theirs.keys() if mine.get(o) != theirs.get(o)]
         self._rng.shuffle(differ)
@@ -395,8 +346,17 @@ class Replicator:
         return out, False
 
     def statistics(self) -> ReplicatorStatistics:
+        counts, taken = self._counts, self.intake.counts
         return ReplicatorStatistics(
-            **dataclasses.asdict(self._counts),
+            published=counts.published,
+            published_bytes=counts.published_bytes,
+            received=taken.received,
+            duplicates=taken.duplicates,
+            applied=taken.applied,
+            rejected=taken.rejected,
+            syncs=counts.syncs,
+            sync_failures=counts.sync_failures,
+            envelopes_sent=counts.envelopes_sent,
             proofs=self.proofs.statistics(),
             state=self.state.statistics(),
         )
@@ -406,13 +366,3 @@ def _peer_name(sender: object) -> str:
     """Transports may hand over a base58 string or a libp2p `ID`; penalties take the string."""
     return sender if isinstance(sender, str) else sender.to_base58()  # type: ignore[attr-defined]
 
-
-def _key(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=16).digest()
-
-
-def _remember(cache: OrderedDict, key: bytes, value: object, limit: int) -> None:
-    cache[key] = value
-    cache.move_to_end(key)
-    while len(cache) > limit:
-        cache.popitem(last=False)

@@ -19,9 +19,11 @@ import random
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import trio
 from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.crypto.keys import KeyPair
 from libp2p.peer.id import ID
 from peertrain.protocol.errors import PeerTimeout
 from peertrain.protocol.messages import ErrorResponse, Response, check_reply, decode, encode
@@ -32,6 +34,9 @@ from .replicator import Replicator, ReplicatorConfig
 from .runstate import RunState, StateLimits
 from .sync import SyncReply, SyncRequest
 from .transport import Inbound, Validator
+
+if TYPE_CHECKING:
+    from trio_typing import TaskStatus  # trio.TaskStatus (see crdt/replicator.py)
 
 Handler = Callable[[str, SyncRequest], Response]
 
@@ -90,7 +95,7 @@ class MemoryRouter:
     def remove(self, peer_id: str) -> None:
         self._endpoints.pop(peer_id, None)
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         while True:
             if not self._heap:
@@ -203,7 +208,7 @@ class MemoryNode:
     endpoint: MemoryEndpoint
 
 
-def new_run(key_pair, *, name: str = "test-run", spec: bytes = b"") -> tuple[str, bytes]:
+def new_run(key_pair: KeyPair, *, name: str = "test-run", spec: bytes = b"") -> tuple[str, bytes]:
     """A run created by `key_pair`: (run ID, signed manifest envelope)."""
     manifest = RunManifest(
         creator=ID.from_pubkey(key_pair.public_key).to_base58(),

@@ -12,6 +12,7 @@ sequence numbers below what others already saw.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from .hlc import HybridClock
 from .orset import AWORSet
@@ -103,7 +104,7 @@ class RunWriter:
 
         return self._write(mutate)
 
-    def _fresh(self, orset: AWORSet) -> dict[str, int]:
+    def _fresh(self, orset: AWORSet[Any]) -> dict[str, int]:
         """Our first dot in a set we know nothing of ourselves: start at the wall clock.
 
         A restarted peer that writes before pulling state would otherwise reuse seqs 1, 2, ...

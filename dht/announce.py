@@ -12,27 +12,33 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 from peertrain.protocol.errors import PeertrainError
 
 if TYPE_CHECKING:
-    from .node import Dht
+    from trio_typing import TaskStatus  # trio.TaskStatus (see dht/node.py)
 
 log = logging.getLogger(__name__)
 
 RETRY_FIRST = 1.0
 
 
+class Putter(Protocol):
+    """What announcing needs of a DHT node (`Dht.put`)."""
+
+    async def put(self, key: str, value: Any, *, ttl: float) -> int: ...
+
+
 async def keep_announced(
-    dht: Dht,
+    dht: Putter,
     key: str,
     value: Callable[[], Any],
     *,
     ttl: float,
     every: float | None = None,
-    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+    task_status: TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Put `value()` under `key` now and every `every` seconds (default ttl / 3), forever.
 

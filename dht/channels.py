@@ -19,9 +19,11 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 import trio
 from libp2p.abc import IHost, INetStream
+from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 from peertrain.protocol.errors import PeerTimeout, ProtocolError, StreamEnded
 from peertrain.protocol.framing import read_exactly, read_frame_length, write_message
@@ -40,6 +42,7 @@ LINK_IDLE = 600.0  # an unused stream is closed after this long
 FRAME_IDLE = 10.0  # inside a frame, the peer must send something this often
 
 BadPeer = Callable[[ID, ProtocolError], None]
+R = TypeVar("R", bound=Response)
 
 
 async def _read_frame(stream: INetStream, max_size: int) -> bytes:
@@ -51,7 +54,7 @@ async def _close_quietly(stream: INetStream) -> None:
     with trio.CancelScope(shield=True):
         try:
             await stream.close()
-        except Exception:  # the peer may already have reset it
+        except Exception:  # noqa: BLE001 - the peer may already have reset it: nothing to do
             pass
 
 
@@ -89,7 +92,7 @@ class Links:
         self.host = host
         self.connect = connect
         self.pid = pid
-        self.response_types = (*response_types, ErrorResponse)
+        self.response_types: tuple[type[Response], ...] = (*response_types, ErrorResponse)
         self.max_frame = max(t.wire_max_size for t in self.response_types)
         self.on_bad_peer = on_bad_peer
         self.max_in_flight = max_in_flight
@@ -102,8 +105,13 @@ class Links:
         self._nursery = nursery
 
     async def request(
-        self, peer: ID, message: Request, expected: type[Response], *, timeout: float
-    ) -> Response:
+        self,
+        peer: ID,
+        message: Request,
+        expected: type[R],
+        *,
+        timeout: float,  # noqa: ASYNC109 - each request's own budget, apart from the caller's scope
+    ) -> R:
         """Send `message` to `peer` and return its answer of type `expected`.
 
         Raises `ProtocolError` (the peer failed us), `RemoteError` (it refused), or
@@ -126,6 +134,7 @@ class Links:
                 link.pending.pop(message.request_id, None)
         if waiter.error is not None:
             raise waiter.error
+        assert waiter.reply is not None  # the event is set after a reply or an error
         reply = check_reply(message, waiter.reply)
         if not isinstance(reply, expected):
             error = ProtocolError(f"answered {type(message).__name__} with {type(reply).__name__}")
@@ -146,10 +155,10 @@ class Links:
                 try:
                     if not self.host.get_network().get_connections(peer):
                         await self.connect(peer)
-                    stream = await self.host.new_stream(peer, [str(self.pid)])
+                    stream = await self.host.new_stream(peer, [TProtocol(str(self.pid))])
                 except trio.Cancelled:
                     raise
-                except Exception as exc:  # dial or negotiation failed: py-libp2p raises many types
+                except Exception as exc:  # noqa: BLE001 - dial or negotiation failed (py-libp2p raises many types): translated
                     raise StreamEnded(f"could not open a DHT stream to {peer}: {exc}") from None
                 link = self._links[peer] = _Link(peer, stream)
                 assert self._nursery is not None, "Links.attach() was not called"
@@ -223,12 +232,12 @@ class Server:
 
     def register(self) -> None:
         self.serving = True
-        self.host.set_stream_handler(str(self.pid), self._on_stream)
+        self.host.set_stream_handler(TProtocol(str(self.pid)), self._on_stream)
 
     def unregister(self) -> None:
         """Refuse new streams, and end open ones at their next request (unanswered)."""
         self.serving = False
-        self.host.remove_stream_handler(str(self.pid))
+        self.host.remove_stream_handler(TProtocol(str(self.pid)))
 
     async def _on_stream(self, stream: INetStream) -> None:
         peer = stream.muxed_conn.peer_id

@@ -19,7 +19,7 @@ own namespaces on a `NamespaceRegistry` (e.g. `/peertrain/<run>/expert/<e>`).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,7 +109,7 @@ class NamespaceRegistry:
             raise ValueError(f"namespace {namespace.name!r} is already registered")
         self._namespaces[namespace.name] = namespace
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Namespace]:
         return iter(self._namespaces.values())
 
     def match(self, key: str) -> KeyMatch:
@@ -135,7 +135,7 @@ def check_peer_addrs(value: Any) -> None:
             raise ValueError("addresses are multiaddr strings of at most 256 characters")
         try:
             Multiaddr(addr)
-        except Exception as exc:  # multiaddr raises many types for bad text
+        except Exception as exc:  # noqa: BLE001 - multiaddr raises many types for bad text: translated
             raise ValueError(f"{addr[:80]!r} is not a multiaddr ({exc})") from None
 
 

@@ -22,26 +22,26 @@ Client mode (for nodes others cannot dial) registers no handler: it is never in 
 table, stores nothing for others, and still looks up, puts and gets. `set_mode` switches
 between the two while running (the node's reachability verdict decides).
 
-This module is the node's life: wiring the parts, running them, bootstrap and refresh, the
-routing table's feed from connections, the mode switch, penalties and statistics. The work
-it hands out lives with its concept:
+This module wires the parts and runs them: the mode switch, penalties, statistics. The work it
+hands out lives with its concept:
     config.py      DhtConfig, DhtMode
     walker.py      a request to a peer, lookups from our table (what every walk teaches it)
     values.py      put / put_entry / get: signed entries at and from a key's replicas
     resolution.py  find_peer / resolve: a bare peer ID → addresses → a connection
     serving.py     answering other nodes' requests
-    watcher.py     new connections → routing table
+    bootstrap.py   joining: bootstrap, the first wide walk, periodic refresh
+    table_feed.py  who joins the routing table (servers) and who stays out (clients)
+    watcher.py     new connections → routing table (through the table feed)
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 from libp2p.abc import IHost
@@ -51,10 +51,11 @@ from libp2p.peer.peerinfo import PeerInfo
 from peertrain.protocol.errors import PeertrainError, ProtocolError
 
 from .announce import keep_announced
+from .bootstrap import Bootstrapper
 from .channels import Links, Server
 from .config import DEFAULT_CONFIG, DhtConfig, DhtMode
 from .errors import RecordRejected
-from .keyspace import random_key_in_bucket, record_key
+from .keyspace import record_key
 from .messages import DHT_PROTOCOL, REQUEST_TYPES, RESPONSE_TYPES, Ping, Pong
 from .namespaces import MAX_PEER_ADDRS, NamespaceRegistry, default_registry, peer_record_key
 from .peers import PeerBook
@@ -63,9 +64,13 @@ from .resolution import Found, Resolver
 from .routing import RoutingStatistics, RoutingTable
 from .serving import Responder
 from .storage import RecordStore, StoreStatistics
+from .table_feed import TableFeed
 from .values import Values
 from .walker import Walker
 from .watcher import ConnectionWatcher
+
+if TYPE_CHECKING:  # libp2p installs trio-typing, whose stubs shadow trio's and hide TaskStatus
+    from trio_typing import TaskStatus
 
 __all__ = ["DEFAULT_CONFIG", "Dht", "DhtConfig", "DhtMode", "DhtStatistics", "Found"]
 
@@ -73,8 +78,6 @@ log = logging.getLogger(__name__)
 
 Penalise = Callable[[str, float, str], Any]
 BAD_ANSWER_PENALTY = 25.0
-MAX_CLIENTS_REMEMBERED = 4096
-FIRST_REFRESH = (5.0, 15.0)  # seconds after bootstrap: the wide self-lookup, spread out in time
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -109,21 +112,29 @@ class Dht:
         self.host = host
         self.config = config
         self.own = host.get_id()
-        self.bootstrap_peers = [p for p in bootstrap if p.peer_id != self.own]
         self.registry = registry or default_registry()
         self.is_server = config.mode is DhtMode.SERVER
         self._penalise = penalise
-        self._is_banned = is_banned
         self.clock = clock
         self._key_pair = KeyPair(host.get_private_key(), host.get_public_key())
         self.table = RoutingTable(self.own, bucket_size=config.bucket_size)
         self.store = RecordStore(max_entries=config.max_records, max_bytes=config.max_record_bytes)
         self.signatures = SignatureCache()
         self.book = PeerBook(host)
+        self.feed = TableFeed(self.table, self.book)
         self.connected_keys: dict[int, ID] = {}
         self.extra_addrs: list[str] = []  # e.g. relay circuit addresses, for our peer record
+        self._counts: Counter[str] = Counter()
+        self._rejected: Counter[str] = Counter()
+        self._running = False
+        self._wire_streams(is_banned)
+        self._wire_work(bootstrap)
+
+    def _wire_streams(self, is_banned: Callable[[str], bool]) -> None:
+        """The stream side: our requests (`links`), answers to others (`server`), and the
+        connection watcher that feeds the routing table."""
         self.links = Links(
-            host, DHT_PROTOCOL, RESPONSE_TYPES, on_bad_peer=self._bad_peer, connect=self._dial
+            self.host, DHT_PROTOCOL, RESPONSE_TYPES, on_bad_peer=self._bad_peer, connect=self._dial
         )
         self.responder = Responder(
             is_server=self.is_server,
@@ -133,62 +144,72 @@ class Dht:
             signatures=self.signatures,
             book=self.book,
             connected_keys=self.connected_keys,
-            on_server_peer=self._add_server,
-            on_client_peer=self._said_client,
+            on_server_peer=self.feed.add_server,
+            on_client_peer=self.feed.said_client,
             on_reject=self._bad_peer,
-            clock=clock,
+            clock=self.clock,
         )
         self.server = Server(
-            host,
+            self.host,
             DHT_PROTOCOL,
             REQUEST_TYPES,
             self.responder,
             on_bad_peer=self._bad_peer,
             is_banned=is_banned,
         )
-        self.watcher = ConnectionWatcher(self)
-        self._table_grew = trio.Event()
-        self._bootstrap_lock = trio.Lock()
-        self._bootstrapped = trio.Event()
-        self._counts: Counter[str] = Counter()
-        self._rejected: Counter[str] = Counter()
-        self._running = False
-        self._clients: OrderedDict[ID, None] = OrderedDict()  # peers that said they are clients
-        # The work this node hands out: walks (walker.py), records (values.py), peers
-        # (resolution.py). They share our counters, so `statistics` reads one place.
+        self.watcher = ConnectionWatcher(
+            self.host,
+            self.feed,
+            connected_keys=self.connected_keys,
+            close_peer=self.links.close_peer,
+            identify_wait=self.config.identify_wait,
+        )
+
+    def _wire_work(self, bootstrap: Sequence[PeerInfo]) -> None:
+        """The work this node hands out: walks (walker.py), records (values.py), peers
+        (resolution.py), joining (bootstrap.py). They share our counters, so `statistics`
+        reads one place."""
         self.walker = Walker(
             own=self.own,
-            config=config,
+            config=self.config,
             links=self.links,
             table=self.table,
             book=self.book,
             is_server=lambda: self.is_server,
-            on_server_peer=self._add_server,
+            on_server_peer=self.feed.add_server,
             counts=self._counts,
         )
         self.values = Values(
             walker=self.walker,
-            config=config,
+            config=self.config,
             key_pair=self._key_pair,
             registry=self.registry,
             signatures=self.signatures,
             store=self.store,
             on_reject=self._bad_peer,
             counts=self._counts,
-            clock=clock,
+            clock=self.clock,
         )
         self.resolver = Resolver(
-            host=host,
+            host=self.host,
             walker=self.walker,
             book=self.book,
             get=self.values.get,
-            config=config,
+            config=self.config,
             counts=self._counts,
+        )
+        self.joining = Bootstrapper(
+            host=self.host,
+            config=self.config,
+            table=self.table,
+            walker=self.walker,
+            feed=self.feed,
+            peers=bootstrap,
         )
 
     # ── lifecycle ────────────────────────────────────────────────────────────────────────
 
-    async def run(self, *, task_status: trio.TaskStatus[Dht] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: TaskStatus[Dht] = trio.TASK_STATUS_IGNORED) -> None:
         network = self.host.get_network()
         network.register_notifee(self.watcher)
         if self.is_server:
@@ -198,7 +219,7 @@ class Dht:
             async with trio.open_nursery() as nursery:
                 self.links.attach(nursery)
                 await nursery.start(self.watcher.run)
-                nursery.start_soon(self._maintain)
+                nursery.start_soon(self.joining.maintain)
                 nursery.start_soon(self._housekeeping)
                 if self.config.publish_peer_record:
                     nursery.start_soon(self._publish_peer_record)
@@ -246,72 +267,25 @@ class Dht:
 
         try:
             await push_identify_to_peers(self.host)
-        except Exception as exc:  # best effort: requests tell them too
+        except Exception as exc:  # noqa: BLE001 - best effort, any libp2p failure: requests tell them too
             log.debug("dht: identify push after a mode change: %s", exc)
 
     async def wait_bootstrapped(self) -> None:
         """Wait for the first self-lookup: from then on this node finds and is found."""
-        await self._bootstrapped.wait()
+        await self.joining.done.wait()
 
     @property
     def bootstrapped(self) -> bool:
-        return self._bootstrapped.is_set()
+        return self.joining.done.is_set()
 
     async def bootstrap(self, peers: Sequence[PeerInfo] = ()) -> int:
-        """Connect to `peers` (and the configured ones), then look ourselves up.
-
-        The self-lookup is one peer wide: the bootstrap peer names the peers nearest to us and
-        we walk to the nearest, which then knows us. That makes us useful at once (lookups
-        work through any peer in the table) for about two connections. A wider walk follows a
-        moment later in the background (`_maintain`): in py-libp2p a connection costs ≈17 ms
-        of CPU (two thirds of it identify), and a swarm joining all at once with the wide walk
-        up front spent three times as long before anyone was usable. Returns the routing
-        table's size. Safe to call again at any time.
-        """
-        known = {p.peer_id for p in self.bootstrap_peers}
-        self.bootstrap_peers += [
-            p for p in peers if p.peer_id not in known and p.peer_id != self.own
-        ]
-        async with self._bootstrap_lock:
-            reached = await self._connect_all(self.bootstrap_peers)
-            seeds = [*reached, *self.table.closest(self.table.own_key, self.config.alpha)]
-            if seeds:
-                await self.walker.lookup_nodes(self.table.own_key, width=1, alpha=1, seeds=seeds)
-            if len(self.table):
-                self._bootstrapped.set()
-            return len(self.table)
-
-    async def _maintain(self) -> None:
-        """Bootstrap as soon as there is anyone to bootstrap from, then refresh periodically."""
-        delay = 1.0
-        while not self._bootstrapped.is_set():
-            if self.bootstrap_peers or len(self.table):
-                async with self._bootstrap_lock:
-                    pass  # a bootstrap someone else started finishes first
-                if not self._bootstrapped.is_set():
-                    await self.bootstrap()
-                if self._bootstrapped.is_set():
-                    break
-            with trio.move_on_after(delay):
-                await self._table_grew.wait()
-            self._table_grew = trio.Event()
-            delay = min(delay * 2, self.config.refresh_interval)
-        await trio.sleep(random.uniform(*FIRST_REFRESH))
-        await self.walker.lookup_nodes(self.table.own_key, width=self.config.alpha)
-        while True:
-            await trio.sleep(self.config.refresh_interval * random.uniform(0.8, 1.2))
-            await self.refresh()
+        """Connect to `peers` (and the configured ones), then look ourselves up, one peer wide
+        (`Bootstrapper.bootstrap`). Returns the routing table's size. Safe to call again."""
+        return await self.joining.bootstrap(peers)
 
     async def refresh(self) -> None:
         """Self-lookup plus a random lookup in up to 3 buckets no lookup went through lately."""
-        if not len(self.table):
-            await self._connect_all(self.bootstrap_peers)
-        await self.walker.lookup_nodes(self.table.own_key, width=self.config.alpha)
-        stale = self.table.stale_buckets(self.config.refresh_interval)
-        for index in random.sample(stale, min(3, len(stale))):
-            await self.walker.lookup_nodes(
-                random_key_in_bucket(self.table.own_key, index, random.getrandbits(256))
-            )
+        await self.joining.refresh()
 
     async def _housekeeping(self) -> None:
         """Every second: drop expired records, and verified peers whose connection is gone.
@@ -344,50 +318,15 @@ class Dht:
         )
 
     async def _publish_peer_record(self) -> None:
-        await self._bootstrapped.wait()
+        await self.joining.done.wait()
         await keep_announced(
             self, peer_record_key(self.own), self.peer_record, ttl=self.config.peer_record_ttl
         )
 
-    # ── routing table feed ───────────────────────────────────────────────────────────────
-
-    def _add_server(self, peer: ID, *, inferred: bool = False) -> None:
-        """`inferred`: from identify's protocol list, which may predate the peer's own word
-        (a request or Ping saying it is a client now, `_said_client`); that word wins."""
-        if inferred and peer in self._clients:
-            return
-        self._clients.pop(peer, None)
-        if self.book.is_connected(peer) and self.table.add(peer):
-            self._table_grew.set()
-
-    def _said_client(self, peer: ID) -> None:
-        self.table.remove(peer)
-        self._clients[peer] = None
-        self._clients.move_to_end(peer)
-        while len(self._clients) > MAX_CLIENTS_REMEMBERED:
-            self._clients.popitem(last=False)
-
-    async def _connect_all(self, peers: Sequence[PeerInfo]) -> list[ID]:
-        """Connect to `peers` in parallel; return those that answered."""
-        reached: list[ID] = []
-
-        async def connect(info: PeerInfo) -> None:
-            try:
-                with trio.fail_after(self.config.request_timeout * 2):
-                    await self.host.connect(info)
-            except (Exception, trio.TooSlowError) as exc:
-                log.info("dht: could not reach bootstrap peer %s: %s", info.peer_id, exc)
-                return
-            reached.append(info.peer_id)
-
-        async with trio.open_nursery() as nursery:
-            for info in peers:
-                nursery.start_soon(connect, info)
-        return reached
+    # ── peers and penalties ──────────────────────────────────────────────────────────────
 
     async def probe(self, peer: ID) -> bool:
-        """Ping `peer`; add it to the table if it serves the DHT. False if it failed or is a
-        client."""
+        """Ping `peer`; add it to the table if it serves. False if it failed or is a client."""
         try:
             pong = await self.links.request(
                 peer, Ping(server=self.is_server), Pong, timeout=self.config.request_timeout
@@ -395,13 +334,11 @@ class Dht:
         except (PeertrainError, trio.TooSlowError):
             return False
         if pong.server:
-            self._add_server(peer)
+            self.feed.add_server(peer)
         return pong.server
 
     async def _dial(self, peer: ID) -> None:
         await self.host.connect(PeerInfo(peer, self.book.dial_addrs(peer)))
-
-    # ── penalties ────────────────────────────────────────────────────────────────────────
 
     def _bad_peer(self, peer: ID, exc: ProtocolError) -> None:
         points = exc.reason.penalty if isinstance(exc, RecordRejected) else BAD_ANSWER_PENALTY
@@ -439,7 +376,7 @@ class Dht:
         else the first of the walks in `via` to answer (`Resolver.find_peer`)."""
         return await self.resolver.find_peer(peer, fresh=fresh, via=via)
 
-    async def resolve(self, peer: ID, *, timeout: float = 15.0, fresh: bool = False) -> Found:
+    async def resolve(self, peer: ID, *, timeout: float = 15.0, fresh: bool = False) -> Found:  # noqa: ASYNC109 - running out of time is PeerNotFound, not a cancellation
         """Find `peer` through the DHT (`find_peer`) and connect to it. Raises `PeerNotFound`."""
         return await self.resolver.resolve(peer, timeout=timeout, fresh=fresh)
 

@@ -13,21 +13,26 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable
+from typing import TypeVar
 
 import multihash
 from libp2p.abc import IHost
 from libp2p.peer.id import ID
+from libp2p.peer.peerstore import PeerStoreError
 from multiaddr import Multiaddr
 
 from .messages import MAX_ADDRS_PER_PEER, PeerAddrs
 
+K = TypeVar("K")
+V = TypeVar("V")
 
-class _Lru(OrderedDict):
+
+class _Lru(OrderedDict[K, V]):
     def __init__(self, size: int) -> None:
         super().__init__()
         self.size = size
 
-    def remember(self, key, value):
+    def remember(self, key: K, value: V) -> V:
         self[key] = value
         if len(self) > self.size:
             self.popitem(last=False)
@@ -39,9 +44,9 @@ class PeerBook:
 
     def __init__(self, host: IHost, *, cache_size: int = 4096) -> None:
         self.host = host
-        self._parsed: _Lru = _Lru(cache_size)
-        self._described: _Lru = _Lru(cache_size)
-        self._hints: _Lru = _Lru(cache_size)
+        self._parsed: _Lru[str, Multiaddr | None] = _Lru(cache_size)
+        self._described: _Lru[tuple[ID, tuple[Multiaddr, ...]], PeerAddrs] = _Lru(cache_size)
+        self._hints: _Lru[ID, list[Multiaddr]] = _Lru(cache_size)
 
     def is_connected(self, peer: ID) -> bool:
         return bool(self.host.get_network().get_connections(peer))
@@ -50,7 +55,7 @@ class PeerBook:
         """What the peerstore knows (identify, past dials)."""
         try:
             return list(self.host.get_peerstore().addrs(peer))
-        except Exception:  # PeerStoreError: unknown or expired
+        except PeerStoreError:  # unknown or expired
             return []
 
     def dial_addrs(self, peer: ID) -> list[Multiaddr]:
@@ -103,7 +108,7 @@ class PeerBook:
             return self._parsed[text]
         try:
             addr = Multiaddr(text)
-        except Exception:  # multiaddr raises many types for bad text
+        except Exception:  # noqa: BLE001 - multiaddr raises many types for bad text: not an address
             addr = None
         return self._parsed.remember(text, addr)
 
@@ -111,6 +116,6 @@ class PeerBook:
 def _is_peer_id(raw: bytes) -> bool:
     try:
         multihash.decode(raw)
-    except Exception:
+    except Exception:  # noqa: BLE001 - bytes from the network; any failure means "not a peer ID"
         return False
     return True

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -75,7 +76,7 @@ class Record:
     expires_at: float
 
 
-def now_ms(clock=time.time) -> int:
+def now_ms(clock: Callable[[], float] = time.time) -> int:
     return int(clock() * 1000)
 
 
@@ -84,7 +85,7 @@ def _signed_bytes(key: str, writer: bytes, value: bytes, issued_ms: int, expires
 
 
 def sign_entry(
-    key_pair: KeyPair, key: str, value: Any, *, ttl: float, clock=time.time
+    key_pair: KeyPair, key: str, value: Any, *, ttl: float, clock: Callable[[], float] = time.time
 ) -> SignedEntry:
     """Pack `value` with msgpack and sign it as our entry under `key` for `ttl` seconds."""
     if key_pair.public_key.get_type() != KeyType.Ed25519:
@@ -129,7 +130,7 @@ class SignatureCache:
 def _writer_text(writer: bytes) -> str:
     try:
         return ID(writer).to_base58()
-    except Exception:
+    except Exception:  # noqa: BLE001 - bytes from the network, any failure: translated
         raise RecordRejected(RejectReason.MALFORMED, "writer is not a peer ID") from None
 
 

@@ -16,6 +16,7 @@ import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import trio
 from libp2p.abc import IHost
@@ -31,6 +32,9 @@ from .namespaces import peer_record_key
 from .peers import PeerBook
 from .records import Record
 from .walker import Walker
+
+if TYPE_CHECKING:
+    from multiaddr import Multiaddr
 
 log = logging.getLogger(__name__)
 
@@ -103,12 +107,12 @@ class Resolver:
                 nursery.start_soon(by_lookup)
         return found[0] if found else None
 
-    async def _named_by_lookup(self, peer: ID) -> list:
+    async def _named_by_lookup(self, peer: ID) -> list[Multiaddr]:
         """Walk toward `peer`'s key until an answer names it (or it answers); its addresses."""
         walker = self.walker
         target = peer_key(peer)
         raw = peer.to_bytes()
-        named: list = []
+        named: list[Multiaddr] = []
 
         async def query(asked: ID) -> list[ID]:
             request = FindNode(
@@ -129,7 +133,7 @@ class Resolver:
         )
         return named
 
-    async def resolve(self, peer: ID, *, timeout: float = 15.0, fresh: bool = False) -> Found:
+    async def resolve(self, peer: ID, *, timeout: float = 15.0, fresh: bool = False) -> Found:  # noqa: ASYNC109 - running out of time is PeerNotFound, not a cancellation
         """Find `peer` through the DHT (`find_peer`) and connect to it. Raises `PeerNotFound`."""
         with trio.move_on_after(timeout):
             found = await self.find_peer(peer, fresh=fresh)
@@ -137,7 +141,7 @@ class Resolver:
                 raise PeerNotFound(f"no peer in the DHT knows {peer}")
             try:
                 await self.host.connect(found.info)
-            except Exception as exc:  # py-libp2p raises many types for failed dials
+            except Exception as exc:  # noqa: BLE001 - py-libp2p raises many types for failed dials: translated
                 addrs = [str(a) for a in found.info.addrs]
                 raise PeerNotFound(
                     f"found {peer} ({found.how}) at {addrs} but could not connect: {exc}"
@@ -153,7 +157,7 @@ class Resolver:
         raise PeerNotFound(f"could not resolve {peer} within {timeout:.0f} s")
 
 
-def _dialable(addrs: list[str], peer: ID) -> list:
+def _dialable(addrs: list[str], peer: ID) -> list[Multiaddr]:
     """Multiaddrs from a peer record, without the trailing /p2p/<peer> that dialling adds."""
     from multiaddr import Multiaddr
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from libp2p.peer.id import ID
@@ -52,7 +53,9 @@ class _Bucket:
 
 
 class RoutingTable:
-    def __init__(self, own: ID, *, bucket_size: int = 20, clock=time.monotonic) -> None:
+    def __init__(
+        self, own: ID, *, bucket_size: int = 20, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.own = own
         self.own_key = peer_key(own)
         self.bucket_size = bucket_size

@@ -15,14 +15,19 @@ import contextlib
 import random
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
 
 import trio
 import trio.lowlevel
 from libp2p.abc import IHost
+from libp2p.network.swarm import Swarm
 from libp2p.peer.peerinfo import PeerInfo
 from multiaddr import Multiaddr
 
 from .node import Dht, DhtConfig
+
+if TYPE_CHECKING:
+    from trio_typing import TaskStatus  # trio.TaskStatus (see dht/node.py)
 
 LOOPBACK = "/ip4/127.0.0.1/tcp/0"
 QUIET = DhtConfig(publish_peer_record=False)  # swarm tests publish peer records when they want
@@ -34,7 +39,7 @@ def without_auto_connect(host: IHost) -> IHost:
     It is on by default in 0.8.1 (min_connections=50, low_watermark=100): in a swarm of tens of
     nodes in one process it meshes everyone, and the connections' CPU swamps what we measure.
     """
-    config = host.get_network().connection_config
+    config = cast(Swarm, host.get_network()).connection_config  # what new_host builds
     config.min_connections = 0
     config.low_watermark = 0
     return host
@@ -79,7 +84,7 @@ async def _run_node(
     dht: Dht,
     scope: trio.CancelScope,
     *,
-    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    task_status: TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     with scope:
         async with dht.host.run([Multiaddr(LOOPBACK)]), trio.open_nursery() as nursery:
@@ -95,7 +100,7 @@ async def open_dht_swarm(
     *,
     config: DhtConfig | Callable[[int], DhtConfig] = QUIET,
     seed: int = 0,
-    **dht_kwargs,
+    **dht_kwargs: Any,
 ) -> AsyncIterator[DhtSwarm]:
     """N listening DHT nodes, not yet joined (call `join_all`)."""
     async with trio.open_nursery() as nursery:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from typing import TypeVar, cast
+from typing import TypeVar
 
 from libp2p.peer.id import ID
 from peertrain.protocol.messages import Request, Response
@@ -65,7 +65,7 @@ class Walker:
             peer, message, expected, timeout=self.config.request_timeout
         )
         self._on_server_peer(peer)  # it answered a DHT request: it serves
-        return cast(Reply, reply)  # `Links.request` checked its type
+        return reply
 
     def heard(self, answer: Iterable[PeerAddrs], target: int) -> list[ID]:
         """Peers an answer named: candidates for this lookup, and learned contacts for the table

@@ -13,18 +13,23 @@ A disconnect removes the peer from the table and fails its in-flight requests at
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import trio
-from libp2p.abc import INetConn, INetStream, INetwork, INotifee
+from libp2p.abc import IHost, INetConn, INetwork
 from libp2p.peer.id import ID
-from multiaddr import Multiaddr
+from libp2p.peer.peerstore import PeerStoreError
+from peertrain.protocol.connection_events import ConnectionEvents
 
 from .keyspace import peer_key
 from .messages import DHT_PROTOCOL
+from .table_feed import TableFeed
 
 if TYPE_CHECKING:
-    from .node import Dht
+    # libp2p installs trio-typing, whose stubs shadow trio's own types and do not export
+    # trio.TaskStatus; this is the same protocol.
+    from trio_typing import TaskStatus
 
 log = logging.getLogger(__name__)
 
@@ -33,23 +38,37 @@ QUEUE = 256
 POLL = 0.1
 
 
-class ConnectionWatcher(INotifee):
-    def __init__(self, dht: Dht) -> None:
-        self.dht = dht
+class ConnectionWatcher(ConnectionEvents):
+    def __init__(
+        self,
+        host: IHost,
+        feed: TableFeed,
+        *,
+        connected_keys: dict[int, ID],
+        close_peer: Callable[[ID], Awaitable[None]],
+        identify_wait: float,
+    ) -> None:
+        self.host = host
+        self.feed = feed
+        self.table = feed.table
+        self.book = feed.book
+        self.connected_keys = connected_keys  # shared with the responder: exact-match answers
+        self._close_peer = close_peer  # ends our request stream to a peer that left
+        self._identify_wait = identify_wait
         self._send, self._receive = trio.open_memory_channel[ID](QUEUE)
         self.dropped = 0
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             for _ in range(WORKERS):
                 nursery.start_soon(self._classify)
-            for peer in self.dht.host.get_connected_peers():  # connections made before we started
+            for peer in self.host.get_connected_peers():  # connections made before we started
                 self._note(peer)
             task_status.started()
 
     def _note(self, peer: ID) -> None:
-        self.dht.connected_keys[peer_key(peer)] = peer
-        if peer in self.dht.table:
+        self.connected_keys[peer_key(peer)] = peer
+        if peer in self.table:
             return
         try:
             self._send.send_nowait(peer)
@@ -58,24 +77,24 @@ class ConnectionWatcher(INotifee):
 
     async def _classify(self) -> None:
         async for peer in self._receive:
-            if peer in self.dht.table or not self.dht.book.is_connected(peer):
+            if peer in self.table or not self.book.is_connected(peer):
                 continue
             if await self._identified_as_server(peer):
-                self.dht._add_server(peer, inferred=True)
+                self.feed.add_server(peer, inferred=True)
 
     async def _identified_as_server(self, peer: ID) -> bool:
         """True once identify lists our protocol for `peer`; False if it does not, or never says."""
         wanted = str(DHT_PROTOCOL)
-        store = self.dht.host.get_peerstore()
-        with trio.move_on_after(self.dht.config.identify_wait):
+        store = self.host.get_peerstore()
+        with trio.move_on_after(self._identify_wait):
             while True:
                 try:
                     protocols = store.get_protocols(peer)
-                except Exception:  # PeerStoreError: not identified yet
+                except PeerStoreError:  # not identified yet; we poll again
                     protocols = []
                 if protocols:
                     return wanted in protocols
-                if peer in self.dht.table:
+                if peer in self.table:
                     return True
                 await trio.sleep(POLL)
         return False
@@ -87,18 +106,6 @@ class ConnectionWatcher(INotifee):
         peer = conn.muxed_conn.peer_id
         if network.get_connections(peer):
             return
-        self.dht.connected_keys.pop(peer_key(peer), None)
-        self.dht.table.remove(peer)
-        await self.dht.links.close_peer(peer)
-
-    async def opened_stream(self, network: INetwork, stream: INetStream) -> None:
-        return None
-
-    async def closed_stream(self, network: INetwork, stream: INetStream) -> None:
-        return None
-
-    async def listen(self, network: INetwork, multiaddr: Multiaddr) -> None:
-        return None
-
-    async def listen_close(self, network: INetwork, multiaddr: Multiaddr) -> None:
-        return None
+        self.connected_keys.pop(peer_key(peer), None)
+        self.table.remove(peer)
+        await self._close_peer(peer)

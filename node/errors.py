@@ -1,24 +1,34 @@
-"""The node layer's branch of the error tree.
+"""The node layer's branch of the error tree (shared by every node sub-layer).
 
 PeertrainError
-└── NodeError                  the daemon could not do what the user asked
-    ├── ConfigError            a bad config key or value (names the key, says what to do)
-    ├── IdentityError          the identity key file is unreadable, corrupt or too open
-    ├── ConnectError           a peer could not be reached or refused us
-    │   └── PskMismatch        the private-network key differs (or one side has none)
-    └── ControlError           no daemon answers on this home, or it answered an error
+├── SwarmError (swarm/errors.py)
+│   └── swarm ConfigError          a bad setting, whichever layer read it (also a ValueError)
+└── NodeError                      the daemon could not do what the user asked
+    ├── ConfigError                a bad config key or value (names the key, says what to do);
+    │                              also the swarm ConfigError, so one `except` catches both
+    ├── IdentityError              the identity key file is unreadable, corrupt or too open
+    ├── ConnectError               a peer could not be reached or refused us
+    │   └── PskMismatch            the private-network key differs (or one side has none)
+    ├── ControlError               no daemon answers on this home, or it answered an error
+    ├── BudgetExceeded             a request would take more than the daemon's resource budget
+    ├── SlimmedDependencyUsed      code used a package the daemon keeps out of memory (an
+    │                              ImportError too, so optional-package fallbacks still work)
+    ├── DialbackUnavailable        a peer could not or would not run the dial-back check for us
+    ├── TransferFailed             no holder could supply a tensor
+    └── TransportError             node/net/transport/errors.py: Noise and Yamux failures
 """
 
 from __future__ import annotations
 
 from peertrain.protocol.errors import PeertrainError
+from peertrain.swarm.errors import ConfigError as SwarmConfigError
 
 
 class NodeError(PeertrainError):
     """The daemon could not do what was asked."""
 
 
-class ConfigError(NodeError):
+class ConfigError(NodeError, SwarmConfigError):
     """A configuration key or value is wrong; the message names it and says what to do."""
 
 
@@ -36,3 +46,22 @@ class PskMismatch(ConnectError):
 
 class ControlError(NodeError):
     """The local control API could not be reached, or answered with an error."""
+
+
+class BudgetExceeded(NodeError):
+    """A request would take more of a resource than the daemon's budget allows."""
+
+
+class SlimmedDependencyUsed(NodeError, ImportError):
+    """Code used a package that the daemon keeps out of memory (see node/net/slim_imports.py).
+
+    It is an ImportError too: code that falls back when an optional package is missing does so.
+    """
+
+
+class DialbackUnavailable(NodeError):
+    """A peer could not or would not run the dial-back check for us."""
+
+
+class TransferFailed(NodeError):
+    """No holder could supply a tensor."""

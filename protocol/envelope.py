@@ -160,7 +160,7 @@ def _load_ed25519_key(serialized: bytes) -> PublicKey:
         key = Ed25519PublicKey.from_bytes(proto.data)
     except BadSignature:
         raise
-    except Exception as exc:  # protobuf / PyNaCl parse untrusted bytes; any failure is theirs
+    except Exception as exc:  # noqa: BLE001 - protobuf / PyNaCl parse untrusted bytes; any failure is theirs: translated
         raise BadSignature(f"envelope public key does not parse: {exc}") from None
     if key.serialize() != serialized:
         raise BadSignature("envelope public key is not in canonical form")

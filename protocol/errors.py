@@ -12,9 +12,15 @@
         └── PeerTimeout            the peer did not send (or take) bytes in time; `phase` says when
     └── RemoteError                the peer understood a request and refused it (`code`, `reason`)
 
-Other layers hang their own branches under `PeertrainError` (e.g. `dht.errors.DHTError`).
-`PeertrainError` lives here because `protocol/` is the bottom layer and imports nothing of ours.
-Every `ProtocolError` means "the remote peer is to blame": callers penalise the peer and go on.
+Other layers hang their own roots under `PeertrainError`: `dht.errors.DHTError`,
+`crdt.errors.CRDTError`, `swarm.errors.SwarmError`, `node.errors.NodeError` (each errors.py draws
+its branch). `PeertrainError` lives here because `protocol/` is the bottom layer and imports
+nothing of ours. Every `ProtocolError` means "the remote peer is to blame": callers penalise the
+peer and go on.
+
+`Invalid` is not in the tree: schema.py's converters raise it for a field that does not match its
+type, and messages.py turns it into `DecodeError` (their bytes) or `TypeError` (our own value)
+before anything leaves this layer.
 """
 
 from __future__ import annotations
@@ -71,3 +77,10 @@ class RemoteError(PeertrainError):
         super().__init__(f"peer refused the request (code {code}): {reason}")
         self.code = code
         self.reason = reason
+
+
+class Invalid(Exception):
+    """A value did not match its field's type; `path` says where (`"peers[3].addr"`)."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")

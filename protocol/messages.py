@@ -28,9 +28,9 @@ import typing
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeVar, dataclass_transform, overload
 
-from .errors import DecodeError, MessageTooLarge, RemoteError
+from .errors import DecodeError, Invalid, MessageTooLarge, RemoteError
 from .packing import pack, unpack
-from .schema import Converter, IntRange, Invalid, MaxLen, Nested, compile_annotation
+from .schema import Converter, IntRange, MaxLen, Nested, compile_annotation
 
 M = TypeVar("M", bound="Message")
 M2 = TypeVar("M2", bound="Message")

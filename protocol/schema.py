@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import Invalid
+
 INT64_MIN, UINT64_MAX = -(2**63), 2**64 - 1
 
 
@@ -40,13 +42,6 @@ class IntRange:
 
     lo: int
     hi: int
-
-
-class Invalid(Exception):
-    """A value did not match its field's type; `path` says where (`"peers[3].addr"`)."""
-
-    def __init__(self, path: str, problem: str) -> None:
-        super().__init__(f"{path}: {problem}")
 
 
 class Converter:

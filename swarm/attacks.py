@@ -27,11 +27,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
-from peertrain.protocol.errors import PeertrainError
 
-
-class UnknownAttack(PeertrainError):
-    """An attack was asked for by an unknown name or with unknown options."""
+from .errors import UnknownAttack
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

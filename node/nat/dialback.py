@@ -21,7 +21,6 @@ from peertrain.protocol.ids import protocol_id
 from peertrain.protocol.messages import Request, Response, message
 from peertrain.protocol.schema import MaxLen
 
-from ..errors import NodeError
 from ..net.addresses import value_of
 from ..net.host import build_host
 from ..net.identity import Identity
@@ -146,7 +145,3 @@ class DialbackServer:
             reached=reached,
             tried=tuple(str(t) for t in targets),
         )
-
-
-class DialbackUnavailable(NodeError):
-    """A peer could not or would not run the dial-back check for us."""

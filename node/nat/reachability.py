@@ -36,6 +36,7 @@ from multiaddr import Multiaddr
 from peertrain.protocol.errors import PeertrainError
 from peertrain.protocol.framing import read_message, write_message
 
+from ..errors import DialbackUnavailable
 from ..net.addresses import value_of
 from ..net.notifee import ConnectionEvents
 from .dialback import (
@@ -44,7 +45,6 @@ from .dialback import (
     DialbackRequest,
     DialbackResponse,
     DialbackServer,
-    DialbackUnavailable,
     close_quietly,
 )
 

@@ -29,17 +29,13 @@ from typing import Any, TypedDict
 
 from libp2p.abc import IHost, INetConn, INetwork
 
-from ..errors import NodeError
+from ..errors import BudgetExceeded
 from .notifee import ConnectionEvents
 
 log = logging.getLogger(__name__)
 
 MiB = 1 << 20
 GiB = 1 << 30
-
-
-class BudgetExceeded(NodeError):
-    """A request would take more of a resource than the daemon's budget allows."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

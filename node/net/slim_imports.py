@@ -39,7 +39,7 @@ import types
 from collections.abc import Iterable
 from typing import Any
 
-from ..errors import NodeError
+from ..errors import SlimmedDependencyUsed
 
 log = logging.getLogger(__name__)
 
@@ -55,13 +55,6 @@ SLIMMED: dict[str, str] = {
 MAX_RECORDED_USES = 64
 
 _uses: collections.deque[str] = collections.deque(maxlen=MAX_RECORDED_USES)
-
-
-class SlimmedDependencyUsed(NodeError, ImportError):
-    """Code tried to use a package that the daemon keeps out of memory (see this module).
-
-    It is an ImportError too: code that falls back when an optional package is missing does so.
-    """
 
 
 def install(packages: Iterable[str] = SLIMMED) -> SlimFinder | None:

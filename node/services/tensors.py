@@ -31,7 +31,7 @@ from peertrain.protocol.messages import ErrorCode
 from peertrain.protocol.tensor_transfer import fetch_chunks, request_header, serve_tensor_request
 from peertrain.protocol.tensors import PreparedTensor, TensorDownload
 
-from ..errors import NodeError
+from ..errors import TransferFailed
 from ..net.penalties import PeerScoreboard, is_misbehaviour
 from ..net.stream_limits import StreamSlots
 
@@ -48,10 +48,6 @@ RETRIES = 3  # times a holder whose stream broke is asked again (per download)
 RECONNECT_WAIT = 5.0  # seconds it gets to be connected again (a circuit redial takes < 1 s)
 RETRY_PAUSE = 0.2
 REDIAL_GRACE = 1.0  # seconds left to whoever redials (hole punching) before `reconnect` runs
-
-
-class TransferFailed(NodeError):
-    """No holder could supply a tensor."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,9 +1,10 @@
 """The aggregation branch of the error tree.
 
     PeertrainError
-    └── AggregationError            aggregation could not produce an update
-        ├── AggregatorConfigError   unknown rule name, unknown option, or a value out of range
-        └── NotEnoughUpdates        after validation too few inputs remain for the rule
+    └── SwarmError                      (swarm/errors.py)
+        └── AggregationError            aggregation could not produce an update
+            ├── AggregatorConfigError   unknown rule name, unknown option, or a value out of range
+            └── NotEnoughUpdates        after validation too few inputs remain for the rule
 
 Rejected inputs are not errors: they come back as per-input `Verdict`s so the caller can penalise
 the sender and carry on. `NotEnoughUpdates` carries those verdicts too, for the same reason.
@@ -14,13 +15,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from peertrain.protocol.errors import PeertrainError
+from ..errors import SwarmError
 
 if TYPE_CHECKING:
     from peertrain.swarm.aggregation.validation import Verdict
 
 
-class AggregationError(PeertrainError):
+class AggregationError(SwarmError):
     """An aggregator could not produce an update."""
 
 

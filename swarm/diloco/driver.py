@@ -168,7 +168,7 @@ class DiLoCoDriver:
             return
         self.progress.phase = f"waiting for {self.spec.min_members} members"
         with trio.move_on_after(self.spec.start_timeout):
-            while (
+            while (  # noqa: ASYNC110 - replicated state and lease expiry change with no event to wait on
                 len(self.expected_members(0)) < self.spec.min_members
                 and self._newest_majority_round() <= 0
             ):
@@ -180,7 +180,7 @@ class DiLoCoDriver:
         peer, expect no update, and race through the remaining rounds alone in milliseconds."""
         self.progress.phase = "rejoining the group"
         with trio.move_on_after(self.spec.start_timeout):
-            while not (self.replicator.exchange.peers() and await self.replicator.bootstrap()):
+            while not (self.replicator.exchange.peers() and await self.replicator.bootstrap()):  # noqa: ASYNC110 - replicated state and lease expiry change with no event to wait on
                 await trio.sleep(0.2)
         await self._catch_up()
 
@@ -287,7 +287,7 @@ class DiLoCoDriver:
     async def _agree_with_majority(self, *, wait: float = AGREEMENT_WAIT) -> None:
         round_ = self.member.round
         with trio.move_on_after(wait):
-            while sum(self._refs(round_).values()) < len(self.expected_members(round_ - 1)):
+            while sum(self._refs(round_).values()) < len(self.expected_members(round_ - 1)):  # noqa: ASYNC110 - replicated state and lease expiry change with no event to wait on
                 await trio.sleep(0.1)
         counts = self._refs(round_)
         if not counts:
@@ -309,7 +309,7 @@ class DiLoCoDriver:
         """Adopt the newest majority state when it differs from ours; then announce ours."""
         if initial:  # give anti-entropy a moment to bring a joiner the registry
             with trio.move_on_after(5.0):
-                while self._newest_majority_round() < 0 and self.replicator.exchange.peers():
+                while self._newest_majority_round() < 0 and self.replicator.exchange.peers():  # noqa: ASYNC110 - replicated state and lease expiry change with no event to wait on
                     await trio.sleep(0.1)
         if initial:
             await self._resume_local()
@@ -333,7 +333,9 @@ class DiLoCoDriver:
         try:
             found = await self._thread(self.checkpoints.latest)
         except Exception as exc:  # a corrupt store must not stop the node: peers have the state
-            log.warning("local checkpoints unusable (%s); catching up from peers", exc)
+            log.warning(
+                "local checkpoints unusable (%s); catching up from peers", exc, exc_info=True
+            )
             return
         if found is not None and found[1].round > self.member.round:
             await self._thread(self.member.restore, found[1])

@@ -1,10 +1,11 @@
 """The DiLoCo branch of the error tree.
 
     PeertrainError
-    └── DiLoCoError              a DiLoCo member could not do what was asked
-        ├── RoundFailed          a round could not complete (exchange timed out, no usable update)
-        └── CheckpointError      a checkpoint is missing, incomplete, or failed verification
-            └── CheckpointCorrupt  its bytes do not hash to its name / recorded digests
+    └── SwarmError                   (swarm/errors.py)
+        └── DiLoCoError              a DiLoCo member could not do what was asked
+            ├── RoundFailed          a round could not complete (exchange timed out, no update)
+            └── CheckpointError      a checkpoint is missing, incomplete, or failed verification
+                └── CheckpointCorrupt  its bytes do not hash to its name / recorded digests
 
 Updates from peers that fail to decode are not errors here: they are counted as rejected in the
 round's report and the round goes on without them.
@@ -12,10 +13,10 @@ round's report and the round goes on without them.
 
 from __future__ import annotations
 
-from peertrain.protocol.errors import PeertrainError
+from ..errors import SwarmError
 
 
-class DiLoCoError(PeertrainError):
+class DiLoCoError(SwarmError):
     """A DiLoCo member could not do what was asked."""
 
 

@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 DOMAIN = "outer-update"
 MAX_ENVELOPE = 2048
 ROUND_WINDOW = 2  # accept announcements for rounds [current - 1, current + ROUND_WINDOW]
+FETCH_TRIES = 10  # failed fetches from the same holders before waiting for a new holder
+FETCH_PAUSE = 0.5  # seconds between those tries
 
 
 @message("diloco/update-announcement", max_size=512)
@@ -70,6 +72,8 @@ class _RoundState:
     holders: dict[bytes, list[str]] = field(default_factory=dict)  # checksum → peers holding it
     payloads: dict[str, bytes] = field(default_factory=dict)  # sender → verified payload
     changed: trio.Event = field(default_factory=trio.Event)
+    # Set, then replaced, each time a holder is added: wakes every `_pull` waiting for one.
+    holder_added: trio.Event = field(default_factory=trio.Event)
 
 
 class UpdateGossip:
@@ -119,6 +123,8 @@ class UpdateGossip:
             holders = state.holders.setdefault(ann.checksum, [])
             if origin not in holders and len(holders) < 64:
                 holders.append(origin)
+                state.holder_added.set()
+                state.holder_added = trio.Event()
         state.changed.set()
         return True
 
@@ -205,13 +211,30 @@ class UpdateGossip:
     async def _pull(
         self, round_: int, state: _RoundState, ann: UpdateAnnouncement, fetching: set[str]
     ) -> None:
+        """Fetch one announced update; after `FETCH_TRIES` failures from the holders known so
+        far, wait for another holder to announce instead of asking the same ones again."""
+        tries = 0
         while True:
             holders = list(state.holders.get(ann.checksum, [ann.sender]))
             try:
                 payload = await self.transport.fetch(holders, ann.checksum, ann.nbytes)
-            except Exception as exc:  # all holders failed for now: wait for another to announce
-                log.debug("round %d: update of %s not fetched yet: %s", round_, ann.sender, exc)
-                await trio.sleep(0.5)
+            except Exception as exc:  # noqa: BLE001 - the transport's own errors (the node's TransferFailed, a reset stream) are retried, then logged at warning
+                tries += 1
+                if tries < FETCH_TRIES:
+                    log.debug("round %d: update of %s not fetched yet: %s", round_, ann.sender, exc)
+                    await trio.sleep(FETCH_PAUSE)
+                    continue
+                log.warning(
+                    "round %d: update of %s not fetched from %d holder(s) in %d tries (%s); "
+                    "waiting for another holder",
+                    round_,
+                    ann.sender,
+                    len(holders),
+                    tries,
+                    exc,
+                )
+                await self._another_holder(state, ann.checksum, len(holders))
+                tries = 0
                 continue
             state.payloads[ann.sender] = payload
             self.bytes_fetched += len(payload)
@@ -224,6 +247,12 @@ class UpdateGossip:
                 ),
             )
             return
+
+    @staticmethod
+    async def _another_holder(state: _RoundState, checksum: bytes, known: int) -> None:
+        """Return once more than `known` peers announced that they hold `checksum`."""
+        while len(state.holders.get(checksum, ())) <= known:
+            await state.holder_added.wait()
 
     async def _announce(self, round_: int, ann: UpdateAnnouncement) -> None:
         env = seal(self.key_pair, domain=DOMAIN, run=self.run_id, round=round_, payload=encode(ann))

@@ -12,12 +12,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from peertrain.protocol.errors import PeertrainError
-
-
-class ConfigError(PeertrainError, ValueError):
-    """A config mapping names an unknown key or holds a value the component cannot use."""
-
+from ..errors import ConfigError  # defined in swarm/errors.py; imported from here too
 
 C = TypeVar("C")
 

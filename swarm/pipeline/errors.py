@@ -1,19 +1,20 @@
 """The SWARM pipeline branch of the error tree.
 
 PeertrainError
-└── PipelineError            a pipeline trainer or stage server could not do what was asked
-    ├── NoServerAvailable    a stage has no live server left to try
-    ├── ServerUnavailable    one call to one server failed (dead, timed out, refused); retry
-    │                        the task on another server of the same stage
-    └── MicrobatchLost       a microbatch ran out of retries (counted, never silent)
+└── SwarmError                   (swarm/errors.py)
+    └── PipelineError            a pipeline trainer or stage server could not do what was asked
+        ├── NoServerAvailable    a stage has no live server left to try
+        ├── ServerUnavailable    one call to one server failed (dead, timed out, refused); retry
+        │                        the task on another server of the same stage
+        └── MicrobatchLost       a microbatch ran out of retries (counted, never silent)
 """
 
 from __future__ import annotations
 
-from peertrain.protocol.errors import PeertrainError
+from ..errors import SwarmError
 
 
-class PipelineError(PeertrainError):
+class PipelineError(SwarmError):
     """A pipeline trainer or stage server could not do what was asked."""
 
 

@@ -98,7 +98,7 @@ def test_a_flood_of_valid_deltas_from_one_peer_does_not_grow_memory():
     assert stats.state.checkpoint_entries <= CHECKPOINT_WINDOW
     assert stats.state.dot_cloud <= CHECKPOINT_WINDOW
     assert stats.proofs.envelopes <= 1 + config.max_proof_deltas
-    assert len(rep._seen) <= 512 and len(rep._prechecked) <= 256
+    assert len(rep.intake._seen) <= 512 and len(rep.intake._prechecked) <= 256
     # Keeping each delta (~500 B as bytes alone) would grow this by > 700 kB.
     assert grown < 200 * 1024, f"memory grew by {grown} bytes over 1500 more deltas"
 

@@ -206,7 +206,7 @@ def test_duplicates_and_replays_are_harmless(world):
     digest = world.rep.state.digest()
     for _ in range(3):
         assert not world.rep.handle_gossip(b.id, raw)
-    world.rep._seen.clear()  # a replay older than the duplicate filter: merge is idempotent
+    world.rep.intake._seen.clear()  # a replay older than the duplicate filter: merge is idempotent
     assert world.rep.handle_gossip(b.id, raw)
     assert world.rep.state.digest() == digest and world.penalties == []
 

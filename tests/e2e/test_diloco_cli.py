@@ -78,7 +78,7 @@ def join_args(addr: str, name: str) -> list[str]:
 def run_of(daemon: DaemonProcess) -> dict | None:
     try:
         return daemon.status(timeout=5)["run"]
-    except Exception:
+    except Exception:  # noqa: BLE001 - a daemon that does not answer yet has no run; asked again
         return None
 
 

@@ -32,7 +32,7 @@ def join_args(addr: str, *extra: str) -> list[str]:
 def run_of(daemon: DaemonProcess) -> dict:
     try:
         return daemon.status(timeout=5)["run"] or {}
-    except Exception:
+    except Exception:  # noqa: BLE001 - a daemon that does not answer yet has no run; asked again
         return {}
 
 

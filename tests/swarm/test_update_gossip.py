@@ -11,7 +11,12 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 from peertrain.protocol.envelope import seal
 from peertrain.protocol.messages import encode
-from peertrain.swarm.diloco.update_gossip import DOMAIN, UpdateAnnouncement, UpdateGossip
+from peertrain.swarm.diloco.update_gossip import (
+    DOMAIN,
+    FETCH_TRIES,
+    UpdateAnnouncement,
+    UpdateGossip,
+)
 
 NBYTES = 64
 RUN = "run-1"
@@ -167,3 +172,42 @@ async def test_announcements_outside_the_round_window_are_ignored_without_penalt
     _, early = forged(group, other, round_=40)
     assert member.validate(origin, stale) and member.validate(origin, early)
     assert member._rounds == {}  # nothing recorded
+
+
+async def test_a_fetch_that_keeps_failing_waits_for_another_holder_instead_of_retrying_forever(
+    autojump_clock,
+):
+    group = Group()
+    a, b = group.add(), group.add()
+    asked: list[list[str]] = []
+
+    async def fetch_from_flaky_a(holders, checksum: bytes, nbytes: int) -> bytes:
+        asked.append(list(holders))
+        await trio.lowlevel.checkpoint()
+        if set(holders) <= {a.me}:
+            raise LookupError("a's stream keeps breaking")
+        return group.store[checksum]
+
+    b.transport.fetch = fetch_from_flaky_a
+    results = {}
+    async with trio.open_nursery() as nursery:
+        for member, fill in ((a, 1), (b, 2)):
+
+            async def one(member=member, fill=fill) -> None:
+                payload = bytes([fill]) * NBYTES
+                deadline = trio.current_time() + 600
+                results[member.me] = await member.exchange(0, payload, deadline=deadline)
+
+            nursery.start_soon(one)
+        await trio.sleep(300)  # long after the last try: b stopped asking a
+        assert len(asked) == FETCH_TRIES and b.me not in results
+
+        holder_key = create_new_key_pair()  # a peer that fetched a's update and says so
+        a_update = a._rounds[0].announced[a.me]
+        holds = UpdateAnnouncement(
+            sender=a.me, nbytes=NBYTES, checksum=a_update.checksum, holds=True
+        )
+        raw = seal(holder_key, domain=DOMAIN, run=RUN, round=0, payload=encode(holds)).to_bytes()
+        assert b.validate(ID.from_pubkey(holder_key.public_key).to_base58(), raw)
+    assert len(asked) == FETCH_TRIES + 1 and len(asked[-1]) == 2
+    assert [c.sender for c in results[b.me]] == sorted(group.members)

@@ -1,0 +1,117 @@
+"""Joining the DHT and staying joined: bootstrap, the first wide walk, periodic refresh.
+
+The bootstrap self-lookup is one peer wide: the bootstrap peer names the peers nearest to us
+and we walk to the nearest, which then knows us. That makes us useful at once (lookups work
+through any peer in the table) for about two connections. A wider walk follows a moment later
+in the background (`maintain`): in py-libp2p a connection costs ≈17 ms of CPU (two thirds of it
+identify), and a swarm joining all at once with the wide walk up front spent three times as
+long before anyone was usable.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Sequence
+
+import trio
+from libp2p.abc import IHost
+from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import PeerInfo
+
+from .config import DhtConfig
+from .keyspace import random_key_in_bucket
+from .routing import RoutingTable
+from .table_feed import TableFeed
+from .walker import Walker
+
+log = logging.getLogger(__name__)
+
+FIRST_REFRESH = (5.0, 15.0)  # seconds after bootstrap: the wide self-lookup, spread out in time
+
+
+class Bootstrapper:
+    def __init__(
+        self,
+        *,
+        host: IHost,
+        config: DhtConfig,
+        table: RoutingTable,
+        walker: Walker,
+        feed: TableFeed,
+        peers: Sequence[PeerInfo],
+    ) -> None:
+        self.host = host
+        self.config = config
+        self.table = table
+        self.walker = walker
+        self.feed = feed
+        self.own = host.get_id()
+        self.peers = [p for p in peers if p.peer_id != self.own]
+        self._lock = trio.Lock()
+        self.done = trio.Event()  # set after the first self-lookup that found anyone
+
+    async def bootstrap(self, peers: Sequence[PeerInfo] = ()) -> int:
+        """Connect to `peers` (and the configured ones), then look ourselves up, one peer wide.
+
+        Returns the routing table's size. Safe to call again at any time.
+        """
+        known = {p.peer_id for p in self.peers}
+        self.peers += [p for p in peers if p.peer_id not in known and p.peer_id != self.own]
+        async with self._lock:
+            reached = await self.connect_all(self.peers)
+            seeds = [*reached, *self.table.closest(self.table.own_key, self.config.alpha)]
+            if seeds:
+                await self.walker.lookup_nodes(self.table.own_key, width=1, alpha=1, seeds=seeds)
+            if len(self.table):
+                self.done.set()
+            return len(self.table)
+
+    async def maintain(self) -> None:
+        """Bootstrap as soon as there is anyone to bootstrap from, then refresh periodically."""
+        delay = 1.0
+        while not self.done.is_set():
+            if self.peers or len(self.table):
+                async with self._lock:
+                    pass  # a bootstrap someone else started finishes first
+                if not self.done.is_set():
+                    await self.bootstrap()
+                if self.done.is_set():
+                    break
+            with trio.move_on_after(delay):
+                await self.feed.wait_for_growth()
+            delay = min(delay * 2, self.config.refresh_interval)
+        await trio.sleep(random.uniform(*FIRST_REFRESH))
+        await self.walker.lookup_nodes(self.table.own_key, width=self.config.alpha)
+        while True:
+            await trio.sleep(self.config.refresh_interval * random.uniform(0.8, 1.2))
+            await self.refresh()
+
+    async def refresh(self) -> None:
+        """Self-lookup plus a random lookup in up to 3 buckets no lookup went through lately."""
+        if not len(self.table):
+            await self.connect_all(self.peers)
+        await self.walker.lookup_nodes(self.table.own_key, width=self.config.alpha)
+        stale = self.table.stale_buckets(self.config.refresh_interval)
+        for index in random.sample(stale, min(3, len(stale))):
+            await self.walker.lookup_nodes(
+                random_key_in_bucket(self.table.own_key, index, random.getrandbits(256))
+            )
+
+    async def connect_all(self, peers: Sequence[PeerInfo]) -> list[ID]:
+        """Connect to `peers` in parallel; return those that answered."""
+        reached: list[ID] = []
+
+        async def connect(info: PeerInfo) -> None:
+            try:
+                with trio.fail_after(self.config.request_timeout * 2):
+                    await self.host.connect(info)
+            except (Exception, trio.TooSlowError) as exc:  # noqa: BLE001 - a dial fails in many libp2p types; logged, and the others go on
+                log.info("dht: could not reach bootstrap peer %s: %s", info.peer_id, exc)
+                return
+            reached.append(info.peer_id)
+
+        async with trio.open_nursery() as nursery:
+            for info in peers:
+                nursery.start_soon(connect, info)
+        return reached
