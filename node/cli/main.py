@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import sys
 
+from peertrain.swarm.errors import ConfigError as SwarmConfigError
+
 from ..errors import NodeError
 from .options import apply_env
 from .parser import build_parser
@@ -36,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         apply_env(args, parser)
         return args.handler(args) or 0
-    except NodeError as exc:
+    except (NodeError, SwarmConfigError) as exc:  # what the user can fix: no traceback
         print(f"peertrain: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:

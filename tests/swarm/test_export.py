@@ -35,6 +35,7 @@ def test_a_safetensors_export_loads_without_peertrain_and_gives_the_same_outputs
         model = own_model.build(channels=4)
     finally:
         sys.path.remove(str(fixtures))
+        sys.modules.pop("own_model", None)
     sidecar = export_model(model, tmp_path / "out", about={"run": "r1", "round": 7})
     assert sidecar["run"] == "r1" and set(sidecar["files"]) == {"model.safetensors"}
     out = subprocess.run(

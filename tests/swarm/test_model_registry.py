@@ -20,6 +20,7 @@ def own_models(monkeypatch):
     monkeypatch.syspath_prepend(str(FIXTURES))
     monkeypatch.setattr(registry, "_trusted", set())
     monkeypatch.delenv(registry.TRUSTED_ENV, raising=False)
+    sys.modules.pop("own_model", None)  # another test may have imported it already
     yield
     sys.modules.pop("own_model", None)
 
