@@ -24,7 +24,8 @@ class RejectReason(enum.Enum):
     MALFORMED = ("malformed", 25.0)
     UNKNOWN_NAMESPACE = ("unknown-namespace", 10.0)
     OVERSIZED = ("oversized", 25.0)
-    EXPIRED = ("expired", 5.0)  # a small one: an honest record can expire in flight
+    EXPIRED = ("expired", 0.0)  # nobody's fault: an honest record can expire in flight
+    FUTURE = ("issued-in-future", 0.0)  # nobody's fault: the writer's clock or ours is off
     WRONG_WRITER = ("wrong-writer", 50.0)
     BAD_SIGNATURE = ("bad-signature", 50.0)
     WRONG_KEY = ("wrong-key", 50.0)  # a replica answered with records of another key

@@ -345,7 +345,7 @@ class Dht:
         code = exc.reason.code if isinstance(exc, RecordRejected) else type(exc).__name__
         self._rejected[code] += 1
         log.warning("dht: rejected input from %s: %s", peer, exc)
-        if self._penalise is not None:
+        if self._penalise is not None and points > 0:  # 0: clocks explain it, nobody to blame
             self._penalise(peer.to_base58(), points, f"dht: {exc}")
 
     # ── records and peers: `values.py`, `resolution.py` ─────────────────────────────────

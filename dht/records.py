@@ -156,10 +156,11 @@ def check_entry(
         raise RecordRejected(
             RejectReason.EXPIRED, f"expired {(now - entry.expires_ms) / 1000:.1f} s ago"
         )
-    if entry.expires_ms <= entry.issued_ms or entry.issued_ms > now + CLOCK_SKEW_MS:
-        raise RecordRejected(
-            RejectReason.MALFORMED, "issued in the future or expires before issued"
-        )
+    if entry.expires_ms <= entry.issued_ms:
+        raise RecordRejected(RejectReason.MALFORMED, "expires before it was issued")
+    if entry.issued_ms > now + CLOCK_SKEW_MS:
+        ahead = (entry.issued_ms - now) / 1000
+        raise RecordRejected(RejectReason.FUTURE, f"issued {ahead:.1f} s in our future")
     if entry.expires_ms - max(now, entry.issued_ms) > ns.max_ttl * 1000 + CLOCK_SKEW_MS:
         raise RecordRejected(RejectReason.OVERSIZED, f"ttl over {ns.name}'s {ns.max_ttl:.0f} s")
     writer = _writer_text(entry.writer)

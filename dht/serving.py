@@ -114,16 +114,20 @@ class Responder:
     def _store(self, peer: ID, request: Store) -> Stored:
         now = now_ms(self.clock)
         held, reasons = 0, []
+        worst: RecordRejected | None = None  # one penalty per request, for the worst entry
         for entry in request.entries:
             try:
                 namespace, _value = check_entry(entry, self.registry, self.signatures, now=now)
             except RecordRejected as exc:
-                self.on_reject(peer, exc)
+                if worst is None or exc.reason.penalty > worst.reason.penalty:
+                    worst = exc
                 reasons.append(str(exc)[:160])
                 continue
             if not self.is_server:
                 continue
             held += self.store.put(entry, namespace, now=now) or self.store.holds(entry)
+        if worst is not None:
+            self.on_reject(peer, worst)
         target = record_key(request.entries[0].key) if request.entries else peer_key(peer)
         return request.reply(
             Stored,

@@ -178,18 +178,25 @@ class Values:
     def _merge(
         self, found: Merged, entries: Iterable[SignedEntry], *, sender: ID | None = None
     ) -> int:
-        """Validate `entries` (signatures already seen cost a hash) into `found`; count them."""
+        """Validate `entries` (signatures already seen cost a hash) into `found`; count them.
+
+        Blame is per answer, not per entry: a replica that handed over several bad entries is
+        penalised once, for the worst. Failures that clocks explain (expired in flight, issued
+        in our future) cost nobody anything: the replica only forwarded what a writer signed."""
         taken = 0
+        worst: RecordRejected | None = None
         now = now_ms(self.clock)
         for entry in entries:
             try:
                 _, value = check_entry(entry, self.registry, self.signatures, now=now)
             except RecordRejected as exc:
-                if exc.reason.code != "expired" and sender is not None:  # clocks differ: no blame
-                    self._on_reject(sender, exc)
+                if worst is None or exc.reason.penalty > worst.reason.penalty:
+                    worst = exc
                 continue
             taken += 1
             current = found.get(entry.writer)
             if current is None or entry.newer_than(current[0]):
                 found[entry.writer] = (entry, value)
+        if worst is not None and worst.reason.penalty > 0 and sender is not None:
+            self._on_reject(sender, worst)
         return taken

@@ -112,7 +112,7 @@ def test_a_value_of_the_wrong_shape_is_malformed_even_when_signed():
 
 def test_entries_issued_in_the_future_are_refused():
     entry = sign_entry(ALICE, stage_key("r", 1), {}, ttl=60)
-    rejected(entry, RejectReason.MALFORMED, now=entry.issued_ms - 120_000)
+    rejected(entry, RejectReason.FUTURE, now=entry.issued_ms - 120_000)
 
 
 def test_writers_without_an_embedded_ed25519_key_cannot_sign():
