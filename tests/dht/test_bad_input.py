@@ -14,8 +14,8 @@ import time
 import pytest
 import trio
 from peertrain.dht import DhtConfig, peer_record_key, stage_key
-from peertrain.dht.messages import DHT_PROTOCOL, Store, Stored
 from peertrain.dht.errors import RejectReason
+from peertrain.dht.messages import DHT_PROTOCOL, Store, Stored
 from peertrain.dht.namespaces import STAGE
 from peertrain.dht.records import now_ms, sign_entry
 from peertrain.protocol.framing import HEADER
