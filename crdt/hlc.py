@@ -8,6 +8,13 @@ distinct writers never produce equal stamps.
 
 Remote stamps further ahead of our wall clock than `max_drift_ms` are refused (`ClockDrift`):
 otherwise one peer with a clock set to next year would pin every clock it touches there.
+
+Observing a remote stamp moves our clock past it only up to `max_advance_ms` (1 s) beyond our
+own wall clock. Without that bound a stranger's stamp just inside the 60 s drift window pinned
+our clock 60 s ahead, and a peer 200 ms behind us then refused our own lease renewals as too
+far in its future. Our stamps stay monotone either way; a write of ours may then order before
+a stamp from a clock far ahead of ours, which only matters within one owner's slot, and only
+the owner writes there.
 """
 
 from __future__ import annotations
@@ -37,7 +44,14 @@ class Stamp(NamedTuple):
 class HybridClock:
     """The clock of one writer; `now()` for local writes, `observe()` for remote stamps."""
 
-    __slots__ = ("writer", "_wall_ms", "_max_drift_ms", "_last_wall", "_last_counter")
+    __slots__ = (
+        "writer",
+        "_wall_ms",
+        "_max_drift_ms",
+        "_max_advance_ms",
+        "_last_wall",
+        "_last_counter",
+    )
 
     def __init__(
         self,
@@ -45,10 +59,12 @@ class HybridClock:
         *,
         wall_ms: Callable[[], int] = wall_clock_ms,
         max_drift_ms: int = 60_000,
+        max_advance_ms: int = 1_000,
     ) -> None:
         self.writer = writer
         self._wall_ms = wall_ms
         self._max_drift_ms = max_drift_ms
+        self._max_advance_ms = max_advance_ms
         self._last_wall = 0
         self._last_counter = 0
 
@@ -65,6 +81,8 @@ class HybridClock:
         """Move past `remote` so later local stamps order after it; refuse far-future stamps."""
         physical = self._wall_ms()
         self.check(remote, physical)
+        if remote.wall_ms > physical + self._max_advance_ms:
+            return  # a clock far ahead of ours must not drag ours along (see the module doc)
         if remote.wall_ms > self._last_wall:
             self._last_wall, self._last_counter = remote.wall_ms, remote.counter
         elif remote.wall_ms == self._last_wall and remote.counter > self._last_counter:

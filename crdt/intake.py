@@ -2,9 +2,16 @@
 
 Every envelope, by gossip or in an anti-entropy message, passes the same gate: a duplicate
 filter (an LRU of content hashes), `signed.open_delta` (signature, run, size, strict decode),
-then `RunState.apply_remote` (ownership, clock drift, capacity). A `ProtocolError` costs the peer
-that handed it to us a `Penalty`; a full table (`StateFull`) costs nobody anything. The gossip
-validator's work is kept (bounded) so the delivery that follows it does not decode twice.
+then `RunState.apply_remote` (ownership, clock drift, capacity). The gossip validator's work is
+kept (bounded) so the delivery that follows it does not decode twice.
+
+Blame the signer, never the messenger. An envelope whose signature holds but whose content
+breaks a rule (writes another owner's slot, say) costs its signer a `Penalty`, whoever handed it
+over. One that a clock can explain (`ClockDrift`: the signer's clock or ours is off) or that
+finds no room (`StateFull`) costs nobody anything. Only bytes that do not even open as a signed
+delta are the hander's fault: on gossip the hander is the message's publisher (gossipsub signs
+messages), and an anti-entropy answer is penalised once for all its bad envelopes, never once
+per envelope.
 """
 
 from __future__ import annotations
@@ -12,13 +19,13 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
 from peertrain.protocol.errors import ProtocolError
 
-from .errors import StateFull
+from .errors import ClockDrift, StateFull
 from .hlc import HybridClock
 from .proofs import ProofStore
 from .runstate import RunState
@@ -70,43 +77,82 @@ class Intake:
         self.counts = IntakeCounts()
         self.listeners: list[Callable[[str], None]] = []  # called with the owner after a change
         self._seen: OrderedDict[bytes, None] = OrderedDict()
+        self._last_applied = False
         self._prechecked: OrderedDict[bytes, SignedDelta] = OrderedDict()
 
-    def precheck(self, data: bytes) -> bool:
-        """Would `accept` take `data`? (No state change; the check is kept for the delivery.)"""
+    def precheck(self, data: bytes) -> bool | None:
+        """Would `accept` take `data`? True, False (reject: its publisher is to blame) or None
+        (drop, nobody to blame). No state change; the check is kept for the delivery."""
         key = _key(data)
         if key in self._seen or key in self._prechecked:
             return True
         try:
             signed = open_delta(data, run_id=self.state.run_id)
             self.state.check_remote(signed.signer, signed.doc)
+        except ClockDrift:
+            return None  # a clock is off: refuse it, blame nobody
         except ProtocolError:
-            return False  # the transport penalises the forwarder
+            return False
         except StateFull:
             return True  # valid, just no room here
         _remember(self._prechecked, key, signed, PRECHECKED_CACHE)
         return True
 
     def accept(self, sender: str, data: bytes) -> bool:
-        """Apply one envelope `sender` handed us; False if it was a duplicate or refused."""
+        """Apply one envelope `sender` handed us (gossip); False if a duplicate or refused."""
+        blamed = self._take(data)
+        if blamed is not None:
+            peer, reason = blamed
+            self.penalise(sender if peer is None else peer, reason)
+        return blamed is None and self._last_applied
+
+    def accept_answer(self, sender: str, envelopes: Iterable[bytes]) -> None:
+        """Apply an anti-entropy answer's envelopes. Signers of bad content are penalised each;
+        the peer that handed over envelopes that do not even open, once for the answer."""
+        unopened = 0
+        for data in envelopes:
+            blamed = self._take(data)
+            if blamed is None:
+                continue
+            peer, reason = blamed
+            if peer is None:
+                unopened += 1
+            else:
+                self.penalise(peer, reason)
+        if unopened:
+            self.penalise(sender, f"{unopened} envelope(s) that are no signed delta of this run")
+
+    def _take(self, data: bytes) -> tuple[str | None, str] | None:
+        """Check and apply `data`. None when nobody is to blame (applied, duplicate, no room,
+        a clock); else (signer, reason), signer None when the bytes did not open."""
+        self._last_applied = False
         key = _key(data)
         if key in self._seen:
             self.counts.duplicates += 1
-            return False
+            return None
         _remember(self._seen, key, None, self.seen_cache)
         try:
             signed = self._prechecked.pop(key, None) or open_delta(data, run_id=self.state.run_id)
-            self._apply(signed)
         except ProtocolError as exc:
             self.counts.rejected += 1
-            self.penalise(sender, f"bad state delta: {exc}")
-            return False
+            return None, f"bad state delta: {exc}"
+        try:
+            self._apply(signed)
+        except ClockDrift as exc:
+            self._seen.pop(key, None)  # a later copy may be in time
+            self.counts.rejected += 1
+            log.info("refused a delta of %s without blame: %s", signed.signer, exc)
+            return None
+        except ProtocolError as exc:
+            self.counts.rejected += 1
+            return signed.signer, f"signed a bad state delta: {exc}"
         except StateFull as exc:
             self._seen.pop(key, None)  # no room now; a later copy may find some
-            log.info("dropped a delta from %s: %s", sender, exc)
-            return False
+            log.info("dropped a delta of %s: %s", signed.signer, exc)
+            return None
         self.counts.applied += 1
-        return True
+        self._last_applied = True
+        return None
 
     def accept_manifest(self, peer: str, raw: bytes | None) -> None:
         if raw is not None and self.state.manifest is None:

@@ -134,9 +134,7 @@ class Replicator:
 
     # -- service
 
-    async def run(
-        self, *, task_status: TaskStatus[Replicator] = trio.TASK_STATUS_IGNORED
-    ) -> None:
+    async def run(self, *, task_status: TaskStatus[Replicator] = trio.TASK_STATUS_IGNORED) -> None:
         inbox = await self.pubsub.subscribe(self.topic, self.validate_gossip)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._receive_loop, inbox)
@@ -231,8 +229,9 @@ class Replicator:
 
     # -- inbound envelopes
 
-    def validate_gossip(self, sender: str, data: bytes) -> bool:
-        """Gossipsub topic validator: would `handle_gossip` accept `data`? (No state change.)"""
+    def validate_gossip(self, sender: str, data: bytes) -> bool | None:
+        """Gossipsub topic validator: would `handle_gossip` accept `data`? (No state change.)
+        None: refuse it without blame (a clock is off)."""
         return self.intake.precheck(data)
 
     def handle_gossip(self, sender: str, data: bytes) -> bool:
@@ -304,16 +303,14 @@ class Replicator:
 
     def _absorb(self, peer: str, reply: SyncReply) -> None:
         self.intake.accept_manifest(peer, reply.manifest)
-        for raw in reply.envelopes:
-            self.intake.accept(peer, raw)
+        self.intake.accept_answer(peer, reply.envelopes)
 
     def handle_sync(self, peer: str, request: SyncRequest) -> SyncReply | ErrorResponse:
         """Serve one anti-entropy request (sync: no awaits, so it never interleaves)."""
         if request.run != self.state.run_id:
             return request.reply(ErrorResponse, code=ErrorCode.NOT_FOUND, reason="not in that run")
         self.intake.accept_manifest(peer, request.manifest)
-        for raw in request.envelopes:
-            self.intake.accept(peer, raw)
+        self.intake.accept_answer(peer, request.envelopes)
         mine, theirs = self.state.summary(), request.summary
         differ = [o for o in mine.keys() | theirs.keys() if mine.get(o) != theirs.get(o)]
         self._rng.shuffle(differ)
@@ -365,4 +362,3 @@ class Replicator:
 def _peer_name(sender: object) -> str:
     """Transports may hand over a base58 string or a libp2p `ID`; penalties take the string."""
     return sender if isinstance(sender, str) else sender.to_base58()  # type: ignore[attr-defined]
-

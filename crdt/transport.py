@@ -24,7 +24,8 @@ import trio
 
 from .sync import SyncReply, SyncRequest
 
-Validator = Callable[[str, bytes], bool]
+# True: accept; False: reject (its publisher is to blame); None: drop without blame
+Validator = Callable[[str, bytes], bool | None]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

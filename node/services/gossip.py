@@ -8,8 +8,10 @@ What py-libp2p 0.8.1 does by default (LIBP2P-NOTES.md) and what we do about it:
 - a message over 1 MiB returns no error and reaches nobody → `publish` refuses anything over
   `MAX_GOSSIP_MESSAGE` with `MessageTooLarge`; big payloads announce-and-pull over streams.
 Every topic gets a validator at the first hop: a message that fails it is not forwarded, and
-its forwarder is penalised. Subscriptions hand messages over through bounded channels: a slow
-consumer drops the newest messages (counted) rather than growing memory.
+its publisher — who signed it (strict signing) — is penalised, never the peer that forwarded
+it; a validator may also drop a message without blame (None). Subscriptions hand messages over
+through bounded channels: a slow consumer drops the newest messages (counted) rather than
+growing memory.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ log = logging.getLogger(__name__)
 MAX_GOSSIP_MESSAGE = 512 * 1024  # well under py-libp2p's silent 1 MiB cut, with room for framing
 INVALID_MESSAGE_PENALTY = 20.0
 
-Validator = Callable[[str, bytes], bool]  # (publisher's base58 peer ID, data) -> accept?
+# (publisher's base58 peer ID, data) -> True: accept; False: reject, the publisher is to blame;
+# None: drop without blame (what a clock or staleness explains)
+Validator = Callable[[str, bytes], bool | None]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,7 +54,8 @@ class GossipStatistics:
     published: int
     delivered: int
     dropped_slow_consumer: int
-    rejected: int
+    rejected: int  # failed validation: their publishers were penalised
+    ignored: int  # dropped without blame (a clock or staleness explains them)
 
 
 class TokenBucket:
@@ -99,7 +104,7 @@ class Gossip:
         )
         self.pubsub = Pubsub(host, self.router, strict_signing=True)
         self._buckets: dict[str, TokenBucket] = {}
-        self._published = self._delivered = self._dropped = self._rejected = 0
+        self._published = self._delivered = self._dropped = self._rejected = self._ignored = 0
         self._nursery: trio.Nursery | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[Gossip] = trio.TASK_STATUS_IGNORED) -> None:
@@ -167,21 +172,28 @@ class Gossip:
             delivered=self._delivered,
             dropped_slow_consumer=self._dropped,
             rejected=self._rejected,
+            ignored=self._ignored,
         )
 
     def _guard(self, topic: str, validator: Validator):
         def check(forwarder: ID, msg) -> bool:
+            publisher = ID(msg.from_id)
             try:
-                ok = validator(ID(msg.from_id).to_base58(), msg.data)
-            except Exception as exc:  # a validator bug must not let garbage through
+                verdict = validator(publisher.to_base58(), msg.data)
+            except Exception as exc:  # noqa: BLE001 - a validator bug must not let garbage through
                 log.warning("validator for %s raised %r; rejecting", topic, exc, exc_info=True)
-                ok = False
-            if not ok and forwarder != self.host.get_id():
+                return False  # our bug: nobody to blame
+            if verdict is None:
+                self._ignored += 1
+                return False
+            if not verdict and publisher != self.host.get_id():
                 self._rejected += 1
                 self.scoreboard.penalise(
-                    forwarder.to_base58(), INVALID_MESSAGE_PENALTY, f"invalid message on {topic}"
+                    publisher.to_base58(),
+                    INVALID_MESSAGE_PENALTY,
+                    f"signed an invalid message on {topic}",
                 )
-            return ok
+            return bool(verdict)
 
         return check
 
