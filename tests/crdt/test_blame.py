@@ -9,7 +9,8 @@ from __future__ import annotations
 from peertrain.crdt.hlc import HybridClock, Stamp
 from peertrain.crdt.signed import seal_delta
 
-from .test_forgery import NOW, Peer, membership, signed, world  # noqa: F401 - world is a fixture
+from .test_forgery import NOW, Peer, membership, signed
+from .test_forgery import world as world  # noqa: F401 - the fixture, shared
 
 
 def test_a_strangers_stamp_inside_the_drift_window_does_not_pin_our_clock():
@@ -66,11 +67,11 @@ def test_the_gossip_validator_drops_clock_skew_without_blame(world):
     assert world.rep.validate_gossip(b.id, b"not a delta") is False
 
 
-def _sync_request(world, envelopes):
+def _sync_request(w, envelopes):
     from peertrain.crdt.sync import SyncRequest
 
     return SyncRequest(
-        run=world.run_id,
+        run=w.run_id,
         summary={},
         envelopes=tuple(envelopes),
         manifest=None,
