@@ -14,6 +14,14 @@ targets another run or a round outside the window, or announces a payload of the
 rejected at the gossip validator (the forwarder is penalised by the node); a holder that serves
 bytes not matching the checksum is caught chunk by chunk; updates of peers without a live lease
 in RunState are dropped when the round closes.
+
+Nothing is downloaded on a stranger's say. Announcements cost a few hundred bytes; payloads
+cost megabytes, so a pull starts only for a sender that is a member at that moment (a joiner
+whose lease arrives late is pulled as soon as it does: the round re-checks every second), only
+from holders that are members themselves, at most `MAX_PULLS` at once. What a round records is
+bounded too: `MAX_SENDERS` announced senders and `MAX_HOLDERS` holders per payload, and a
+"holds" note only for a payload its sender announced. Two hundred fresh IDs announcing 100 MB
+updates used to start two hundred downloads at once.
 """
 
 from __future__ import annotations
@@ -40,6 +48,9 @@ MAX_ENVELOPE = 2048
 ROUND_WINDOW = 2  # accept announcements for rounds [current - 1, current + ROUND_WINDOW]
 FETCH_TRIES = 10  # failed fetches from the same holders before waiting for a new holder
 FETCH_PAUSE = 0.5  # seconds between those tries
+MAX_PULLS = 4  # downloads in flight at once, per round
+MAX_SENDERS = 256  # announced senders recorded per round (members are far fewer)
+MAX_HOLDERS = 64  # holders recorded per payload
 
 
 @message("diloco/update-announcement", max_size=512)
@@ -99,6 +110,7 @@ class UpdateGossip:
         self.current_round = 0
         self._rounds: dict[int, _RoundState] = {}
         self.rejected = 0
+        self._pulls = trio.CapacityLimiter(MAX_PULLS)
         self.bytes_published = 0
         self.bytes_fetched = 0
 
@@ -117,16 +129,26 @@ class UpdateGossip:
         state = self._round(round_)
         if state is None:
             return True
-        if not ann.holds:
-            state.announced.setdefault(ann.sender, ann)
-        if state.announced.get(ann.sender, ann).checksum == ann.checksum:
-            holders = state.holders.setdefault(ann.checksum, [])
-            if origin not in holders and len(holders) < 64:
-                holders.append(origin)
-                state.holder_added.set()
-                state.holder_added = trio.Event()
-        state.changed.set()
+        self._record(state, origin, ann)
         return True
+
+    @staticmethod
+    def _record(state: _RoundState, origin: str, ann: UpdateAnnouncement) -> None:
+        """Note an announcement: a sender's own (bounded count), or a holder of a payload that
+        its sender announced (a holds note for anything else names nothing we would fetch)."""
+        if not ann.holds and ann.sender not in state.announced:
+            if len(state.announced) >= MAX_SENDERS:
+                return
+            state.announced[ann.sender] = ann
+        own = state.announced.get(ann.sender)
+        if own is None or own.checksum != ann.checksum:
+            return
+        holders = state.holders.setdefault(ann.checksum, [])
+        if origin not in holders and len(holders) < MAX_HOLDERS:
+            holders.append(origin)
+            state.holder_added.set()
+            state.holder_added = trio.Event()
+        state.changed.set()
 
     def _open(self, origin: str, raw: bytes) -> tuple[int, UpdateAnnouncement]:
         env = open_envelope(
@@ -178,9 +200,12 @@ class UpdateGossip:
                 fetching: set[str] = set()
                 while not self._complete(round_, state):
                     for sender, ann in list(state.announced.items()):
-                        if sender not in state.payloads and sender not in fetching:
-                            fetching.add(sender)
-                            nursery.start_soon(self._pull, round_, state, ann, fetching)
+                        if sender in state.payloads or sender in fetching:
+                            continue
+                        if not self.is_member(sender):
+                            continue  # not now: a joiner's lease may still be on its way
+                        fetching.add(sender)
+                        nursery.start_soon(self._pull, round_, state, ann, fetching)
                     state.changed = trio.Event()
                     if self._complete(round_, state):
                         break
@@ -215,9 +240,10 @@ class UpdateGossip:
         far, wait for another holder to announce instead of asking the same ones again."""
         tries = 0
         while True:
-            holders = list(state.holders.get(ann.checksum, [ann.sender]))
+            holders = self._member_holders(state, ann)
             try:
-                payload = await self.transport.fetch(holders, ann.checksum, ann.nbytes)
+                async with self._pulls:
+                    payload = await self.transport.fetch(holders, ann.checksum, ann.nbytes)
             except Exception as exc:  # noqa: BLE001 - the transport's own errors (the node's TransferFailed, a reset stream) are retried, then logged at warning
                 tries += 1
                 if tries < FETCH_TRIES:
@@ -247,6 +273,11 @@ class UpdateGossip:
                 ),
             )
             return
+
+    def _member_holders(self, state: _RoundState, ann: UpdateAnnouncement) -> list[str]:
+        """Whom to ask for `ann`'s payload: its sender, then holders that are members."""
+        holders = [h for h in state.holders.get(ann.checksum, ()) if self.is_member(h)]
+        return [ann.sender, *[h for h in holders if h != ann.sender]]
 
     @staticmethod
     async def _another_holder(state: _RoundState, checksum: bytes, known: int) -> None:

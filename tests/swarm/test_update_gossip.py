@@ -14,6 +14,7 @@ from peertrain.protocol.messages import encode
 from peertrain.swarm.diloco.update_gossip import (
     DOMAIN,
     FETCH_TRIES,
+    MAX_SENDERS,
     UpdateAnnouncement,
     UpdateGossip,
 )
@@ -28,6 +29,7 @@ class Group:
 
     def __init__(self):
         self.members: dict[str, UpdateGossip] = {}
+        self.leases: set[str] = set()  # members of the run that take no part in these rounds
         self.store: dict[bytes, bytes] = {}
         self.verdicts: list[tuple[str, bool]] = []
 
@@ -39,7 +41,7 @@ class Group:
             key_pair=key,
             transport=Transport(self, me),
             expected_nbytes=NBYTES,
-            is_member=lambda p: p in self.members,
+            is_member=lambda p: p in self.members or p in self.leases,
             expected=lambda r: set(self.members) if expected is None else expected,
         )
         self.members[me] = gossip
@@ -202,7 +204,8 @@ async def test_a_fetch_that_keeps_failing_waits_for_another_holder_instead_of_re
         await trio.sleep(300)  # long after the last try: b stopped asking a
         assert len(asked) == FETCH_TRIES and b.me not in results
 
-        holder_key = create_new_key_pair()  # a peer that fetched a's update and says so
+        holder_key = create_new_key_pair()  # a member that fetched a's update and says so
+        group.leases.add(ID.from_pubkey(holder_key.public_key).to_base58())
         a_update = a._rounds[0].announced[a.me]
         holds = UpdateAnnouncement(
             sender=a.me, nbytes=NBYTES, checksum=a_update.checksum, holds=True
@@ -211,3 +214,71 @@ async def test_a_fetch_that_keeps_failing_waits_for_another_holder_instead_of_re
         assert b.validate(ID.from_pubkey(holder_key.public_key).to_base58(), raw)
     assert len(asked) == FETCH_TRIES + 1 and len(asked[-1]) == 2
     assert [c.sender for c in results[b.me]] == sorted(group.members)
+
+
+async def test_announcements_from_strangers_start_no_download(autojump_clock):
+    """Two hundred fresh IDs announce updates of the run's size: nothing is fetched for them,
+    what the round records stays bounded, and the members' round completes."""
+    group = Group()
+    a, b = group.add(), group.add()
+    fetched: list[list[str]] = []
+    fetch = b.transport.fetch
+
+    async def counting_fetch(holders, checksum: bytes, nbytes: int) -> bytes:
+        fetched.append(list(holders))
+        return await fetch(holders, checksum, nbytes)
+
+    b.transport.fetch = counting_fetch
+    for _ in range(200):
+        key = create_new_key_pair()
+        sybil = ID.from_pubkey(key.public_key).to_base58()
+        ann = UpdateAnnouncement(sender=sybil, nbytes=NBYTES, checksum=bytes(32))
+        b.validate(
+            sybil, seal(key, domain=DOMAIN, run=RUN, round=0, payload=encode(ann)).to_bytes()
+        )
+    async with trio.open_nursery() as nursery:
+        results = {}
+        for member, fill in ((a, 1), (b, 2)):
+
+            async def one(member=member, fill=fill) -> None:
+                deadline = trio.current_time() + 30
+                results[member.me] = await member.exchange(
+                    0, bytes([fill]) * NBYTES, deadline=deadline
+                )
+
+            nursery.start_soon(one)
+    assert fetched == [[a.me]]  # a's update, from a: nothing from or through a stranger
+    assert [c.sender for c in results[b.me]] == sorted(group.members)
+    assert len(b._rounds.get(0, _empty()).announced) <= MAX_SENDERS
+
+
+async def test_a_holder_that_is_no_member_is_never_asked(autojump_clock):
+    group = Group()
+    a, b = group.add(), group.add()
+    asked: list[list[str]] = []
+    fetch = b.transport.fetch
+
+    async def recording_fetch(holders, checksum: bytes, nbytes: int) -> bytes:
+        asked.append(list(holders))
+        return await fetch(holders, checksum, nbytes)
+
+    b.transport.fetch = recording_fetch
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(
+            lambda: a.exchange(0, bytes([1]) * NBYTES, deadline=trio.current_time() + 30)
+        )
+        await trio.lowlevel.checkpoint()  # a announced
+        stranger = create_new_key_pair()
+        holds = UpdateAnnouncement(
+            sender=a.me, nbytes=NBYTES, checksum=a._rounds[0].announced[a.me].checksum, holds=True
+        )
+        raw = seal(stranger, domain=DOMAIN, run=RUN, round=0, payload=encode(holds)).to_bytes()
+        b.validate(ID.from_pubkey(stranger.public_key).to_base58(), raw)
+        await b.exchange(0, bytes([2]) * NBYTES, deadline=trio.current_time() + 30)
+    assert asked and all(h == [a.me] for h in asked)
+
+
+def _empty():
+    from peertrain.swarm.diloco.update_gossip import _RoundState
+
+    return _RoundState()
