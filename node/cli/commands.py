@@ -28,6 +28,7 @@ def _load(args: argparse.Namespace, **extra: Any):
         "log_level": args.log_level,
         "log_format": args.log_format,
         "attack": getattr(args, "attack", None),
+        "metrics_listen": getattr(args, "metrics_listen", None),
         **extra,
     }
     return load_config(args.home, overrides)
