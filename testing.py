@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +29,15 @@ from peertrain.node.net.identity import Identity
 
 @contextlib.asynccontextmanager
 async def open_test_swarm(
-    n: int, *, psk: str | None = None, bootstrap_first: bool = True, base: Path | None = None
+    n: int,
+    *,
+    psk: str | None = None,
+    bootstrap_first: bool = True,
+    base: Path | None = None,
+    first: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[list[Daemon]]:
-    """N in-process daemons listening on 127.0.0.1; node i>0 bootstraps from node 0 if asked."""
+    """N in-process daemons listening on 127.0.0.1; node i>0 bootstraps from node 0 if asked.
+    `first`: more NodeConfig fields for node 0 alone (e.g. its `metrics_listen`)."""
     with tempfile.TemporaryDirectory(prefix="peertrain-test-", dir=base) as tmp:
         async with trio.open_nursery() as nursery:
             nodes: list[Daemon] = []
@@ -43,6 +49,7 @@ async def open_test_swarm(
                     bootstrap=bootstrap,
                     psk=psk,
                     reconnect_interval=0.2,
+                    **(dict(first or {}) if index == 0 else {}),
                 )
                 nodes.append(await nursery.start(serve_node, Daemon(config, Identity.generate())))
             try:
@@ -61,6 +68,15 @@ async def wait_until(
             await trio.sleep(interval)
         return trio.current_time() - start
     raise TimeoutError(f"condition not met within {timeout} s")
+
+
+def free_tcp_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now (for listeners given as HOST:PORT, like metrics)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
 
 
 def wait_until_sync(
