@@ -1,9 +1,12 @@
-"""Runs on this node: create one, find one by name among peers, and serve what others ask.
+"""Runs on this node: create one, find one among peers, and serve what others ask.
 
 `run.create` (control API) writes a manifest signed by this node, whose hash is the run ID,
-and starts a session. `join --run NAME` asks connected peers for the run by name
-(`/peertrain/run/lookup/1.0.0`), verifies the manifest it gets (signature and hash: a peer
-cannot hand us a forged run), and starts a session seeded with that peer for anti-entropy.
+and starts a session. Runs are announced in the DHT (directory.py; `run.list` reads them).
+`join --run QUERY` takes a run ID, an ID prefix of at least 8 hex characters, or a name: it
+gathers every run that QUERY may mean (DHT entries and connected peers, over
+`/peertrain/run/lookup/1.0.0`), verifies each manifest (signature and hash: a peer cannot hand
+us a forged run), refuses a name that several runs carry, listing them, and checks the spec
+against this node's own limits and data (spec_check.py) before a session builds anything.
 Anti-entropy requests for any of our runs arrive on one protocol and are routed by run ID.
 """
 
@@ -22,13 +25,16 @@ from peertrain.protocol.errors import PeertrainError
 from peertrain.protocol.ids import protocol_id
 from peertrain.protocol.messages import ErrorCode, ErrorResponse, Request, Response, message
 from peertrain.protocol.schema import MaxLen
+from peertrain.swarm.budget import RunBudget
 
 from ..errors import ControlError, NodeError
 from ..net.rpc import RpcServer, refuse, request
 from ..params import param
 from ..services.node_services import NodeServices
 from ..supervision import ServiceHealth, ServiceHealthStatus, Supervisor, describe
+from .directory import RunDirectory, RunListing, ambiguous, matches
 from .session import CRDT_SYNC, RunSession, saved_manifests
+from .spec_check import check_spec, decode_spec, local_data, remember_data, with_data_digest
 from .status import ManyRunsStatus, RunStatus
 
 log = logging.getLogger(__name__)
@@ -50,7 +56,8 @@ class RunFound(Response):
 
 class RunManager:
     """The daemon's runs, at most `MAX_RUNS`. `join_at_start`: a run to join once serving (the
-    `run` option), as `role_at_start` (`run_role`)."""
+    `run` option), as `role_at_start` (`run_role`), with `data_at_start` (`run_data`).
+    `budget`: what this node agrees to hold for a run (`max_params`, `max_memory`)."""
 
     def __init__(
         self,
@@ -58,9 +65,15 @@ class RunManager:
         *,
         join_at_start: str | None = None,
         role_at_start: str | None = None,
+        data_at_start: str | None = None,
+        budget: RunBudget | None = None,
     ) -> None:
         self.node = node
         self.join_at_start, self.role_at_start = join_at_start, role_at_start
+        self.data_at_start = data_at_start
+        self.budget = budget or RunBudget()
+        self.directory = RunDirectory(node, self._listings)
+        self._labels: dict[str, tuple[str, str]] = {}  # run ID → (model, admission)
         self.sessions: dict[str, RunSession] = {}
         self.supervisor = Supervisor(max_failures=3, window=600.0, backoff_min=2.0)
         self._nursery: trio.Nursery | None = None
@@ -75,6 +88,7 @@ class RunManager:
         ).register()
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            nursery.start_soon(self.directory.run)
             if self.join_at_start:
                 nursery.start_soon(self._join_configured, self.join_at_start)
             task_status.started(self)
@@ -89,6 +103,8 @@ class RunManager:
                 mode=param(params, "mode", str, "") or "diloco",
                 spec=param(params, "spec", dict, {}),
                 role=_role(params),
+                data=param(params, "data", str, None),
+                budget=self._budget(params),
             )
             return {"run_id": session.run_id, "name": session.manifest.name}
 
@@ -97,8 +113,15 @@ class RunManager:
                 param(params, "name", str, ""),
                 timeout=param(params, "timeout", float, 30.0),
                 role=_role(params),
+                data=param(params, "data", str, None),
+                budget=self._budget(params),
             )
             return {"run_id": session.run_id, "name": session.manifest.name}
+
+        async def list_runs(params: dict[str, Any]) -> dict[str, Any]:
+            return {
+                "runs": await self.directory.list_runs(within=param(params, "timeout", float, 8.0))
+            }
 
         async def sample(params: dict[str, Any]) -> dict[str, Any]:
             if not self.sessions:
@@ -112,15 +135,38 @@ class RunManager:
                 raise ControlError(str(exc)) from None
             return {"text": text}
 
-        return {"run.create": create, "run.join": join, "run.sample": sample}
+        return {
+            "run.create": create,
+            "run.join": join,
+            "run.list": list_runs,
+            "run.sample": sample,
+        }
+
+    def _budget(self, params: dict[str, Any]) -> RunBudget:
+        """This node's budget, or the one a control call asks for instead."""
+        max_params = param(params, "max_params", int, self.budget.max_params)
+        max_memory = param(params, "max_memory", int, self.budget.max_memory)
+        if max_params < 1 or max_memory < 0:
+            raise ControlError("max_params must be positive and max_memory ≥ 0 (0: half the RAM)")
+        return RunBudget(max_params=max_params, max_memory=max_memory)
 
     async def create(
-        self, *, name: str, mode: str, spec: dict[str, Any], role: dict[str, Any] | None = None
+        self,
+        *,
+        name: str,
+        mode: str,
+        spec: dict[str, Any],
+        role: dict[str, Any] | None = None,
+        data: str | None = None,
+        budget: RunBudget | None = None,
     ) -> RunSession:
+        """A new run signed by this node. `data`: the user's file, named in the spec by digest."""
         if not name or len(name) > 64:
             raise ControlError("a run needs a name of 1-64 characters (--name)")
         if any(s.manifest.name == name for s in self.sessions.values()):
             raise ControlError(f"this node already takes part in a run named {name!r}")
+        if data is not None:
+            spec = with_data_digest(spec, data)
         spec_bytes = _spec_bytes(mode, spec)
         manifest = RunManifest(
             creator=self.node.peer_id,
@@ -130,27 +176,91 @@ class RunManager:
             spec=spec_bytes,
         )
         envelope = sign_manifest(self.node.identity.key_pair, manifest)
+        check_spec(manifest, budget=budget or self.budget, data=data)
+        remember_data(self._run_directory(manifest.run_id), data)
         log.info("created run %s (%s)", name, manifest.run_id[:16])
-        return await self._start(manifest.run_id, envelope, seeds=set(), role=role)
+        session = await self._start(manifest.run_id, envelope, seeds=set(), role=role)
+        self.directory.changed()
+        return session
 
     async def join(
-        self, name: str, *, timeout: float = 30.0, role: dict[str, Any] | None = None
+        self,
+        name: str,
+        *,
+        timeout: float = 30.0,
+        role: dict[str, Any] | None = None,
+        data: str | None = None,
+        budget: RunBudget | None = None,
     ) -> RunSession:
-        for session in self.sessions.values():
-            if name in (session.manifest.name, session.run_id):
-                return session
+        """Join the run `name` means: a run ID, an ID prefix (≥ 8 hex) or a name that exactly
+        one run carries. Its spec is checked against `budget` and `data` before anything is
+        built."""
+        ours = [s for s in self.sessions.values() if matches(name, s.run_id, s.manifest.name)]
+        if len(ours) == 1:
+            return ours[0]
         local = self._saved(name)
         if local is not None:  # we were in this run before: restart it, peers or not
             run_id, envelope = local
-            return await self._start(run_id, envelope, seeds=set(), role=role)
-        with trio.move_on_after(timeout):
+            data = data if data is not None else local_data(self._run_directory(run_id))
+            seeds: set[str] = set()
+        else:
+            run_id, envelope, seeds = await self._find(name, timeout)
+        check_spec(open_manifest(envelope, run_id), budget=budget or self.budget, data=data)
+        remember_data(self._run_directory(run_id), data)
+        session = await self._start(run_id, envelope, seeds=seeds, role=role)
+        self.directory.changed()
+        return session
+
+    async def _find(self, query: str, within: float) -> tuple[str, bytes, set[str]]:
+        """The one run `query` means among peers: (run ID, verified envelope, peers that served
+        it). ControlError listing the candidates when several runs match."""
+        with trio.move_on_after(min(within, 10.0)):  # a DHT without peers yet knows no runs
+            await self.node.dht.dht.wait_bootstrapped()
+        with trio.move_on_after(within):
             while True:
-                found = await self._lookup(name)
-                if found is not None:
-                    peer, reply = found
-                    return await self._start(reply.run_id, reply.manifest, seeds={peer}, role=role)
+                candidates = await self.directory.find(query, self._fetch_manifest)
+                if len(candidates) > 1:
+                    raise ambiguous(query, candidates)
+                if candidates and candidates[0].envelope is not None:
+                    found = candidates[0]
+                    return found.run_id, found.envelope, found.seeds
                 await trio.sleep(0.5)
-        raise ControlError(f"no connected peer knows a run named {name!r} (after {timeout:.0f} s)")
+        raise ControlError(f"no peer knows a run {name_or_id(query)} (after {within:.0f} s)")
+
+    def _run_directory(self, run_id: str) -> Path:
+        return self.node.home / "runs" / run_id
+
+    def _listings(self) -> list[RunListing]:
+        """Our active runs, as the DHT announces them."""
+        out = []
+        for session in self._active():
+            status = session.status()
+            model, admission = self._label(session)
+            out.append(
+                RunListing(
+                    run_id=session.run_id,
+                    name=session.manifest.name,
+                    creator=session.manifest.creator,
+                    creator_name="",
+                    mode=session.manifest.mode,
+                    model=model,
+                    members=len(status["members"]),
+                    round=int(status["round"]),
+                    admission=admission,
+                    announced_by=[],
+                )
+            )
+        return out
+
+    def _label(self, session: RunSession) -> tuple[str, str]:
+        if session.run_id not in self._labels:
+            try:
+                spec = decode_spec(session.manifest)
+            except ControlError:
+                self._labels[session.run_id] = ("?", "open")
+            else:
+                self._labels[session.run_id] = (spec.model, _admission(spec))
+        return self._labels[session.run_id]
 
     def _saved(self, name: str) -> tuple[str, bytes] | None:
         for run_id, envelope in saved_manifests(self.node.home).items():
@@ -159,7 +269,7 @@ class RunManager:
             except PeertrainError:
                 log.warning("ignoring a corrupt saved manifest for run %s", run_id[:16])
                 continue
-            if name in (manifest.name, run_id):
+            if matches(name, run_id, manifest.name):
                 if quarantine_file(self.node.home, run_id).exists():
                     log.warning(
                         "run %s is quarantined after failing to start (%s); join it again "
@@ -174,7 +284,12 @@ class RunManager:
     async def _join_configured(self, name: str) -> None:
         role = self.role_at_start
         try:
-            await self.join(name, timeout=120.0, role={"role": role} if role else None)
+            await self.join(
+                name,
+                timeout=120.0,
+                role={"role": role} if role else None,
+                data=self.data_at_start,
+            )
         except NodeError as exc:
             log.error("%s", exc)
         except Exception as exc:  # noqa: BLE001 - a run that cannot start must not end the daemon
@@ -183,20 +298,26 @@ class RunManager:
             if found is not None:  # a restart would only fail the same way: quarantine it
                 quarantine(self.node.home, found[0], f"{type(exc).__name__}: {exc}")
 
-    async def _lookup(self, name: str) -> tuple[str, RunFound] | None:
-        for peer in self.node.host.get_connected_peers():
+    async def _fetch_manifest(self, peer: str, query: str) -> tuple[str, bytes] | None:
+        """Ask `peer` (connecting through the DHT if need be) for the run `query`; the caller
+        verifies what comes back."""
+        target = ID.from_base58(peer)
+        if target not in self.node.host.get_connected_peers():
             try:
-                reply = await request(
-                    self.node.host, peer, RUN_LOOKUP, RunLookup(name=name), RunFound, timeout=5.0
-                )
-                open_manifest(reply.manifest, reply.run_id)  # forged or mismatched → ProtocolError
-            except (PeertrainError, trio.TooSlowError) as exc:
-                # a peer that hangs up mid-answer (rpc raises StreamEnded), does not know the
-                # run, forges it or is too slow: ask the next one
-                log.debug("run lookup at %s: %r", peer, exc)
-                continue
-            return peer.to_base58(), reply
-        return None
+                await self.node.dht.resolve_peer(peer, timeout=5.0)
+            except NodeError as exc:
+                log.debug("run lookup: cannot reach %s: %s", peer, exc)
+                return None
+        try:
+            reply = await request(
+                self.node.host, target, RUN_LOOKUP, RunLookup(name=query), RunFound, timeout=5.0
+            )
+        except (PeertrainError, trio.TooSlowError) as exc:
+            # a peer that hangs up mid-answer (rpc raises StreamEnded), does not know the run
+            # or is too slow: the caller asks the next one
+            log.debug("run lookup at %s: %r", peer, exc)
+            return None
+        return reply.run_id, reply.manifest
 
     async def _start(
         self, run_id: str, envelope: bytes, *, seeds: set[str], role: dict[str, Any] | None = None
@@ -234,7 +355,7 @@ class RunManager:
 
     async def _answer_lookup(self, peer: ID, req: RunLookup) -> RunFound | ErrorResponse:
         for session in self.sessions.values():
-            if req.name in (session.manifest.name, session.run_id):
+            if matches(req.name, session.run_id, session.manifest.name):
                 return req.reply(
                     RunFound, run_id=session.run_id, manifest=session.state.manifest_envelope
                 )
@@ -254,6 +375,20 @@ class RunManager:
             return None
         statuses = [s.status() for s in self.sessions.values()]
         return statuses[0] if len(statuses) == 1 else ManyRunsStatus(runs=statuses)
+
+
+def name_or_id(query: str) -> str:
+    return f"named or with ID {query!r}"
+
+
+def _admission(spec: Any) -> str:
+    """Who may train in the run, as the spec says; specs from before admission say nothing
+    (open). Read defensively: a string, or a mapping with a `mode`."""
+    admission = getattr(spec, "admission", None)
+    if isinstance(admission, str) and admission:
+        return admission[:16]
+    mode = admission.get("mode") if isinstance(admission, dict) else None
+    return mode[:16] if isinstance(mode, str) and mode else "open"
 
 
 def _role(params: dict[str, Any]) -> dict[str, Any] | None:
