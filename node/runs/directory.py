@@ -34,6 +34,7 @@ MAX_LISTED = 8  # runs in one peer's entry (a node takes part in at most MAX_RUN
 MAX_CANDIDATES = 8  # runs a join fetches manifests of
 MAX_PEERS_ASKED = 16  # connected peers a join asks directly
 MIN_PREFIX = 8  # hex characters of a run ID that `join --run` accepts for the whole ID
+_LABELS = ("name", "creator", "creator_name", "mode", "model", "admission")
 Fetch = Callable[[str, str], Awaitable[tuple[str, bytes] | None]]
 _TEXT_LIMITS = {"id": 128, "name": 64, "creator": 64, "mode": 16, "model": 64, "admission": 16}
 
@@ -94,11 +95,10 @@ def merge_entries(records: list[Record]) -> list[RunListing]:
     by_id: dict[str, RunListing] = {}
     for record in sorted(records, key=lambda r: r.writer):
         for item in _entry_runs(record.value):
-            known = by_id.get(item["run_id"])
             by_creator = record.writer == item["creator"]
-            if known is None or (by_creator and known["announced_by"][0] != known["creator"]):
-                previous = known["announced_by"] if known else []
-                by_id[item["run_id"]] = known = {**item, "announced_by": previous}
+            known = by_id.setdefault(item["run_id"], item)
+            if by_creator and known is not item:
+                known.update({k: item[k] for k in _LABELS})  # a member's claim gives way
             known["members"] = max(known["members"], item["members"])
             known["round"] = max(known["round"], item["round"])
             if by_creator:
