@@ -109,6 +109,15 @@ def _add_node_commands(
 
     p = commands.add_parser("status", parents=[home], help="status of the daemon on this home")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--watch",
+        type=float,
+        nargs="?",
+        const=1.0,
+        default=None,
+        metavar="SECONDS",
+        help="redraw every SECONDS (default 1) until Ctrl-C",
+    )
     p.set_defaults(handler=cmd_status)
 
 

@@ -28,6 +28,14 @@ def render_status(status: dict[str, Any]) -> str:
             )
     else:
         lines.append(f"  run          {'-' if not run else len(run['runs'])}")
+    if run and "runs" not in run and run.get("error"):
+        lines.append(f"    error: {run['error']}")
+    for service in status.get("services", []):
+        if service["state"] in ("restarting", "quarantined") or service.get("error"):
+            lines.append(
+                f"  service      {service['name']} {service['state']}"
+                f" (restarts {service['restarts']}): {service.get('error') or '-'}"
+            )
     lines.append(f"  peers        {len(status['peers'])}")
     for peer in status["peers"]:
         lines.append(f"    {status['peer_names'].get(peer, '')}  {peer}")

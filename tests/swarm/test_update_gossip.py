@@ -267,7 +267,8 @@ async def test_a_holder_that_is_no_member_is_never_asked(autojump_clock):
         nursery.start_soon(
             lambda: a.exchange(0, bytes([1]) * NBYTES, deadline=trio.current_time() + 30)
         )
-        await trio.lowlevel.checkpoint()  # a announced
+        while a.me not in getattr(a._rounds.get(0), "announced", {}):
+            await trio.sleep(0.01)  # until a announced
         stranger = create_new_key_pair()
         holds = UpdateAnnouncement(
             sender=a.me, nbytes=NBYTES, checksum=a._rounds[0].announced[a.me].checksum, holds=True
