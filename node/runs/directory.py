@@ -11,9 +11,10 @@ add noise to `run list` but cannot make a join pick its run.
 
 from __future__ import annotations
 
+import functools
 import logging
 import string
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -25,6 +26,8 @@ from peertrain.protocol.errors import PeertrainError
 from ..errors import ControlError
 from ..net.names import friendly_name
 from ..services.node_services import NodeServices
+from .session import RunSession
+from .spec_check import decode_spec
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +67,10 @@ class Candidate:
     mode: str
     envelope: bytes | None = None  # the verified signed manifest
     seeds: set[str] = field(default_factory=set)  # peers that served it
+
+    @classmethod
+    def of(cls, run_id: str, manifest: RunManifest) -> Candidate:
+        return cls(run_id, manifest.name, manifest.creator, manifest.mode)
 
     def describe(self) -> str:
         creator = f"{self.creator[:16]}… ({friendly_name(self.creator)})"
@@ -134,6 +141,46 @@ def _listing(item: Any) -> RunListing:
         raise ValueError("counts")
     creator_name = friendly_name(texts["creator"]) if texts["creator"] else ""
     return RunListing(**texts, **counts, creator_name=creator_name, announced_by=[])
+
+
+def listing_of(session: RunSession) -> RunListing:
+    """One of our runs, as the DHT announces it."""
+    status = session.status()
+    manifest = session.manifest
+    model, admission = _labels(manifest.mode, manifest.spec, manifest.name)
+    return RunListing(
+        run_id=session.run_id,
+        name=manifest.name,
+        creator=manifest.creator,
+        creator_name="",
+        mode=manifest.mode,
+        model=model,
+        members=len(status["members"]),
+        round=int(status["round"]),
+        admission=admission,
+        announced_by=[],
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def _labels(mode: str, spec: bytes, name: str) -> tuple[str, str]:
+    """(model, admission) of a spec; a spec this node cannot read says "?" and "open"."""
+    manifest = RunManifest(creator="", created_ms=0, name=name, mode=mode, spec=spec)
+    try:
+        decoded = decode_spec(manifest)
+    except ControlError:
+        return "?", "open"
+    return decoded.model, _admission(decoded)
+
+
+def _admission(spec: Any) -> str:
+    """Who may train in the run, as the spec says; specs from before admission say nothing
+    (open). Read defensively: a string, or a mapping with a `mode`."""
+    admission = getattr(spec, "admission", None)
+    if isinstance(admission, str) and admission:
+        return admission[:16]
+    mode = admission.get("mode") if isinstance(admission, Mapping) else None
+    return mode[:16] if isinstance(mode, str) and mode else "open"
 
 
 class RunDirectory:

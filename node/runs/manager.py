@@ -15,43 +15,30 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import trio
 from libp2p.peer.id import ID
 from peertrain.crdt.manifest import RunManifest, open_manifest, sign_manifest
 from peertrain.crdt.sync import SyncRequest
 from peertrain.protocol.errors import PeertrainError
-from peertrain.protocol.ids import protocol_id
-from peertrain.protocol.messages import ErrorCode, ErrorResponse, Request, Response, message
-from peertrain.protocol.schema import MaxLen
+from peertrain.protocol.messages import ErrorCode, ErrorResponse
 from peertrain.swarm.budget import RunBudget
 
 from ..errors import ControlError, NodeError
-from ..net.rpc import RpcServer, refuse, request
+from ..net.rpc import RpcServer, refuse
 from ..params import param
 from ..services.node_services import NodeServices
 from ..supervision import ServiceHealth, ServiceHealthStatus, Supervisor, describe
-from .directory import RunDirectory, RunListing, ambiguous, matches
+from .directory import Candidate, RunDirectory, ambiguous, listing_of, matches
+from .run_lookup import RUN_LOOKUP, RunFinder, RunFound, RunLookup
 from .session import CRDT_SYNC, RunSession, saved_manifests
-from .spec_check import check_spec, decode_spec, local_data, remember_data, with_data_digest
+from .spec_check import check_spec, local_data, remember_data, with_data_digest
 from .status import ManyRunsStatus, RunStatus
 
 log = logging.getLogger(__name__)
 
-RUN_LOOKUP = protocol_id("run/lookup", "1.0.0")
 MAX_RUNS = 8
-
-
-@message("node/run-lookup", max_size=512)
-class RunLookup(Request):
-    name: Annotated[str, MaxLen(128)]  # a run name, or a run ID
-
-
-@message("node/run-found", max_size=200 * 1024)
-class RunFound(Response):
-    run_id: Annotated[str, MaxLen(128)]
-    manifest: Annotated[bytes, MaxLen(160 * 1024)]
 
 
 class RunManager:
@@ -72,8 +59,8 @@ class RunManager:
         self.join_at_start, self.role_at_start = join_at_start, role_at_start
         self.data_at_start = data_at_start
         self.budget = budget or RunBudget()
-        self.directory = RunDirectory(node, self._listings)
-        self._labels: dict[str, tuple[str, str]] = {}  # run ID → (model, admission)
+        self.directory = RunDirectory(node, lambda: [listing_of(s) for s in self._active()])
+        self.finder = RunFinder(node, self.directory)
         self.sessions: dict[str, RunSession] = {}
         self.supervisor = Supervisor(max_failures=3, window=600.0, backoff_min=2.0)
         self._nursery: trio.Nursery | None = None
@@ -198,69 +185,23 @@ class RunManager:
         ours = [s for s in self.sessions.values() if matches(name, s.run_id, s.manifest.name)]
         if len(ours) == 1:
             return ours[0]
+        if len(ours) > 1:  # this node is in several runs of that name
+            raise ambiguous(name, [Candidate.of(s.run_id, s.manifest) for s in ours])
         local = self._saved(name)
         if local is not None:  # we were in this run before: restart it, peers or not
             run_id, envelope = local
             data = data if data is not None else local_data(self._run_directory(run_id))
             seeds: set[str] = set()
         else:
-            run_id, envelope, seeds = await self._find(name, timeout)
+            run_id, envelope, seeds = await self.finder.find_one(name, within=timeout)
         check_spec(open_manifest(envelope, run_id), budget=budget or self.budget, data=data)
         remember_data(self._run_directory(run_id), data)
         session = await self._start(run_id, envelope, seeds=seeds, role=role)
         self.directory.changed()
         return session
 
-    async def _find(self, query: str, within: float) -> tuple[str, bytes, set[str]]:
-        """The one run `query` means among peers: (run ID, verified envelope, peers that served
-        it). ControlError listing the candidates when several runs match."""
-        with trio.move_on_after(min(within, 10.0)):  # a DHT without peers yet knows no runs
-            await self.node.dht.dht.wait_bootstrapped()
-        with trio.move_on_after(within):
-            while True:
-                candidates = await self.directory.find(query, self._fetch_manifest)
-                if len(candidates) > 1:
-                    raise ambiguous(query, candidates)
-                if candidates and candidates[0].envelope is not None:
-                    found = candidates[0]
-                    return found.run_id, found.envelope, found.seeds
-                await trio.sleep(0.5)
-        raise ControlError(f"no peer knows a run {name_or_id(query)} (after {within:.0f} s)")
-
     def _run_directory(self, run_id: str) -> Path:
         return self.node.home / "runs" / run_id
-
-    def _listings(self) -> list[RunListing]:
-        """Our active runs, as the DHT announces them."""
-        out = []
-        for session in self._active():
-            status = session.status()
-            model, admission = self._label(session)
-            out.append(
-                RunListing(
-                    run_id=session.run_id,
-                    name=session.manifest.name,
-                    creator=session.manifest.creator,
-                    creator_name="",
-                    mode=session.manifest.mode,
-                    model=model,
-                    members=len(status["members"]),
-                    round=int(status["round"]),
-                    admission=admission,
-                    announced_by=[],
-                )
-            )
-        return out
-
-    def _label(self, session: RunSession) -> tuple[str, str]:
-        if session.run_id not in self._labels:
-            try:
-                spec = decode_spec(session.manifest)
-            except ControlError:
-                self._labels[session.run_id] = ("?", "open")
-            else:
-                self._labels[session.run_id] = (spec.model, _admission(spec))
-        return self._labels[session.run_id]
 
     def _saved(self, name: str) -> tuple[str, bytes] | None:
         for run_id, envelope in saved_manifests(self.node.home).items():
@@ -297,27 +238,6 @@ class RunManager:
             found = self._saved(name)
             if found is not None:  # a restart would only fail the same way: quarantine it
                 quarantine(self.node.home, found[0], f"{type(exc).__name__}: {exc}")
-
-    async def _fetch_manifest(self, peer: str, query: str) -> tuple[str, bytes] | None:
-        """Ask `peer` (connecting through the DHT if need be) for the run `query`; the caller
-        verifies what comes back."""
-        target = ID.from_base58(peer)
-        if target not in self.node.host.get_connected_peers():
-            try:
-                await self.node.dht.resolve_peer(peer, timeout=5.0)
-            except NodeError as exc:
-                log.debug("run lookup: cannot reach %s: %s", peer, exc)
-                return None
-        try:
-            reply = await request(
-                self.node.host, target, RUN_LOOKUP, RunLookup(name=query), RunFound, timeout=5.0
-            )
-        except (PeertrainError, trio.TooSlowError) as exc:
-            # a peer that hangs up mid-answer (rpc raises StreamEnded), does not know the run
-            # or is too slow: the caller asks the next one
-            log.debug("run lookup at %s: %r", peer, exc)
-            return None
-        return reply.run_id, reply.manifest
 
     async def _start(
         self, run_id: str, envelope: bytes, *, seeds: set[str], role: dict[str, Any] | None = None
@@ -375,20 +295,6 @@ class RunManager:
             return None
         statuses = [s.status() for s in self.sessions.values()]
         return statuses[0] if len(statuses) == 1 else ManyRunsStatus(runs=statuses)
-
-
-def name_or_id(query: str) -> str:
-    return f"named or with ID {query!r}"
-
-
-def _admission(spec: Any) -> str:
-    """Who may train in the run, as the spec says; specs from before admission say nothing
-    (open). Read defensively: a string, or a mapping with a `mode`."""
-    admission = getattr(spec, "admission", None)
-    if isinstance(admission, str) and admission:
-        return admission[:16]
-    mode = admission.get("mode") if isinstance(admission, dict) else None
-    return mode[:16] if isinstance(mode, str) and mode else "open"
 
 
 def _role(params: dict[str, Any]) -> dict[str, Any] | None:
