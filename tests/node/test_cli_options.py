@@ -1,4 +1,4 @@
-"""The CLI explains itself: run options carry help, choices and defaults; env lists split as told."""
+"""The CLI explains itself: run options carry help, choices and defaults; env lists split."""
 
 from __future__ import annotations
 
