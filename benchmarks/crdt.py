@@ -30,6 +30,7 @@ the last line, one JSON object with the figures.
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import statistics
 import time
@@ -43,8 +44,9 @@ from peertrain.crdt.replicator import Replicator
 from peertrain.crdt.rundoc import RunDoc
 from peertrain.crdt.runstate import RunState
 from peertrain.crdt.signed import open_delta, seal_delta
-from peertrain.crdt.testing import Faults, converged, new_run, open_memory_swarm, wait_for
 from peertrain.crdt.writer import RunWriter
+from peertrain.testing import wait_until
+from peertrain.testing.crdt_network import Faults, converged, new_run, open_memory_swarm
 
 try:
     from benchmarks._report import print_json, print_table
@@ -100,7 +102,7 @@ async def _trials(replicators: list[Replicator], trials: int, rng: random.Random
         writer.writer.provide_checkpoint(round_, digest)
         others = len(replicators) - 1
         with trio.move_on_after(TRIAL_TIMEOUT):
-            await wait_for(lambda n=others: len(arrivals) >= n, poll=0.001)
+            await wait_until(lambda n=others: len(arrivals) >= n, timeout=math.inf, interval=0.001)
         if len(arrivals) < others:
             lost += 1
             continue
@@ -113,7 +115,7 @@ async def _trials(replicators: list[Replicator], trials: int, rng: random.Random
 async def memory_arm(name: str, n: int, faults: Faults, trials: int, seed: int) -> ArmResult:
     async with open_memory_swarm(n, faults=faults, seed=seed) as (router, nodes):
         with trio.fail_after(60):
-            await wait_for(lambda: converged(nodes), poll=0.01)
+            await wait_until(lambda: converged(nodes), timeout=math.inf, interval=0.01)
         await trio.sleep(MEMORY_SETTLE)  # the setup's own idle snapshot repeats are over
         reps = [node.replicator for node in nodes]
         base = [(r.statistics().published, r.statistics().published_bytes) for r in reps]
@@ -164,7 +166,7 @@ async def libp2p_arm(n: int, trials: int, seed: int, settle: float) -> ArmResult
                 rep.writer.announce(role="bench", addrs=[], lease_ms=120_000)
                 reps.append(rep)
             with trio.fail_after(120):
-                await wait_for(lambda: _all_converged(reps), poll=0.05)
+                await wait_until(lambda: _all_converged(reps), timeout=math.inf, interval=0.05)
             # Gossipsub meshes form over several 1 s heartbeats after the subscriptions; before
             # that, a peer outside every mesh hears of a message only through IHAVE gossip.
             await trio.sleep(settle)

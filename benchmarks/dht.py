@@ -42,9 +42,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import print_json, print_table  # noqa: E402
 from peertrain.dht import DhtConfig, stage_key  # noqa: E402
 from peertrain.dht.messages import Ping, Pong  # noqa: E402
-from peertrain.dht.testing import DhtSwarm, open_dht_swarm, without_auto_connect  # noqa: E402
 from peertrain.node.net.host import build_host  # noqa: E402
 from peertrain.node.net.identity import Identity  # noqa: E402
+from peertrain.testing.dht_swarm import DhtSwarm, open_dht_swarm, without_auto_connect  # noqa: E402
 
 CONFIG = DhtConfig(publish_peer_record=False)
 TARGETS = {"bootstrap_32_s": 3.0, "store_p50_64_ms": 20.0, "get_p50_64_ms": 10.0}

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/flood.py [--seconds 60] [--inner-steps 20]
 
 Two runs of three daemon processes on loopback (digits, MLP, int8): one quiet, one while an
-attacker in this process throws the whole toolkit (tests/hostile/toolkit.py: garbage frames on
+attacker in this process throws the whole toolkit (peertrain.testing.attacks: garbage frames on
 every protocol, huge length prefixes, slowloris, stream floods, bulk junk as fast as the link
 takes, a wave of fresh identities) at member 1 for `--seconds`. Reported side by side: honest
 rounds completed in the window (target: attacked ≥ 80% of quiet), the victim's peak RSS growth
@@ -15,7 +15,6 @@ The last line is one JSON object with the figures.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import re
 import subprocess
@@ -47,11 +46,9 @@ RUN = [
 
 
 def _toolkit():
-    spec = importlib.util.spec_from_file_location("toolkit", ROOT / "tests/hostile/toolkit.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["toolkit"] = module  # dataclasses look their module up while building
-    spec.loader.exec_module(module)
-    return module
+    from peertrain.testing import attacks
+
+    return attacks
 
 
 def start_group(base: Path, inner_steps: int):

@@ -23,12 +23,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import psutil
-from peertrain.node.net import slim_imports
 from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
+from peertrain.node.net import slim_imports
+from peertrain.testing import wait_until_sync
 
 try:
     from benchmarks._report import print_json, print_table
@@ -88,15 +89,6 @@ def baseline(code: str, samples: int) -> dict[str, float]:
         process.wait()
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float) -> float:
-    start = time.monotonic()
-    while not predicate():
-        if time.monotonic() - start > timeout:
-            raise TimeoutError(f"condition not met within {timeout} s")
-        time.sleep(0.1)
-    return time.monotonic() - start
-
-
 def imported_modules(log: Path) -> int:
     lines = log.read_text(errors="replace").splitlines()
     return sum(1 for line in lines if line.startswith("import time:")) - 1  # minus the header
@@ -113,7 +105,7 @@ def measure_daemon(
         share = measured.start().wait_ready()["share"]
         peer.args = node_args(bootstrap=[share])
         peer_id = peer.start().wait_ready()["peer_id"]
-        wait_for(lambda: measured.status()["peers"] == [peer_id], PEER_TIMEOUT)
+        wait_until_sync(lambda: measured.status()["peers"] == [peer_id], timeout=PEER_TIMEOUT)
         time.sleep(idle)
         assert measured.process is not None and measured.status()["peers"] == [peer_id]
         return sample_memory(measured.process.pid, samples), imported_modules(peer.log_path)

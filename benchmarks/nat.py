@@ -24,7 +24,6 @@ A second table gives each daemon's start → reachability verdict and → relays
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
 import subprocess
 import tempfile
@@ -53,10 +52,9 @@ FIELDS = ["ends_on", "delivered", "first_conn_ms", "direct_after_s", "mb_per_s"]
 
 
 def load_netns():
-    spec = importlib.util.spec_from_file_location("nat_netns", ROOT / "tests" / "nat" / "netns.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from peertrain.testing import netns
+
+    return netns
 
 
 class Nodes:
@@ -94,16 +92,6 @@ class Nodes:
             daemon.stop()
 
 
-def wait_for(predicate, timeout: float):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    return None
-
-
 def start_world(nodes: Nodes) -> tuple[dict[str, str], dict[str, dict]]:
     """Public, forwarded and listening NATed daemons; their peer IDs and start-up figures."""
     nodes.start("pub", "pub", 4001, ["node", "start"])
@@ -118,16 +106,19 @@ def start_world(nodes: Nodes) -> tuple[dict[str, str], dict[str, dict]]:
         ids[key] = nodes.ready(key)["peer_id"]
     figures = {}
     for key in ids:
-        verdict_at = wait_for(
-            lambda k=key: _verdict(nodes, k) != "unknown" and time.monotonic(), 60
+        verdict_at = wait_or_none(
+            lambda k=key: _verdict(nodes, k) != "unknown" and time.monotonic(),
+            timeout=60,
+            interval=0.1,
         )
         relays_at = None
         if _verdict(nodes, key) == "private":
-            relays_at = wait_for(
+            relays_at = wait_or_none(
                 lambda k=key: (
                     len(nodes.status(k)["reachability"]["relays"]) >= 2 and time.monotonic()
                 ),
-                40,
+                timeout=40,
+                interval=0.1,
             )
         figures[key] = {
             "verdict": _verdict(nodes, key),
@@ -135,6 +126,16 @@ def start_world(nodes: Nodes) -> tuple[dict[str, str], dict[str, dict]]:
             "relays_s": _since(nodes, key, relays_at),
         }
     return ids, figures
+
+
+def wait_or_none(predicate, *, timeout: float, interval: float):
+    """The predicate's value once true, or None: a benchmark reports a cell that never got there."""
+    from peertrain.testing import wait_until_sync
+
+    try:
+        return wait_until_sync(predicate, timeout=timeout, interval=interval)
+    except TimeoutError:
+        return None
 
 
 def _verdict(nodes: Nodes, key: str) -> str:
@@ -152,12 +153,13 @@ def measure_cell(nodes: Nodes, src: str, dst: str, dst_id: str, checksum: str, p
     relayed_first = found.get("connection") == "relayed"
     direct_after = None
     if relayed_first:
-        direct_at = wait_for(
+        direct_at = wait_or_none(
             lambda: (
                 nodes.status(src)["reachability"]["connections"].get(dst_id) == "direct"
                 and time.perf_counter()
             ),
-            punch,
+            timeout=punch,
+            interval=0.1,
         )
         direct_after = round(direct_at - started, 2) if direct_at else None
     got = nodes.call(src, "debug.fetch", {"peer": dst_id, "checksum": checksum})

@@ -47,6 +47,10 @@ class NodeConfig:
     psk: str | None = None
     run: str | None = None
     run_role: str | None = None  # SWARM runs: "server" (default) or "trainer"
+    run_data: str | None = None  # the user's data file for `run` (checked against its digest)
+    # what this node agrees to hold for one run, checked before a spec is built (swarm/budget.py)
+    max_params: int = 200_000_000
+    max_memory: int = 0  # bytes; 0: half this machine's memory
     log_level: str = "info"
     log_format: str = "auto"
     attack: str | None = None  # research/testing: make this node Byzantine (swarm/attacks.py)
@@ -194,6 +198,8 @@ def _validate(config: NodeConfig) -> None:
         )
     if config.run_role not in (None, "server", "trainer"):
         raise ConfigError(f"`run_role` must be server or trainer, got {config.run_role!r}")
+    if config.max_params < 1 or config.max_memory < 0:
+        raise ConfigError("`max_params` must be positive and `max_memory` ≥ 0 (0: half the RAM)")
     if not config.listen:
         raise ConfigError("`listen` is empty; give at least one address such as /ip4/0.0.0.0/tcp/0")
     for name in (

@@ -1,25 +1,17 @@
-"""Shared fixtures: real in-process nodes and real CLI daemons (see peertrain.testing)."""
+"""The suite's own hooks. The swarm fixtures come from peertrain's pytest plugin
+(peertrain.testing.plugin), which the installed entry point loads; registered here too when
+the entry point is absent (a checkout on PYTHONPATH without `pip install -e .`)."""
 
 from __future__ import annotations
 
 import pytest
-from peertrain.testing import cli_daemons, open_test_swarm
 
 
-@pytest.fixture
-def test_swarm():
-    """`async with test_swarm(3) as nodes:` — in-process daemons on loopback."""
-    return open_test_swarm
+def pytest_configure(config):
+    if not config.pluginmanager.has_plugin("peertrain-testing"):
+        from peertrain.testing import plugin
 
-
-@pytest.fixture
-def daemons(tmp_path):
-    """`with daemons(3) as ds:` — CLI daemon processes with homes under tmp_path."""
-
-    def start(n, **kwargs):
-        return cli_daemons(n, tmp_path, **kwargs)
-
-    return start
+        config.pluginmanager.register(plugin, "peertrain-testing")
 
 
 LOG_TAIL_LINES = 60

@@ -117,3 +117,13 @@ def test_an_upward_import_inside_node_is_caught(tmp_path):
     (tmp_path / "node" / "net" / "rpc.py").write_text("from ..errors import NodeError\n")
     expected = "node/net/host.py:3 (net) imports peertrain.node.daemon"
     assert node_upward_imports(tmp_path) == [expected]
+
+
+def test_no_product_layer_imports_the_testing_package():
+    offenders = []
+    for layer in ALLOWED:
+        for path in sorted((ROOT / layer).rglob("*.py")):
+            for lineno, module in _absolute_imports(path, ROOT):
+                if module == "peertrain.testing" or module.startswith("peertrain.testing."):
+                    offenders.append(f"{path.relative_to(ROOT)}:{lineno} imports {module}")
+    assert not offenders, "\n".join(offenders)

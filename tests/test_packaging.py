@@ -6,7 +6,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ("protocol", "dht", "crdt", "swarm", "node")
+LAYERS = ("protocol", "dht", "crdt", "swarm", "node", "testing")  # testing: for users' tests too
 
 
 def test_every_package_folder_is_listed_in_pyproject():

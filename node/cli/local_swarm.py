@@ -53,6 +53,11 @@ class LocalSwarm:
         self.kills = 0
         self.last_status: list[dict[str, Any] | None] = []
         self.bytes_of_killed = 0
+        self.killed: set[int] = set()  # killed by us, waiting for their restart
+        self.died: dict[int, dict[str, Any]] = {}  # died by themselves: exit code, log tail
+        self.kills_stopped = False  # the run finished: no more kills
+        self.statuses: list[dict[str, Any] | None] = []  # the latest poll, for a report at any time
+        self.mesh_s: float | None = None
         self._rng = random.Random(options.seed)
 
     @property
@@ -110,14 +115,34 @@ class LocalSwarm:
         ]
         return statuses
 
+    def notice_deaths(self) -> list[int]:
+        """Daemons that exited without us killing them: recorded once, never restarted."""
+        new = []
+        for index, daemon in enumerate(self.daemons):
+            if index in self.killed or index in self.died or daemon.alive():
+                continue
+            code = daemon.process.poll() if daemon.process else None
+            tail = daemon.log_path.read_text(errors="replace").splitlines()[-12:]
+            error = next(
+                (line for line in reversed(tail) if "Error" in line), tail[-1] if tail else ""
+            )
+            self.died[index] = {"node": index, "exit_code": code, "error": error.strip()[:400]}
+            new.append(index)
+        return new
+
     def kill_one(self) -> int | None:
-        candidates = [i for i, d in enumerate(self.daemons) if i > 0 and d.alive()]
+        if self.kills_stopped:
+            return None
+        candidates = [
+            i for i, d in enumerate(self.daemons) if i > 0 and d.alive() and i not in self.died
+        ]
         if not candidates:
             return None
         index = self._rng.choice(candidates)
         last = self.last_status[index] if index < len(self.last_status) else None
         if last and last.get("run"):
             self.bytes_of_killed += last["run"].get("bytes_fetched", 0)
+        self.killed.add(index)
         self.daemons[index].stop(signal.SIGKILL)
         self.kills += 1
         return index
@@ -125,12 +150,19 @@ class LocalSwarm:
     def restart(self, index: int) -> None:
         self.daemons[index].start()
         self.daemons[index].wait_ready()
+        self.killed.discard(index)
 
     def finished(self, statuses: list[dict[str, Any] | None]) -> bool:
+        """Every daemon still in the swarm (not dead by itself) finished the run. Once one
+        has, kills stop: the end of a run is not the time to inject churn."""
         if not self.training or not self.options.spec.get("rounds"):
             return False
         runs = [s["run"] for s in statuses if s and s.get("run")]
-        return len(runs) == len(self.daemons) and all(r["finished"] for r in runs)
+        if any(r.get("finished") for r in runs):
+            self.kills_stopped = True
+        members = [i for i in range(len(self.daemons)) if i not in self.died]
+        in_run = [statuses[i]["run"] for i in members if statuses[i] and statuses[i].get("run")]
+        return len(in_run) == len(members) > 0 and all(r["finished"] for r in in_run)
 
 
 def run_swarm_pipeline(args, spec: dict[str, Any]) -> int:
@@ -161,33 +193,57 @@ def run_local_swarm(options: LocalSwarmOptions) -> int:
     console = Console(width=None if sys.stdout.isatty() else 160)
     started = time.monotonic()
     report: dict[str, Any] = {"nodes": options.nodes, "mode": options.mode}
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM, like Ctrl-C, reports first
     with tempfile.TemporaryDirectory(prefix="peertrain-swarm-") as base:
         swarm = LocalSwarm(options, Path(base), console)
         try:
             swarm.start()
             report["startup_s"] = round(time.monotonic() - started, 2)
-            report.update(_watch(console, swarm))
+            _watch(console, swarm)
             if swarm.training:
                 report["sample"] = _sample(swarm)
         except KeyboardInterrupt:
-            console.print("interrupted: stopping the swarm")
+            console.print("interrupted: stopping the swarm and writing what happened so far")
             report["interrupted"] = True
         finally:
+            signal.signal(signal.SIGTERM, previous)
+            report.update(_swarm_report(swarm))
             report["exit_codes"] = stop_all(swarm.daemons)
         report["total_s"] = round(time.monotonic() - started, 2)
     _summarise(console, report)
     if options.report:
         options.report.write_text(json.dumps(report, indent=2))
+    return _exit_status(swarm, report)
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _swarm_report(swarm: LocalSwarm) -> dict[str, Any]:
+    statuses = swarm.statuses
+    training = _training_report(swarm, statuses) if swarm.training and statuses else {}
+    return {
+        "mesh_s": swarm.mesh_s,
+        "kills": swarm.kills,
+        "died": sorted(swarm.died.values(), key=lambda d: d["node"]),
+        **training,
+        "final": [_brief(s) for s in statuses],
+    }
+
+
+def _exit_status(swarm: LocalSwarm, report: dict[str, Any]) -> int:
+    """Non-zero when a daemon died by itself, one did not stop cleanly, or nothing happened."""
     clean = all(code in (0, None) for code in report["exit_codes"])
     ok = (
         report.get("rounds_completed", 0) > 0
         if swarm.training
         else report.get("mesh_s") is not None
     )
-    return 0 if clean and ok else 1
+    return 0 if clean and ok and not swarm.died and not report.get("interrupted") else 1
 
 
-def _watch(console, swarm: LocalSwarm) -> dict[str, Any]:
+def _watch(console, swarm: LocalSwarm) -> None:
     """Poll until the duration ends or the run finishes; kill and restart members if asked."""
     import contextlib
 
@@ -195,7 +251,6 @@ def _watch(console, swarm: LocalSwarm) -> dict[str, Any]:
 
     options = swarm.options
     t0 = time.monotonic()
-    mesh_s = None
     next_kill = t0 + options.kill_every if options.kill_every else None
     restart_at: dict[int, float] = {}
     statuses: list[dict[str, Any] | None] = []
@@ -216,11 +271,15 @@ def _watch(console, swarm: LocalSwarm) -> dict[str, Any]:
                 if killed is not None:
                     restart_at[killed] = now + 3.0
                 next_kill = now + options.kill_every
-            statuses = swarm.poll()
-            if mesh_s is None and _full_mesh(statuses):
-                mesh_s = round(now - t0, 2)
+            statuses = swarm.statuses = swarm.poll()
+            for index in swarm.notice_deaths():
+                died = swarm.died[index]
+                code, error = died["exit_code"], died["error"]
+                console.print(f"[red]node {index} died by itself[/] (exit {code}): {error}")
+            if swarm.mesh_s is None and _full_mesh(statuses):
+                swarm.mesh_s = round(now - t0, 2)
             if console.is_terminal:
-                live.update(_table(statuses, mesh_s, swarm), refresh=True)
+                live.update(_table(statuses, swarm.mesh_s, swarm), refresh=True)
             else:
                 console.print(_line(now - t0, statuses, swarm))
             done = swarm.finished(statuses) and not restart_at
@@ -228,22 +287,18 @@ def _watch(console, swarm: LocalSwarm) -> dict[str, Any]:
                 break
             time.sleep(options.poll_interval)
     if not console.is_terminal:
-        console.print(_table(statuses, mesh_s, swarm))
-    return {
-        "mesh_s": mesh_s,
-        "kills": swarm.kills,
-        **(_training_report(swarm, statuses) if swarm.training else {}),
-        "final": [_brief(s) for s in statuses],
-    }
+        console.print(_table(statuses, swarm.mesh_s, swarm))
 
 
 def _training_report(swarm: LocalSwarm, statuses: list[dict[str, Any] | None]) -> dict[str, Any]:
     from peertrain.swarm.diloco.traffic import data_parallel_bytes
 
     honest = len(statuses) - swarm.options.byzantine
-    runs = [
-        s["run"] for s in statuses[:honest] if s and s.get("run")
-    ]  # what honest members end with
+    runs = [  # what honest members still in the swarm end with
+        s["run"]
+        for i, s in enumerate(statuses[:honest])
+        if s and s.get("run") and i not in swarm.died
+    ]
     if not runs:
         return {"rounds_completed": 0}
     first = runs[0]
@@ -368,6 +423,11 @@ def _summarise(console, report: dict[str, Any]) -> None:
         if report.get("sample"):
             console.rule("sample from the trained model")
             console.print(report["sample"], markup=False, highlight=False)
+    for died in report.get("died", []):
+        console.print(
+            f"[red]node {died['node']} died by itself[/] (exit {died['exit_code']}): "
+            f"{died['error']}"
+        )
     clean = sum(1 for code in report["exit_codes"] if code == 0)
     console.print(
         f"stopped cleanly: {clean}/{len(report['exit_codes'])}   total {report['total_s']} s"

@@ -26,6 +26,7 @@ from peertrain.protocol.ids import protocol_id
 from ..net.rpc import request
 from ..services.node_services import NodeServices
 from .context import RunContext
+from .spec_check import local_data
 from .status import DiLoCoRunStatus, RunStatus, SwarmRunStatus
 from .update_exchange import open_update_exchange
 
@@ -130,7 +131,8 @@ class RunSession:
         context, node = self.context, self.context.node
         spec = DiLoCoSpec.from_bytes(self.manifest.spec)
         me = node.peer_id
-        built = await trio.to_thread.run_sync(build_member, spec, me)
+        data = local_data(context.directory)  # the user's file, checked against the spec's digest
+        built = await trio.to_thread.run_sync(lambda: build_member(spec, me, data=data))
         update_exchange = open_update_exchange(
             node,
             run_id=self.run_id,

@@ -10,7 +10,8 @@ supplies the exchange of encoded updates and runs the torch phases in worker thr
     report = await trio.to_thread.run_sync(member.apply_update, contributions, limiter=compute)
     # report.state_hash → RunState; member.snapshot() → CheckpointStore.save / a joiner's restore
 
-`LocalGroup` (one thread) and `InProcessExchange` (threads) run whole groups in one process.
+`InProcessExchange` (threads) runs a whole group in one process; `peertrain.testing.LocalGroup`
+runs one in a single thread.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from .errors import CheckpointCorrupt, CheckpointError, DiLoCoError, RoundFailed
 from .exchange import Contribution, InProcessExchange, UpdateExchange
 from .flat import ParamLayout
 from .inner_loop import InnerLoop, InnerReport, evaluate, learning_rate
-from .local_group import LocalGroup
 from .member import DiLoCoMember, MemberState, RoundReport
 from .outer_step import NesterovOuterOptimizer
 from .state_hash import state_hash
@@ -41,7 +41,6 @@ __all__ = [
     "InnerConfig",
     "InnerLoop",
     "InnerReport",
-    "LocalGroup",
     "MemberState",
     "NesterovOuterOptimizer",
     "OuterConfig",

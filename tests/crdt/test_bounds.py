@@ -15,10 +15,10 @@ from peertrain.crdt.replicator import Replicator, ReplicatorConfig
 from peertrain.crdt.rundoc import CHECKPOINT_WINDOW, RunDoc
 from peertrain.crdt.runstate import RunState, StateLimits
 from peertrain.crdt.signed import seal_delta
-from peertrain.crdt.testing import MemoryRouter, new_run, open_memory_swarm
 from peertrain.crdt.wire import int_codec
 from peertrain.crdt.writer import RunWriter
 from peertrain.testing import wait_until
+from peertrain.testing.crdt_network import MemoryRouter, new_run, open_memory_swarm
 
 
 def _peer():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import trio
@@ -9,13 +10,13 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 from peertrain.crdt.replicator import Replicator, ReplicatorConfig
 from peertrain.crdt.runstate import RunState
-from peertrain.crdt.testing import (
+from peertrain.testing import wait_until
+from peertrain.testing.crdt_network import (
     Faults,
     MemoryRouter,
     converged,
     new_run,
     open_memory_swarm,
-    wait_for,
 )
 
 LOSSY = Faults(drop=0.2, duplicate=0.1, delay=0.02, reorder=0.2, reorder_delay=0.05)
@@ -53,7 +54,7 @@ async def test_sixteen_nodes_converge_within_five_seconds_through_a_lossy_router
     async with open_memory_swarm(16, faults=LOSSY, seed=5, config=FAST_SYNC) as (router, nodes):
         written = await _random_updates(nodes, rng, rounds=30)
         with trio.fail_after(5):
-            await wait_for(lambda: converged(nodes))
+            await wait_until(lambda: converged(nodes), timeout=math.inf, interval=0.01)
         assert router.stats.dropped > 0 and router.stats.duplicated > 0  # faults did happen
         for node in nodes:
             state = node.state
@@ -65,12 +66,12 @@ async def test_sixteen_nodes_converge_within_five_seconds_through_a_lossy_router
 async def test_a_single_change_reaches_everyone_and_digests_track_it():
     async with open_memory_swarm(8, faults=LOSSY, seed=9, config=FAST_SYNC) as (_, nodes):
         with trio.fail_after(5):
-            await wait_for(lambda: converged(nodes))
+            await wait_until(lambda: converged(nodes), timeout=math.inf, interval=0.01)
         before = nodes[0].state.digest()
         nodes[3].replicator.writer.provide_checkpoint(7, b"\x07" * 32)
         assert nodes[3].state.digest() != before
         with trio.fail_after(5):
-            await wait_for(lambda: converged(nodes))
+            await wait_until(lambda: converged(nodes), timeout=math.inf, interval=0.01)
         ref, providers = nodes[5].state.latest_checkpoint()
         assert ref.round == 7 and providers == {nodes[3].peer_id}
 
@@ -81,7 +82,7 @@ async def test_a_joiner_bootstraps_the_full_state_with_the_manifest():
             node.replicator.writer.add_progress(10 + i)
             node.replicator.writer.provide_checkpoint(1, b"\x01" * 32)
         with trio.fail_after(5):
-            await wait_for(lambda: converged(nodes))
+            await wait_until(lambda: converged(nodes), timeout=math.inf, interval=0.01)
         # A peer that missed all gossip: only anti-entropy can teach it, in one bootstrap.
         key = create_new_key_pair()
         endpoint = router.endpoint(ID.from_pubkey(key.public_key).to_base58())

@@ -18,11 +18,11 @@ from peertrain.crdt.rundoc import RunDoc
 from peertrain.crdt.runstate import RunState
 from peertrain.crdt.signed import open_delta, seal_delta
 from peertrain.crdt.sync import SyncReply, SyncRequest
-from peertrain.crdt.testing import MemoryRouter, new_run
 from peertrain.protocol.conformance import check_decoder_on_mutations, check_message_type
 from peertrain.protocol.envelope import Envelope, seal
 from peertrain.protocol.errors import BadSignature, ProtocolError
 from peertrain.protocol.packing import unpack
+from peertrain.testing.crdt_network import MemoryRouter, new_run
 
 NOW = 1_800_000_000_000
 

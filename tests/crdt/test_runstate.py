@@ -9,8 +9,8 @@ from peertrain.crdt.errors import ClockDrift
 from peertrain.crdt.hlc import HybridClock, Stamp
 from peertrain.crdt.replicator import Replicator
 from peertrain.crdt.runstate import RunState
-from peertrain.crdt.testing import MemoryRouter, new_run
 from peertrain.crdt.writer import RunWriter
+from peertrain.testing.crdt_network import MemoryRouter, new_run
 
 NOW = 1_800_000_000_000
 

@@ -11,9 +11,9 @@ import random
 
 import pytest
 from libp2p.crypto.ed25519 import create_new_key_pair
-from peertrain.dht.testing import open_dht_swarm, without_auto_connect
 from peertrain.node.net.host import build_host
 from peertrain.node.net.identity import Identity
+from peertrain.testing.dht_swarm import open_dht_swarm, without_auto_connect
 
 
 def make_host(rng: random.Random):

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 import trio
-from hostile_toolkit import Attacker, control_junk
 from peertrain.node.api.control import call
 from peertrain.testing import open_test_swarm, wait_until
+from peertrain.testing.attacks import Attacker, control_junk
 
 
 def _protocols(node) -> list[str]:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from contextlib import contextmanager
 
 import pytest
+from peertrain.testing import wait_until_sync
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
@@ -33,16 +33,6 @@ def daemons_in(world, base, specs):
             daemon.stop()
 
 
-def wait_for(predicate, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"not true after {timeout} s")
-
-
 def test_nated_daemons_connect_to_the_public_node(nat_world, tmp_path):
     first = lambda statuses: [statuses[0]["share"]]  # noqa: E731
     specs = [("pub", []), ("cone", first), ("sym", first), ("fwd", first)]
@@ -50,9 +40,10 @@ def test_nated_daemons_connect_to_the_public_node(nat_world, tmp_path):
         public = statuses[0]
         assert public["share"].startswith("/ip4/10.213.0.10/tcp/4001/p2p/")
         for daemon in daemons[1:]:
-            wait_for(lambda d=daemon: public["peer_id"] in d.status()["peers"])
-        seen_by_public = wait_for(
-            lambda: len(daemons[0].status()["peers"]) >= 3 and daemons[0].status()["peers"]
+            wait_until_sync(lambda d=daemon: public["peer_id"] in d.status()["peers"], timeout=20)
+        seen_by_public = wait_until_sync(
+            lambda: len(daemons[0].status()["peers"]) >= 3 and daemons[0].status()["peers"],
+            timeout=20,
         )
         assert {s["peer_id"] for s in statuses[1:]} <= set(seen_by_public)
 
@@ -70,8 +61,10 @@ def test_daemons_report_their_reachability(nat_world, tmp_path):
     with daemons_in(nat_world, tmp_path, specs) as (daemons, _):
 
         def verdict(daemon):
-            return wait_for(
-                lambda: (r := daemon.status()["reachability"])["status"] != "unknown" and r, 40
+            return wait_until_sync(
+                lambda: (r := daemon.status()["reachability"])["status"] != "unknown" and r,
+                timeout=40,
+                interval=0.1,
             )
 
         by_name = {d.name: verdict(d) for d in daemons}

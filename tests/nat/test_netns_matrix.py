@@ -29,19 +29,10 @@ from contextlib import ExitStack
 
 import pytest
 from peertrain.node.api.control import call_sync
+from peertrain.testing import wait_until_sync
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 MiB16 = 16
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"{what}: not within {timeout} s")
 
 
 class Nodes:
@@ -124,9 +115,17 @@ def start_public_and_natted(nodes: Nodes, world) -> tuple[dict[str, str], str]:
     ready = nodes.ready("pub", "pub2", "pub3", "fwd", "cone", "sym")
     ids = {k: s["peer_id"] for k, s in ready.items()}
     for key in ("cone", "sym"):  # reservations on two public peers, circuits published
-        wait_for(lambda k=key: len(relays_of(nodes, k)) >= 2, 40, f"{key} holds 2 relays")
-    wait_for(  # the forwarded port, once confirmed, goes in fwd's peer record
-        lambda: nodes.status("fwd")["reachability"]["status"] == "public", 40, "fwd public"
+        wait_until_sync(
+            lambda k=key: len(relays_of(nodes, k)) >= 2,
+            timeout=40,
+            what=f"{key} holds 2 relays",
+            interval=0.2,
+        )
+    wait_until_sync(
+        lambda: nodes.status("fwd")["reachability"]["status"] == "public",
+        timeout=40,
+        what="fwd public",
+        interval=0.2,
     )
     return ids, boot
 
@@ -137,15 +136,17 @@ def join_by_peer_id(nodes: Nodes, ids: dict[str, str], boot: str) -> None:
     nodes.start("sym2", "sym2", 4001, ["join", ids["sym"], "--bootstrap", boot])
     nodes.ready("cone2", "sym2")
     # cone / cone: through the relay first, then direct by hole punching
-    wait_for(
+    wait_until_sync(
         lambda: nodes.status("cone2")["reachability"]["connections"].get(ids["cone"]) == "direct",
-        30,
-        "cone2 directly connected to cone",
+        timeout=30,
+        what="cone2 directly connected to cone",
+        interval=0.2,
     )
-    wait_for(
+    wait_until_sync(
         lambda: ids["sym"] in nodes.status("sym2")["reachability"]["connections"],
-        30,
-        "sym2 connected to sym",
+        timeout=30,
+        what="sym2 connected to sym",
+        interval=0.2,
     )
 
 
@@ -226,14 +227,15 @@ def replace_a_silent_relay(nodes: Nodes, world, ids: dict[str, str], cone: dict)
     where = {"pub3": ("pub", 4002), "pub2": ("pub2", 4001), "fwd": ("fwd", 4001)}
     world.silence(*where[victim])
     stopped = time.monotonic()
-    relays = wait_for(
+    relays = wait_until_sync(
         lambda: (
             len(r := relays_of(nodes, "cone")) >= 2
             and ids[victim] not in {x["relay"] for x in r}
             and r
         ),
-        30,
-        "cone holds 2 relays again",
+        timeout=30,
+        what="cone holds 2 relays again",
+        interval=0.2,
     )
     print(f"relay replaced after {time.monotonic() - stopped:.2f} s")
     public = {ids[k] for k in ("pub", "pub2", "pub3", "fwd") if k != victim}  # fwd: forwarded

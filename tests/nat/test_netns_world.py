@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -65,10 +63,7 @@ def test_setup_is_idempotent_and_nats_behave_as_named(nat_world):
 
 
 def test_the_skip_reason_names_root(monkeypatch):
-    spec = importlib.util.spec_from_file_location(
-        "nat_netns_skip", Path(__file__).with_name("netns.py")
-    )
-    netns = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(netns)
+    from peertrain.testing import netns
+
     monkeypatch.setattr(netns.os, "geteuid", lambda: 1000)
     assert "need root" in netns.why_unavailable()

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from peertrain.node.net import slim_imports
 from peertrain.node.errors import NodeError
+from peertrain.node.net import slim_imports
 from peertrain.node.net.slim_imports import SlimmedDependencyUsed
 
 ABSENT = "peertrain_slim_probe_pkg"  # a package that exists nowhere

@@ -13,11 +13,11 @@ from peertrain.swarm.diloco import (
     CheckpointStore,
     DiLoCoMember,
     InnerConfig,
-    LocalGroup,
     ProtocolCodec,
 )
 from peertrain.swarm.diloco.checkpoint import content_hash
 from peertrain.swarm.models import MLPConfig
+from peertrain.testing.diloco_group import LocalGroup
 
 INNER = InnerConfig(steps=3, batch_size=16, lr=1e-2, warmup_steps=2)
 

@@ -14,7 +14,6 @@ from peertrain.swarm.diloco import (
     InnerConfig,
     InnerLoop,
     InProcessExchange,
-    LocalGroup,
     NesterovOuterOptimizer,
     OuterConfig,
     ParamLayout,
@@ -25,6 +24,7 @@ from peertrain.swarm.diloco import (
     learning_rate,
 )
 from peertrain.swarm.models import MLPConfig
+from peertrain.testing.diloco_group import LocalGroup
 
 MODEL = MLPConfig(hidden=16, depth=1)
 INNER = InnerConfig(steps=5, batch_size=32, lr=1e-2, warmup_steps=3)

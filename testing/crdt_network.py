@@ -25,15 +25,14 @@ import trio
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.crypto.keys import KeyPair
 from libp2p.peer.id import ID
+from peertrain.crdt.hlc import wall_clock_ms
+from peertrain.crdt.manifest import RunManifest, sign_manifest
+from peertrain.crdt.replicator import Replicator, ReplicatorConfig
+from peertrain.crdt.runstate import RunState, StateLimits
+from peertrain.crdt.sync import SyncReply, SyncRequest
+from peertrain.crdt.transport import Inbound, Validator
 from peertrain.protocol.errors import PeerTimeout
 from peertrain.protocol.messages import ErrorResponse, Response, check_reply, decode, encode
-
-from .hlc import wall_clock_ms
-from .manifest import RunManifest, sign_manifest
-from .replicator import Replicator, ReplicatorConfig
-from .runstate import RunState, StateLimits
-from .sync import SyncReply, SyncRequest
-from .transport import Inbound, Validator
 
 if TYPE_CHECKING:
     from trio_typing import TaskStatus  # trio.TaskStatus (see crdt/replicator.py)
@@ -218,16 +217,6 @@ def new_run(key_pair: KeyPair, *, name: str = "test-run", spec: bytes = b"") -> 
         spec=spec,
     )
     return manifest.run_id, sign_manifest(key_pair, manifest)
-
-
-async def wait_for(predicate: Callable[[], bool], *, poll: float = 0.01) -> None:
-    """Wait until `predicate()` holds (callers bound it with `trio.fail_after`).
-
-    Polling on purpose: convergence is a predicate over many replicas and over wall time (leases
-    expire), not one event anybody could set.
-    """
-    while not predicate():  # noqa: ASYNC110
-        await trio.sleep(poll)
 
 
 def converged(nodes: Sequence[MemoryNode]) -> bool:

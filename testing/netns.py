@@ -14,7 +14,8 @@ from pathlib import Path
 
 from peertrain.node.cli.processes import DaemonProcess
 
-ROOT = Path(__file__).resolve().parents[2]
+# the script ships with a checkout of the repository, not in the wheel (scripts/ stays out)
+ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "netns-nat"
 
 # name of the namespace a node runs in → the address it listens on there
@@ -57,6 +58,8 @@ def why_unavailable() -> str | None:
     """None when the namespaces can be built here, else the reason to skip."""
     if os.geteuid() != 0:
         return "NAT tests need root (network namespaces); run them as root or skip"
+    if not SCRIPT.exists():
+        return f"NAT tests need {SCRIPT} (a checkout of the repository, not an installed wheel)"
     for tool in ("ip", "nft"):
         if shutil.which(tool) is None:
             package = "iproute2" if tool == "ip" else "nftables"

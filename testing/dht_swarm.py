@@ -23,8 +23,7 @@ from libp2p.abc import IHost
 from libp2p.network.swarm import Swarm
 from libp2p.peer.peerinfo import PeerInfo
 from multiaddr import Multiaddr
-
-from .node import Dht, DhtConfig
+from peertrain.dht.node import Dht, DhtConfig
 
 if TYPE_CHECKING:
     from trio_typing import TaskStatus  # trio.TaskStatus (see dht/node.py)

@@ -1,4 +1,4 @@
-"""Test helpers: real nodes in one trio process, real daemons as CLI processes.
+"""Real nodes in one trio process, real daemons as CLI processes.
 
     async with open_test_swarm(3) as nodes:         # in-process, loopback, real libp2p hosts
         await connect_all(nodes)                     # star or mesh wiring
@@ -7,15 +7,14 @@
         daemons[1].status()["peers"]
 
 Both are what a user would run, minus the process boundary for the first. The pytest
-fixtures in tests/conftest.py wrap them.
+plugin (peertrain.testing.plugin) wraps them as fixtures.
 """
 
 from __future__ import annotations
 
 import contextlib
 import tempfile
-import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,18 +57,6 @@ async def open_test_swarm(
                 nursery.cancel_scope.cancel()
 
 
-async def wait_until(
-    predicate: Callable[[], bool], *, timeout: float = 10.0, interval: float = 0.05
-) -> float:
-    """Poll `predicate` until true; return the seconds it took; raise TimeoutError otherwise."""
-    start = trio.current_time()
-    with trio.move_on_after(timeout):
-        while not predicate():
-            await trio.sleep(interval)
-        return trio.current_time() - start
-    raise TimeoutError(f"condition not met within {timeout} s")
-
-
 def free_tcp_port(host: str = "127.0.0.1") -> int:
     """A port nothing listens on right now (for listeners given as HOST:PORT, like metrics)."""
     import socket
@@ -77,17 +64,6 @@ def free_tcp_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as probe:
         probe.bind((host, 0))
         return int(probe.getsockname()[1])
-
-
-def wait_until_sync(
-    predicate: Callable[[], bool], *, timeout: float = 10.0, interval: float = 0.1
-) -> float:
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if predicate():
-            return time.monotonic() - start
-        time.sleep(interval)
-    raise TimeoutError(f"condition not met within {timeout} s")
 
 
 @contextlib.contextmanager

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .exchange import Contribution
-from .member import DiLoCoMember, RoundReport
+from peertrain.swarm.diloco.exchange import Contribution
+from peertrain.swarm.diloco.member import DiLoCoMember, RoundReport
 
 
 class LocalGroup:
