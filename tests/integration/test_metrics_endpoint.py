@@ -12,11 +12,11 @@ from peertrain.testing import free_tcp_port, open_test_swarm, wait_until
 SPEC = dict(
     model="mlp",
     dataset="digits",
-    inner_steps=5,
+    inner_steps=20,
     batch_size=32,
     lr=3e-3,
     warmup_steps=2,
-    rounds=4,
+    rounds=8,
     round_timeout=20,
     codec="int8",
     min_members=3,
@@ -63,16 +63,16 @@ async def test_metrics_follow_a_three_node_run_without_peer_ids_in_labels():
         peer_ids = [n.status()["peer_id"] for n in nodes]
 
     assert rounds_seen == sorted(rounds_seen), "the round counter never goes back"
-    assert samples[("peertrain_run_rounds_completed_total", RUN)] == 4 > rounds_seen[0]
-    assert samples[("peertrain_run_round", RUN)] == final["run"]["round"] == 4
+    assert samples[("peertrain_run_rounds_completed_total", RUN)] == 8 > rounds_seen[0]
+    assert samples[("peertrain_run_round", RUN)] == final["run"]["round"] == 8
     assert samples[("peertrain_run_members", RUN)] == 3
     assert samples[("peertrain_run_loss", RUN)] == final["run"]["loss"]
     assert samples[("peertrain_peers", (("kind", "direct"),))] == 2
     assert byte_checks > 0
-    assert samples[("peertrain_run_update_bytes_total", RUN + (("direction", "out"),))] == (
+    assert samples[("peertrain_run_update_bytes_total", (("direction", "out"),) + RUN)] == (
         final["run"]["bytes_published"]
     )
-    assert samples[("peertrain_run_update_bytes_total", RUN + (("direction", "in"),))] == (
+    assert samples[("peertrain_run_update_bytes_total", (("direction", "in"),) + RUN)] == (
         final["run"]["bytes_fetched"]
     )
     assert final["run"]["bytes_fetched"] > 0 and final["run"]["bytes_published"] > 0
@@ -81,14 +81,14 @@ async def test_metrics_follow_a_three_node_run_without_peer_ids_in_labels():
     assert not [v for v in labels if PEER_ID_LIKE.search(v)]
 
 
-RUN = (("run", "digits"),)
+RUN = (("run", "digits"),)  # labels are keyed sorted by name: ("direction", …) comes first
 
 
 def check_bytes(samples, before, after) -> int:
     """Scraped byte counters lie between the status read just before and just after."""
     checked = 0
     for direction, key in (("out", "bytes_published"), ("in", "bytes_fetched")):
-        scraped = samples.get(("peertrain_run_update_bytes_total", RUN + (("direction", direction),)))
+        scraped = samples.get(("peertrain_run_update_bytes_total", (("direction", direction),) + RUN))
         if scraped is None:  # the run's driver is still starting
             continue
         assert before[key] <= scraped <= after[key]
