@@ -104,6 +104,7 @@ def runs_of(status: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 def _changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> Iterable[tuple[str, str]]:
     names = {**before.get("peer_names", {}), **after.get("peer_names", {})}
+    names[after["peer_id"]] = f"{after['name']} (this node)"
     old, new = set(before.get("peers", ())), set(after.get("peers", ()))
     for peer in sorted(new - old):
         yield "peer-joined", f"{names.get(peer, peer[-8:])} connected"

@@ -1,4 +1,4 @@
-"""Prometheus /metrics of a node in a 3-node DiLoCo run, read with prometheus_client's own parser."""
+"""Prometheus /metrics of a node in a 3-node DiLoCo run, read by prometheus_client's own parser."""
 
 from __future__ import annotations
 
@@ -69,11 +69,13 @@ async def test_metrics_follow_a_three_node_run_without_peer_ids_in_labels():
     assert samples[("peertrain_run_loss", RUN)] == final["run"]["loss"]
     assert samples[("peertrain_peers", (("kind", "direct"),))] == 2
     assert byte_checks > 0
-    assert samples[("peertrain_run_update_bytes_total", (("direction", "out"),) + RUN)] == (
-        final["run"]["bytes_published"]
+    assert (
+        samples[("peertrain_run_update_bytes_total", (("direction", "out"),) + RUN)]
+        == (final["run"]["bytes_published"])
     )
-    assert samples[("peertrain_run_update_bytes_total", (("direction", "in"),) + RUN)] == (
-        final["run"]["bytes_fetched"]
+    assert (
+        samples[("peertrain_run_update_bytes_total", (("direction", "in"),) + RUN)]
+        == (final["run"]["bytes_fetched"])
     )
     assert final["run"]["bytes_fetched"] > 0 and final["run"]["bytes_published"] > 0
     labels = {value for _, pairs in samples for _, value in pairs}
@@ -88,7 +90,9 @@ def check_bytes(samples, before, after) -> int:
     """Scraped byte counters lie between the status read just before and just after."""
     checked = 0
     for direction, key in (("out", "bytes_published"), ("in", "bytes_fetched")):
-        scraped = samples.get(("peertrain_run_update_bytes_total", (("direction", direction),) + RUN))
+        scraped = samples.get(
+            ("peertrain_run_update_bytes_total", (("direction", direction),) + RUN)
+        )
         if scraped is None:  # the run's driver is still starting
             continue
         assert before[key] <= scraped <= after[key]

@@ -110,25 +110,31 @@ function renderPeers(status) {
 function renderRuns(status) {
   const holder = $("runs");
   const history = (status.history && status.history.runs) || {};
-  const cards = runsOf(status).map((run) => runCard(run, history[run.run_id] || [], status));
+  const cards = runsOf(status).map((run) => runCard(run, status));
   if (!cards.length) {
     const empty = el("section", { class: "card" });
     empty.append(el("h2", {}, "Runs"), el("p", { class: "muted" }, "This node is in no run."));
     cards.push(empty);
   }
   holder.replaceChildren(...cards);
+  for (const card of holder.querySelectorAll(".run")) {
+    const samples = history[card.dataset.run] || [];
+    const loss = card.querySelector(".slot-loss"), traffic = card.querySelector(".slot-traffic");
+    loss.replaceChildren(lossChart(samples, loss.clientWidth || 320));
+    traffic.replaceChildren(trafficChart(samples, traffic.clientWidth || 320));
+  }
 }
 
-function runCard(run, samples, status) {
+function runCard(run, status) {
   const card = el("section", { class: "card run", "data-run": run.run_id });
   const title = el("h2", {}, run.name);
+  title.append(el("span", { class: "mode" }, run.model ? `${run.mode} · ${run.model}` : run.mode));
   title.append(el("span", { class: `phase phase-${run.finished ? "done" : "live"}` }, run.phase));
   card.append(title);
   const figures = [
     ["round", run.round],
     ["members", run.members.length],
     ["loss", run.loss == null ? "–" : run.loss.toFixed(4)],
-    ["mode", run.model ? `${run.mode} · ${run.model}` : run.mode],
   ];
   if (run.bytes_published !== undefined) {
     figures.push(["sent", bytes(run.bytes_published)], ["received", bytes(run.bytes_fetched)]);
@@ -142,8 +148,8 @@ function runCard(run, samples, status) {
   }
   card.append(grid);
   if (run.error) card.append(el("p", { class: "error" }, run.error));
-  card.append(el("h3", {}, "Loss"), lossChart(samples));
-  card.append(el("h3", {}, "Traffic per round"), trafficChart(samples));
+  card.append(el("h3", {}, "Loss"), el("div", { class: "slot-loss" }));
+  card.append(el("h3", {}, "Traffic per round"), el("div", { class: "slot-traffic" }));
   const names = status.peer_names || {};
   const members = el("ul", { class: "members" });
   for (const m of run.members) {
@@ -153,8 +159,8 @@ function runCard(run, samples, status) {
   return card;
 }
 
-function lossChart(samples) {
-  const W = 320, H = 120, pad = { l: 40, r: 8, t: 8, b: 20 };
+function lossChart(samples, W) {
+  const H = 150, pad = { l: 44, r: 10, t: 10, b: 22 };
   const chart = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart loss" });
   const points = samples.filter((s) => s.loss != null);
   if (points.length < 1) {
@@ -180,8 +186,8 @@ function lossChart(samples) {
   return chart;
 }
 
-function trafficChart(samples) {
-  const W = 320, H = 90, pad = { l: 40, r: 8, t: 6, b: 18 };
+function trafficChart(samples, W) {
+  const H = 100, pad = { l: 60, r: 10, t: 8, b: 20 };
   const chart = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart traffic" });
   const rounds = [];
   for (let i = 1; i < samples.length; i++) {
@@ -195,7 +201,7 @@ function trafficChart(samples) {
     return chart;
   }
   const top = Math.max(...shown.map((r) => r.sent + r.got), 1);
-  const slot = (W - pad.l - pad.r) / shown.length;
+  const slot = Math.min((W - pad.l - pad.r) / shown.length, 36);
   const h = (v) => (v / top) * (H - pad.t - pad.b);
   shown.forEach((r, i) => {
     const x0 = pad.l + i * slot + slot * 0.15, w = slot * 0.7, base = H - pad.b;
