@@ -29,7 +29,8 @@ function bytes(n) {
   const units = ["B", "KiB", "MiB", "GiB", "TiB"];
   let i = 0;
   while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
-  return `${n.toFixed(i ? 1 : 0)} ${units[i]}`;
+  const digits = i === 0 || n >= 100 ? 0 : 1;  // three figures at most: "190 KiB", "36.1 KiB"
+  return `${n.toFixed(digits)} ${units[i]}`;
 }
 
 function duration(s) {
@@ -191,8 +192,10 @@ function trafficChart(samples, W) {
   const chart = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart traffic" });
   const rounds = [];
   for (let i = 1; i < samples.length; i++) {
-    const sent = samples[i].bytes_published - samples[i - 1].bytes_published;
-    const got = samples[i].bytes_fetched - samples[i - 1].bytes_fetched;
+    // samples are a second apart: one may span several fast rounds, so bars show the average
+    const span = Math.max(samples[i].round - samples[i - 1].round, 1);
+    const sent = (samples[i].bytes_published - samples[i - 1].bytes_published) / span;
+    const got = (samples[i].bytes_fetched - samples[i - 1].bytes_fetched) / span;
     rounds.push({ round: samples[i].round, sent: Math.max(sent, 0), got: Math.max(got, 0) });
   }
   const shown = rounds.slice(-40);
