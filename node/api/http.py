@@ -20,6 +20,9 @@ log = logging.getLogger(__name__)
 MAX_HEAD_BYTES = 8192  # request line and headers; browsers send about 1 KiB
 READ_TIMEOUT = 10.0  # seconds to receive the head, and to send the answer
 MAX_CONNECTIONS = 16
+LINGER_SECONDS = 1.0  # after answering, to read the rest of what a client sent
+LINGER_READS = 16
+ACCEPT_BACKOFF = 0.1  # seconds, after accept() failed
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +33,13 @@ class Response:
 
 
 Handler = Callable[[], Response]
-REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed"}
+REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    500: "Internal Server Error",
+}
 
 
 class BadRequest(Exception):
@@ -75,6 +84,11 @@ class HttpServer:
                 await self._slots.acquire()  # wait here: the backlog holds the rest
                 try:
                     stream = await listener.accept()
+                except OSError as exc:  # out of file descriptors, mostly: wait, do not die
+                    self._slots.release()
+                    log.warning("accepting an HTTP connection: %s", exc)
+                    await trio.sleep(ACCEPT_BACKOFF)
+                    continue
                 except BaseException:
                     self._slots.release()
                     raise
@@ -85,6 +99,7 @@ class HttpServer:
             async with stream:
                 with trio.move_on_after(self.read_timeout):
                     await self._answer(stream)
+                    await _linger(stream)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass  # the client left: nothing to tell it
         finally:
@@ -100,8 +115,26 @@ class HttpServer:
             await stream.send_all(encode(Response(405, b"GET only\n")))
             return
         handler = self.routes.get(path.partition("?")[0])
-        response = handler() if handler else Response(404, b"not found\n")
+        response = _call(handler) if handler else Response(404, b"not found\n")
         await stream.send_all(encode(response, head_only=method == "HEAD"))
+
+
+def _call(handler: Handler) -> Response:
+    try:
+        return handler()
+    except Exception:  # noqa: BLE001 - a bug behind one page must not stop the node
+        log.exception("HTTP handler failed")
+        return Response(500, b"internal error; see the node's log\n")
+
+
+async def _linger(stream: trio.SocketStream) -> None:
+    """Close our side first and read what the client still sends (briefly, bounded): closing a
+    socket with unread input resets the connection, and the client may lose the answer."""
+    await stream.send_eof()
+    with trio.move_on_after(LINGER_SECONDS):
+        for _ in range(LINGER_READS):
+            if not await stream.receive_some(65536):
+                break
 
 
 async def read_head(stream: trio.abc.ReceiveStream) -> bytes:
