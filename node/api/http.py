@@ -69,14 +69,10 @@ class HttpServer:
         listeners = await trio.open_tcp_listeners(self.port, host=self.host)
         bound = listeners[0].socket.getsockname()
         log.info("metrics and dashboard on http://%s:%d/", self.host, bound[1])
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._accept, listeners)
-            task_status.started((self.host, bound[1]))
-
-    async def _accept(self, listeners: list[trio.SocketListener]) -> None:
-        async with trio.open_nursery() as nursery:
+        async with trio.open_nursery() as nursery:  # connections run beside the accept loops
             for listener in listeners:
                 nursery.start_soon(self._accept_on, listener, nursery)
+            task_status.started((self.host, bound[1]))
 
     async def _accept_on(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
         async with listener:
