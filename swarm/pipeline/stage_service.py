@@ -94,14 +94,17 @@ class StageService(StageMoves):
     async def run(
         self, *, task_status: trio.TaskStatus[StageService] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            stage = self._wanted if self._wanted is not None else await self.choose_stage()
-            await self.become(stage)
-            nursery.start_soon(self._announce_loop)
-            if self.spec.rebalance_period > 0:
-                nursery.start_soon(self.rebalance_loop, self.spec.rebalance_period)
-            task_status.started(self)
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                stage = self._wanted if self._wanted is not None else await self.choose_stage()
+                await self.become(stage)
+                nursery.start_soon(self._announce_loop)
+                if self.spec.rebalance_period > 0:
+                    nursery.start_soon(self.rebalance_loop, self.spec.rebalance_period)
+                task_status.started(self)
+        finally:
+            self._nursery = None  # a call finishing after we stopped starts no round
 
     def _build(self, stage: int) -> StageServer:
         """A fresh server of `stage` from the run's config and seed (sync: call in a thread)."""

@@ -101,6 +101,7 @@ class TrainerLoop:
         self.first_losses: list[float] = []
         self.static: dict[str, float] | None = None
         self.swarm_started: float | None = None
+        self.swarm_ended: float | None = None
         self.trainers: list[PipelineTrainer] = []
         self.finished = False
 
@@ -111,6 +112,7 @@ class TrainerLoop:
             nursery.start_soon(self._announce_loop)
             task_status.started(self)
             await self._train()
+            self.swarm_ended = time.monotonic()
             self.finished = True
             self.phase = "finished"
 
@@ -242,10 +244,16 @@ class TrainerLoop:
     def _swarm_samples(self) -> int:
         return self.trainers[-1].statistics().samples if self.swarm_started and self.trainers else 0
 
+    def _swarm_seconds(self) -> float:
+        """Seconds of the SWARM phase so far (all of it, once finished)."""
+        if not self.swarm_started:
+            return 0.0
+        return (self.swarm_ended or time.monotonic()) - self.swarm_started
+
     def _recent_throughput(self) -> float:
         if not self.swarm_started:
             return 0.0
-        return self._swarm_samples() / max(1e-3, time.monotonic() - self.swarm_started)
+        return self._swarm_samples() / max(1e-3, self._swarm_seconds())
 
     def status(self) -> dict[str, Any]:
         totals = (
@@ -262,9 +270,7 @@ class TrainerLoop:
             "phase": self.phase,
             **{f"{k}" if k != "lost" else "lost_microbatches": v for k, v in totals.items()},
             "swarm_samples": self._swarm_samples(),
-            "swarm_seconds": round(time.monotonic() - self.swarm_started, 3)
-            if self.swarm_started
-            else 0.0,
+            "swarm_seconds": round(self._swarm_seconds(), 3),
             "throughput": round(self._recent_throughput(), 3),
             "static": self.static,
             "initial_loss": mean(self.first_losses),
