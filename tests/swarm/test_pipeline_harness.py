@@ -74,3 +74,34 @@ async def test_joiner_serves_the_stage_with_most_need_with_its_state() -> None:
         await trainer.train(batches, steps=12, start=12)
         assert trainer.statistics().lost == 0
         assert swarm.hosts[peer].server.statistics().backwards > 0  # the trainer uses it
+
+
+async def test_a_perturbed_copy_resyncs_from_its_stage_in_process() -> None:
+    """The drift repair of the daemons' services, here on the memory transport: a stage-0 copy
+    perturbed by hand loses the next checksum comparison and re-syncs from the other two."""
+    data = DigitsDatasetConfig().build()
+    batches = data.train_batches(0, 1, batch_size=8, seed=4)
+    spec = SwarmSpec(speeds=((1.0,) * 3, (1.0,)), target_batch=48, batch_size=8)
+    async with open_in_process_swarm(spec) as swarm:
+        wiring = PipelineWiring(2, seed=0)
+        swarm.attach(wiring)
+        trainer = PipelineTrainer(
+            num_stages=2,
+            transport=swarm.transport,
+            wiring=wiring,
+            config=TrainerConfig(in_flight=4),
+        )
+        await trainer.train(batches, steps=24)
+        await swarm.settle()
+        victim = swarm.hosts["s0-2"]
+        with victim.server._lock, torch.no_grad():
+            next(iter(victim.server.module.parameters())).add_(1e-3)
+        await trainer.train(batches, steps=48, start=24)
+        await swarm.settle()
+
+        assert [h.service.status()["resyncs"] for h in swarm.members(0)] == [0, 0, 1]
+        first = list(swarm.members(0)[0].server.module.parameters())
+        for host in swarm.members(0)[1:]:
+            for p, q in zip(first, host.server.module.parameters(), strict=True):
+                assert torch.equal(p, q)
+        assert trainer.statistics().lost == 0
