@@ -155,8 +155,13 @@ PEER = Namespace(
     owner="peer",
     check_value=check_peer_addrs,
 )
-RUNS = Namespace(
-    name="runs", pattern="/peertrain/runs", max_ttl=HOUR, max_writers=1024, check_value=check_map
+RUNS = Namespace(  # each member lists its runs (node/runs/directory.py): up to 8 of ~300 bytes
+    name="runs",
+    pattern="/peertrain/runs",
+    max_ttl=HOUR,
+    max_value_size=4096,
+    max_writers=1024,
+    check_value=check_map,
 )
 MEMBERS = Namespace(
     name="members", pattern="/peertrain/{run}/members", max_ttl=HOUR, max_writers=1024

@@ -47,6 +47,10 @@ class NodeConfig:
     psk: str | None = None
     run: str | None = None
     run_role: str | None = None  # SWARM runs: "server" (default) or "trainer"
+    run_data: str | None = None  # the user's data file for `run` (checked against its digest)
+    # what this node agrees to hold for one run, checked before a spec is built (swarm/budget.py)
+    max_params: int = 200_000_000
+    max_memory: int = 0  # bytes; 0: half this machine's memory
     log_level: str = "info"
     log_format: str = "auto"
     attack: str | None = None  # research/testing: make this node Byzantine (swarm/attacks.py)
@@ -68,6 +72,8 @@ class NodeConfig:
     budget_receive_memory: int = 2 << 30  # bytes of downloads in flight (states, updates)
     budget_receive_memory_per_peer: int = 512 << 20
     budget_disk: int = 20 << 30  # bytes under <home>/runs (checkpoints, manifests)
+    # HOST:PORT serving Prometheus /metrics and the dashboard (node/api/web.py); None: off
+    metrics_listen: str | None = None
 
     @property
     def control_socket(self) -> Path:
@@ -192,6 +198,8 @@ def _validate(config: NodeConfig) -> None:
         )
     if config.run_role not in (None, "server", "trainer"):
         raise ConfigError(f"`run_role` must be server or trainer, got {config.run_role!r}")
+    if config.max_params < 1 or config.max_memory < 0:
+        raise ConfigError("`max_params` must be positive and `max_memory` ≥ 0 (0: half the RAM)")
     if not config.listen:
         raise ConfigError("`listen` is empty; give at least one address such as /ip4/0.0.0.0/tcp/0")
     for name in (
@@ -208,6 +216,19 @@ def _validate(config: NodeConfig) -> None:
         if getattr(config, name) < 0:
             raise ConfigError(f"`{name}` must be zero or more")
     _validate_multiaddrs(config)
+    if config.metrics_listen is not None:
+        host_and_port(config.metrics_listen)
+
+
+def host_and_port(text: str) -> tuple[str, int]:
+    """`127.0.0.1:9464` or `[::1]:9464` → (host, port); a ConfigError says what is wrong."""
+    host, _, port = text.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(
+            f"`metrics_listen` must be HOST:PORT such as 127.0.0.1:9464, got {text!r}"
+        )
+    return host, int(port)
 
 
 def _validate_multiaddrs(config: NodeConfig) -> None:

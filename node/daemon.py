@@ -31,6 +31,7 @@ from libp2p.peer.id import ID
 from multiaddr import Multiaddr
 from peertrain import __version__
 from peertrain.protocol.errors import PeertrainError
+from peertrain.swarm.budget import RunBudget
 
 from .config import NodeConfig
 from .nat.reachability import ReachabilityCheck
@@ -118,7 +119,11 @@ class Daemon:
             attack=config.attack,
         )
         self.runs = RunManager(
-            self.services, join_at_start=config.run, role_at_start=config.run_role
+            self.services,
+            join_at_start=config.run,
+            role_at_start=config.run_role,
+            data_at_start=config.run_data,
+            budget=RunBudget(max_params=config.max_params, max_memory=config.max_memory),
         )
         self.reachability = ReachabilityCheck(self.host, psk=config.psk)
         self.nat = NatTraversal(

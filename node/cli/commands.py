@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import NodeError
-from .options import role_params, run_spec_from_args
+from .options import data_params, role_params, run_spec_from_args
 
 
 def _load(args: argparse.Namespace, **extra: Any):
@@ -28,6 +28,9 @@ def _load(args: argparse.Namespace, **extra: Any):
         "log_level": args.log_level,
         "log_format": args.log_format,
         "attack": getattr(args, "attack", None),
+        "max_params": getattr(args, "max_params", None),
+        "max_memory": getattr(args, "max_memory", None),
+        "metrics_listen": getattr(args, "metrics_listen", None),
         **extra,
     }
     return load_config(args.home, overrides)
@@ -92,7 +95,7 @@ def cmd_join(args: argparse.Namespace) -> int:
 
     parse_peer_addr(args.peer)  # fail early with a clear message
     bootstrap = [args.peer, *(args.bootstrap or [])]
-    config = _load(args, bootstrap=bootstrap, run=args.run, run_role=args.role)
+    config = _load(args, bootstrap=bootstrap, **_run_options(args))
     return cmd_node_start(args, config)
 
 
@@ -110,7 +113,7 @@ def _join_by_peer_id(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"{args.peer!r} is neither a peer address (/ip4/…/p2p/…) nor a peer ID (12D3KooW…)"
         ) from None
-    config = _load(args, run=args.run, run_role=args.role)
+    config = _load(args, **_run_options(args))
     if not config.bootstrap:
         raise ConfigError(
             f"to join {args.peer} by its peer ID, also give --bootstrap with the address of "
@@ -121,6 +124,13 @@ def _join_by_peer_id(args: argparse.Namespace) -> int:
     trio.run(_serve_and_join, config, args.peer)
     _exit_now()
     return 0
+
+
+def _run_options(args: argparse.Namespace) -> dict[str, Any]:
+    data = data_params(args).get("data")
+    if data is not None and not args.run:
+        raise NodeError("--data belongs to a run: give --run too")
+    return {"run": args.run, "run_role": args.role, "run_data": data}
 
 
 async def _serve_and_join(config, peer: str) -> None:
@@ -197,6 +207,7 @@ def cmd_run_create(args: argparse.Namespace) -> int:
             "mode": args.mode,
             "spec": run_spec_from_args(args),
             **role_params(args),
+            **data_params(args),
         },
         timeout=60,
     )
@@ -205,7 +216,7 @@ def cmd_run_create(args: argparse.Namespace) -> int:
     else:
         print(
             f"created run {result['name']} ({result['run_id'][:16]}…); "
-            f"others join with --run {result['name']}"
+            f"others join with --run {result['run_id'][:16]}"
         )
     return 0
 
@@ -217,7 +228,7 @@ def cmd_run_join(args: argparse.Namespace) -> int:
     result = call_sync(
         NodeConfig(home=_home(args)).control_socket,
         "run.join",
-        {"name": args.name, "timeout": 60, **role_params(args)},
+        {"name": args.name, "timeout": 60, **role_params(args), **data_params(args)},
         timeout=120,
     )
     print(
@@ -225,6 +236,16 @@ def cmd_run_join(args: argparse.Namespace) -> int:
         if args.json
         else f"joined run {result['name']} ({result['run_id'][:16]}…)"
     )
+    return 0
+
+
+def cmd_run_list(args: argparse.Namespace) -> int:
+    from ..api.control import call_sync
+    from ..config import NodeConfig
+    from .status_text import render_runs
+
+    result = call_sync(NodeConfig(home=_home(args)).control_socket, "run.list", timeout=30)
+    print(json.dumps(result["runs"], indent=2) if args.json else render_runs(result["runs"]))
     return 0
 
 

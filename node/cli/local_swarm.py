@@ -3,7 +3,8 @@
 One supervisor for every mode. It owns what they share: a temporary home per daemon, the watch
 loop (each daemon's `status` polled, the same call a user makes; a live table on a terminal, a
 line per poll in a pipe), Ctrl-C, stopping every daemon it started, the summary and the JSON
-report (`--report FILE`). A mode says what to start, when to act and what to report:
+report (`--report FILE`), written on Ctrl-C and SIGTERM too, with what happened so far. A
+mode says what to start, when to act and what to report:
 swarm_mesh.py (`--mode none`: daemons only; `--mode diloco`: a DiLoCo run, with churn and
 Byzantine members) and swarm_pipeline.py (`--mode swarm`: stage servers and trainers).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import sys
 import tempfile
 import time
@@ -47,7 +49,13 @@ class SwarmMode(Protocol):
 
     def table(self) -> Any: ...
 
-    def report(self) -> dict[str, Any]: ...
+    def conclude(self) -> None:
+        """After a run that was not interrupted: what to ask the daemons before they stop."""
+        ...
+
+    def report(self) -> dict[str, Any]:
+        """What happened (so far, if interrupted), from the latest polls."""
+        ...
 
     def summarise(self, console: Any, report: dict[str, Any]) -> None: ...
 
@@ -62,25 +70,31 @@ def run_local_swarm(make_mode: Callable[[Path, Any], SwarmMode], report_path: Pa
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     started = time.monotonic()
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM, like Ctrl-C, reports first
     with tempfile.TemporaryDirectory(prefix="peertrain-swarm-") as base_dir:
-        base = Path(base_dir)
-        mode = make_mode(base, console)
+        mode = make_mode(Path(base_dir), console)
         report: dict[str, Any] = mode.header()
         try:
             mode.start()
             report["startup_s"] = round(time.monotonic() - started, 2)
             _watch(console, mode)
-            report.update(mode.report())
+            mode.conclude()
         except KeyboardInterrupt:
-            console.print("interrupted: stopping the swarm")
+            console.print("interrupted: stopping the swarm and writing what happened so far")
             report["interrupted"] = True
         finally:
+            signal.signal(signal.SIGTERM, previous)
+            report.update(mode.report())
             report["exit_codes"] = stop_all(mode.daemons)
         report["total_s"] = round(time.monotonic() - started, 2)
     mode.summarise(console, report)
     if report_path:
         report_path.write_text(json.dumps(report, indent=2))
     return 0 if mode.succeeded(report) else 1
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def _watch(console: Any, mode: SwarmMode) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 from ..config import ENV_PREFIX, field_names
@@ -36,6 +37,49 @@ def add_role_options(p: argparse.ArgumentParser) -> None:
         default=None,
         help="swarm servers: serve this stage (default: most need)",
     )
+
+
+def add_budget_options(p: argparse.ArgumentParser) -> None:
+    """What this node agrees to hold for a run: a spec over it is refused before building."""
+    p.add_argument(
+        "--max-params",
+        type=int,
+        default=None,
+        metavar="N",
+        help="refuse runs whose model has more parameters (default 200000000)",
+    )
+    p.add_argument(
+        "--max-memory",
+        type=parse_size,
+        default=None,
+        metavar="BYTES",
+        help="refuse runs estimated to need more memory, e.g. 4G (default: half the RAM)",
+    )
+
+
+def parse_size(text: str) -> int:
+    """Bytes from `123`, `512M`, `4G` (binary units)."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = units.get(text[-1:], 1)
+    try:
+        value = float(text[:-1] if text[-1:] in units else text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size such as 4G or 512M") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("a size is not negative")
+    return int(value * scale)
+
+
+def data_params(args: argparse.Namespace) -> dict[str, Any]:
+    """--data (absolute: the daemon's working folder is not ours) and the budget options."""
+    out: dict[str, Any] = {}
+    if getattr(args, "data", None) is not None:
+        out["data"] = str(Path(args.data).expanduser().absolute())
+    for key in ("max_params", "max_memory"):
+        if getattr(args, key, None) is not None:
+            out[key] = getattr(args, key)
+    return out
 
 
 def role_params(args: argparse.Namespace) -> dict[str, Any]:

@@ -18,10 +18,11 @@ from .commands import (
     cmd_node_start,
     cmd_run_create,
     cmd_run_join,
+    cmd_run_list,
     cmd_status,
     cmd_swarm_local,
 )
-from .options import add_role_options, add_run_options
+from .options import add_budget_options, add_role_options, add_run_options
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,7 +64,13 @@ def _daemon_options(home: argparse.ArgumentParser) -> argparse.ArgumentParser:
     daemon.add_argument("--psk", metavar="HEX64", help="pre-shared key of a private network")
     daemon.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     daemon.add_argument("--log-format", choices=["auto", "rich", "plain", "json"])
+    daemon.add_argument(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        help="serve Prometheus /metrics and the dashboard here, e.g. 127.0.0.1:9464 (default: off)",
+    )
     daemon.add_argument("--attack", metavar="NAME", help=argparse.SUPPRESS)  # Byzantine test hook
+    add_budget_options(daemon)
     return daemon
 
 
@@ -88,7 +95,15 @@ def _add_node_commands(
         help="full multiaddr ending in /p2p/<peer id>, or a bare peer ID "
         "(then --bootstrap names any node to find it through)",
     )
-    p.add_argument("--run", metavar="NAME", help="the training run to join")
+    p.add_argument(
+        "--run",
+        metavar="ID|NAME",
+        help="the training run to join: its ID, an ID prefix (8+ hex characters) or its name "
+        "(refused when several runs carry it; `peertrain run list` shows them)",
+    )
+    p.add_argument(
+        "--data", metavar="PATH", help="your copy of the run's data (checked against its digest)"
+    )
     p.add_argument(
         "--role",
         choices=["server", "trainer"],
@@ -112,20 +127,37 @@ def _add_node_commands(
 
 
 def _add_run_commands(commands: Any, home: argparse.ArgumentParser) -> None:
-    """run create, run join: ask the daemon of this home."""
+    """run create, run join, run list: ask the daemon of this home."""
     run = commands.add_parser("run", help="training runs").add_subparsers(metavar="ACTION")
     p = run.add_parser("create", parents=[home], help="create a run on the running daemon")
     p.add_argument("--name", required=True, help="the run's name; others join with --run NAME")
     p.add_argument("--mode", default="diloco", choices=["diloco", "swarm"])
     add_run_options(p)
     add_role_options(p)
+    _add_data_options(p, "the run trains on this file; the spec names it by its digest")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_run_create)
     p = run.add_parser("join", parents=[home], help="join a run from the running daemon")
-    p.add_argument("--name", required=True, help="the run's name (or ID)")
+    p.add_argument(
+        "--run",
+        "--name",
+        dest="name",
+        required=True,
+        metavar="ID|NAME",
+        help="the run's ID, an ID prefix (8+ hex characters) or its name (if only one run has it)",
+    )
     add_role_options(p)
+    _add_data_options(p, "your copy of the run's data (checked against its digest)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_run_join)
+    p = run.add_parser("list", parents=[home], help="runs announced in the DHT")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(handler=cmd_run_list)
+
+
+def _add_data_options(p: argparse.ArgumentParser, data_help: str) -> None:
+    p.add_argument("--data", metavar="PATH", type=Path, help=data_help)
+    add_budget_options(p)
 
 
 def _add_swarm_commands(commands: Any) -> None:

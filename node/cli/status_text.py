@@ -63,3 +63,19 @@ def swarm_line(run: dict[str, Any]) -> str:
     else:
         what = ""
     return f"{role} ({phase})  {what}  stages {sizes}"
+
+
+def render_runs(runs: list[dict[str, Any]]) -> str:
+    """`peertrain run list`: one line per run, its ID first (names are labels, IDs are not)."""
+    if not runs:
+        return "no runs announced (yet): the DHT may still be filling; try again shortly"
+    header = f"{'ID':16}  {'NAME':20}  {'CREATOR':34}  MODE    MODEL     MEMBERS  ROUND  ADMISSION"
+    lines = [header]
+    for run in runs:
+        creator = f"{run['creator'][:12]}… {run['creator_name']}"[:34]
+        lines.append(
+            f"{run['run_id'][:16]:16}  {run['name'][:20]:20}  {creator:34}  {run['mode']:6}  "
+            f"{run['model'][:8]:8}  {run['members']:7}  {run['round']:5}  {run['admission']}"
+        )
+    lines.append("join one with --run ID (8+ characters of it are enough)")
+    return "\n".join(lines)

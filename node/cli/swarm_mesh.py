@@ -4,9 +4,11 @@ Every daemon bootstraps from the first one only; peer exchange then meshes the s
 would on the internet. With `--mode diloco` the first daemon creates a run through its control
 API and the others start as `peertrain join <first> --run local`, exactly the commands a user
 types; the last `--byzantine` K of them send attacked updates. `--kill-every` kills a random
-member (SIGKILL) and restarts it 3 s later. The run is over after `--duration`, or once every
-member finished the spec's `rounds`. The supervisor is local_swarm.py; the table, lines and
-summary are swarm_mesh_view.py.
+member (SIGKILL) and restarts it 3 s later, until a member finished the run (its end is not the
+time to inject churn); a daemon that dies by itself is reported (exit code, last error line),
+never restarted, and fails the run. The run is over after `--duration`, or once every member
+still in the swarm finished the spec's `rounds`. The supervisor is local_swarm.py; the table,
+lines and summary are swarm_mesh_view.py.
 """
 
 from __future__ import annotations
@@ -56,6 +58,10 @@ class MeshSwarm:
         self.statuses: list[dict[str, Any] | None] = []
         self.last_status: list[dict[str, Any] | None] = []
         self.bytes_of_killed = 0
+        self.killed: set[int] = set()  # killed by us, waiting for their restart
+        self.died: dict[int, dict[str, Any]] = {}  # died by themselves: exit code, log tail
+        self.kills_stopped = False  # the run finished: no more kills
+        self.sample: str | None = None
         self.mesh_s: float | None = None
         self._rng = random.Random(options.seed)
         self._next_kill: float | None = None
@@ -119,6 +125,10 @@ class MeshSwarm:
                 self._restart_at[killed] = now + RESTART_AFTER
             self._next_kill = now + self.options.kill_every
         self.statuses = self.poll()
+        for index in self.notice_deaths():
+            died = self.died[index]
+            code, error = died["exit_code"], died["error"]
+            self.console.print(f"[red]node {index} died by itself[/] (exit {code}): {error}")
         if self.mesh_s is None and _full_mesh(self.statuses):
             self.mesh_s = round(elapsed, 2)
         done = self.finished(self.statuses) and not self._restart_at
@@ -139,14 +149,34 @@ class MeshSwarm:
         ]
         return statuses
 
+    def notice_deaths(self) -> list[int]:
+        """Daemons that exited without us killing them: recorded once, never restarted."""
+        new = []
+        for index, daemon in enumerate(self.daemons):
+            if index in self.killed or index in self.died or daemon.alive():
+                continue
+            code = daemon.process.poll() if daemon.process else None
+            tail = daemon.log_path.read_text(errors="replace").splitlines()[-12:]
+            error = next(
+                (line for line in reversed(tail) if "Error" in line), tail[-1] if tail else ""
+            )
+            self.died[index] = {"node": index, "exit_code": code, "error": error.strip()[:400]}
+            new.append(index)
+        return new
+
     def kill_one(self) -> int | None:
-        candidates = [i for i, d in enumerate(self.daemons) if i > 0 and d.alive()]
+        if self.kills_stopped:
+            return None
+        candidates = [
+            i for i, d in enumerate(self.daemons) if i > 0 and d.alive() and i not in self.died
+        ]
         if not candidates:
             return None
         index = self._rng.choice(candidates)
         last = self.last_status[index] if index < len(self.last_status) else None
         if last and last.get("run"):
             self.bytes_of_killed += last["run"].get("bytes_fetched", 0)
+        self.killed.add(index)
         self.daemons[index].stop(signal.SIGKILL)
         self.kills += 1
         return index
@@ -154,12 +184,19 @@ class MeshSwarm:
     def restart(self, index: int) -> None:
         self.daemons[index].start()
         self.daemons[index].wait_ready()
+        self.killed.discard(index)
 
     def finished(self, statuses: list[dict[str, Any] | None]) -> bool:
+        """Every daemon still in the swarm (not dead by itself) finished the run. Once one
+        has, kills stop: the end of a run is not the time to inject churn."""
         if not self.training or not self.options.spec.get("rounds"):
             return False
         runs = [s["run"] for s in statuses if s and s.get("run")]
-        return len(runs) == len(self.daemons) and all(r["finished"] for r in runs)
+        if any(r.get("finished") for r in runs):
+            self.kills_stopped = True
+        members = [i for i in range(len(self.daemons)) if i not in self.died]
+        in_run = [statuses[i]["run"] for i in members if statuses[i] and statuses[i].get("run")]
+        return len(in_run) == len(members) > 0 and all(r["finished"] for r in in_run)
 
     def line(self, elapsed: float) -> str:
         return line(elapsed, self.statuses, self.kills)
@@ -168,20 +205,32 @@ class MeshSwarm:
         return table(self.statuses, self.mesh_s, training=self.training)
 
     # --- report ----------------------------------------------------------------------------
+    def conclude(self) -> None:
+        if self.training:
+            self.sample = self._sample()
+
     def report(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"mesh_s": self.mesh_s, "kills": self.kills}
-        if self.training:
-            out.update(self._training_report())
-        out["final"] = [brief(s) for s in self.statuses]
-        if self.training:
-            out["sample"] = self._sample()
+        training = self._training_report() if self.training and self.statuses else {}
+        out: dict[str, Any] = {
+            "mesh_s": self.mesh_s,
+            "kills": self.kills,
+            "died": sorted(self.died.values(), key=lambda d: d["node"]),
+            **training,
+            "final": [brief(s) for s in self.statuses],
+        }
+        if self.training and self.sample is not None:
+            out["sample"] = self.sample
         return out
 
     def _training_report(self) -> dict[str, Any]:
         from peertrain.swarm.diloco.traffic import data_parallel_bytes
 
-        honest = len(self.statuses) - self.options.byzantine  # what honest members end with
-        runs = [s["run"] for s in self.statuses[:honest] if s and s.get("run")]
+        honest = len(self.statuses) - self.options.byzantine
+        runs = [  # what honest members still in the swarm end with
+            s["run"]
+            for i, s in enumerate(self.statuses[:honest])
+            if s and s.get("run") and i not in self.died
+        ]
         if not runs:
             return {"rounds_completed": 0}
         first = runs[0]
@@ -215,10 +264,13 @@ class MeshSwarm:
         summarise(console, report)
 
     def succeeded(self, report: dict[str, Any]) -> bool:
+        """False when a daemon died by itself, one did not stop cleanly, or nothing happened."""
         clean = all(code in (0, None) for code in report["exit_codes"])
         if self.training:
-            return clean and report.get("rounds_completed", 0) > 0
-        return clean and report.get("mesh_s") is not None
+            ok = report.get("rounds_completed", 0) > 0
+        else:
+            ok = report.get("mesh_s") is not None
+        return clean and ok and not self.died and not report.get("interrupted")
 
 
 def _full_mesh(statuses: list[dict[str, Any] | None]) -> bool:

@@ -92,6 +92,11 @@ def summarise(console, report: dict[str, Any]) -> None:
         if report.get("sample"):
             console.rule("sample from the trained model")
             console.print(report["sample"], markup=False, highlight=False)
+    for died in report.get("died", []):
+        console.print(
+            f"[red]node {died['node']} died by itself[/] (exit {died['exit_code']}): "
+            f"{died['error']}"
+        )
     clean = sum(1 for code in report["exit_codes"] if code == 0)
     console.print(
         f"stopped cleanly: {clean}/{len(report['exit_codes'])}   total {report['total_s']} s"

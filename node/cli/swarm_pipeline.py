@@ -239,6 +239,9 @@ class PipelineSwarm:
         return None  # lines only: a pipeline's daemons are many, and the lines say enough
 
     # --- report ----------------------------------------------------------------------------
+    def conclude(self) -> None:
+        """Nothing to ask: the trainers' and servers' statuses say everything."""
+
     def report(self) -> dict[str, Any]:
         return pipeline_report(self, self.last_good)
 
@@ -249,7 +252,7 @@ class PipelineSwarm:
         killed = (self.killed or {}).get("node")
         codes = report["exit_codes"]
         clean = all(code in (0, None) for i, code in enumerate(codes) if i != killed)
-        return clean and report.get("samples", 0) > 0
+        return clean and report.get("samples", 0) > 0 and not report.get("interrupted")
 
 
 def pipeline_options(args, spec: dict[str, Any]) -> PipelineLocalOptions:

@@ -1,9 +1,12 @@
-"""Runs on this node: create one, find one by name among peers, and serve what others ask.
+"""Runs on this node: create one, find one among peers, and serve what others ask.
 
 `run.create` (control API) writes a manifest signed by this node, whose hash is the run ID,
-and starts a session. `join --run NAME` asks connected peers for the run by name
-(`/peertrain/run/lookup/1.0.0`), verifies the manifest it gets (signature and hash: a peer
-cannot hand us a forged run), and starts a session seeded with that peer for anti-entropy.
+and starts a session. Runs are announced in the DHT (directory.py; `run.list` reads them).
+`join --run QUERY` takes a run ID, an ID prefix of at least 8 hex characters, or a name: it
+gathers every run that QUERY may mean (DHT entries and connected peers, over
+`/peertrain/run/lookup/1.0.0`), verifies each manifest (signature and hash: a peer cannot hand
+us a forged run), refuses a name that several runs carry, listing them, and checks the spec
+against this node's own limits and data (spec_check.py) before a session builds anything.
 Anti-entropy requests for any of our runs arrive on one protocol and are routed by run ID.
 """
 
@@ -12,45 +15,36 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import trio
 from libp2p.peer.id import ID
 from peertrain.crdt.manifest import RunManifest, open_manifest, sign_manifest
 from peertrain.crdt.sync import SyncRequest
 from peertrain.protocol.errors import PeertrainError
-from peertrain.protocol.ids import protocol_id
-from peertrain.protocol.messages import ErrorCode, ErrorResponse, Request, Response, message
-from peertrain.protocol.schema import MaxLen
+from peertrain.protocol.messages import ErrorCode, ErrorResponse
+from peertrain.swarm.budget import RunBudget
 
 from ..errors import ControlError, NodeError
-from ..net.rpc import RpcServer, refuse, request
+from ..net.rpc import RpcServer, refuse
 from ..params import param
 from ..services.node_services import NodeServices
 from ..supervision import ServiceHealth, ServiceHealthStatus, Supervisor, describe
+from .directory import Candidate, RunDirectory, ambiguous, listing_of, matches
+from .run_lookup import RUN_LOOKUP, RunFinder, RunFound, RunLookup
 from .session import CRDT_SYNC, RunSession, saved_manifests
+from .spec_check import check_spec, local_data, remember_data, with_data_digest
 from .status import ManyRunsStatus, RunStatus
 
 log = logging.getLogger(__name__)
 
-RUN_LOOKUP = protocol_id("run/lookup", "1.0.0")
 MAX_RUNS = 8
-
-
-@message("node/run-lookup", max_size=512)
-class RunLookup(Request):
-    name: Annotated[str, MaxLen(128)]  # a run name, or a run ID
-
-
-@message("node/run-found", max_size=200 * 1024)
-class RunFound(Response):
-    run_id: Annotated[str, MaxLen(128)]
-    manifest: Annotated[bytes, MaxLen(160 * 1024)]
 
 
 class RunManager:
     """The daemon's runs, at most `MAX_RUNS`. `join_at_start`: a run to join once serving (the
-    `run` option), as `role_at_start` (`run_role`)."""
+    `run` option), as `role_at_start` (`run_role`), with `data_at_start` (`run_data`).
+    `budget`: what this node agrees to hold for a run (`max_params`, `max_memory`)."""
 
     def __init__(
         self,
@@ -58,9 +52,15 @@ class RunManager:
         *,
         join_at_start: str | None = None,
         role_at_start: str | None = None,
+        data_at_start: str | None = None,
+        budget: RunBudget | None = None,
     ) -> None:
         self.node = node
         self.join_at_start, self.role_at_start = join_at_start, role_at_start
+        self.data_at_start = data_at_start
+        self.budget = budget or RunBudget()
+        self.directory = RunDirectory(node, lambda: [listing_of(s) for s in self._active()])
+        self.finder = RunFinder(node, self.directory)
         self.sessions: dict[str, RunSession] = {}
         self.supervisor = Supervisor(max_failures=3, window=600.0, backoff_min=2.0)
         self._nursery: trio.Nursery | None = None
@@ -75,6 +75,7 @@ class RunManager:
         ).register()
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            nursery.start_soon(self.directory.run)
             if self.join_at_start:
                 nursery.start_soon(self._join_configured, self.join_at_start)
             task_status.started(self)
@@ -89,6 +90,8 @@ class RunManager:
                 mode=param(params, "mode", str, "") or "diloco",
                 spec=param(params, "spec", dict, {}),
                 role=_role(params),
+                data=param(params, "data", str, None),
+                budget=self._budget(params),
             )
             return {"run_id": session.run_id, "name": session.manifest.name}
 
@@ -97,8 +100,15 @@ class RunManager:
                 param(params, "name", str, ""),
                 timeout=param(params, "timeout", float, 30.0),
                 role=_role(params),
+                data=param(params, "data", str, None),
+                budget=self._budget(params),
             )
             return {"run_id": session.run_id, "name": session.manifest.name}
+
+        async def list_runs(params: dict[str, Any]) -> dict[str, Any]:
+            return {
+                "runs": await self.directory.list_runs(within=param(params, "timeout", float, 8.0))
+            }
 
         async def sample(params: dict[str, Any]) -> dict[str, Any]:
             if not self.sessions:
@@ -112,15 +122,38 @@ class RunManager:
                 raise ControlError(str(exc)) from None
             return {"text": text}
 
-        return {"run.create": create, "run.join": join, "run.sample": sample}
+        return {
+            "run.create": create,
+            "run.join": join,
+            "run.list": list_runs,
+            "run.sample": sample,
+        }
+
+    def _budget(self, params: dict[str, Any]) -> RunBudget:
+        """This node's budget, or the one a control call asks for instead."""
+        max_params = param(params, "max_params", int, self.budget.max_params)
+        max_memory = param(params, "max_memory", int, self.budget.max_memory)
+        if max_params < 1 or max_memory < 0:
+            raise ControlError("max_params must be positive and max_memory ≥ 0 (0: half the RAM)")
+        return RunBudget(max_params=max_params, max_memory=max_memory)
 
     async def create(
-        self, *, name: str, mode: str, spec: dict[str, Any], role: dict[str, Any] | None = None
+        self,
+        *,
+        name: str,
+        mode: str,
+        spec: dict[str, Any],
+        role: dict[str, Any] | None = None,
+        data: str | None = None,
+        budget: RunBudget | None = None,
     ) -> RunSession:
+        """A new run signed by this node. `data`: the user's file, named in the spec by digest."""
         if not name or len(name) > 64:
             raise ControlError("a run needs a name of 1-64 characters (--name)")
         if any(s.manifest.name == name for s in self.sessions.values()):
             raise ControlError(f"this node already takes part in a run named {name!r}")
+        if data is not None:
+            spec = with_data_digest(spec, data)
         spec_bytes = _spec_bytes(mode, spec)
         manifest = RunManifest(
             creator=self.node.peer_id,
@@ -130,27 +163,45 @@ class RunManager:
             spec=spec_bytes,
         )
         envelope = sign_manifest(self.node.identity.key_pair, manifest)
+        check_spec(manifest, budget=budget or self.budget, data=data)
+        remember_data(self._run_directory(manifest.run_id), data)
         log.info("created run %s (%s)", name, manifest.run_id[:16])
-        return await self._start(manifest.run_id, envelope, seeds=set(), role=role)
+        session = await self._start(manifest.run_id, envelope, seeds=set(), role=role)
+        self.directory.changed()
+        return session
 
     async def join(
-        self, name: str, *, timeout: float = 30.0, role: dict[str, Any] | None = None
+        self,
+        name: str,
+        *,
+        timeout: float = 30.0,
+        role: dict[str, Any] | None = None,
+        data: str | None = None,
+        budget: RunBudget | None = None,
     ) -> RunSession:
-        for session in self.sessions.values():
-            if name in (session.manifest.name, session.run_id):
-                return session
+        """Join the run `name` means: a run ID, an ID prefix (≥ 8 hex) or a name that exactly
+        one run carries. Its spec is checked against `budget` and `data` before anything is
+        built."""
+        ours = [s for s in self.sessions.values() if matches(name, s.run_id, s.manifest.name)]
+        if len(ours) == 1:
+            return ours[0]
+        if len(ours) > 1:  # this node is in several runs of that name
+            raise ambiguous(name, [Candidate.of(s.run_id, s.manifest) for s in ours])
         local = self._saved(name)
         if local is not None:  # we were in this run before: restart it, peers or not
             run_id, envelope = local
-            return await self._start(run_id, envelope, seeds=set(), role=role)
-        with trio.move_on_after(timeout):
-            while True:
-                found = await self._lookup(name)
-                if found is not None:
-                    peer, reply = found
-                    return await self._start(reply.run_id, reply.manifest, seeds={peer}, role=role)
-                await trio.sleep(0.5)
-        raise ControlError(f"no connected peer knows a run named {name!r} (after {timeout:.0f} s)")
+            data = data if data is not None else local_data(self._run_directory(run_id))
+            seeds: set[str] = set()
+        else:
+            run_id, envelope, seeds = await self.finder.find_one(name, within=timeout)
+        check_spec(open_manifest(envelope, run_id), budget=budget or self.budget, data=data)
+        remember_data(self._run_directory(run_id), data)
+        session = await self._start(run_id, envelope, seeds=seeds, role=role)
+        self.directory.changed()
+        return session
+
+    def _run_directory(self, run_id: str) -> Path:
+        return self.node.home / "runs" / run_id
 
     def _saved(self, name: str) -> tuple[str, bytes] | None:
         for run_id, envelope in saved_manifests(self.node.home).items():
@@ -159,7 +210,7 @@ class RunManager:
             except PeertrainError:
                 log.warning("ignoring a corrupt saved manifest for run %s", run_id[:16])
                 continue
-            if name in (manifest.name, run_id):
+            if matches(name, run_id, manifest.name):
                 if quarantine_file(self.node.home, run_id).exists():
                     log.warning(
                         "run %s is quarantined after failing to start (%s); join it again "
@@ -174,7 +225,12 @@ class RunManager:
     async def _join_configured(self, name: str) -> None:
         role = self.role_at_start
         try:
-            await self.join(name, timeout=120.0, role={"role": role} if role else None)
+            await self.join(
+                name,
+                timeout=120.0,
+                role={"role": role} if role else None,
+                data=self.data_at_start,
+            )
         except NodeError as exc:
             log.error("%s", exc)
         except Exception as exc:  # noqa: BLE001 - a run that cannot start must not end the daemon
@@ -182,21 +238,6 @@ class RunManager:
             found = self._saved(name)
             if found is not None:  # a restart would only fail the same way: quarantine it
                 quarantine(self.node.home, found[0], f"{type(exc).__name__}: {exc}")
-
-    async def _lookup(self, name: str) -> tuple[str, RunFound] | None:
-        for peer in self.node.host.get_connected_peers():
-            try:
-                reply = await request(
-                    self.node.host, peer, RUN_LOOKUP, RunLookup(name=name), RunFound, timeout=5.0
-                )
-                open_manifest(reply.manifest, reply.run_id)  # forged or mismatched → ProtocolError
-            except (PeertrainError, trio.TooSlowError) as exc:
-                # a peer that hangs up mid-answer (rpc raises StreamEnded), does not know the
-                # run, forges it or is too slow: ask the next one
-                log.debug("run lookup at %s: %r", peer, exc)
-                continue
-            return peer.to_base58(), reply
-        return None
 
     async def _start(
         self, run_id: str, envelope: bytes, *, seeds: set[str], role: dict[str, Any] | None = None
@@ -234,7 +275,7 @@ class RunManager:
 
     async def _answer_lookup(self, peer: ID, req: RunLookup) -> RunFound | ErrorResponse:
         for session in self.sessions.values():
-            if req.name in (session.manifest.name, session.run_id):
+            if matches(req.name, session.run_id, session.manifest.name):
                 return req.reply(
                     RunFound, run_id=session.run_id, manifest=session.state.manifest_envelope
                 )

@@ -26,6 +26,7 @@ from peertrain.protocol.ids import protocol_id
 from ..net.rpc import request
 from ..services.node_services import NodeServices
 from .context import RunContext
+from .spec_check import local_data
 from .status import DiLoCoRunStatus, RunStatus, SwarmRunStatus
 from .update_exchange import open_update_exchange
 
@@ -130,7 +131,8 @@ class RunSession:
         context, node = self.context, self.context.node
         spec = DiLoCoSpec.from_bytes(self.manifest.spec)
         me = node.peer_id
-        built = await trio.to_thread.run_sync(build_member, spec, me)
+        data = local_data(context.directory)  # the user's file, checked against the spec's digest
+        built = await trio.to_thread.run_sync(lambda: build_member(spec, me, data=data))
         update_exchange = open_update_exchange(
             node,
             run_id=self.run_id,
@@ -216,6 +218,7 @@ class RunSession:
             state_checksum=progress.state_checksum if progress else "",
             resyncs=progress.resyncs if progress else 0,
             rejected_updates=progress.rejected_updates if progress else 0,
+            rejected_by_reason=dict(progress.rejected_by_reason) if progress else {},
             bytes_published=driver.gossip.bytes_published if driver else 0,
             bytes_fetched=driver.gossip.bytes_fetched if driver else 0,
             finished=bool(driver and driver.finished),

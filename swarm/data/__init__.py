@@ -16,7 +16,7 @@ from .batches import (
     WindowBatches,
     iterate,
 )
-from .corpus import corpus_digest, load_corpus, pydoc_topics_text, stdlib_source_files
+from .corpus import corpus_digest, file_digest, load_corpus, pydoc_topics_text, stdlib_source_files
 from .digits import DigitsDataset, DigitsDatasetConfig
 from .shards import assign_shards, seeded_int, shard_indices, split_eval
 from .text import TextDataset, TextDatasetConfig
@@ -41,7 +41,15 @@ DATASET_CONFIGS: dict[str, type[TextDatasetConfig] | type[DigitsDatasetConfig]] 
 def dataset_config(
     name: str, settings: Mapping[str, Any] | None = None
 ) -> TextDatasetConfig | DigitsDatasetConfig:
-    """The config of dataset `name` (one of `DATASET_CONFIGS`) with `settings` applied."""
+    """The config of dataset `name` (one of `DATASET_CONFIGS`) with `settings` applied.
+
+    A run's settings come from a manifest that any peer may have written: they never name a
+    local file (`files` was once read from the joiner's disk, `~` expanded), only a digest."""
+    if settings and "files" in settings:
+        raise ConfigError(
+            "a run spec may not name local files (dataset_settings.files): user data is named "
+            "by its digest (data_digest) and each member supplies it with --data PATH"
+        )
     if name not in DATASET_CONFIGS:
         raise ConfigError(f"unknown dataset {name!r}; choose one of {', '.join(DATASET_CONFIGS)}")
     return config_from_dict(DATASET_CONFIGS[name], settings or {})
@@ -63,6 +71,7 @@ __all__ = [
     "assign_shards",
     "corpus_digest",
     "dataset_config",
+    "file_digest",
     "iterate",
     "load_corpus",
     "pydoc_topics_text",

@@ -5,7 +5,7 @@ Sources, concatenated in a fixed order so every member with the same Python buil
 - ``stdlib``: the standard library's ``*.py`` sources (tests and site-packages left out), files in
   sorted relative-path order;
 - ``pydoc``: the help topics behind ``help('keywords')`` and friends (``pydoc_data.topics``);
-- user text files, in the order given.
+- user text files, in the order given (named in a run spec only by digest: text.py).
 
 Different Python versions ship different sources, so the manifest records `corpus_digest` of the
 bytes; a member whose corpus differs can tell before it trains on different data.
@@ -73,3 +73,12 @@ def load_corpus(sources: Sequence[str], files: Sequence[str] = (), *, max_bytes:
 
 def corpus_digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def file_digest(path: Path | str) -> str:
+    """`corpus_digest` of a file's bytes, read in blocks (a user's data may be large)."""
+    digest = hashlib.blake2b(digest_size=16)
+    with open(Path(path).expanduser(), "rb") as stream:
+        while block := stream.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()

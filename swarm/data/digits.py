@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..models.config import ConfigError
 from .batches import Batch, RowBatches
 from .shards import seeded_int, shard_indices, split_eval
 
@@ -20,7 +21,9 @@ class DigitsDatasetConfig:
     eval_items: int = 360
     split_seed: int = 0
 
-    def build(self) -> DigitsDataset:
+    def build(self, data: object = None) -> DigitsDataset:
+        if data is not None:
+            raise ConfigError("a digits run trains on no user data: leave out --data")
         return DigitsDataset(self)
 
 

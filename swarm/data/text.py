@@ -2,26 +2,33 @@
 
 Chunks (default 1 KiB) are the unit of both the eval split and the shard deal; training windows
 never cross a chunk boundary, so disjoint shards really share no training token.
+
+A run's config travels in its manifest, so it never names a local file: the user's own text is
+named by `data_digest` (the content digest of the file) and each member supplies the file
+locally (`build(data=PATH)`, the CLI's `--data`); a file with another digest is refused before
+anything trains on it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from ..models.config import ConfigError
 from .batches import Batch, WindowBatches
-from .corpus import corpus_digest, load_corpus
+from .corpus import corpus_digest, file_digest, load_corpus
 from .shards import seeded_int, shard_indices, split_eval
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TextDatasetConfig:
-    """Where the text comes from and how it is cut. `files` are read after the named `sources`."""
+    """Where the text comes from and how it is cut. The user's file (digest `data_digest`, given
+    to `build`) is read after the named `sources`."""
 
     sources: tuple[str, ...] = ("stdlib",)
-    files: tuple[str, ...] = ()
+    data_digest: str = ""  # the user's own text, by content digest (file_digest); "" = none
     max_bytes: int = 4_000_000
     chunk_bytes: int = 1024
     block_size: int = 64
@@ -33,12 +40,43 @@ class TextDatasetConfig:
             raise ConfigError(
                 f"chunk_bytes ({self.chunk_bytes}) must exceed block_size ({self.block_size})"
             )
-        if not self.sources and not self.files:
-            raise ConfigError("a text dataset needs at least one source or file")
+        if not self.sources and not self.data_digest:
+            raise ConfigError("a text dataset needs at least one source or user data")
+        if self.max_bytes < 1:
+            raise ConfigError("max_bytes must be positive")
+        if self.data_digest and not _is_digest(self.data_digest):
+            raise ConfigError(f"data_digest {self.data_digest[:80]!r} is not a hex content digest")
 
-    def build(self) -> TextDataset:
-        data = load_corpus(self.sources, self.files, max_bytes=self.max_bytes)
-        return TextDataset(self, data)
+    def build(self, data: Path | str | None = None) -> TextDataset:
+        """The dataset, reading the user's file `data` when the config names user data."""
+        files = [self.check_data(data)] if data is not None or self.data_digest else []
+        corpus = load_corpus(self.sources, files, max_bytes=self.max_bytes)
+        return TextDataset(self, corpus)
+
+    def check_data(self, data: Path | str | None) -> str:
+        """`data` as a path, if it is the user data this config names; ConfigError otherwise
+        (the message names both digests, so a user can tell which file the run expects)."""
+        if not self.data_digest:
+            raise ConfigError("this run trains on no user data: leave out --data")
+        if data is None:
+            raise ConfigError(
+                f"this run trains on user data with digest {self.data_digest}: "
+                "supply the same file with --data PATH"
+            )
+        path = Path(data).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"--data {str(data)!r} does not exist or is not a file")
+        found = file_digest(path)
+        if found != self.data_digest:
+            raise ConfigError(
+                f"{path} has digest {found}, but this run trains on data with digest "
+                f"{self.data_digest}: a member with other data would train on something else"
+            )
+        return str(path)
+
+
+def _is_digest(text: str) -> bool:
+    return 16 <= len(text) <= 128 and all(c in "0123456789abcdef" for c in text)
 
 
 class TextDataset:

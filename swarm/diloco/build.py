@@ -59,8 +59,11 @@ class BuiltMember:
             return evaluate(self.member.model, self.eval_batches)
 
 
-def build_member(spec: DiLoCoSpec, peer_id: str, *, eval_batches: int = 8) -> BuiltMember:
-    dataset = _dataset(spec.dataset, pack(dict(sorted(spec.dataset_settings.items()))))
+def build_member(
+    spec: DiLoCoSpec, peer_id: str, *, eval_batches: int = 8, data: str | None = None
+) -> BuiltMember:
+    """`data`: the local file of a run that trains on user data (checked against its digest)."""
+    dataset = _dataset(spec.dataset, pack(dict(sorted(spec.dataset_settings.items()))), data)
     model = spec.model_config().build(seed=spec.seed)
     shard = spec.shard_of(peer_id)
     batches = dataset.train_batches(
@@ -88,9 +91,9 @@ def build_member(spec: DiLoCoSpec, peer_id: str, *, eval_batches: int = 8) -> Bu
 
 
 @functools.lru_cache(maxsize=4)
-def _dataset(name: str, settings: bytes):
+def _dataset(name: str, settings: bytes, data: str | None = None):
     from peertrain.protocol.packing import unpack
 
     from ..data import dataset_config
 
-    return dataset_config(name, unpack(settings, max_size=1 << 16)).build()
+    return dataset_config(name, unpack(settings, max_size=1 << 16)).build(data)

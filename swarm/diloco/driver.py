@@ -31,7 +31,7 @@ from peertrain.protocol.tensors import PreparedTensor, TensorDownload, prepare_t
 
 from .build import BuiltMember
 from .checkpoint import CheckpointStore
-from .member import MemberState, RoundReport
+from .member import MemberState, RoundReport, rejection_kind
 from .run_spec import DiLoCoSpec
 from .update_gossip import UpdateGossip
 
@@ -92,6 +92,7 @@ class DriverProgress:
     rounds_completed: int = 0
     resyncs: int = 0
     rejected_updates: int = 0
+    rejected_by_reason: Counter[str] = field(default_factory=Counter)  # rejection_kind → count
     phase: str = "starting"
     history: list[dict] = field(default_factory=list)
 
@@ -216,6 +217,7 @@ class DiLoCoDriver:
         report = await self._thread(self.member.apply_update, contributions)
         self._dealt_to = set(report.accepted) | set(s for s, _ in report.rejected) | {self.peer_id}
         self.progress.rejected_updates += len(report.rejected)
+        self.progress.rejected_by_reason.update(rejection_kind(why) for _, why in report.rejected)
         self.replicator.writer.add_progress(self.spec.inner_steps)
         await self._publish_state()
         await self._agree_with_majority()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from peertrain import __version__
@@ -60,3 +62,32 @@ def test_version():
         [sys.executable, "-m", "peertrain", "--version"], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == f"peertrain {__version__}"
+
+
+def test_budget_and_data_options_reach_the_daemon_and_the_control_call(tmp_path):
+    from peertrain.node.cli.options import data_params, parse_size
+
+    assert parse_size("4G") == 4 << 30 and parse_size("512M") == 512 << 20
+    assert parse_size("1000") == 1000
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_size("lots")
+    args = build_parser().parse_args(
+        [
+            "run",
+            "join",
+            "--run",
+            "3f9a2c71",
+            "--data",
+            "c.txt",
+            "--max-params",
+            "5",
+            "--max-memory",
+            "1G",
+        ]
+    )
+    assert args.name == "3f9a2c71"
+    assert data_params(args) == {
+        "data": str((Path.cwd() / "c.txt").absolute()),
+        "max_params": 5,
+        "max_memory": 1 << 30,
+    }

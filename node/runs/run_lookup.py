@@ -1,0 +1,82 @@
+"""Finding the one run a user means among peers, and fetching its signed manifest.
+
+`/peertrain/run/lookup/1.0.0` asks a peer for a run by name, ID or ID prefix; the answer is a
+signed manifest that the asker verifies against the run ID (a peer cannot forge a run, only
+fail to serve one). `RunFinder.find_one` gathers every candidate (directory.py: DHT entries and
+connected peers) and answers only when exactly one run is meant: a name that several runs carry
+is refused with the list, because silently picking one let a squatter take a joiner over.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+import trio
+from libp2p.peer.id import ID
+from peertrain.protocol.errors import PeertrainError
+from peertrain.protocol.ids import protocol_id
+from peertrain.protocol.messages import Request, Response, message
+from peertrain.protocol.schema import MaxLen
+
+from ..errors import ControlError, NodeError
+from ..net.rpc import request
+from ..services.node_services import NodeServices
+from .directory import RunDirectory, ambiguous
+
+log = logging.getLogger(__name__)
+
+RUN_LOOKUP = protocol_id("run/lookup", "1.0.0")
+
+
+@message("node/run-lookup", max_size=512)
+class RunLookup(Request):
+    name: Annotated[str, MaxLen(128)]  # a run name, a run ID or an ID prefix
+
+
+@message("node/run-found", max_size=200 * 1024)
+class RunFound(Response):
+    run_id: Annotated[str, MaxLen(128)]
+    manifest: Annotated[bytes, MaxLen(160 * 1024)]
+
+
+class RunFinder:
+    def __init__(self, node: NodeServices, directory: RunDirectory) -> None:
+        self.node, self.directory = node, directory
+
+    async def find_one(self, query: str, *, within: float) -> tuple[str, bytes, set[str]]:
+        """The one run `query` means: (run ID, verified envelope, peers that served it).
+        ControlError listing the candidates when several runs match, or none within `within`."""
+        with trio.move_on_after(min(within, 10.0)):  # a DHT without peers yet knows no runs
+            await self.node.dht.dht.wait_bootstrapped()
+        with trio.move_on_after(within):
+            while True:
+                candidates = await self.directory.find(query, self.fetch)
+                if len(candidates) > 1:
+                    raise ambiguous(query, candidates)
+                if candidates and candidates[0].envelope is not None:
+                    found = candidates[0]
+                    return found.run_id, found.envelope, found.seeds
+                await trio.sleep(0.5)
+        raise ControlError(f"no peer knows a run named or with ID {query!r} (after {within:.0f} s)")
+
+    async def fetch(self, peer: str, query: str) -> tuple[str, bytes] | None:
+        """Ask `peer` (connecting through the DHT if need be) for the run `query`; the caller
+        verifies what comes back."""
+        target = ID.from_base58(peer)
+        if target not in self.node.host.get_connected_peers():
+            try:
+                await self.node.dht.resolve_peer(peer, timeout=5.0)
+            except NodeError as exc:
+                log.debug("run lookup: cannot reach %s: %s", peer, exc)
+                return None
+        try:
+            reply = await request(
+                self.node.host, target, RUN_LOOKUP, RunLookup(name=query), RunFound, timeout=5.0
+            )
+        except (PeertrainError, trio.TooSlowError) as exc:
+            # a peer that hangs up mid-answer (rpc raises StreamEnded), does not know the run
+            # or is too slow: the caller asks the next one
+            log.debug("run lookup at %s: %r", peer, exc)
+            return None
+        return reply.run_id, reply.manifest

@@ -1,0 +1,87 @@
+"""What this node accepts of a run's spec before it builds anything: the joiner's own limits.
+
+A manifest may come from anyone, so its spec never decides what the joiner reads or spends:
+a spec naming local files is refused when decoded (swarm/data: user data is named by digest),
+the user's own file (`--data PATH`) must have the digest the spec names, and the model and
+dataset sizes must fit the joiner's `--max-params` and `--max-memory` (swarm/budget.py). All of
+it runs on the spec's configs alone, before the session builds a model or loads a dataset.
+
+The data path is this node's business, not the run's: it is kept beside the saved manifest
+(`<home>/runs/<run id>/local-data`), so a restarted daemon trains on the same file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from peertrain.crdt.manifest import RunManifest
+from peertrain.protocol.errors import DecodeError
+from peertrain.swarm.budget import RunBudget, SpecOverBudget, check_budget
+from peertrain.swarm.errors import ConfigError as SwarmConfigError
+
+from ..errors import ControlError
+
+LOCAL_DATA_FILE = "local-data"
+
+
+def decode_spec(manifest: RunManifest) -> Any:
+    """The manifest's spec as its mode's RunSpec; ControlError when it is not one."""
+    from peertrain.swarm.diloco.run_spec import DiLoCoSpec
+    from peertrain.swarm.pipeline.run_spec import PipelineSpec
+
+    kinds = {"diloco": DiLoCoSpec, "swarm": PipelineSpec}
+    if manifest.mode not in kinds:
+        raise ControlError(f"run mode {manifest.mode!r} is not served by this node")
+    try:
+        return kinds[manifest.mode].from_bytes(manifest.spec)
+    except DecodeError as exc:
+        raise ControlError(f"refusing run {manifest.name!r}: {exc}") from None
+
+
+def check_spec(manifest: RunManifest, *, budget: RunBudget, data: str | None) -> None:
+    """Refuse (ControlError) a run whose spec this node must not or cannot build."""
+    spec = decode_spec(manifest)
+    try:
+        check_budget(spec, budget)
+        _check_data(spec, data)
+    except (SpecOverBudget, SwarmConfigError) as exc:
+        raise ControlError(f"refusing run {manifest.name!r}: {exc}") from None
+
+
+def _check_data(spec: Any, data: str | None) -> None:
+    config = spec.dataset_config()
+    if data is None and not getattr(config, "data_digest", ""):
+        return
+    if not hasattr(config, "check_data"):
+        raise SwarmConfigError(f"a {spec.dataset} dataset trains on no user data: leave out --data")
+    config.check_data(data)
+
+
+def with_data_digest(spec: dict[str, Any], data: str) -> dict[str, Any]:
+    """The creator's spec settings naming `data` by its digest; without named `sources`, the
+    run trains on that file alone (the stdlib corpus would otherwise fill `max_bytes` first)."""
+    from peertrain.swarm.data import file_digest
+
+    path = Path(data).expanduser()
+    if not path.is_file():
+        raise ControlError(f"--data {data!r} does not exist or is not a file")
+    settings = dict(spec.get("dataset_settings") or {})
+    settings["data_digest"] = file_digest(path)
+    settings.setdefault("sources", [])
+    return {**spec, "dataset": spec.get("dataset") or "text", "dataset_settings": settings}
+
+
+def remember_data(directory: Path, data: str | None) -> None:
+    """Keep this node's data path for the run (or forget it, `data` None)."""
+    path = directory / LOCAL_DATA_FILE
+    if data is None:
+        path.unlink(missing_ok=True)
+        return
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.write_text(str(Path(data).expanduser().absolute()) + "\n")
+
+
+def local_data(directory: Path) -> str | None:
+    path = directory / LOCAL_DATA_FILE
+    return path.read_text().strip() or None if path.exists() else None

@@ -1,0 +1,120 @@
+"""A remote manifest never names the joiner's files nor decides how much memory it spends
+(issue 14, item 5): refused at join, before a session builds anything.
+
+The squatter is a real daemon answering run lookups with a manifest it signed itself (what any
+peer can do); the victim is a real daemon joining it by run ID.
+"""
+
+from __future__ import annotations
+
+import resource
+
+import pytest
+from peertrain.crdt.manifest import RunManifest, sign_manifest
+from peertrain.node.errors import ControlError
+from peertrain.node.net.rpc import RpcServer
+from peertrain.node.runs.manager import RUN_LOOKUP, RunFound, RunLookup
+from peertrain.protocol.packing import pack
+from peertrain.swarm.budget import RunBudget
+from peertrain.swarm.data import file_digest
+from peertrain.swarm.run_spec import canonical
+from peertrain.testing import open_test_swarm
+
+SMALL_TEXT = {"chunk_bytes": 256, "block_size": 16, "eval_chunks": 8, "max_bytes": 60_000}
+SMALL_GPT = {"n_layer": 1, "n_embd": 16, "n_head": 2, "block_size": 16}
+
+
+def squat(squatter, spec: dict) -> str:
+    """Make `squatter` serve a run whose spec bytes it wrote by hand (no local validation
+    stands between an attacker and the bytes it signs); returns the run ID."""
+    manifest = RunManifest(
+        creator=squatter.services.peer_id,
+        created_ms=1,
+        name="free-gpus",
+        mode="diloco",
+        spec=pack(canonical(spec)),
+    )
+    envelope = sign_manifest(squatter.services.identity.key_pair, manifest)
+
+    async def answer(peer, req: RunLookup):
+        return req.reply(RunFound, run_id=manifest.run_id, manifest=envelope)
+
+    host, board = squatter.services.host, squatter.services.scoreboard
+    RpcServer(host, RUN_LOOKUP, RunLookup, answer, scoreboard=board).register()
+    return manifest.run_id
+
+
+def max_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+async def test_a_spec_naming_local_files_is_refused_on_join(tmp_path):
+    secret = tmp_path / "id_ed25519"
+    secret.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n" * 400)
+    spec = {"dataset": "text", "dataset_settings": {"sources": [], "files": [str(secret)]}}
+    async with open_test_swarm(2) as (squatter, victim):
+        run_id = squat(squatter, spec)
+        with pytest.raises(ControlError, match="may not name local files"):
+            await victim.runs.join(run_id, timeout=10)
+        assert victim.runs.sessions == {}
+        assert not (victim.config.home / "runs" / run_id).exists()
+
+
+async def test_an_oversized_model_is_refused_before_anything_is_built():
+    # ≈ 50 M parameters (200 MB of fp32 weights alone) against a 10 M budget
+    big = {"n_layer": 4, "n_embd": 1024, "n_head": 16, "block_size": 64}
+    spec = {"model": "gpt", "model_settings": big, "dataset": "text"}
+    async with open_test_swarm(2) as (squatter, victim):
+        victim.runs.budget = RunBudget(max_params=10_000_000)
+        run_id = squat(squatter, spec)
+        before = max_rss_bytes()
+        with pytest.raises(ControlError, match=r"50,\d{3},\d{3} parameters.*10,000,000"):
+            await victim.runs.join(run_id, timeout=10)
+        assert victim.runs.sessions == {}
+        assert max_rss_bytes() - before < 100 << 20  # building it would take > 200 MB
+
+
+async def test_a_dataset_over_the_memory_budget_is_refused():
+    spec = {"dataset": "text", "dataset_settings": {"max_bytes": 1 << 40}}
+    async with open_test_swarm(2) as (squatter, victim):
+        run_id = squat(squatter, spec)
+        with pytest.raises(ControlError, match="--max-memory"):
+            await victim.runs.join(run_id, timeout=10)
+        assert victim.runs.sessions == {}
+
+
+async def test_user_data_is_named_by_digest_and_a_member_with_other_data_is_refused(tmp_path):
+    ours, theirs = tmp_path / "ours.txt", tmp_path / "theirs.txt"
+    ours.write_bytes(b"the quick brown fox jumps over the lazy dog. " * 500)
+    theirs.write_bytes(b"pack my box with five dozen liquor jugs. " * 500)
+    spec = {
+        "model": "gpt",
+        "model_settings": SMALL_GPT,
+        "dataset_settings": SMALL_TEXT,
+        "inner_steps": 2,
+        "rounds": 1,
+        "batch_size": 4,
+    }
+    async with open_test_swarm(2) as (creator, member):
+        session = await creator.runs.create(name="mine", mode="diloco", spec=spec, data=str(ours))
+        assert session.status()["error"] is None
+        settings = dataset_settings_of(session.manifest)
+        assert settings["data_digest"] == file_digest(ours)
+        assert str(tmp_path) not in repr(session.manifest.spec)  # no path leaves this node
+
+        with pytest.raises(ControlError) as refused:
+            await member.runs.join(session.run_id[:12], timeout=10, data=str(theirs))
+        assert file_digest(ours) in str(refused.value)
+        assert file_digest(theirs) in str(refused.value)
+        with pytest.raises(ControlError, match=f"digest {file_digest(ours)}.*--data"):
+            await member.runs.join(session.run_id[:12], timeout=10)
+        assert member.runs.sessions == {}
+
+        joined = await member.runs.join(session.run_id[:12], timeout=10, data=str(ours))
+        assert joined.run_id == session.run_id
+
+
+def dataset_settings_of(manifest: RunManifest) -> dict:
+    from peertrain.swarm.diloco.run_spec import DiLoCoSpec
+
+    return dict(DiLoCoSpec.from_bytes(manifest.spec).dataset_settings)
