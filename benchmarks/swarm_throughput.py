@@ -46,8 +46,8 @@ from _report import print_json, print_table  # noqa: E402
 from peertrain.swarm.data.batches import Batches  # noqa: E402
 from peertrain.swarm.data.digits import DigitsDatasetConfig  # noqa: E402
 from peertrain.swarm.pipeline.harness import SwarmSpec, evaluate, open_in_process_swarm  # noqa: E402
-from peertrain.swarm.pipeline.trainer import PipelineTrainer, TrainerConfig  # noqa: E402
-from peertrain.swarm.pipeline.wiring import BACKWARD_COST, PipelineWiring  # noqa: E402
+from peertrain.swarm.pipeline.trainer import PipelineTrainer  # noqa: E402
+from peertrain.swarm.pipeline.wiring import BACKWARD_COST  # noqa: E402
 
 STAGES = 3
 SPEEDS = (1.0, 2.0, 4.0)
@@ -72,15 +72,8 @@ async def measure(
     async with open_in_process_swarm(
         SwarmSpec(speeds=(SPEEDS,) * STAGES, base_seconds=base)
     ) as swarm:
-        wiring = PipelineWiring(STAGES, seed=0)
         fastest = {f"s{stage}-{len(SPEEDS) - 1}" for stage in range(STAGES)}
-        swarm.attach(wiring, only=fastest if static else None)
-        trainer = PipelineTrainer(
-            num_stages=STAGES,
-            transport=swarm.transport,
-            wiring=wiring,
-            config=TrainerConfig(in_flight=in_flight),
-        )
+        trainer = swarm.new_trainer(in_flight=in_flight, only=fastest if static else None)
         return await steady_throughput(trainer, batches, microbatches), trainer.statistics().lost
 
 
@@ -123,14 +116,7 @@ async def rebalancing(
     batches = data.train_batches(0, 1, batch_size=BATCH, seed=0)
     spec = SwarmSpec(speeds=((1.0,) * 4, (1.0,), (1.0,)), base_seconds=base)
     async with open_in_process_swarm(spec) as swarm, trio.open_nursery() as nursery:
-        wiring = PipelineWiring(STAGES, seed=0)
-        swarm.attach(wiring)
-        trainer = PipelineTrainer(
-            num_stages=STAGES,
-            transport=swarm.transport,
-            wiring=wiring,
-            config=TrainerConfig(in_flight=in_flight),
-        )
+        trainer = swarm.new_trainer(in_flight=in_flight)
         if enabled:  # the servers' own loops: a move once a view has settled for a period
             nursery.start_soon(swarm.rebalance_every, 0.5)
         await trainer.train(batches, steps=2 * in_flight)  # the moves happen in here (~2 s)
@@ -145,14 +131,7 @@ async def accuracy(codec: str, microbatches: int) -> tuple[float, float, float]:
     batches = data.train_batches(0, 1, batch_size=BATCH, seed=1)
     spec = SwarmSpec(speeds=((1.0, 1.0),) * STAGES, codec=codec, target_batch=4 * BATCH)
     async with open_in_process_swarm(spec) as swarm:
-        wiring = PipelineWiring(STAGES, seed=1)
-        swarm.attach(wiring)
-        trainer = PipelineTrainer(
-            num_stages=STAGES,
-            transport=swarm.transport,
-            wiring=wiring,
-            config=TrainerConfig(in_flight=1),
-        )
+        trainer = swarm.new_trainer(seed=1, in_flight=1)
         x, y = data.x[data.eval_index], data.y[data.eval_index]
         initial, _ = evaluate(swarm, x, y)
         await trainer.train(batches, steps=microbatches)

@@ -82,14 +82,11 @@ class PipelineSession:
         transport = NetworkStageTransport(node.host, context.run_id, timeout=SERVER_TIMEOUT)
         service = StageService(
             self.spec,
-            me=node.identity.peer_id.to_base58(),
-            state=context.state,
-            writer=context.replicator.writer,
+            self._peer(),
             peers=transport,
             creator=context.manifest.creator,
             speed=self.speed,
             stage=self.stage,
-            addrs=node.addrs,
         )
         handler = PipelineHandler(service, context.run_id, node.scoreboard)
         node.host.set_stream_handler(str(PIPELINE), handler.on_stream)
@@ -101,13 +98,19 @@ class PipelineSession:
         from .pipeline_transport import NetworkStageTransport
 
         context, node = self.context, self.context.node
-        return TrainerLoop(
-            self.spec,
-            me=node.identity.peer_id.to_base58(),
+        transport = NetworkStageTransport(node.host, context.run_id, timeout=TRAINER_TIMEOUT)
+        return TrainerLoop(self.spec, self._peer(), transport=transport)
+
+    def _peer(self) -> Any:
+        """This node as a pipeline peer: its identity, RunState replica, writer, addresses."""
+        from peertrain.swarm.pipeline.membership import PipelinePeer
+
+        context = self.context
+        return PipelinePeer(
+            me=context.node.identity.peer_id.to_base58(),
             state=context.state,
             writer=context.replicator.writer,
-            transport=NetworkStageTransport(node.host, context.run_id, timeout=TRAINER_TIMEOUT),
-            addrs=node.addrs,
+            addrs=context.node.addrs,
         )
 
     async def _dht_loop(self, service: StageService) -> None:

@@ -7,13 +7,14 @@ state downloads, the rebalancing rule), reached through `MemoryStageNetwork` (me
 of libp2p, and deciding from one shared `RunState` (every peer's replica, converged at once:
 what gossip gives the daemons a moment later). Trainers are a `PipelineTrainer` over
 `swarm.transport` whose wiring follows RunState through the trainer loop's `WiringSync`
-(`attach`), or whole `TrainerLoop`s (`add_trainer`), as a trainer daemon runs.
+(`attach`, `new_trainer`), or whole `TrainerLoop`s (`add_trainer`), as a trainer daemon runs.
 
 `kill(peer)` ends a server's tasks and fails its current and future calls, exactly as a dead
 peer looks to the others (`ServerUnavailable`); its member record stays until its lease ends,
 as on the network. `rebalance(period)` lets every live server renew its record and evaluate
 that period's move on the same view (one of them moves: downloads its new stage's state and
-switches); `rebalance_every(s)` runs every server's own rebalancing loop, with its settled-view rule.
+switches); `rebalance_every(s)` runs every server's own rebalancing loop, with its settled-view
+rule.
 """
 
 from __future__ import annotations
@@ -28,12 +29,13 @@ from peertrain.crdt.runstate import RunState
 from peertrain.crdt.writer import RunWriter
 from peertrain.swarm.models.mlp import MLPConfig
 
-from .membership import servers
+from .membership import PipelinePeer, servers
 from .memory import MemoryStageNetwork
 from .rebalance import Move, StageView
 from .run_spec import PipelineSpec
 from .stage import StageServer
 from .stage_service import StageService
+from .trainer import PipelineTrainer, TrainerConfig
 from .trainer_loop import TrainerLoop, WiringSync
 from .wiring import PipelineWiring
 
@@ -112,9 +114,7 @@ class InProcessSwarm:
     async def _start_server(self, peer: str, *, stage: int | None, speed: float) -> ServerHost:
         service = StageService(
             self.run_spec,
-            me=peer,
-            state=self.state,
-            writer=RunWriter(self.state, peer),
+            self._peer(peer),
             peers=self.network.client(peer),
             creator="s0-0",
             speed=speed,
@@ -125,6 +125,10 @@ class InProcessSwarm:
         await self._nursery.start(self._serve, host)
         self.hosts[peer] = host
         return host
+
+    def _peer(self, name: str) -> PipelinePeer:
+        """A peer of this process's run: its writer writes the shared RunState."""
+        return PipelinePeer(me=name, state=self.state, writer=RunWriter(self.state, name))
 
     @staticmethod
     async def _serve(host: ServerHost, *, task_status: trio.TaskStatus[None]) -> None:
@@ -232,16 +236,24 @@ class InProcessSwarm:
                 self._changed()
 
     # --- trainers -------------------------------------------------------------------------
+    def new_trainer(
+        self, *, seed: int = 0, in_flight: int = 16, only: set[str] | None = None
+    ) -> PipelineTrainer:
+        """A `PipelineTrainer` on this swarm, its wiring attached (see `attach`)."""
+        wiring = PipelineWiring(self.spec.num_stages, seed=seed)
+        self.attach(wiring, only=only)
+        return PipelineTrainer(
+            num_stages=self.spec.num_stages,
+            transport=self.transport,
+            wiring=wiring,
+            config=TrainerConfig(in_flight=in_flight),
+        )
+
     async def add_trainer(self, name: str, **settings: object) -> TrainerLoop:
         """A whole trainer loop (wiring sync, static phase, step loop), as a trainer daemon's;
         `settings`: the run's trainer settings (microbatches, in_flight, static_seconds…)."""
-        loop = TrainerLoop(
-            self.spec.pipeline_spec(**settings),
-            me=name,
-            state=self.state,
-            writer=RunWriter(self.state, name),
-            transport=self.network.client(name),
-        )
+        spec = self.spec.pipeline_spec(**settings)
+        loop = TrainerLoop(spec, self._peer(name), transport=self.network.client(name))
         await self._nursery.start(loop.run)
         return loop
 

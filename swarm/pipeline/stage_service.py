@@ -26,19 +26,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import trio
 
-from peertrain.crdt.runstate import RunState
-from peertrain.crdt.writer import RunWriter
 
 from .averaging import Contribution, StageAverager, StageState
 from .boundary import BoundaryTensor, pack
 from .errors import NotServing, ServerUnavailable, WrongStage
-from .membership import server_role, servers
+from .membership import PipelinePeer, server_role, servers
 from .migration import import_state
 from .run_spec import PipelineSpec
 from .slices import mlp_stage_module
@@ -57,26 +55,22 @@ DONORS_TRIED = 3  # servers of a stage asked in turn for its state when we start
 class StageService(StageMoves):
     """This peer's stage server in one run. `await nursery.start(service.run)`.
 
-    `creator`: the run creator's peer ID (a joiner waits for a first claim before choosing);
-    `addrs()`: our addresses, for the member record."""
+    `creator`: the run creator's peer ID (a joiner waits for a first claim before choosing)."""
 
     def __init__(
         self,
         spec: PipelineSpec,
+        peer: PipelinePeer,
         *,
-        me: str,
-        state: RunState,
-        writer: RunWriter,
         peers: StagePeerTransport,
         creator: str,
         speed: float = 1.0,
         stage: int | None = None,
-        addrs: Callable[[], Sequence[str]] = tuple,
     ) -> None:
         if speed <= 0:
             raise ValueError("a server's speed must be positive")
-        self.spec, self.me, self.state, self.writer = spec, me, state, writer
-        self.peers, self.creator, self.speed, self.addrs = peers, creator, speed, addrs
+        self.spec, self.me, self.state, self.writer = spec, peer.me, peer.state, peer.writer
+        self.peers, self.creator, self.speed, self.addrs = peers, creator, speed, peer.addrs
         self.stage = -1  # none until `run` has chosen one and fetched its state
         self._wanted = stage
         self.server: StageServer | None = None

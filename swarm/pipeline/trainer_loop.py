@@ -29,17 +29,20 @@ import collections
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import trio
 
-from peertrain.crdt.runstate import RunState
-from peertrain.crdt.writer import RunWriter
 
 from ..data import seeded_int
 from ..data.batches import Batches
-from .membership import STATIC_TRAINER_ROLE, TRAINER_ROLE, ServerEntry, servers
+from .membership import (
+    STATIC_TRAINER_ROLE,
+    TRAINER_ROLE,
+    PipelinePeer,
+    ServerEntry,
+    servers,
+)
 from .run_spec import PipelineSpec
 from .trainer import PipelineTrainer, TrainerConfig
 from .transport import StageTransport
@@ -81,21 +84,11 @@ class WiringSync:
 
 
 class TrainerLoop:
-    """This peer's trainer in one run. `await nursery.start(loop.run)`; `addrs()`: our
-    addresses, for the member record."""
+    """This peer's trainer in one run. `await nursery.start(loop.run)`."""
 
-    def __init__(
-        self,
-        spec: PipelineSpec,
-        *,
-        me: str,
-        state: RunState,
-        writer: RunWriter,
-        transport: StageTransport,
-        addrs: Callable[[], Sequence[str]] = tuple,
-    ) -> None:
-        self.spec, self.me, self.state, self.writer = spec, me, state, writer
-        self.transport, self.addrs = transport, addrs
+    def __init__(self, spec: PipelineSpec, peer: PipelinePeer, *, transport: StageTransport):
+        self.spec, self.me, self.state, self.writer = spec, peer.me, peer.state, peer.writer
+        self.transport, self.addrs = transport, peer.addrs
         self.phase = "waiting for servers"
         self.losses: collections.deque[float] = collections.deque(maxlen=LOSS_WINDOW)
         self.first_losses: list[float] = []

@@ -6,8 +6,6 @@ from __future__ import annotations
 import torch
 from peertrain.swarm.data.digits import DigitsDatasetConfig
 from peertrain.swarm.pipeline.harness import SwarmSpec, open_in_process_swarm
-from peertrain.swarm.pipeline.trainer import PipelineTrainer, TrainerConfig
-from peertrain.swarm.pipeline.wiring import PipelineWiring
 
 # calls padded to 16 ms per forward of 16 rows: the pad, not the noise of a loaded machine, is
 # what the servers measure and announce, so equal servers look equal to the rebalancing rule
@@ -21,14 +19,8 @@ async def test_running_swarm_rebalances_and_movers_catch_up() -> None:
         speeds=((1.0,) * 4, (1.0,), (1.0,)), target_batch=64, base_seconds=BASE_SECONDS
     )
     async with open_in_process_swarm(spec) as swarm:
-        wiring = PipelineWiring(3, seed=0)
-        swarm.attach(wiring)
-        trainer = PipelineTrainer(
-            num_stages=3,
-            transport=swarm.transport,
-            wiring=wiring,
-            config=TrainerConfig(in_flight=4),
-        )
+        trainer = swarm.new_trainer(in_flight=4)
+        wiring = trainer.wiring
         moves = []
         for period in range(5):
             await trainer.train(batches, steps=24, start=24 * period)
@@ -59,9 +51,8 @@ async def test_joiner_serves_the_stage_with_most_need_with_its_state() -> None:
         speeds=((1.0, 1.0), (1.0,), (1.0, 1.0)), target_batch=32, base_seconds=BASE_SECONDS
     )
     async with open_in_process_swarm(spec) as swarm:
-        wiring = PipelineWiring(3, seed=0)
-        swarm.attach(wiring)
-        trainer = PipelineTrainer(num_stages=3, transport=swarm.transport, wiring=wiring)
+        trainer = swarm.new_trainer()
+        wiring = trainer.wiring
         await trainer.train(batches, steps=12)
         await swarm.settle()
         assert swarm.steps[1] > 0
@@ -83,14 +74,7 @@ async def test_a_perturbed_copy_resyncs_from_its_stage_in_process() -> None:
     batches = data.train_batches(0, 1, batch_size=8, seed=4)
     spec = SwarmSpec(speeds=((1.0,) * 3, (1.0,)), target_batch=48, batch_size=8)
     async with open_in_process_swarm(spec) as swarm:
-        wiring = PipelineWiring(2, seed=0)
-        swarm.attach(wiring)
-        trainer = PipelineTrainer(
-            num_stages=2,
-            transport=swarm.transport,
-            wiring=wiring,
-            config=TrainerConfig(in_flight=4),
-        )
+        trainer = swarm.new_trainer(in_flight=4)
         await trainer.train(batches, steps=24)
         await swarm.settle()
         victim = swarm.hosts["s0-2"]

@@ -8,8 +8,6 @@ import statistics
 import trio
 from peertrain.swarm.data.digits import DigitsDatasetConfig
 from peertrain.swarm.pipeline.harness import SwarmSpec, evaluate, open_in_process_swarm
-from peertrain.swarm.pipeline.trainer import PipelineTrainer, TrainerConfig
-from peertrain.swarm.pipeline.wiring import PipelineWiring
 
 MICROBATCHES = 360
 
@@ -29,16 +27,7 @@ async def test_server_killed_mid_run_loses_no_microbatch_and_loss_falls() -> Non
 async def _train_through_a_kill(swarm, batches, data) -> None:
     trainers = []
     for seed in range(2):
-        wiring = PipelineWiring(3, seed=seed)
-        swarm.attach(wiring)
-        trainers.append(
-            PipelineTrainer(
-                num_stages=3,
-                transport=swarm.transport,
-                wiring=wiring,
-                config=TrainerConfig(in_flight=4),
-            )
-        )
+        trainers.append(swarm.new_trainer(seed=seed, in_flight=4))
     x_eval, y_eval = data.x[data.eval_index], data.y[data.eval_index]
     initial_loss, _ = evaluate(swarm, x_eval, y_eval)
     losses: list[list[float | None]] = [[], []]
@@ -80,9 +69,8 @@ async def test_killed_server_is_retried_elsewhere() -> None:
     data = DigitsDatasetConfig().build()
     batches = data.train_batches(0, 1, batch_size=8, seed=1)
     async with open_in_process_swarm(SwarmSpec(speeds=((1.0, 1.0),) * 3, target_batch=32)) as swarm:
-        wiring = PipelineWiring(3, seed=0)
-        swarm.attach(wiring)
-        trainer = PipelineTrainer(num_stages=3, transport=swarm.transport, wiring=wiring)
+        trainer = swarm.new_trainer()
+        wiring = trainer.wiring
         swarm.kill("s0-1")
         swarm.kill("s2-0")
         await trainer.train(batches, steps=20)
