@@ -250,12 +250,17 @@ def cmd_run_list(args: argparse.Namespace) -> int:
 
 
 def cmd_swarm_local(args: argparse.Namespace) -> int:
-    from .local_swarm import LocalSwarmOptions, run_local_swarm
+    from .local_swarm import run_local_swarm
 
     if args.mode == "swarm":
-        from .local_swarm import run_swarm_pipeline
+        from .swarm_pipeline import PipelineSwarm, pipeline_options
 
-        return run_swarm_pipeline(args, run_spec_from_args(args))
+        pipeline = pipeline_options(args, run_spec_from_args(args))
+        return run_local_swarm(
+            lambda base, console: PipelineSwarm(pipeline, base, console), pipeline.report
+        )
+    from .swarm_mesh import LocalSwarmOptions, MeshSwarm
+
     if args.nodes < 1:
         raise NodeError("--nodes must be at least 1")
     options = LocalSwarmOptions(
@@ -268,4 +273,4 @@ def cmd_swarm_local(args: argparse.Namespace) -> int:
         byzantine=args.byzantine,
         attack=args.attack,
     )
-    return run_local_swarm(options)
+    return run_local_swarm(lambda base, console: MeshSwarm(options, base, console), options.report)
