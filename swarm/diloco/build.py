@@ -69,7 +69,6 @@ def build_member(
     batches = dataset.train_batches(
         shard, spec.num_shards, batch_size=spec.batch_size, seed=spec.seed
     )
-    aggregator = spec.build_aggregator()
     member = DiLoCoMember(
         model,
         batches,
@@ -79,15 +78,22 @@ def build_member(
             lr=spec.lr,
             warmup_steps=spec.warmup_steps,
         ),
-        outer=OuterConfig(lr=spec.outer_lr, momentum=spec.outer_momentum),
-        codec=ProtocolCodec(spec.codec),
-        error_feedback=spec.error_feedback,
-        aggregator=aggregator,
+        **member_settings(spec),
     )
     held_out = dataset.eval_batches(batch_size=64, max_batches=eval_batches)
     return BuiltMember(
         member=member, shard=shard, eval_batches=held_out, spec=spec, dataset=dataset
     )
+
+
+def member_settings(spec: DiLoCoSpec) -> dict[str, Any]:
+    """The outer half of a member as the spec sets it: outer optimizer, codec, aggregation."""
+    return {
+        "outer": OuterConfig(lr=spec.outer_lr, momentum=spec.outer_momentum),
+        "codec": ProtocolCodec(spec.codec),
+        "error_feedback": spec.error_feedback,
+        "aggregator": spec.build_aggregator(),
+    }
 
 
 @functools.lru_cache(maxsize=4)
