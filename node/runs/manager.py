@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 from libp2p.peer.id import ID
@@ -35,6 +35,9 @@ from .run_lookup import RUN_LOOKUP, RunFinder, RunFound, RunLookup
 from .session import CRDT_SYNC, RunSession, saved_manifests
 from .spec_check import check_spec, local_data, remember_data, with_data_digest
 from .status import ManyRunsStatus, RunStatus
+
+if TYPE_CHECKING:
+    from .session import MemberFactory
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +65,9 @@ class RunManager:
         self.directory = RunDirectory(node, lambda: [listing_of(s) for s in self._active()])
         self.finder = RunFinder(node, self.directory)
         self.sessions: dict[str, RunSession] = {}
+        # set by a process that holds a user's model (node/api/diloco.py): it alone can take
+        # part in `external:` runs
+        self.member_factory: MemberFactory | None = None
         self.supervisor = Supervisor(max_failures=3, window=600.0, backoff_min=2.0)
         self._nursery: trio.Nursery | None = None
 
@@ -163,7 +169,7 @@ class RunManager:
             spec=spec_bytes,
         )
         envelope = sign_manifest(self.node.identity.key_pair, manifest)
-        check_spec(manifest, budget=budget or self.budget, data=data)
+        check_spec(manifest, budget=budget or self.budget, data=data, own_model=self._own_model)
         remember_data(self._run_directory(manifest.run_id), data)
         log.info("created run %s (%s)", name, manifest.run_id[:16])
         session = await self._start(manifest.run_id, envelope, seeds=set(), role=role)
@@ -194,11 +200,20 @@ class RunManager:
             seeds: set[str] = set()
         else:
             run_id, envelope, seeds = await self.finder.find_one(name, within=timeout)
-        check_spec(open_manifest(envelope, run_id), budget=budget or self.budget, data=data)
+        check_spec(
+            open_manifest(envelope, run_id),
+            budget=budget or self.budget,
+            data=data,
+            own_model=self._own_model,
+        )
         remember_data(self._run_directory(run_id), data)
         session = await self._start(run_id, envelope, seeds=seeds, role=role)
         self.directory.changed()
         return session
+
+    @property
+    def _own_model(self) -> bool:
+        return self.member_factory is not None
 
     def _run_directory(self, run_id: str) -> Path:
         return self.node.home / "runs" / run_id
@@ -354,6 +369,7 @@ class _SessionLifecycle:
             manifest_envelope=self.envelope,
             seeds=self.seeds,
             role=self.role,
+            member_factory=manager.member_factory,
         )
         previous = manager.sessions.get(self.run_id)
         if previous is not None:

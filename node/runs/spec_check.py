@@ -39,14 +39,29 @@ def decode_spec(manifest: RunManifest) -> Any:
         raise ControlError(f"refusing run {manifest.name!r}: {exc}") from None
 
 
-def check_spec(manifest: RunManifest, *, budget: RunBudget, data: str | None) -> None:
-    """Refuse (ControlError) a run whose spec this node must not or cannot build."""
+def check_spec(
+    manifest: RunManifest, *, budget: RunBudget, data: str | None, own_model: bool = False
+) -> None:
+    """Refuse (ControlError) a run whose spec this node must not or cannot build. `own_model`:
+    this process holds a user's model (peertrain.DiLoCo), the only way into `external:` runs."""
     spec = decode_spec(manifest)
+    if _is_external(spec) and not own_model:
+        raise ControlError(
+            f"refusing run {manifest.name!r}: it trains a user-supplied model ({spec.model}) "
+            "that only a script holding that model can join, with "
+            "peertrain.DiLoCo(model, optimizer, run=...)"
+        )
     try:
         check_budget(spec, budget)
         _check_data(spec, data)
     except (SpecOverBudget, SwarmConfigError) as exc:
         raise ControlError(f"refusing run {manifest.name!r}: {exc}") from None
+
+
+def _is_external(spec: Any) -> bool:
+    from peertrain.swarm.models.external import is_external
+
+    return is_external(spec.model)
 
 
 def _check_data(spec: Any, data: str | None) -> None:
