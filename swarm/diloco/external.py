@@ -91,7 +91,9 @@ class StepHandshake:
                     return False
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise DiLoCoError(f"the group did not hand the model back within {timeout:g} s")
+                    raise DiLoCoError(
+                        f"the group did not hand the model back within {timeout:g} s"
+                    )
                 self._turn.wait(min(left, 0.2))  # `stop` reads the driver, which cannot notify us
             return True
 
@@ -112,7 +114,8 @@ class ExternalInnerLoop:
         handshake: StepHandshake,
         config: InnerConfig,
     ) -> None:
-        self.model, self.optimizer, self.handshake, self.config = model, optimizer, handshake, config
+        self.model, self.optimizer, self.config = model, optimizer, config
+        self.handshake = handshake
         self.batches = None  # the user's loop has the data
         self.step = 0
         self.last_report: InnerReport | None = None
