@@ -91,9 +91,7 @@ class StepHandshake:
                     return False
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise DiLoCoError(
-                        f"the group did not hand the model back within {timeout:g} s"
-                    )
+                    raise DiLoCoError(f"the group kept the model for over {timeout:g} s")
                 self._turn.wait(min(left, 0.2))  # `stop` reads the driver, which cannot notify us
             return True
 

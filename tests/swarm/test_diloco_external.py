@@ -74,7 +74,7 @@ def test_the_user_waits_while_the_group_holds_the_model():
     handshake = StepHandshake()
     with pytest.raises(DiLoCoError, match="holds the model"):
         handshake.user_step(1.0)  # before the driver handed it over
-    with pytest.raises(DiLoCoError, match="within 0.3 s"):
+    with pytest.raises(DiLoCoError, match="over 0.3 s"):
         handshake.wait_for_user_turn(0.3, stop=lambda: False)
     assert handshake.wait_for_user_turn(5.0, stop=lambda: True) is False  # the run is over
 
