@@ -12,6 +12,7 @@ The data path is this node's business, not the run's: it is kept beside the save
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,19 @@ def with_data_digest(spec: dict[str, Any], data: str) -> dict[str, Any]:
     settings["data_digest"] = file_digest(path)
     settings.setdefault("sources", [])
     return {**spec, "dataset": spec.get("dataset") or "text", "dataset_settings": settings}
+
+
+def trust_models(paths: Iterable[str]) -> None:
+    """Let this process import the model factories among `paths` (the local user's choice:
+    `trusted_models`, `--model package.module:factory`) when a run names them."""
+    import_paths = [p for p in paths if ":" in p and not p.startswith("external:")]
+    if not import_paths:
+        return
+    from peertrain.swarm.models.registry import is_import_path, trust_import
+
+    for path in import_paths:
+        if is_import_path(path):
+            trust_import(path)
 
 
 def remember_data(directory: Path, data: str | None) -> None:

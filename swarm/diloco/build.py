@@ -42,15 +42,19 @@ class BuiltMember:
 
     def sample(self, prompt: str, max_new_tokens: int = 160, *, seed: int = 0) -> str:
         """Text from θ_global (GPT runs only), on a copy so training is never disturbed."""
-        import copy
-
         from ..models import GPT, sample_text
 
         if not isinstance(self.member.model, GPT):
             raise TypeError("only GPT runs can sample text")
+        return sample_text(self.global_model(), prompt, max_new_tokens, seed=seed)
+
+    def global_model(self) -> torch.nn.Module:
+        """A copy of the model holding θ_global (for sampling and export): training goes on."""
+        import copy
+
         model = copy.deepcopy(self.member.model)
         ParamLayout(model).load(self.member.global_params)
-        return sample_text(model, prompt, max_new_tokens, seed=seed)
+        return model
 
     def eval_loss(self) -> float:
         """Loss of θ_global on the run's fixed eval batches (the model holds θ_global between
