@@ -155,7 +155,9 @@ class RunManager:
     def _session_named(self, name: str) -> RunSession:
         """Our run that `name` means (any, when we are in one run and `name` is empty)."""
         found = [
-            s for s in self.sessions.values() if not name or matches(name, s.run_id, s.manifest.name)
+            s
+            for s in self.sessions.values()
+            if not name or matches(name, s.run_id, s.manifest.name)
         ]
         if len(found) != 1:
             listed = ", ".join(s.manifest.name for s in self.sessions.values()) or "none"
