@@ -106,14 +106,14 @@ def test_an_own_model_trains_by_import_path_and_exports_for_plain_torch(tmp_path
     assert sidecars[0]["files"] == sidecars[1]["files"]  # byte-identical on two members
     assert sidecars[0]["round"] == 3 and sidecars[0]["model"] == MODEL
 
+    weights = exports[0] / "model.safetensors"
     loaded = subprocess.run(
-        [sys.executable, "-I", "-c", LOAD_EXPORT, str(FIXTURES), str(exports[0] / "model.safetensors")],
+        [sys.executable, "-I", "-c", LOAD_EXPORT, str(FIXTURES), str(weights)],
         capture_output=True, text=True, timeout=120, check=True,
     )  # fmt: skip
     fresh = json.loads(loaded.stdout)
     assert fresh["peertrain"] is False
-    round_, expected = group_logits(
-        daemons[0].home, runs[0]["run_id"], torch.linspace(0, 1, 320).reshape(5, 64)
-    )
+    x = torch.linspace(0, 1, 5 * 64).reshape(5, 64)  # the inputs LOAD_EXPORT uses
+    round_, expected = group_logits(daemons[0].home, runs[0]["run_id"], x)
     assert round_ == 3
     assert torch.equal(torch.tensor(fresh["logits"]), expected)
