@@ -25,16 +25,12 @@ from ..models.config import ConfigError
 from ..models.external import ExternalModelConfig
 from .build import BuiltMember, member_settings
 from .config import InnerConfig
-from .errors import DiLoCoError
+from .errors import DiLoCoError, LoopClosed
 from .inner_loop import InnerReport
 from .member import DiLoCoMember
 from .run_spec import DiLoCoSpec
 
 USER, DRIVER = "user", "driver"
-
-
-class LoopClosed(DiLoCoError):
-    """The user's side ended (`DiLoCo.close()`): the driver's round cannot go on."""
 
 
 class StepHandshake:

@@ -8,8 +8,8 @@ import threading
 import pytest
 import torch
 import torch.nn.functional as F
-from peertrain.swarm.diloco.errors import DiLoCoError
-from peertrain.swarm.diloco.external import LoopClosed, StepHandshake, build_external_member
+from peertrain.swarm.diloco.errors import DiLoCoError, LoopClosed
+from peertrain.swarm.diloco.external import StepHandshake, build_external_member
 from peertrain.swarm.diloco.member import MemberState
 from peertrain.swarm.diloco.run_spec import DiLoCoSpec
 from peertrain.swarm.models import ConfigError, count_parameters, external_model_name
