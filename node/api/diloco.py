@@ -96,10 +96,13 @@ class DiLoCo:
         return True
 
     def close(self) -> None:
-        """Leave the run and stop the embedded node (if this object started it)."""
+        """Stop the embedded node (if this object started it) and end the user's side of the
+        run. The node is told first: a driver waiting for our steps then ends with it."""
+        if self._own_node:
+            self.node.request_stop()
+        self._handshake.close()
         if self._own_node:
             self.node.stop()
-        self._handshake.close()
 
     def __enter__(self) -> DiLoCo:
         return self

@@ -75,12 +75,16 @@ class EmbeddedNode:
         assert self.daemon is not None
         return self.daemon.addrs()[0]
 
-    def stop(self) -> None:
+    def request_stop(self) -> None:
+        """Start stopping the node; `stop()` waits for it."""
         if self._token is not None and self._cancel is not None:
             try:
                 trio.from_thread.run_sync(self._cancel.cancel, trio_token=self._token)
             except trio.RunFinishedError:
                 pass
+
+    def stop(self) -> None:
+        self.request_stop()
         self._thread.join(STOP_TIMEOUT)
         self._token = None
         if self._tmp is not None and not self._thread.is_alive():
