@@ -130,7 +130,13 @@ def _run_options(args: argparse.Namespace) -> dict[str, Any]:
     data = data_params(args).get("data")
     if data is not None and not args.run:
         raise NodeError("--data belongs to a run: give --run too")
-    return {"run": args.run, "run_role": args.role, "run_data": data}
+    options: dict[str, Any] = {"run": args.run, "run_role": args.role, "run_data": data}
+    if args.model:  # added to the configured ones (PEERTRAIN_TRUSTED_MODELS, config.toml)
+        from ..config import load_config
+
+        configured = load_config(args.home).trusted_models
+        options["trusted_models"] = [*configured, args.model]
+    return options
 
 
 async def _serve_and_join(config, peer: str) -> None:
@@ -228,7 +234,13 @@ def cmd_run_join(args: argparse.Namespace) -> int:
     result = call_sync(
         NodeConfig(home=_home(args)).control_socket,
         "run.join",
-        {"name": args.name, "timeout": 60, **role_params(args), **data_params(args)},
+        {
+            "name": args.name,
+            "timeout": 60,
+            **({"model": args.model} if args.model else {}),
+            **role_params(args),
+            **data_params(args),
+        },
         timeout=120,
     )
     print(
@@ -236,6 +248,25 @@ def cmd_run_join(args: argparse.Namespace) -> int:
         if args.json
         else f"joined run {result['name']} ({result['run_id'][:16]}…)"
     )
+    return 0
+
+
+def cmd_run_export(args: argparse.Namespace) -> int:
+    from ..api.control import call_sync
+    from ..config import NodeConfig
+
+    out = Path(args.out).expanduser().absolute()  # the daemon's working folder is not ours
+    result = call_sync(
+        NodeConfig(home=_home(args)).control_socket,
+        "run.export",
+        {"run": args.run, "out": str(out), "format": args.format},
+        timeout=300,
+    )
+    if args.json:
+        print(json.dumps(result))
+    else:
+        files = ", ".join(result["files"])
+        print(f"exported run {result['run']} at round {result['round']} to {out}: {files}")
     return 0
 
 
