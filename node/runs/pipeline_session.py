@@ -17,7 +17,6 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 import trio
-
 from peertrain.dht import stage_key
 from peertrain.protocol.errors import PeertrainError
 

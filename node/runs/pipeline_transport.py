@@ -28,7 +28,6 @@ import torch
 import trio
 from libp2p.abc import IHost, INetStream
 from libp2p.peer.id import ID
-
 from peertrain.protocol.errors import DecodeError, PeertrainError, ProtocolError
 from peertrain.protocol.framing import read_message, write_message
 from peertrain.protocol.messages import ErrorCode, ErrorResponse, Request, Response, check_reply

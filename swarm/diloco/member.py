@@ -34,7 +34,6 @@ from .inner_loop import InnerLoop, InnerReport
 from .outer_step import NesterovOuterOptimizer
 from .state_hash import state_hash
 
-
 EQUIVOCATION = "equivocation"  # a sender with several updates for one round
 UNDECODABLE = "undecodable"  # the codec refused the payload
 

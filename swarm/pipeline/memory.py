@@ -16,7 +16,6 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import torch
-
 from peertrain.protocol.errors import DecodeError
 
 from .averaging import Contribution, StageState

@@ -32,7 +32,6 @@ from typing import Any
 import torch
 import trio
 
-
 from .averaging import Contribution, StageAverager, StageState
 from .boundary import BoundaryTensor, pack
 from .errors import NotServing, ServerUnavailable, WrongStage

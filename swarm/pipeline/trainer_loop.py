@@ -33,7 +33,6 @@ from typing import Any
 
 import trio
 
-
 from ..data import seeded_int
 from ..data.batches import Batches
 from .membership import (

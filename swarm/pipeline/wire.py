@@ -21,7 +21,6 @@ from __future__ import annotations
 from typing import Annotated
 
 import torch
-
 from peertrain.protocol.errors import DecodeError
 from peertrain.protocol.framing import read_exactly_into, read_frame_length, write_frame
 from peertrain.protocol.ids import protocol_id

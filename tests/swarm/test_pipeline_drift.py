@@ -10,8 +10,8 @@ import trio
 from peertrain.swarm.models.mlp import MLPConfig
 from peertrain.swarm.pipeline.averaging import StageAverager
 from peertrain.swarm.pipeline.boundary import pack
-from peertrain.swarm.pipeline.errors import ServerUnavailable
 from peertrain.swarm.pipeline.drift import flat_checksum, majority, state_checksum
+from peertrain.swarm.pipeline.errors import ServerUnavailable
 from peertrain.swarm.pipeline.migration import export_state
 from peertrain.swarm.pipeline.slices import mlp_stage_module
 from peertrain.swarm.pipeline.stage import StageServer
