@@ -36,13 +36,14 @@ class PartitionConfig:
     fine_clusters: int = 32
     features: int = 16
     iterations: int = 30
+    restarts: int = 4  # k-means runs from different seeds; the lowest inertia wins
     seed: int = 0
 
     def __post_init__(self) -> None:
         if not 1 <= self.clusters <= self.fine_clusters:
             raise ConfigError("need 1 <= clusters <= fine_clusters")
-        if self.features < 1 or self.iterations < 1:
-            raise ConfigError("features and iterations must be positive")
+        if min(self.features, self.iterations, self.restarts) < 1:
+            raise ConfigError("features, iterations and restarts must be positive")
 
 
 def _squared_distances(x: np.ndarray, centroids: np.ndarray) -> np.ndarray:
@@ -64,11 +65,10 @@ def _kmeans_plus_plus(x: np.ndarray, weights: np.ndarray, k: int, rng: np.random
     return x[chosen].copy()
 
 
-def weighted_kmeans(
-    x: np.ndarray, k: int, *, weights: np.ndarray | None = None, iterations: int, seed: int
-) -> np.ndarray:
-    """Lloyd's k-means from a k-means++ start; an emptied cluster restarts at the worst fit."""
-    weights = np.ones(len(x)) if weights is None else weights.astype(np.float64)
+def _lloyd(
+    x: np.ndarray, weights: np.ndarray, k: int, *, iterations: int, seed: int
+) -> tuple[np.ndarray, float]:
+    """Lloyd's k-means from a k-means++ start: (centroids, weighted inertia)."""
     centroids = _kmeans_plus_plus(x, weights, k, np.random.default_rng(seed))
     for _ in range(iterations):
         distances = _squared_distances(x, centroids)
@@ -79,12 +79,30 @@ def weighted_kmeans(
         updated = centroids.copy()
         filled = mass > 0
         updated[filled] = sums[filled] / mass[filled, None]
-        for empty in np.flatnonzero(~filled):
+        for empty in np.flatnonzero(~filled):  # restart an emptied cluster at the worst fit
             updated[empty] = x[int(distances.min(axis=1).argmax())]
         if np.array_equal(updated, centroids):
             break
         centroids = updated
-    return centroids
+    inertia = float((_squared_distances(x, centroids).min(axis=1).clip(min=0) * weights).sum())
+    return centroids, inertia
+
+
+def weighted_kmeans(
+    x: np.ndarray,
+    k: int,
+    *,
+    weights: np.ndarray | None = None,
+    iterations: int,
+    restarts: int,
+    seed: int,
+) -> np.ndarray:
+    """The best (lowest weighted inertia, first on ties) of `restarts` seeded k-means runs."""
+    weights = np.ones(len(x)) if weights is None else weights.astype(np.float64)
+    runs = [
+        _lloyd(x, weights, k, iterations=iterations, seed=seed * 1000 + r) for r in range(restarts)
+    ]
+    return min(runs, key=lambda run: run[1])[0]
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -144,7 +162,11 @@ def fit_partition(pixels: np.ndarray, config: PartitionConfig, *, dataset_digest
     mean, components = _principal_components(flat, min(config.features, flat.shape[1]))
     features = (flat - mean) @ components.T
     fine = weighted_kmeans(
-        features, config.fine_clusters, iterations=config.iterations, seed=config.seed
+        features,
+        config.fine_clusters,
+        iterations=config.iterations,
+        restarts=config.restarts,
+        seed=config.seed,
     )
     fine_sizes = np.bincount(
         _squared_distances(features, fine).argmin(axis=1), minlength=config.fine_clusters
@@ -154,6 +176,7 @@ def fit_partition(pixels: np.ndarray, config: PartitionConfig, *, dataset_digest
         config.clusters,
         weights=np.maximum(fine_sizes, 1e-9),
         iterations=config.iterations,
+        restarts=config.restarts,
         seed=config.seed + 1,
     )
     fine_to_coarse = _squared_distances(fine, coarse).argmin(axis=1)

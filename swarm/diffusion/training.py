@@ -73,7 +73,7 @@ class _Trainer:
             nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         self.optimizer.step()
         self.steps_done += 1
-        return float(loss)
+        return loss.item()
 
     def train(self, steps: int | None = None) -> list[float]:
         """`steps` (default: the rest of `config.steps`) steps; the loss of each."""
