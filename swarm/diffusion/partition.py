@@ -33,7 +33,7 @@ class PartitionConfig:
     """K coarse clusters merged from `fine_clusters`, on `features` PCA components."""
 
     clusters: int = 4
-    fine_clusters: int = 32
+    fine_clusters: int = 64
     features: int = 16
     iterations: int = 30
     restarts: int = 4  # k-means runs from different seeds; the lowest inertia wins
