@@ -83,12 +83,12 @@ class Setup:
 
 def quick_setup(args: argparse.Namespace) -> Setup:
     model = DiTConfig(image_size=8, patch_size=2, width=64, depth=3)
-    return _setup(args, model, steps=1000, batch_size=32, samples=1000, grid_scale=4)
+    return _setup(args, model, steps=800, batch_size=32, samples=1000, grid_scale=4)
 
 
 def fashion_setup(args: argparse.Namespace) -> Setup:
     model = DiTConfig(image_size=28, patch_size=4, width=64, depth=3)
-    return _setup(args, model, steps=800, batch_size=24, samples=1000, grid_scale=2)
+    return _setup(args, model, steps=1200, batch_size=32, samples=1000, grid_scale=2)
 
 
 def _setup(

@@ -27,15 +27,17 @@ class FeatureClassifier(nn.Module):
     ) -> None:
         super().__init__()
         side = math.ceil(math.ceil(image_size / 2) / 2)  # after two stride-2 convolutions
-        self.convs = nn.Sequential(
-            nn.Conv2d(channels, 32, 3, stride=2, padding=1),
-            nn.SiLU(),
-            nn.Conv2d(32, 64, 3, stride=2, padding=1),
-            nn.SiLU(),
-            nn.Flatten(),
-        )
-        self.embed = nn.Linear(64 * side * side, features)
-        self.out = nn.Linear(features, classes)
+        with torch.device("meta"):  # weights come from the seeded generator below only
+            self.convs = nn.Sequential(
+                nn.Conv2d(channels, 32, 3, stride=2, padding=1),
+                nn.SiLU(),
+                nn.Conv2d(32, 64, 3, stride=2, padding=1),
+                nn.SiLU(),
+                nn.Flatten(),
+            )
+            self.embed = nn.Linear(64 * side * side, features)
+            self.out = nn.Linear(features, classes)
+        self.to_empty(device="cpu")
         generator = torch.Generator().manual_seed(seed)
         for p in self.parameters():
             if p.dim() > 1:
