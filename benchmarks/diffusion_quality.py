@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,7 +70,6 @@ class Setup:
     experts: int
     steps: int
     batch_size: int
-    router_steps: int
     classifier_steps: int
     samples: int
     sampler: SamplerConfig
@@ -106,7 +106,6 @@ def _setup(
         experts=args.experts,
         steps=steps,
         batch_size=args.batch_size or batch_size,
-        router_steps=steps,
         classifier_steps=max(300, steps // 2),
         samples=args.samples or samples,
         sampler=SamplerConfig(steps=args.sampler_steps, method=args.sampler),
@@ -154,81 +153,90 @@ def train_velocity_model(setup: Setup, images: torch.Tensor, *, batch_size: int,
 
 
 def train_experts(setup: Setup, images: torch.Tensor, clusters: np.ndarray, label: str) -> dict:
-    """K experts, one per cluster (no expert sees another's data), and the router."""
+    """K experts, one per cluster (no expert sees another's data), then the router."""
     started = time.perf_counter()
-    experts, losses = [], []
-    for k in range(setup.experts):
-        members = images[torch.from_numpy(clusters == k)]
-        model, loss = train_velocity_model(
-            setup, members, batch_size=setup.batch_size, seed=setup.seed + 1 + k
+    trained = [
+        train_velocity_model(
+            setup,
+            images[torch.from_numpy(clusters == k)],
+            batch_size=setup.batch_size,
+            seed=setup.seed + 1 + k,
         )
-        experts.append(model)
-        losses.append(loss)
-    router = setup.router.build(seed=setup.seed + 100)
-    router_config = dataclasses.replace(
-        train_config(setup, batch_size=setup.batch_size * 2, seed=setup.seed + 100),
-        steps=setup.router_steps,
-    )
-    labels = torch.from_numpy(clusters)
-    router_losses = RouterTrainer(router, images, labels, router_config).train()
+        for k in range(setup.experts)
+    ]
+    expert_seconds = time.perf_counter() - started
+    router, router_loss = train_router(setup, images, clusters)
+    losses = [loss for _, loss in trained]
     print(
-        f"  {label}: experts trained in {time.perf_counter() - started:.0f} s, "
-        f"losses {', '.join(f'{x:.3f}' for x in losses)}",
+        f"  {label}: experts trained in {expert_seconds:.0f} s, losses "
+        f"{', '.join(f'{x:.3f}' for x in losses)}; router loss {router_loss:.3f}",
         flush=True,
     )
     return {
-        "experts": experts,
-        "router": router.eval(),
+        "experts": [model for model, _ in trained],
+        "router": router,
         "expert_losses": losses,
         "cluster_sizes": np.bincount(clusters, minlength=setup.experts).tolist(),
-        "router_loss": float(np.mean(router_losses[-max(1, len(router_losses) // 10) :])),
-        "train_seconds": time.perf_counter() - started,
+        "router_loss": router_loss,
+        "expert_seconds": expert_seconds,
+        "router_seconds": time.perf_counter() - started - expert_seconds,
     }
 
 
-def measure(
-    meter: QualityMeter,
-    samples: torch.Tensor,
-    arm: str,
-    strategy: str,
-    seconds: float,
-    out_dir: Path,
-    scale: int,
-) -> dict:
-    report = meter.measure(samples)
-    write_png(out_dir / f"{arm}-{strategy}.png", image_grid(samples[:64], columns=8, scale=scale))
-    return {
-        "arm": arm,
-        "strategy": strategy,
-        "fid": report.fid,
-        "classes_covered": report.classes_covered,
-        "class_tv": report.class_tv,
-        "sample_seconds": seconds,
-    }
+def train_router(setup: Setup, images: torch.Tensor, clusters: np.ndarray):
+    """The router (its own small DiT, batch 2B, S steps): (model, mean loss of the last tenth)."""
+    router = setup.router.build(seed=setup.seed + 100)
+    config = train_config(setup, batch_size=2 * setup.batch_size, seed=setup.seed + 100)
+    losses = RouterTrainer(router, images, torch.from_numpy(clusters), config).train()
+    return router.eval(), float(np.mean(losses[-max(1, len(losses) // 10) :]))
 
 
-def sample_experts(
-    setup: Setup,
-    trained: dict,
-    noise: torch.Tensor,
-    strategies: Sequence[str],
-    arm: str,
-    meter: QualityMeter,
-    out_dir: Path,
-) -> list[dict]:
-    rows = []
-    for name in strategies:
+@dataclass(frozen=True, slots=True)
+class Scorer:
+    """Times one way of drawing samples, scores the samples, and writes 64 of them as a PNG."""
+
+    meter: QualityMeter
+    out_dir: Path
+    scale: int
+
+    def __call__(self, arm: str, strategy: str, draw: Callable[[], torch.Tensor]) -> dict:
         started = time.perf_counter()
-        images = sample(
-            trained["experts"],
-            trained["router"],
-            noise,
-            strategy=Strategy.parse(name),
-            sampler=setup.sampler,
-            seed=setup.seed,
-        )
+        samples = draw()
         seconds = time.perf_counter() - started
-        rows.append(measure(meter, images, arm, name, seconds, out_dir, setup.grid_scale))
+        quality = self.meter.measure(samples)
+        grid = image_grid(samples[:64], columns=8, scale=self.scale)
+        write_png(self.out_dir / f"{arm}-{strategy}.png", grid)
+        return {
+            "arm": arm,
+            "strategy": strategy,
+            "fid": quality.fid,
+            "classes_covered": quality.classes_covered,
+            "class_tv": quality.class_tv,
+            "sample_seconds": seconds,
+        }
+
+
+def sample_all(
+    setup: Setup,
+    monolith: torch.nn.Module,
+    expert_arms: dict[str, tuple[dict, Sequence[str]]],
+    noise: torch.Tensor,
+    score: Scorer,
+) -> list[dict]:
+    """Every arm from the same noise: the monolith alone, each expert set by each strategy."""
+    rows = [score("monolith", "-", functools.partial(integrate, monolith, noise, setup.sampler))]
+    for arm, (trained, strategies) in expert_arms.items():
+        for name in strategies:
+            draw = functools.partial(
+                sample,
+                trained["experts"],
+                trained["router"],
+                noise,
+                strategy=Strategy.parse(name),
+                sampler=setup.sampler,
+                seed=setup.seed,
+            )
+            rows.append(score(arm, name, draw))
     return rows
 
 
@@ -274,7 +282,8 @@ def run(setup: Setup, quick: bool, out_dir: Path) -> dict:
     noise = torch.randn(
         setup.samples, *images.shape[1:], generator=torch.Generator().manual_seed(setup.seed + 7)
     )
-    rows = _all_samples(setup, monolith, feature, random, noise, meter, out_dir)
+    arms = {"feature": (feature, STRATEGIES), "random": (random, RANDOM_STRATEGIES)}
+    rows = sample_all(setup, monolith, arms, noise, Scorer(meter, out_dir, setup.grid_scale))
     return {
         "dataset": train.name,
         "partition_digest": partition.digest,
@@ -288,19 +297,6 @@ def run(setup: Setup, quick: bool, out_dir: Path) -> dict:
         ),
         "seconds": time.perf_counter() - started,
     }
-
-
-def _all_samples(setup, monolith, feature, random, noise, meter, out_dir) -> list[dict]:
-    started = time.perf_counter()
-    mono = integrate(monolith, noise, setup.sampler)
-    rows = [
-        measure(
-            meter, mono, "monolith", "-", time.perf_counter() - started, out_dir, setup.grid_scale
-        )
-    ]
-    rows += sample_experts(setup, feature, noise, STRATEGIES, "feature", meter, out_dir)
-    rows += sample_experts(setup, random, noise, RANDOM_STRATEGIES, "random", meter, out_dir)
-    return rows
 
 
 def report(result: dict, setup: Setup, out_dir: Path) -> dict:
@@ -342,7 +338,7 @@ def report(result: dict, setup: Setup, out_dir: Path) -> dict:
 
 def _figures(result: dict, setup: Setup, fid: dict, checks: dict) -> dict:
     def arm(trained: dict) -> dict:
-        keys = ("expert_losses", "cluster_sizes", "router_loss", "train_seconds")
+        keys = ("expert_losses", "cluster_sizes", "router_loss", "expert_seconds", "router_seconds")
         return {k: trained[k] for k in keys}
 
     return {
