@@ -205,7 +205,7 @@ class Scorer:
         seconds = time.perf_counter() - started
         quality = self.meter.measure(samples)
         grid = image_grid(samples[:64], columns=8, scale=self.scale)
-        write_png(self.out_dir / f"{arm}-{strategy}.png", grid)
+        write_png(self.out_dir / f"{arm}{'' if strategy == '-' else '-' + strategy}.png", grid)
         return {
             "arm": arm,
             "strategy": strategy,
@@ -332,7 +332,7 @@ def report(result: dict, setup: Setup, out_dir: Path) -> dict:
         == max(fid[f"feature/{s}"] for s in STRATEGIES),
     }
     print_table("\nTargets (issue 16)", ["target", "met"], [[k, v] for k, v in checks.items()])
-    print(f"\nSample grids: {out_dir}/<arm>-<strategy>.png", flush=True)
+    print(f"\nSample grids: {out_dir}/monolith.png and <arm>-<strategy>.png", flush=True)
     return _figures(result, setup, fid, checks)
 
 
