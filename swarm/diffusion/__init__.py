@@ -1,9 +1,14 @@
 """Decentralized diffusion: isolated experts per data cluster, a router, and sampling from both.
 
-Pure torch, no networking: the flow-matching schedule and loss (flow.py), the compact DiT used by
-experts and router (model.py), the content-addressed data partition (partition.py), the trainers
-(training.py), the samplers and mixing strategies (sampling.py), exact flows of finite data
-(analytic.py), classifier-FID quality (quality.py), image datasets (data.py) and PNG grids (png.py).
+Pure torch, no networking:
+    flow.py        the flow-matching schedule (rectified flow), velocity target and loss
+    model.py       the compact DiT of experts and router;  presets.py  named sizes (dit-tiny)
+    partition.py   the content-addressed data partition (PCA features, fine-to-coarse k-means)
+    training.py    expert and router trainers, one step at a time
+    sampling.py    Euler / Heun samplers and the full / top-k / sample-1 / threshold strategies
+    analytic.py    exact flows of a finite data set (the ground truth of the tests)
+    quality.py     classifier FID and class coverage;  data.py  digits and Fashion-MNIST
+    png.py         sample grids as PNG
 A node's diffusion session wraps these; nothing here knows about peers.
 """
 
@@ -21,6 +26,7 @@ from .flow import RectifiedFlow, VelocityFn, conditional_velocity, flow_matching
 from .model import DiT, DiTConfig
 from .partition import Partition, PartitionConfig, fit_partition, random_assignments
 from .png import image_grid, png_bytes, write_png
+from .presets import PRESETS, expert_config, router_config
 from .quality import (
     FeatureClassifier,
     QualityMeter,
@@ -45,6 +51,7 @@ __all__ = [
     "DiT",
     "DiTConfig",
     "DiffusionError",
+    "PRESETS",
     "ExpertTrainer",
     "FeatureClassifier",
     "ImageDataset",
@@ -65,6 +72,7 @@ __all__ = [
     "conditional_velocity",
     "empirical_cluster_velocity",
     "empirical_velocity",
+    "expert_config",
     "expert_weights",
     "fit_partition",
     "flow_matching_loss",
@@ -80,6 +88,7 @@ __all__ = [
     "posterior_weights",
     "random_assignments",
     "routed_velocity",
+    "router_config",
     "router_accuracy",
     "sample",
     "train_classifier",

@@ -12,10 +12,12 @@ from peertrain.swarm.diffusion import (
     PartitionConfig,
     RouterTrainer,
     TrainConfig,
+    expert_config,
     fit_partition,
     flow_matching_loss,
     load_digits_images,
     router_accuracy,
+    router_config,
 )
 from peertrain.swarm.errors import ConfigError
 
@@ -96,3 +98,17 @@ def test_bad_settings_are_refused():
         TrainConfig(lr=1e-3, min_lr=1e-2)
     with pytest.raises(ConfigError):
         ExpertTrainer(TINY.build(), torch.zeros(0, 1, 8, 8), TrainConfig())
+
+
+def test_presets_fit_the_dataset_and_give_the_router_one_logit_per_expert():
+    digits = expert_config("dit-tiny", image_size=8)
+    fashion = expert_config("dit-tiny", image_size=28)
+    router = router_config(fashion, experts=4)
+
+    assert (digits.patch_size, digits.num_patches) == (2, 16)
+    assert (fashion.patch_size, fashion.num_patches) == (4, 49)
+    assert router.outputs == 4 and router.patch_size == 4 and router.width < fashion.width
+    logits = router.build()(torch.zeros(3, 1, 28, 28), torch.rand(3))
+    assert logits.shape == (3, 4)
+    with pytest.raises(ConfigError):
+        expert_config("dit-huge", image_size=8)
