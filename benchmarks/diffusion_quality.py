@@ -43,6 +43,7 @@ from peertrain.swarm.diffusion import (
     SamplerConfig,
     Strategy,
     TrainConfig,
+    expert_config,
     fit_partition,
     image_grid,
     integrate,
@@ -50,6 +51,7 @@ from peertrain.swarm.diffusion import (
     load_fashion_mnist,
     random_assignments,
     router_accuracy,
+    router_config,
     sample,
     train_classifier,
     write_png,
@@ -82,12 +84,12 @@ class Setup:
 
 
 def quick_setup(args: argparse.Namespace) -> Setup:
-    model = DiTConfig(image_size=8, patch_size=2, width=64, depth=3)
+    model = expert_config("dit-tiny", image_size=8)
     return _setup(args, model, steps=800, batch_size=32, samples=1000, grid_scale=4)
 
 
 def fashion_setup(args: argparse.Namespace) -> Setup:
-    model = DiTConfig(image_size=28, patch_size=4, width=64, depth=3)
+    model = expert_config("dit-tiny", image_size=28)
     return _setup(args, model, steps=1200, batch_size=32, samples=1000, grid_scale=2)
 
 
@@ -101,7 +103,7 @@ def _setup(
     grid_scale: int,
 ) -> Setup:
     steps = args.steps or steps
-    router = dataclasses.replace(model, width=48, depth=2, outputs=args.experts)
+    router = router_config(model, experts=args.experts)
     return Setup(
         experts=args.experts,
         steps=steps,
