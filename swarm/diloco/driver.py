@@ -1,38 +1,45 @@
 """The DiLoCo loop of one member inside a node: rounds, consistency, joining, checkpoints.
 
     catch up ──► [ H inner steps (thread) ─► update gossip ─► aggregate + outer step (thread)
-                   ─► publish state checksum in RunState ─► agree with the majority ] × rounds
+                   ─► publish state + round record ─► agree with the trusted state ] × rounds
 
 State is content-addressed. After every outer step a member prepares its state (θ_global and
-outer momentum, fp32) as one tensor, serves it, and announces (round → checksum) in RunState's
-checkpoint registry, where the dot's replica names the provider. Identical states have
-identical checksums, so the registry *is* the consistency check: a member whose checksum is
-not the majority's for its round re-syncs from the majority's providers, and a joiner (or a
-restarted member) downloads the majority state of the newest round from all its providers in
-parallel. Expected contributors for round r are the live members that announced a state for
-round r: a joiner becomes one as soon as it has caught up, and a vanished member stops counting
-when its lease ends, and never holds a round beyond its deadline.
+outer momentum, fp32) as one tensor, serves it, announces (round → checksum) in RunState's
+checkpoint registry, and publishes a signed round record (start state, the updates it
+aggregated, result: round_record.py). Nothing a stranger announces decides what a member does:
+a state is adopted only when the run's trusted signers attest it (trust.py: the anchors of an
+open run, a majority of certified members of an invite run), and is checked before use. A
+member whose result differs from the trusted one but whose start state matches replays the
+round from the trusted record's update set instead of downloading a state; a joiner (or a
+restarted member) downloads the newest trusted state. A fetch that fails is logged, its
+providers penalised if the state they served was bad, and tried again later: no peer can end
+the driver. Whose updates count is the roster (roster.py): last round's group plus a few
+newcomers per round, so a wave of fresh IDs takes rounds to arrive and never exceeds the cap.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
 import trio
+from peertrain.crdt.admission import Admission
 from peertrain.crdt.replicator import Replicator
 from peertrain.crdt.runstate import RunState
 from peertrain.protocol.tensors import PreparedTensor, TensorDownload, prepare_tensor
 
 from .build import BuiltMember
 from .checkpoint import CheckpointStore
+from .exchange import Contribution
 from .member import MemberState, RoundReport
+from .roster import Roster
+from .round_record import RecordedUpdate, RoundRecord
 from .run_spec import DiLoCoSpec
+from .trust import StateCheck, TrustedStates
 from .update_gossip import UpdateGossip
 
 log = logging.getLogger(__name__)
@@ -40,6 +47,7 @@ log = logging.getLogger(__name__)
 STATE_NAME = "diloco/state"
 LEASE_MS = 30_000
 AGREEMENT_WAIT = 3.0
+RETRY_PAUSE = 2.0  # seconds before a failed catch-up is tried again
 
 
 def _build_attack(name: str | None):
@@ -60,13 +68,6 @@ def expected_members(state: RunState, me: str, round_: int) -> set[str]:
     for provs in state.checkpoints().get(round_, {}).values():
         providers |= set(provs)
     return (live & providers) | {me}
-
-
-def _winner(counts: Counter[bytes]) -> bytes:
-    """The state a group converges on: most providers, ties broken by the larger checksum.
-    Every member computes the same winner from the same registry, so a three-way split of a
-    three-member group (each closed the round with other updates) still ends in one state."""
-    return max(counts.items(), key=lambda item: (item[1], item[0]))[0]
 
 
 class TensorTransport(Protocol):
@@ -92,8 +93,22 @@ class DriverProgress:
     rounds_completed: int = 0
     resyncs: int = 0
     rejected_updates: int = 0
+    replays: int = 0  # rounds applied again from a trusted record instead of a download
+    state_downloads: int = 0  # states adopted by download
+    refused_states: int = 0  # downloads that failed or did not pass the checks
     phase: str = "starting"
     history: list[dict] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class _RoundStart:
+    """What a round started from and what it aggregated: enough to apply it again."""
+
+    round: int
+    checksum: bytes
+    params: torch.Tensor
+    momentum: torch.Tensor
+    contributions: tuple[Contribution, ...]
 
 
 class DiLoCoDriver:
@@ -110,6 +125,8 @@ class DiLoCoDriver:
         on_round: Callable[[RoundReport], None] | None = None,
         attack: str | None = None,
         checkpoints: CheckpointStore | None = None,
+        on_penalty: Callable[[str, str], None] | None = None,
+        certificate: bytes = b"",
     ):
         self.spec = spec
         self.peer_id = peer_id
@@ -119,14 +136,46 @@ class DiLoCoDriver:
         self.tensors = tensors
         self.addrs = addrs
         self.on_round = on_round
+        self.on_penalty = on_penalty  # (peer, reason): a provider or attester of a bad state
+        self.certificate = certificate  # ours, in invite runs
         self.attack = _build_attack(attack)
         self.checkpoints = checkpoints
-        self._dealt_to: set[str] = set()
         self.progress = DriverProgress()
         self.built = built
         self._served: bytes | None = None
         self._served_round = -1
+        self._last: _RoundStart | None = None
         self._limiter = trio.CapacityLimiter(1)  # one torch job at a time per member
+        self.admission = self._install_admission()
+        self.trust = TrustedStates(self.state, self.admission, peer_id)
+        invite = self.admission.invite
+        self.roster = Roster(
+            max_members=spec.max_members,
+            admit_per_round=None if invite else spec.admit_per_round,
+            protected=() if invite else self.admission.anchors,
+        )
+        # the gossip waits for, and pulls from, the counted group only
+        gossip.expected = self.expected_members
+        gossip.is_member = self._may_send
+        gossip.records.trusted = lambda peer: peer in self.trust.attesters()
+
+    def _install_admission(self) -> Admission:
+        """The run's admission policy, from the signed spec, on the replica it guards."""
+        if self.state.admission is not None:
+            return self.state.admission
+        manifest = self.state.manifest
+        creator = manifest.creator if manifest is not None else self.peer_id
+        admission = Admission(
+            run_id=self.state.run_id,
+            creator=creator,
+            mode=self.spec.admission,
+            anchors=frozenset(self.spec.anchors),
+            wall_ms=self.state.wall_ms,
+        )
+        if self.certificate:
+            admission.add_certificate(self.certificate)
+        self.state.admission = admission
+        return admission
 
     # -- service --------------------------------------------------------------------------------
 
@@ -142,9 +191,9 @@ class DiLoCoDriver:
             await self._wait_for_quorum()
             while not self.finished:
                 await self._one_round()
-            # No next round will repair a divergence in the last one: wait longer for everyone's
-            # checksum of it and adopt the majority's state if ours differs.
-            await self._agree_with_majority(wait=self.spec.round_timeout)
+            # No next round will repair a divergence in the last one: wait longer for the
+            # trusted checksum of it and replay or adopt if ours differs.
+            await self._agree(wait=self.spec.round_timeout)
             self.progress.phase = "finished"
             log.info(
                 "run finished after %d rounds, loss %.4f",
@@ -169,8 +218,7 @@ class DiLoCoDriver:
         self.progress.phase = f"waiting for {self.spec.min_members} members"
         with trio.move_on_after(self.spec.start_timeout):
             while (  # noqa: ASYNC110 - replicated state and lease expiry change with no event to wait on
-                len(self.expected_members(0)) < self.spec.min_members
-                and self._newest_majority_round() <= 0
+                len(self._candidates(0)) < self.spec.min_members and self.trust.newest_round() <= 0
             ):
                 await trio.sleep(0.2)
 
@@ -187,40 +235,98 @@ class DiLoCoDriver:
     async def _lease_loop(self) -> None:
         while True:
             self.replicator.writer.announce(
-                role="diloco", addrs=self.addrs()[:8], lease_ms=LEASE_MS
+                role="diloco",
+                addrs=self.addrs()[:8],
+                lease_ms=LEASE_MS,
+                certificate=self.certificate,
             )
             await trio.sleep(LEASE_MS / 3000)
+
+    # -- who counts -----------------------------------------------------------------------------
+
+    def _candidates(self, round_: int) -> set[str]:
+        """Live members (admitted ones, in invite runs) that hold a state of `round_`, and us."""
+        providers = set()
+        for provs in self.state.checkpoints().get(round_, {}).values():
+            providers |= set(provs)
+        admitted = {p for p in providers if self.state.is_live(p) and self.admission.admits(p)}
+        return admitted | {self.peer_id}
+
+    def _group(self, round_: int) -> frozenset[str]:
+        """The counted group of `round_` (the roster decides once per round)."""
+        salt = self._served or b""
+        return self.roster.advance(round_, self._candidates(round_), salt) | {self.peer_id}
+
+    def expected_members(self, round_: int) -> set[str]:
+        """Whose updates round `round_` waits for: the counted group's live members."""
+        if round_ != self.roster.round:
+            return self._candidates(round_) & (set(self.roster.counted) | {self.peer_id})
+        return {p for p in self.roster.counted if self.state.is_live(p)} | {self.peer_id}
+
+    def _may_send(self, peer: str) -> bool:
+        """Whose updates the gossip pulls (and whom it asks for copies): the counted group."""
+        return peer == self.peer_id or (peer in self.roster.counted and self.state.is_live(peer))
 
     # -- one round ------------------------------------------------------------------------------
 
     async def _one_round(self) -> None:
         round_ = self.member.round
-        # the deal must be the same on every member: the senders the group aggregated last round
-        # are (members agree on their state, hence on that set); fresh runs use round 0's quorum
-        group = self._dealt_to or self.expected_members(round_)
-        self.built.use_shard(self.spec.shard_in(self.peer_id, group))
+        if self.trust.newest_round() > round_ and not await self._catch_up():
+            await trio.sleep(RETRY_PAUSE)  # the trusted state could not be had yet: again later
+            return
+        round_ = self.member.round
+        group = self._group(round_)
+        self.built.use_shard(self.spec.shard_in(self.peer_id, set(group)))
         self.progress.phase = "inner steps"
         payload = await self._thread(self.member.prepare_update)
         if self.attack is not None:
             payload = await self._thread(self._forge, payload)
-        if self._newest_majority_round() > round_:
+        if self.trust.newest_round() > round_:
             # the group finished round r without us (we were too slow or partitioned): our
             # update is late; adopt the group's state instead of computing a divergent one
             await self._catch_up()
             return
         self.progress.phase = "exchanging"
+        start = self._round_start(round_)
         contributions = await self.gossip.exchange(
             round_, payload, deadline=trio.current_time() + self.spec.round_timeout
         )
+        contributions = [c for c in contributions if c.sender in group]
+        self._last = _RoundStart(*start, tuple(contributions))
         self.progress.phase = "outer step"
         report = await self._thread(self.member.apply_update, contributions)
-        self._dealt_to = set(report.accepted) | set(s for s, _ in report.rejected) | {self.peer_id}
         self.progress.rejected_updates += len(report.rejected)
+        if not self.admission.invite:
+            for sender in report.accepted:
+                self.state.vouch(sender)  # counted in a round: never evicted from RunState
         self.replicator.writer.add_progress(self.spec.inner_steps)
         await self._publish_state()
-        await self._agree_with_majority()
+        await self._publish_record(round_, contributions, report)
+        await self._agree()
         await self._record(report)
         await self._save_checkpoint()
+
+    def _round_start(self, round_: int) -> tuple[int, bytes, torch.Tensor, torch.Tensor]:
+        member = self.member
+        return (
+            round_,
+            self._served or b"",
+            member.global_params.clone(),
+            member.outer.momentum_buffer.clone(),
+        )
+
+    async def _publish_record(
+        self, round_: int, contributions: list[Contribution], report: RoundReport
+    ) -> None:
+        accepted = set(report.accepted) | {s for s, _ in report.rejected}
+        updates = tuple(
+            RecordedUpdate(sender=c.sender, checksum=c.checksum)
+            for c in contributions
+            if c.sender in accepted and c.checksum
+        )
+        assert self._last is not None and self._served is not None
+        record = RoundRecord(start=self._last.checksum, updates=updates, result=self._served)
+        await self.gossip.publish_record(round_, record)
 
     async def _save_checkpoint(self) -> None:
         """Our own copy of the agreed state (atomic, content-addressed, last K kept)."""
@@ -254,7 +360,7 @@ class DiLoCoDriver:
         if self.on_round is not None:
             self.on_round(report)
 
-    # -- state: publish, agree, catch up --------------------------------------------------------
+    # -- state: publish, agree, replay, catch up ------------------------------------------------
 
     def _state_tensor(self) -> torch.Tensor:
         return torch.cat([self.member.global_params, self.member.outer.momentum_buffer]).float()
@@ -271,60 +377,104 @@ class DiLoCoDriver:
         self.replicator.writer.provide_checkpoint(self.member.round, checksum)
         self.progress.state_checksum = checksum.hex()[:16]
 
-    def _refs(self, round_: int) -> Counter[bytes]:
-        """Checksums announced for state at `round_`, counted by live providers."""
-        counts: Counter[bytes] = Counter()
-        for checksum, providers in self.state.checkpoints().get(round_, {}).items():
-            counts[checksum] += sum(
-                1 for p in providers if self.state.is_live(p) or p == self.peer_id
-            )
-        return counts
-
-    def _newest_majority_round(self) -> int:
-        rounds = [r for r in self.state.checkpoints() if self._refs(r)]
-        return max(rounds, default=-1)
-
-    async def _agree_with_majority(self, *, wait: float = AGREEMENT_WAIT) -> None:
+    async def _agree(self, *, wait: float = AGREEMENT_WAIT) -> None:
+        """Wait (up to `wait`) for the trusted state of our round; replay or adopt it if ours
+        differs. No trusted attestation: keep ours (anchors may be away; nobody else decides)."""
         round_ = self.member.round
         with trio.move_on_after(wait):
-            while sum(self._refs(round_).values()) < len(self.expected_members(round_ - 1)):  # noqa: ASYNC110 - replicated state and lease expiry change with no event to wait on
+            while not self._settled(round_):  # noqa: ASYNC110 - replicated state and lease expiry change with no event to wait on
                 await trio.sleep(0.1)
-        counts = self._refs(round_)
-        if not counts:
+        trusted = self.trust.verdict(round_)
+        if trusted is None or trusted == self._served:
             return
-        majority = _winner(counts)
-        if majority != self._served:
-            log.warning(
-                "state of round %d differs from the majority (%d of %d agree): re-syncing",
-                round_,
-                counts[majority],
-                sum(counts.values()),
+        log.warning("state of round %d differs from the trusted one: repairing", round_)
+        if not await self._replay(round_ - 1, trusted):
+            await self._adopt(round_, trusted)
+
+    def _settled(self, round_: int) -> bool:
+        """Every live member of the last group announced its state of `round_` (so the next
+        roster holds them all), and a trusted state of `round_` is known."""
+        holders = self._candidates(round_)
+        waiting = {p for p in self.roster.counted if self.state.is_live(p)} - holders
+        return not waiting and self.trust.verdict(round_) is not None
+
+    async def _replay(self, round_: int, trusted: bytes) -> bool:
+        """Apply round `round_` again with the update set of a trusted record that started
+        where we did and ended in `trusted`; True if we now hold `trusted`."""
+        last = self._last
+        if last is None or last.round != round_:
+            return False
+        record = self.gossip.records.matching(round_, start=last.checksum, result=trusted)
+        if record is None:
+            return False
+        contributions = await self._gather(round_, record, last)
+        if contributions is None:
+            return False
+        await self._thread(self.member.rewind, round_, last.params, last.momentum)
+        await self._thread(self.member.apply_update, contributions)
+        await self._publish_state()
+        if self._served != trusted:
+            log.warning("round %d replayed from its record does not give the trusted state", round_)
+            return False
+        self.progress.replays += 1
+        log.info("round %d replayed with %d updates: repaired", round_, len(contributions))
+        return True
+
+    async def _gather(
+        self, round_: int, record: RoundRecord, last: _RoundStart
+    ) -> list[Contribution] | None:
+        """The record's updates: ours where the checksums match, the rest fetched by the
+        checksum their senders signed. None if one cannot be had (or was never signed so)."""
+        have = {c.sender: c for c in last.contributions}
+        out = []
+        for update in record.updates:
+            known = have.get(update.sender)
+            if known is not None and known.checksum == update.checksum:
+                out.append(known)
+                continue
+            if self.gossip.signed_checksum(round_, update.sender) != update.checksum:
+                log.info("round %d: no signed announcement of %s's update", round_, update.sender)
+                return None
+            try:
+                payload = await self.gossip.fetch_update(round_, update.sender, holders=[])
+            except Exception as exc:  # noqa: BLE001 - any transfer error: download the state instead
+                log.info(
+                    "round %d: update of %s not fetched for a replay: %r",
+                    round_,
+                    update.sender,
+                    exc,
+                )
+                return None
+            out.append(
+                Contribution(sender=update.sender, payload=payload, checksum=update.checksum)
             )
-            await self._adopt(round_, majority)
+        return sorted(out, key=lambda c: c.sender)
 
-    def expected_members(self, round_: int) -> set[str]:
-        return expected_members(self.state, self.peer_id, round_)
-
-    async def _catch_up(self, *, initial: bool = False) -> None:
-        """Adopt the newest majority state when it differs from ours; then announce ours."""
+    async def _catch_up(self, *, initial: bool = False) -> bool:
+        """Adopt the newest trusted state when it differs from ours; then announce ours.
+        False if a trusted state was there and could not be adopted (try again later)."""
         if initial:  # give anti-entropy a moment to bring a joiner the registry
             with trio.move_on_after(5.0):
-                while self._newest_majority_round() < 0 and self.replicator.exchange.peers():  # noqa: ASYNC110 - replicated state and lease expiry change with no event to wait on
+                while self.trust.newest_round() < 0 and self.replicator.exchange.peers():  # noqa: ASYNC110 - replicated state and lease expiry change with no event to wait on
                     await trio.sleep(0.1)
-        if initial:
             await self._resume_local()
-        newest = self._newest_majority_round()
-        if newest >= self.member.round and newest >= 0:
-            majority = _winner(self._refs(newest))
-            if newest > self.member.round or majority != await self._own_checksum():
-                await self._adopt(newest, majority)
-                return
+        newest = self.trust.newest_round()
+        trusted = self.trust.verdict(newest) if newest >= self.member.round else None
+        if trusted is not None:
+            if newest > self.member.round or trusted != await self._own_checksum():
+                if await self._adopt(newest, trusted):
+                    if not self.roster.counted:  # a joiner: the group is whoever holds it
+                        self.roster.seed(self._candidates(newest))
+                    return True
+                if self.member.round < newest:
+                    return False
         await self._publish_state()
         self.progress.round = self.member.round
         if self.progress.initial_loss is None:
             self.progress.loss = self.progress.initial_loss = await self._thread(
                 self.built.eval_loss
             )
+        return True
 
     async def _resume_local(self) -> None:
         """A restarted member starts from its own newest checkpoint; peers ahead of it win after."""
@@ -345,24 +495,53 @@ class DiLoCoDriver:
         prepared = await self._thread(lambda: prepare_tensor(STATE_NAME, self._state_tensor()))
         return prepared.header.checksum
 
-    async def _adopt(self, round_: int, checksum: bytes) -> None:
+    async def _adopt(self, round_: int, checksum: bytes) -> bool:
+        """Download the trusted state `checksum` of `round_`, check it, and use it; False (and
+        logged, and the liars penalised) if it could not be had or did not pass the checks."""
         self.progress.phase = f"downloading state of round {round_}"
-        providers = [
+        providers = sorted(
             p
             for p in self.state.checkpoints().get(round_, {}).get(checksum, ())
             if p != self.peer_id
-        ]
+        )
         numel = self.member.layout.numel
-        download = await self.tensors.fetch(providers, checksum, max_nbytes=2 * numel * 4 + 1024)
-        flat = await self._thread(download.finish)
-        if flat.numel() != 2 * numel:
-            raise ValueError(f"state of {flat.numel()} values does not fit this run's model")
+        try:
+            download = await self.tensors.fetch(
+                providers, checksum, max_nbytes=2 * numel * 4 + 1024
+            )
+            flat = await self._thread(download.finish)
+        except Exception as exc:  # noqa: BLE001 - TransferFailed or any transfer error: a peer's doing, never the end of the driver
+            self.progress.refused_states += 1
+            log.warning(
+                "state of round %d not fetched from %d provider(s): %r", round_, len(providers), exc
+            )
+            return False
+        running = self.member.round > 0 or self.progress.rounds_completed > 0
+        check = StateCheck(numel=numel, newest_trusted_round=self.trust.newest_round())
+        own = self.member.global_params if running else None
+        problem = await self._thread(check.problem, flat, round_, own, self.member.round)
+        if problem is not None:
+            self.progress.refused_states += 1
+            log.warning("refused the state of round %d: %s", round_, problem)
+            attesters = self.trust.attested(round_).get(checksum, frozenset())
+            for peer in sorted(set(providers) | attesters):
+                self._penalise(peer, f"attested or served a bad state: {problem}")
+            return False
+        await self._use_state(round_, flat)
+        log.info(
+            "adopted the trusted state of round %d from %d provider(s)", round_, len(providers)
+        )
+        return True
+
+    async def _use_state(self, round_: int, flat: torch.Tensor) -> None:
+        numel = self.member.layout.numel
         params, momentum = flat[:numel].clone(), flat[numel:].clone()
         state = MemberState(
             round=round_, params=self.member.layout.named(params), momentum=momentum
         )
         await self._thread(self.member.restore, state)
         self.progress.resyncs += 1
+        self.progress.state_downloads += 1
         self.gossip.current_round = round_
         await self._publish_state()
         self.progress.round = round_
@@ -370,9 +549,10 @@ class DiLoCoDriver:
             self.progress.loss = self.progress.initial_loss = await self._thread(
                 self.built.eval_loss
             )
-        log.info(
-            "adopted the group's state of round %d from %d provider(s)", round_, len(providers)
-        )
+
+    def _penalise(self, peer: str, reason: str) -> None:
+        if peer != self.peer_id and self.on_penalty is not None:
+            self.on_penalty(peer, reason)
 
     def _forge(self, payload: bytes) -> bytes:
         """A Byzantine member: an ordinary member whose outgoing update goes through an attack."""
@@ -380,7 +560,7 @@ class DiLoCoDriver:
 
         codec, numel = self.member.encoder.codec, self.member.layout.numel
         honest = codec.decode(payload, numel)
-        members = max(len(self.expected_members(self.member.round)), 2)
+        members = max(len(self.roster.counted), 2)
         forged = self.attack(honest, AttackContext(num_workers=members, num_byzantine=1))
         if not torch.isfinite(forged).all():
             return bytes([0xFF]) * len(
