@@ -30,6 +30,7 @@ import trio
 from peertrain.crdt.admission import Admission
 from peertrain.crdt.replicator import Replicator
 from peertrain.crdt.runstate import RunState
+from peertrain.protocol.errors import ProtocolError
 from peertrain.protocol.tensors import PreparedTensor, TensorDownload, prepare_tensor
 
 from .build import BuiltMember
@@ -91,7 +92,7 @@ class DriverProgress:
     initial_loss: float | None = None
     state_checksum: str = ""
     rounds_completed: int = 0
-    resyncs: int = 0
+    resyncs: int = 0  # rounds repaired to the trusted state (by replay or by download)
     rejected_updates: int = 0
     replays: int = 0  # rounds applied again from a trusted record instead of a download
     state_downloads: int = 0  # states adopted by download
@@ -417,6 +418,7 @@ class DiLoCoDriver:
             log.warning("round %d replayed from its record does not give the trusted state", round_)
             return False
         self.progress.replays += 1
+        self.progress.resyncs += 1
         log.info("round %d replayed with %d updates: repaired", round_, len(contributions))
         return True
 
@@ -509,29 +511,42 @@ class DiLoCoDriver:
             download = await self.tensors.fetch(
                 providers, checksum, max_nbytes=2 * numel * 4 + 1024
             )
-            flat = await self._thread(download.finish)
         except Exception as exc:  # noqa: BLE001 - TransferFailed or any transfer error: a peer's doing, never the end of the driver
             self.progress.refused_states += 1
             log.warning(
                 "state of round %d not fetched from %d provider(s): %r", round_, len(providers), exc
             )
             return False
-        running = self.member.round > 0 or self.progress.rounds_completed > 0
-        check = StateCheck(numel=numel, newest_trusted_round=self.trust.newest_round())
-        own = self.member.global_params if running else None
-        problem = await self._thread(check.problem, flat, round_, own, self.member.round)
-        if problem is not None:
+        check = StateCheck(
+            numel=self.member.layout.numel, newest_trusted_round=self.trust.newest_round()
+        )
+        problem = await self._thread(self._check_download, download, round_, check)
+        if isinstance(problem, str):
             self.progress.refused_states += 1
             log.warning("refused the state of round %d: %s", round_, problem)
             attesters = self.trust.attested(round_).get(checksum, frozenset())
             for peer in sorted(set(providers) | attesters):
                 self._penalise(peer, f"attested or served a bad state: {problem}")
             return False
+        flat = problem
         await self._use_state(round_, flat)
         log.info(
             "adopted the trusted state of round %d from %d provider(s)", round_, len(providers)
         )
         return True
+
+    def _check_download(
+        self, download: TensorDownload, round_: int, check: StateCheck
+    ) -> torch.Tensor | str:
+        """The downloaded state, or why it must not be used (thread side)."""
+        try:
+            flat = download.finish()
+        except ProtocolError as exc:  # bytes that match the checksum but decode to no state
+            return str(exc)
+        running = self.member.round > 0 or self.progress.rounds_completed > 0
+        own = self.member.global_params if running else None
+        problem = check.problem(flat, round_, own, self.member.round)
+        return flat if problem is None else problem
 
     async def _use_state(self, round_: int, flat: torch.Tensor) -> None:
         numel = self.member.layout.numel

@@ -1,0 +1,103 @@
+"""A public run that strangers cannot take over (issue 14): in-process drivers with real
+Replicators, real signed deltas and announcements; the attackers use fresh keys of their own."""
+
+from __future__ import annotations
+
+import torch
+import trio
+from peertrain.protocol.tensors import prepare_tensor
+from peertrain.swarm.diloco.driver import STATE_NAME
+from peertrain.swarm.diloco.run_spec import DiLoCoSpec
+from peertrain.testing.diloco_drivers import open_driver_group
+from peertrain.testing.waiting import wait_until
+
+SPEC = DiLoCoSpec(
+    model="mlp",
+    dataset="digits",
+    inner_steps=4,
+    batch_size=32,
+    lr=3e-3,
+    warmup_steps=2,
+    rounds=3,
+    round_timeout=10,
+    codec="int8",
+    min_members=2,
+    start_timeout=20,
+)
+
+
+def _checksums(group) -> set[str]:
+    return {d.progress.state_checksum for d in group.drivers}
+
+
+async def test_a_stranger_announcing_round_one_billion_that_nobody_serves_changes_nothing():
+    async with open_driver_group(SPEC) as group:
+        await group.member(group.creator)
+        await group.member()
+        stranger = await group.stranger()
+        stranger.replicator.writer.provide_checkpoint(10**9, b"\x07" * 32)
+        with trio.fail_after(120):
+            await group.finished()
+        assert all(d.progress.round == SPEC.rounds for d in group.drivers)
+        assert all(d.trust.newest_round() == SPEC.rounds for d in group.drivers)
+        assert [d.progress.state_downloads for d in group.drivers] == [0, 0]
+        assert len(_checksums(group)) == 1
+        assert group.tensors.fetches == 0  # nobody even tried to download it
+
+
+async def test_a_stranger_serving_a_nan_state_that_matches_its_checksum_is_not_adopted():
+    async with open_driver_group(SPEC) as group:
+        await group.member(group.creator)
+        joiner_wave = await group.member()
+        numel = joiner_wave.driver.member.layout.numel
+        poison = prepare_tensor(STATE_NAME, torch.full((2 * numel,), float("nan")))
+        stranger = await group.stranger()
+        group.serve_as(stranger, poison)
+        stranger.replicator.writer.provide_checkpoint(10**9, poison.header.checksum)
+        stranger.replicator.writer.provide_checkpoint(1, poison.header.checksum)
+        with trio.fail_after(120):
+            await group.finished()
+        for driver in group.drivers:
+            assert torch.isfinite(driver.member.global_params).all()
+            assert driver.progress.round == SPEC.rounds
+        assert len(_checksums(group)) == 1
+
+
+async def test_even_an_anchor_cannot_make_a_member_adopt_a_nan_state_and_is_penalised():
+    async with open_driver_group(SPEC.__class__(**{**_fields(SPEC), "rounds": 1})) as group:
+        anchor = await group.member(group.creator)
+        with trio.fail_after(60):
+            await group.finished()
+        numel = anchor.driver.member.layout.numel
+        poison = prepare_tensor(STATE_NAME, torch.full((2 * numel,), float("nan")))
+        group.serve_as(anchor, poison)
+        anchor.replicator.writer.provide_checkpoint(5, poison.header.checksum)
+        joiner = await group.member()
+        await wait_until(lambda: joiner.driver.progress.refused_states > 0, timeout=30)
+        assert torch.isfinite(joiner.driver.member.global_params).all()
+        assert joiner.driver.member.round < 5
+        assert any(p == anchor.peer_id and "NaN" in why for p, why in group.penalties)
+
+
+async def test_three_fresh_ids_cannot_outvote_two_honest_members():
+    async with open_driver_group(SPEC) as group:
+        await group.member(group.creator)
+        await group.member()
+        numel = group.drivers[0].member.layout.numel
+        forged = prepare_tensor(STATE_NAME, torch.zeros(2 * numel))
+        sybils = [await group.stranger() for _ in range(3)]
+        for sybil in sybils:
+            group.serve_as(sybil, forged)
+            for round_ in range(SPEC.rounds + 1):
+                sybil.replicator.writer.provide_checkpoint(round_, forged.header.checksum)
+        with trio.fail_after(120):
+            await group.finished()
+        honest = _checksums(group)
+        assert len(honest) == 1 and forged.header.checksum.hex()[:16] not in honest
+        assert [d.progress.state_downloads for d in group.drivers] == [0, 0]
+
+
+def _fields(spec: DiLoCoSpec) -> dict:
+    import dataclasses
+
+    return {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
