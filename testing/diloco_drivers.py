@@ -209,10 +209,10 @@ class DriverGroup:
     def serve_as(self, peer: Peer, prepared: PreparedTensor) -> None:
         self.tensors.endpoint(peer.peer_id).put(prepared)
 
-    async def finished(self, timeout: float = 120.0) -> None:
-        await wait_until(lambda: all(d.finished for d in self.drivers), timeout=timeout)
+    async def finished(self, within: float = 120.0) -> None:
+        await wait_until(lambda: all(d.finished for d in self.drivers), timeout=within)
         await wait_until(
-            lambda: all(d.progress.phase == "finished" for d in self.drivers), timeout=timeout
+            lambda: all(d.progress.phase == "finished" for d in self.drivers), timeout=within
         )
 
 
