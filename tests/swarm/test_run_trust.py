@@ -101,3 +101,33 @@ def _fields(spec: DiLoCoSpec) -> dict:
     import dataclasses
 
     return {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+
+
+def _updates(p: int, d: int = 5000, seed: int = 0) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    base = torch.randn(d, generator=gen)
+    return [base + 0.5 * torch.randn(d, generator=gen) for _ in range(p)]
+
+
+def test_one_update_at_990x_the_median_norm_has_no_effect_with_the_default_aggregator():
+    honest = _updates(5)
+    median = torch.stack([u.norm() for u in honest]).median()
+    gen = torch.Generator().manual_seed(7)
+    attack = torch.randn(5000, generator=gen)
+    attack = attack * (990 * median / attack.norm())
+    for admission in ("open", "invite"):  # Flag for open runs, the mean for invite runs
+        rule = DiLoCoSpec(model="mlp", dataset="digits", admission=admission).build_aggregator()
+        result = rule.aggregate([*honest[:2], attack, *honest[2:]])
+        assert [v.reason for v in result.verdicts if not v.accepted] == ["norm"]
+        assert torch.allclose(result.update, rule.aggregate(honest).update, atol=1e-6)
+        cosine = torch.nn.functional.cosine_similarity(result.update, attack, dim=0)
+        assert abs(float(cosine)) < 0.05
+
+
+def test_open_runs_default_to_flag_with_a_rank_from_the_group_size():
+    open_rule = DiLoCoSpec(model="mlp", dataset="digits").build_aggregator()
+    invite_rule = DiLoCoSpec(model="mlp", dataset="digits", admission="invite").build_aggregator()
+    assert (open_rule.name, open_rule.r, open_rule.max_norm_ratio) == ("flag", None, 4.0)
+    assert (invite_rule.name, invite_rule.max_norm_ratio) == ("mean", 4.0)
+    explicit = DiLoCoSpec(model="mlp", dataset="digits", aggregator="median").build_aggregator()
+    assert explicit.name == "median"
