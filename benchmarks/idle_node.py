@@ -5,8 +5,9 @@ second joined to the first. Once they see each other, the first is left idle for
 seconds and its memory is sampled a few times. For context, the same run also measures a bare
 Python process and a bare `import libp2p` (py-libp2p 0.8.1 imports ~1250 modules at its top
 level, most of them for features we never use; see node/net/slim_imports.py), and the same daemon
-with that import guard turned off (PEERTRAIN_FULL_IMPORTS=1), to show what it saves.
-Target (issue 2): idle daemon RSS ≤ 80 MiB.
+with that import guard turned off (PEERTRAIN_FULL_IMPORTS=1), to show what it saves, and with
+`--metrics-listen` (issue 18: prometheus_client, the dashboard's history, scraped once).
+Target (issue 2): idle daemon RSS ≤ 80 MiB, metrics off.
 
 The module count comes from the peer daemon, started with PYTHONPROFILEIMPORTTIME (one log
 line per imported module); the measured daemon runs without it so that nothing skews its
@@ -23,13 +24,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
 import psutil
 from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
 from peertrain.node.net import slim_imports
-from peertrain.testing import wait_until_sync
+from peertrain.testing import free_tcp_port, wait_until_sync
 
 try:
     from benchmarks._report import print_json, print_table
@@ -39,9 +41,10 @@ except ImportError:  # run as a script from the benchmarks folder
 MIB = 1024 * 1024
 TARGET_MIB = 80.0
 PEER_TIMEOUT = 10.0
-DAEMONS = (  # the last one is the figure of record
-    ("daemon_full_imports", f"idle daemon, {slim_imports.DISABLE_ENV}=1", True),
-    ("daemon", "idle daemon, 1 peer", False),
+DAEMONS = (  # (key, label, full imports, serve metrics); the last one is the figure of record
+    ("daemon_full_imports", f"idle daemon, {slim_imports.DISABLE_ENV}=1", True, False),
+    ("daemon_metrics", "idle daemon, --metrics-listen", False, True),
+    ("daemon", "idle daemon, 1 peer", False, False),
 )
 BASELINES = {
     "bare python": "pass",
@@ -95,10 +98,13 @@ def imported_modules(log: Path) -> int:
 
 
 def measure_daemon(
-    base: Path, idle: float, samples: int, env: dict[str, str]
+    base: Path, idle: float, samples: int, env: dict[str, str], *, metrics: bool = False
 ) -> tuple[dict[str, float], int]:
-    """Memory of a daemon left idle with one peer, and how many modules the peer imported."""
-    measured = DaemonProcess(base / "measured", node_args(), env=env)
+    """Memory of a daemon left idle with one peer, and how many modules the peer imported.
+    With `metrics`, the measured daemon serves /metrics and is scraped once before it idles."""
+    port = free_tcp_port()
+    extra = ["--metrics-listen", f"127.0.0.1:{port}"] if metrics else []
+    measured = DaemonProcess(base / "measured", node_args(extra=extra), env=env)
     peer = DaemonProcess(base / "peer", [], env={**env, "PYTHONPROFILEIMPORTTIME": "1"})
     daemons: Sequence[DaemonProcess] = (measured, peer)
     try:
@@ -106,6 +112,9 @@ def measure_daemon(
         peer.args = node_args(bootstrap=[share])
         peer_id = peer.start().wait_ready()["peer_id"]
         wait_until_sync(lambda: measured.status()["peers"] == [peer_id], timeout=PEER_TIMEOUT)
+        if metrics:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as page:
+                assert b"peertrain_peers" in page.read()
         time.sleep(idle)
         assert measured.process is not None and measured.status()["peers"] == [peer_id]
         return sample_memory(measured.process.pid, samples), imported_modules(peer.log_path)
@@ -122,14 +131,16 @@ def main(idle: float, samples: int) -> None:
         memory = baseline(code, samples)
         rows.append((name, *_columns(memory), "-"))
         figures[_key(name)] = {k: round(v, 1) for k, v in memory.items()}
-    for key, name, full in DAEMONS:
+    for key, name, full, metrics in DAEMONS:
         with tempfile.TemporaryDirectory(prefix="peertrain-idle-") as tmp:
             env = {slim_imports.DISABLE_ENV: "1" if full else "0"}
-            memory, modules = measure_daemon(Path(tmp), idle, samples, env)
+            memory, modules = measure_daemon(Path(tmp), idle, samples, env, metrics=metrics)
         rows.append((name, *_columns(memory), modules))
         figures[key] = {k: round(v, 1) for k, v in memory.items()} | {"modules": modules}
     full_rss = figures["daemon_full_imports"]["rss"]  # type: ignore[index]
     figures["saved_by_slim_imports_mib"] = round(full_rss - memory["rss"], 1)
+    metrics_rss = figures["daemon_metrics"]["rss"]  # type: ignore[index]
+    figures["metrics_cost_mib"] = round(metrics_rss - memory["rss"], 1)
     figures["target_mib"] = TARGET_MIB
     figures["met"] = memory["rss_max"] <= TARGET_MIB
     print_table(

@@ -72,6 +72,8 @@ class NodeConfig:
     budget_receive_memory: int = 2 << 30  # bytes of downloads in flight (states, updates)
     budget_receive_memory_per_peer: int = 512 << 20
     budget_disk: int = 20 << 30  # bytes under <home>/runs (checkpoints, manifests)
+    # HOST:PORT serving Prometheus /metrics and the dashboard (node/api/web.py); None: off
+    metrics_listen: str | None = None
 
     @property
     def control_socket(self) -> Path:
@@ -214,6 +216,19 @@ def _validate(config: NodeConfig) -> None:
         if getattr(config, name) < 0:
             raise ConfigError(f"`{name}` must be zero or more")
     _validate_multiaddrs(config)
+    if config.metrics_listen is not None:
+        host_and_port(config.metrics_listen)
+
+
+def host_and_port(text: str) -> tuple[str, int]:
+    """`127.0.0.1:9464` or `[::1]:9464` → (host, port); a ConfigError says what is wrong."""
+    host, _, port = text.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(
+            f"`metrics_listen` must be HOST:PORT such as 127.0.0.1:9464, got {text!r}"
+        )
+    return host, int(port)
 
 
 def _validate_multiaddrs(config: NodeConfig) -> None:

@@ -16,16 +16,12 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ConfigError
+from .errors import SpecOverBudget
 
 DEFAULT_MAX_PARAMS = 200_000_000
 BYTES_PER_PARAM = 8 * 4
 SMALL_DATASET_BYTES = 4 << 20  # datasets with no size setting (digits: 0.5 MB)
 FALLBACK_MACHINE_MEMORY = 8 << 30  # where the OS will not say
-
-
-class SpecOverBudget(ConfigError):
-    """A run's model or dataset is bigger than this member agreed to hold."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

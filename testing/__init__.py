@@ -15,7 +15,7 @@ May import every layer; no product layer imports it (tests/test_layering.py). Th
 
 from __future__ import annotations
 
-from .swarms import cli_daemons, open_test_swarm
+from .swarms import cli_daemons, free_tcp_port, open_test_swarm
 from .waiting import wait_until, wait_until_sync
 
 
@@ -35,4 +35,4 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
-__all__ = ["cli_daemons", "open_test_swarm", "wait_until", "wait_until_sync"]
+__all__ = ["cli_daemons", "free_tcp_port", "open_test_swarm", "wait_until", "wait_until_sync"]

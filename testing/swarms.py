@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +28,15 @@ from peertrain.node.net.identity import Identity
 
 @contextlib.asynccontextmanager
 async def open_test_swarm(
-    n: int, *, psk: str | None = None, bootstrap_first: bool = True, base: Path | None = None
+    n: int,
+    *,
+    psk: str | None = None,
+    bootstrap_first: bool = True,
+    base: Path | None = None,
+    first: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[list[Daemon]]:
-    """N in-process daemons listening on 127.0.0.1; node i>0 bootstraps from node 0 if asked."""
+    """N in-process daemons listening on 127.0.0.1; node i>0 bootstraps from node 0 if asked.
+    `first`: more NodeConfig fields for node 0 alone (e.g. its `metrics_listen`)."""
     with tempfile.TemporaryDirectory(prefix="peertrain-test-", dir=base) as tmp:
         async with trio.open_nursery() as nursery:
             nodes: list[Daemon] = []
@@ -42,12 +48,22 @@ async def open_test_swarm(
                     bootstrap=bootstrap,
                     psk=psk,
                     reconnect_interval=0.2,
+                    **(dict(first or {}) if index == 0 else {}),
                 )
                 nodes.append(await nursery.start(serve_node, Daemon(config, Identity.generate())))
             try:
                 yield nodes
             finally:
                 nursery.cancel_scope.cancel()
+
+
+def free_tcp_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now (for listeners given as HOST:PORT, like metrics)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
 
 
 @contextlib.contextmanager

@@ -1,5 +1,5 @@
 """peertrain.node.api — how the node's owner talks to it: the control socket (JSON over a Unix
-socket).
+socket), and when asked, Prometheus metrics and a dashboard over HTTP (web.py).
 
 May import every node sub-layer below it and the daemon; never cli/.
 """

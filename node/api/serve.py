@@ -4,6 +4,7 @@ The daemon does not know how it is reached (the layer order puts api/ above it):
 node — the CLI, `peertrain.testing`, a benchmark — starts it through `serve_node`, which starts
 the daemon's services first and then answers on `<home>/control.sock` with the daemon's
 control methods. A control client therefore never sees a node whose services are half started.
+With `metrics_listen` set, the metrics endpoint and dashboard (node/api/web.py) start last.
 """
 
 from __future__ import annotations
@@ -17,9 +18,14 @@ from .control import ControlServer
 async def serve_node(
     daemon: Daemon, *, task_status: trio.TaskStatus[Daemon] = trio.TASK_STATUS_IGNORED
 ) -> None:
-    """Run `daemon` and its control server; `started(daemon)` once both serve."""
+    """Run `daemon`, its control server and, if configured, its web service; `started(daemon)`
+    once all serve."""
     async with trio.open_nursery() as nursery:
         await nursery.start(daemon.run)
         control = ControlServer(daemon.config.control_socket, daemon.control_methods())
         await nursery.start(control.run)
+        if daemon.config.metrics_listen is not None:
+            from .web import WebService  # only then: it loads prometheus_client
+
+            await nursery.start(WebService(daemon, daemon.config.metrics_listen).run)
         task_status.started(daemon)

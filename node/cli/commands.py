@@ -30,6 +30,7 @@ def _load(args: argparse.Namespace, **extra: Any):
         "attack": getattr(args, "attack", None),
         "max_params": getattr(args, "max_params", None),
         "max_memory": getattr(args, "max_memory", None),
+        "metrics_listen": getattr(args, "metrics_listen", None),
         **extra,
     }
     return load_config(args.home, overrides)

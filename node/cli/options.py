@@ -57,10 +57,6 @@ def add_budget_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-class SizeError(argparse.ArgumentTypeError, ValueError):
-    """Not a size: argparse says why; the env layer (`_convert`) catches it as a ValueError."""
-
-
 def parse_size(text: str) -> int:
     """Bytes from `123`, `512M`, `4G` (binary units)."""
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -69,9 +65,9 @@ def parse_size(text: str) -> int:
     try:
         value = float(text[:-1] if text[-1:] in units else text)
     except ValueError:
-        raise SizeError(f"{text!r} is not a size such as 4G or 512M") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size such as 4G or 512M") from None
     if value < 0:
-        raise SizeError("a size is not negative")
+        raise argparse.ArgumentTypeError("a size is not negative")
     return int(value * scale)
 
 

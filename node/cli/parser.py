@@ -64,6 +64,11 @@ def _daemon_options(home: argparse.ArgumentParser) -> argparse.ArgumentParser:
     daemon.add_argument("--psk", metavar="HEX64", help="pre-shared key of a private network")
     daemon.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     daemon.add_argument("--log-format", choices=["auto", "rich", "plain", "json"])
+    daemon.add_argument(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        help="serve Prometheus /metrics and the dashboard here, e.g. 127.0.0.1:9464 (default: off)",
+    )
     daemon.add_argument("--attack", metavar="NAME", help=argparse.SUPPRESS)  # Byzantine test hook
     add_budget_options(daemon)
     return daemon

@@ -22,9 +22,11 @@ recorded (`uses()`), so it cannot pass silently.
 
 Scope: only the daemon process installs it (`peertrain node start` / `join`), before anything
 imports libp2p; packages already imported are left alone. Set PEERTRAIN_FULL_IMPORTS=1 to
-turn it off. Verified against py-libp2p 0.8.1: tests/node/test_slim_imports.py runs identify,
-ping, Kad-DHT, gossipsub, circuit relay v2 and DCUtR with the guard on, and fails when the
-installed py-libp2p is another version, so that this list is re-checked on upgrade.
+turn it off. A feature turned on at run time that needs a slimmed package takes it back with
+`release(package)` (the metrics endpoint does so for prometheus_client). Verified against
+py-libp2p 0.8.1: tests/node/test_slim_imports.py runs identify, ping, Kad-DHT, gossipsub,
+circuit relay v2 and DCUtR with the guard on, and fails when the installed py-libp2p is another
+version, so that this list is re-checked on upgrade.
 """
 
 from __future__ import annotations
@@ -83,6 +85,19 @@ def uninstall(finder: SlimFinder) -> None:
             del sys.modules[name]
 
 
+def release(package: str) -> None:
+    """Let `package` load for real from now on: a feature that needs it was turned on.
+
+    Its placeholder modules leave `sys.modules`, so the next import finds the real package;
+    libp2p modules that took placeholders at import keep them (their features stay off)."""
+    for finder in sys.meta_path:
+        if isinstance(finder, SlimFinder):
+            finder.packages = finder.packages - {package}
+    for name, module in list(sys.modules.items()):
+        if name.partition(".")[0] == package and isinstance(module, PlaceholderModule):
+            del sys.modules[name]
+
+
 def uses() -> list[str]:
     """What was called or instantiated from a placeholder in this process, oldest first."""
     return list(_uses)
@@ -93,7 +108,7 @@ def is_placeholder(obj: object) -> bool:
 
 
 class SlimFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Meta-path finder and loader of placeholder modules for a fixed set of top-level packages."""
+    """Meta-path finder and loader of placeholder modules for a set of top-level packages."""
 
     def __init__(self, packages: Iterable[str]):
         self.packages = frozenset(packages)

@@ -218,6 +218,7 @@ class RunSession:
             state_checksum=progress.state_checksum if progress else "",
             resyncs=progress.resyncs if progress else 0,
             rejected_updates=progress.rejected_updates if progress else 0,
+            rejected_by_reason=dict(progress.rejected_by_reason) if progress else {},
             bytes_published=driver.gossip.bytes_published if driver else 0,
             bytes_fetched=driver.gossip.bytes_fetched if driver else 0,
             finished=bool(driver and driver.finished),

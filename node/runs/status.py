@@ -29,6 +29,7 @@ class DiLoCoRunStatus(RunStatus):
     state_checksum: str
     resyncs: int
     rejected_updates: int
+    rejected_by_reason: dict[str, int]  # swarm/diloco/member.py rejection_kind → count
     bytes_published: int
     bytes_fetched: int
     finished: bool

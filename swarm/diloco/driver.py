@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -36,7 +37,7 @@ from peertrain.protocol.tensors import PreparedTensor, TensorDownload, prepare_t
 from .build import BuiltMember
 from .checkpoint import CheckpointStore
 from .exchange import Contribution
-from .member import MemberState, RoundReport
+from .member import MemberState, RoundReport, rejection_kind
 from .roster import Roster
 from .round_record import RecordedUpdate, RoundRecord
 from .run_spec import DiLoCoSpec
@@ -94,6 +95,7 @@ class DriverProgress:
     rounds_completed: int = 0
     resyncs: int = 0  # rounds repaired to the trusted state (by replay or by download)
     rejected_updates: int = 0
+    rejected_by_reason: Counter[str] = field(default_factory=Counter)  # rejection_kind → count
     replays: int = 0  # rounds applied again from a trusted record instead of a download
     state_downloads: int = 0  # states adopted by download
     refused_states: int = 0  # downloads that failed or did not pass the checks
@@ -297,6 +299,7 @@ class DiLoCoDriver:
         self.progress.phase = "outer step"
         report = await self._thread(self.member.apply_update, contributions)
         self.progress.rejected_updates += len(report.rejected)
+        self.progress.rejected_by_reason.update(rejection_kind(why) for _, why in report.rejected)
         if not self.admission.invite:
             for sender in report.accepted:
                 self.state.vouch(sender)  # counted in a round: never evicted from RunState

@@ -23,7 +23,7 @@ import torch
 from peertrain.protocol.errors import DecodeError
 from torch import nn
 
-from ..aggregation import Aggregator, NotEnoughUpdates, build_aggregator
+from ..aggregation import Aggregator, NotEnoughUpdates, RejectReason, build_aggregator
 from ..data.batches import Batches
 from .compression import ErrorFeedbackEncoder, ProtocolCodec, UpdateCodec
 from .config import InnerConfig, OuterConfig
@@ -33,6 +33,19 @@ from .flat import ParamLayout
 from .inner_loop import InnerLoop, InnerReport, build_adamw
 from .outer_step import NesterovOuterOptimizer
 from .state_hash import state_hash
+
+
+EQUIVOCATION = "equivocation"  # a sender with several updates for one round
+UNDECODABLE = "undecodable"  # the codec refused the payload
+
+
+def rejection_kind(reason: str) -> str:
+    """A rejection's reason in a few words from a fixed set (a metrics label): the aggregation
+    rule's `RejectReason`, EQUIVOCATION or UNDECODABLE. Reasons are made in this module only."""
+    head = reason.partition(":")[0]
+    if head in set(RejectReason):
+        return head
+    return EQUIVOCATION if reason.startswith("sent ") else UNDECODABLE
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

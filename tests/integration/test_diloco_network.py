@@ -46,7 +46,7 @@ async def test_joining_an_unknown_run_fails_clearly():
         try:
             await nodes[1].runs.join("nope", timeout=1)
         except ControlError as exc:
-            assert "no connected peer knows a run named 'nope'" in str(exc)
+            assert "no peer knows a run named or with ID 'nope'" in str(exc)
         else:
             raise AssertionError("joined a run nobody has")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from pathlib import Path
@@ -68,7 +69,7 @@ def test_budget_and_data_options_reach_the_daemon_and_the_control_call(tmp_path)
 
     assert parse_size("4G") == 4 << 30 and parse_size("512M") == 512 << 20
     assert parse_size("1000") == 1000
-    with pytest.raises(ValueError):
+    with pytest.raises(argparse.ArgumentTypeError):
         parse_size("lots")
     args = build_parser().parse_args(
         [

@@ -88,6 +88,31 @@ def test_packages_already_imported_keep_their_real_modules():
         assert json.scanner.make_scanner and not slim_imports.is_placeholder(json.scanner)
 
 
+def test_a_released_package_loads_for_real_from_then_on():
+    with guard([ABSENT, "peertrain_slim_other_pkg"]) as finder:
+        import peertrain_slim_probe_pkg.sub  # type: ignore[import-not-found]  # noqa: F401
+
+        slim_imports.release(ABSENT)
+        assert finder.packages == {"peertrain_slim_other_pkg"}
+        assert not [name for name in sys.modules if name.startswith(ABSENT)]
+        with pytest.raises(ModuleNotFoundError):  # the real lookup: it exists nowhere
+            import peertrain_slim_probe_pkg  # type: ignore[import-not-found]  # noqa: F401
+
+
+def test_the_metrics_module_gets_the_real_prometheus_client_in_a_slim_daemon():
+    probe = (
+        "from peertrain.node.net import slim_imports\n"
+        "slim_imports.install()\n"
+        "import peertrain.node.daemon, prometheus_client\n"
+        "assert slim_imports.is_placeholder(prometheus_client)\n"
+        "import peertrain.node.api.metrics, prometheus_client\n"
+        "assert not slim_imports.is_placeholder(prometheus_client)\n"
+        "from prometheus_client.core import GaugeMetricFamily\n"
+        "GaugeMetricFamily('probe', 'works', value=1)\n"
+    )
+    subprocess.run([sys.executable, "-c", probe], check=True, timeout=120)
+
+
 def test_install_is_idempotent_and_the_env_var_turns_it_off(monkeypatch):
     with guard([ABSENT]) as finder:
         assert slim_imports.install() is finder and sys.meta_path.count(finder) == 1

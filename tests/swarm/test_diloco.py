@@ -23,6 +23,7 @@ from peertrain.swarm.diloco import (
     evaluate,
     learning_rate,
 )
+from peertrain.swarm.diloco.member import rejection_kind
 from peertrain.swarm.models import MLPConfig
 from peertrain.testing.diloco_group import LocalGroup
 
@@ -177,6 +178,15 @@ def test_bad_updates_are_rejected_and_the_round_completes(digits):
     assert reports[0].accepted == ("b", "g")
     assert [sender for sender, _ in reports[0].rejected] == ["a", "a", "c", "d", "e", "f"]
     assert "norm" in dict(reports[0].rejected)["f"]
+    kinds = [rejection_kind(why) for _, why in reports[0].rejected]  # a metrics label: few values
+    assert kinds == [
+        "equivocation",
+        "equivocation",
+        "undecodable",
+        "undecodable",
+        "undecodable",
+        "norm",
+    ]
     assert reports[0].state_hash == reports[1].state_hash
     assert torch.isfinite(members[0].layout.flatten()).all()
 

@@ -1,0 +1,279 @@
+"""Prometheus metrics of a daemon, read from its status and statistics at scrape time.
+
+A custom Collector rather than counters incremented through the code: every figure already
+exists as a counter or gauge in some service's `statistics()` or in `status()`, so a scrape
+turns one snapshot into metric families and nothing in the node pays for metrics it does not
+serve. Names carry units and counters end in `_total`; labels come from fixed sets (a kind, a
+reason code, a service name, a run's name): never a peer ID, which would make one series per
+stranger.
+
+prometheus_client is imported only by this module, which node/api/web.py imports only when
+`metrics_listen` is set: the idle daemon keeps it out of memory (node/net/slim_imports.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..net import slim_imports
+
+slim_imports.release("prometheus_client")  # before the import below: the guard must let it in
+
+from prometheus_client.core import (  # noqa: E402 - only once the guard has let it in
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest  # noqa: E402
+from prometheus_client.registry import Collector, CollectorRegistry  # noqa: E402
+
+from .history import StatusHistory, runs_of  # noqa: E402
+
+if TYPE_CHECKING:
+    from ..daemon import Daemon
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+REACHABILITY_STATES = ("public", "private", "unknown")
+PEER_KINDS = ("direct", "relayed")
+
+
+class DaemonCollector(Collector):
+    """Metric families of one daemon; `collect()` reads its status once per scrape."""
+
+    def __init__(self, daemon: Daemon, history: StatusHistory) -> None:
+        self.daemon = daemon
+        self.history = history
+
+    def collect(self) -> Iterator[Metric]:
+        status: Mapping[str, Any] = self.daemon.status()
+        yield from node_metrics(status)
+        yield from network_metrics(status)
+        yield from service_metrics(self.daemon)
+        yield from budget_metrics(status["budget"])
+        yield from run_metrics(status, self.history)
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)
+
+
+def registry_for(daemon: Daemon, history: StatusHistory) -> CollectorRegistry:
+    """A registry of this daemon alone (not the process-wide default: tests run several)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DaemonCollector(daemon, history))
+    return registry
+
+
+def gauge(name: str, doc: str, value: float, **labels: str) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, doc, labels=list(labels))
+    family.add_metric(list(labels.values()), value)
+    return family
+
+
+def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, value=value)
+
+
+def labelled(
+    kind: type[GaugeMetricFamily] | type[CounterMetricFamily],
+    name: str,
+    doc: str,
+    label: str,
+    values: Mapping[str, float],
+) -> Metric:
+    family = kind(name, doc, labels=[label])
+    for key, value in sorted(values.items()):
+        family.add_metric([str(key)], value)
+    return family
+
+
+def node_metrics(status: Mapping[str, Any]) -> Iterator[Metric]:
+    yield gauge("peertrain_build_info", "peertrain version", 1, version=status["version"])
+    yield gauge("peertrain_uptime_seconds", "seconds since the daemon served", status["uptime_s"])
+    kinds = dict.fromkeys(PEER_KINDS, 0)
+    for kind in status["reachability"].get("connections", {}).values():
+        kinds[kind] = kinds.get(kind, 0) + 1
+    yield labelled(GaugeMetricFamily, "peertrain_peers", "connected peers by kind", "kind", kinds)
+    state = status["reachability"]["status"]
+    states = {s: float(s == state) for s in REACHABILITY_STATES}
+    yield labelled(
+        GaugeMetricFamily, "peertrain_reachability", "1 for the current verdict", "state", states
+    )
+
+
+def network_metrics(status: Mapping[str, Any]) -> Iterator[Metric]:
+    reach, dht = status["reachability"], status["dht"]
+    yield gauge(
+        "peertrain_relay_reservations", "relays holding a slot for us", len(reach["relays"])
+    )
+    yield counter("peertrain_relay_reservations_lost", "relay slots lost", reach["relays_lost"])
+    yield counter("peertrain_relayed_bytes", "bytes relayed for others", reach["relayed_bytes"])
+    yield gauge(
+        "peertrain_dht_routing_table_peers", "peers in the routing table", dht["routing"]["peers"]
+    )
+    yield gauge("peertrain_dht_records", "records stored for the DHT", dht["storage"]["entries"])
+    yield gauge("peertrain_dht_records_bytes", "bytes of stored records", dht["storage"]["bytes"])
+    yield gauge("peertrain_dht_bootstrapped", "1 once bootstrapped", float(dht["bootstrapped"]))
+    requests = {"lookup": dht["lookups"], "put": dht["puts"], "get": dht["gets"]}
+    yield labelled(
+        CounterMetricFamily,
+        "peertrain_dht_requests",
+        "DHT operations started here",
+        "operation",
+        requests,
+    )
+    yield counter("peertrain_dht_requests_answered", "DHT requests served", dht["answered"])
+    yield labelled(
+        CounterMetricFamily,
+        "peertrain_dht_rejected_inputs",
+        "records and answers refused, by reason code",
+        "reason",
+        dht["rejected"],
+    )
+    shield = status["shield"]
+    yield counter(
+        "peertrain_inbound_streams_refused_banned",
+        "streams of banned peers reset",
+        shield["refused_banned"],
+    )
+    faults = {"peer": shield["peer_faults"], "handler": shield["handler_bugs"]}
+    yield labelled(
+        CounterMetricFamily,
+        "peertrain_inbound_stream_failures",
+        "inbound streams that failed, by whose fault",
+        "cause",
+        faults,
+    )
+
+
+def service_metrics(daemon: Daemon) -> Iterator[Metric]:
+    gossip = daemon.gossip.statistics()
+    messages = {
+        "published": gossip.published,
+        "delivered": gossip.delivered,
+        "dropped_slow_consumer": gossip.dropped_slow_consumer,
+        "rejected": gossip.rejected,
+        "ignored": gossip.ignored,
+    }
+    yield labelled(
+        CounterMetricFamily,
+        "peertrain_gossip_messages",
+        "gossip messages by outcome",
+        "outcome",
+        messages,
+    )
+    yield gauge("peertrain_gossip_topics", "gossip topics subscribed", gossip.topics)
+    scores = daemon.scoreboard.statistics()
+    yield counter("peertrain_penalties", "penalties given to misbehaving peers", scores.penalties)
+    yield gauge("peertrain_peers_banned", "peers banned now", scores.banned)
+    yield gauge("peertrain_peers_scored", "peers with a penalty score", scores.tracked)
+    store = daemon.tensor_store.statistics()
+    yield gauge("peertrain_tensor_store_bytes", "bytes of tensors served to peers", store.bytes)
+    yield gauge("peertrain_tensor_store_tensors", "tensors served to peers", store.tensors)
+    health = daemon.supervisor.status()
+    restarts = {s["name"]: s["restarts"] for s in health}
+    yield labelled(
+        CounterMetricFamily,
+        "peertrain_service_restarts",
+        "restarts of each supervised service",
+        "service",
+        restarts,
+    )
+    running = {s["name"]: float(s["state"] == "running") for s in health}
+    yield labelled(
+        GaugeMetricFamily,
+        "peertrain_service_running",
+        "1 while the service runs",
+        "service",
+        running,
+    )
+
+
+def budget_metrics(budget: Mapping[str, Any]) -> Iterator[Metric]:
+    yield labelled(
+        GaugeMetricFamily,
+        "peertrain_budget_limit",
+        "each resource budget limit",
+        "limit",
+        budget["limits"],
+    )
+    yield gauge(
+        "peertrain_budget_receive_memory_bytes",
+        "bytes reserved by downloads in flight",
+        budget["receive_memory"],
+    )
+    yield gauge(
+        "peertrain_budget_connections",
+        "open connections, all peers",
+        budget["connections"].get("total", 0),
+    )
+    yield labelled(
+        CounterMetricFamily,
+        "peertrain_budget_refused",
+        "refusals by the limit hit",
+        "limit",
+        budget["refused"],
+    )
+
+
+def run_metrics(status: Mapping[str, Any], history: StatusHistory) -> Iterator[Metric]:
+    """One series per run this node is in, labelled by the run's name (a handful at most)."""
+    runs = runs_of(status)
+    families = {
+        "round": GaugeMetricFamily(
+            "peertrain_run_round", "the run's current round", labels=["run"]
+        ),
+        "rounds": CounterMetricFamily(
+            "peertrain_run_rounds_completed", "rounds this node completed", labels=["run"]
+        ),
+        "members": GaugeMetricFamily("peertrain_run_members", "live members", labels=["run"]),
+        "loss": GaugeMetricFamily(
+            "peertrain_run_loss", "eval loss after the last round", labels=["run"]
+        ),
+        "duration": GaugeMetricFamily(
+            "peertrain_run_round_duration_seconds",
+            "wall time of the last round (to a second)",
+            labels=["run"],
+        ),
+        "bytes": CounterMetricFamily(
+            "peertrain_run_update_bytes",
+            "outer-update bytes published (out) and fetched (in)",
+            labels=["run", "direction"],
+        ),
+        "resyncs": CounterMetricFamily(
+            "peertrain_run_resyncs",
+            "states downloaded to adopt the majority's (re-syncs and catch-ups)",
+            labels=["run"],
+        ),
+        "rejected": CounterMetricFamily(
+            "peertrain_run_rejected_updates",
+            "peers' updates refused, by reason",
+            labels=["run", "reason"],
+        ),
+        "finished": GaugeMetricFamily(
+            "peertrain_run_finished", "1 once the run ended", labels=["run"]
+        ),
+    }
+    for run in runs:
+        _add_run(families, run, history)
+    yield from families.values()
+
+
+def _add_run(families: dict[str, Any], run: Mapping[str, Any], history: StatusHistory) -> None:
+    name = run["name"]
+    families["round"].add_metric([name], run["round"])
+    families["members"].add_metric([name], len(run["members"]))
+    if run["loss"] is not None:
+        families["loss"].add_metric([name], run["loss"])
+    if (seconds := history.last_round_seconds(run["run_id"])) is not None:
+        families["duration"].add_metric([name], seconds)
+    if "rounds_completed" not in run:  # a swarm pipeline run: the rest is DiLoCo's
+        return
+    families["rounds"].add_metric([name], run["rounds_completed"])
+    families["bytes"].add_metric([name, "out"], run["bytes_published"])
+    families["bytes"].add_metric([name, "in"], run["bytes_fetched"])
+    families["resyncs"].add_metric([name], run["resyncs"])
+    for reason, count in sorted(run["rejected_by_reason"].items()):
+        families["rejected"].add_metric([name, reason], count)
+    families["finished"].add_metric([name], float(run["finished"]))

@@ -1,0 +1,138 @@
+"""The dashboard in a real browser: headless Chromium (Debian's `chromium`, driven by Playwright)
+opens the page of a 3-node local swarm's first daemon, started with `--metrics-listen`.
+
+Skips with the reason when Chromium or Playwright is missing (.ci/run installs Chromium; the
+`test` extra has Playwright; `playwright install` is never needed: the system binary is used).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from peertrain.node.cli.local_swarm import DAEMON_ENV
+from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
+from peertrain.testing import free_tcp_port
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+RUN_FLAGS = [
+    "--model", "mlp", "--dataset", "digits", "--batch-size", "32", "--lr", "0.003",
+    "--inner-steps", "10", "--rounds", "0", "--min-members", "3", "--codec", "int8",
+    "--set", "num_shards=3",
+]  # fmt: skip
+ROUND = "[data-run] [data-field=round] .value"
+
+
+def sync_playwright():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("playwright is not installed (`pip install playwright`, the test extra)")
+    if not Path(CHROMIUM).exists():
+        pytest.skip("chromium is not installed (`apt-get install chromium`; .ci/run does it)")
+    return sync_playwright
+
+
+def start_swarm(base: Path, port: int) -> list[DaemonProcess]:
+    """Three daemons: the first serves the dashboard and creates a run the others join."""
+    extra = ["--metrics-listen", f"127.0.0.1:{port}"]
+    first = DaemonProcess(base / "n0", node_args(extra=extra), DAEMON_ENV).start()
+    daemons = [first]
+    share = first.wait_ready()["share"]
+    subprocess.run(
+        [sys.executable, "-m", "peertrain", "run", "create", "--home", str(first.home),
+         "--name", "local", "--json", *RUN_FLAGS],
+        capture_output=True, timeout=120, check=True,
+    )  # fmt: skip
+    for index in (1, 2):
+        tail = ["--run", "local", "--listen", "/ip4/127.0.0.1/tcp/0", "--log-format", "json"]
+        member = DaemonProcess(base / f"n{index}", ["join", share, *tail], DAEMON_ENV)
+        daemons.append(member.start())
+        member.wait_ready()
+    return daemons
+
+
+def test_the_dashboard_shows_the_swarm_and_the_round_advancing_without_a_reload(tmp_path):
+    playwright_of = sync_playwright()
+    port = free_tcp_port()
+    daemons = start_swarm(tmp_path, port)
+    try:
+        with playwright_of() as playwright:
+            browser = playwright.chromium.launch_persistent_context(
+                str(tmp_path / "chromium-profile"),  # a fresh --user-data-dir
+                executable_path=CHROMIUM,
+                headless=True,
+                args=CHROMIUM_FLAGS,
+                viewport={"width": 1280, "height": 900},
+            )
+            try:
+                page = browser.new_page()
+                page.goto(f"http://127.0.0.1:{port}/")
+                watch_round_advance(page)
+                shot = tmp_path / "dashboard.png"
+                page.screenshot(path=str(shot), full_page=True)
+                assert distinct_colours(browser.new_page(), shot.read_bytes()) > 20
+                page.set_viewport_size({"width": 380, "height": 800})
+                assert page.evaluate("document.documentElement.scrollWidth") <= 380
+            finally:
+                browser.close()
+    finally:
+        stop_all(daemons)
+
+
+def watch_round_advance(page) -> None:
+    """Three nodes in view (this one and two peers on the graph, three members in the run),
+    then the round goes up on the same page: a marker set in it survives, so nothing reloaded."""
+    page.wait_for_function("document.querySelectorAll('#peer-graph g.peer').length === 2")
+    page.wait_for_function(
+        "document.querySelectorAll('[data-run] .members li').length === 3", timeout=120_000
+    )
+    page.wait_for_selector(ROUND, timeout=60_000)
+    first = int(page.inner_text(ROUND))
+    page.evaluate("window.__sameDocument = true")
+    page.wait_for_function(
+        f"Number(document.querySelector({json.dumps(ROUND)}).textContent) > {first}",
+        timeout=180_000,
+    )
+    assert page.evaluate("window.__sameDocument === true")
+    assert page.inner_text("#peer-count") == "2"
+    page.wait_for_selector(".chart.loss path.curve", timeout=60_000)
+
+
+def distinct_colours(page, png: bytes) -> int:
+    """Colours in the screenshot, decoded by the browser itself (a blank page has one)."""
+    data = base64.b64encode(png).decode()
+    return page.evaluate(
+        """async (data) => {
+            const image = new Image();
+            image.src = `data:image/png;base64,${data}`;
+            await image.decode();
+            const canvas = document.createElement("canvas");
+            canvas.width = image.width; canvas.height = image.height;
+            const context = canvas.getContext("2d");
+            context.drawImage(image, 0, 0);
+            const pixels = context.getImageData(0, 0, image.width, image.height).data;
+            const seen = new Set();
+            for (let i = 0; i < pixels.length; i += 4 * 7) {
+                seen.add((pixels[i] << 16) | (pixels[i + 1] << 8) | pixels[i + 2]);
+            }
+            return seen.size;
+        }""",
+        data,
+    )

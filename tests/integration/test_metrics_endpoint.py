@@ -1,0 +1,126 @@
+"""Prometheus /metrics of a node in a 3-node DiLoCo run, read by prometheus_client's own parser."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+
+import trio
+from peertrain.testing import free_tcp_port, open_test_swarm, wait_until
+
+SPEC = dict(
+    model="mlp",
+    dataset="digits",
+    inner_steps=20,
+    batch_size=32,
+    lr=3e-3,
+    warmup_steps=2,
+    rounds=8,
+    round_timeout=20,
+    codec="int8",
+    min_members=3,
+)
+PEER_ID_LIKE = re.compile(r"(Qm|12D3Koo)[1-9A-HJ-NP-Za-km-z]{20,}")
+
+
+def fetch(url: str) -> tuple[str, bytes]:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return response.headers["Content-Type"], response.read()
+
+
+async def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of /metrics, by (name, sorted labels), parsed by prometheus_client."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    content_type, body = await trio.to_thread.run_sync(fetch, f"http://127.0.0.1:{port}/metrics")
+    assert content_type.startswith("text/plain")
+    samples = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+async def test_metrics_follow_a_three_node_run_without_peer_ids_in_labels():
+    port = free_tcp_port()
+    async with open_test_swarm(3, first={"metrics_listen": f"127.0.0.1:{port}"}) as nodes:
+        await wait_until(lambda: all(len(n.status()["peers"]) == 2 for n in nodes), timeout=20)
+        await nodes[0].runs.create(name="digits", mode="diloco", spec=SPEC)
+        for node in nodes[1:]:
+            await node.runs.join("digits", timeout=20)
+        rounds_seen, byte_checks = [], 0
+        with trio.fail_after(180):
+            while not nodes[0].status()["run"]["finished"]:
+                before = nodes[0].status()["run"]
+                samples = await scrape(port)
+                after = nodes[0].status()["run"]
+                byte_checks += check_bytes(samples, before, after)
+                rounds_seen.append(samples[("peertrain_run_rounds_completed_total", RUN)])
+                await trio.sleep(0.5)
+        samples = await scrape(port)
+        final = nodes[0].status()
+        peer_ids = [n.status()["peer_id"] for n in nodes]
+
+    assert rounds_seen == sorted(rounds_seen), "the round counter never goes back"
+    assert samples[("peertrain_run_rounds_completed_total", RUN)] == 8 > rounds_seen[0]
+    assert samples[("peertrain_run_round", RUN)] == final["run"]["round"] == 8
+    assert samples[("peertrain_run_members", RUN)] == 3
+    assert samples[("peertrain_run_loss", RUN)] == final["run"]["loss"]
+    assert samples[("peertrain_peers", (("kind", "direct"),))] == 2
+    assert byte_checks > 0
+    assert (
+        samples[("peertrain_run_update_bytes_total", (("direction", "out"),) + RUN)]
+        == (final["run"]["bytes_published"])
+    )
+    assert (
+        samples[("peertrain_run_update_bytes_total", (("direction", "in"),) + RUN)]
+        == (final["run"]["bytes_fetched"])
+    )
+    assert final["run"]["bytes_fetched"] > 0 and final["run"]["bytes_published"] > 0
+    labels = {value for _, pairs in samples for _, value in pairs}
+    assert not [v for v in labels if any(p in v or v in p for p in peer_ids)]
+    assert not [v for v in labels if PEER_ID_LIKE.search(v)]
+
+
+RUN = (("run", "digits"),)  # labels are keyed sorted by name: ("direction", …) comes first
+
+
+def check_bytes(samples, before, after) -> int:
+    """Scraped byte counters lie between the status read just before and just after."""
+    checked = 0
+    for direction, key in (("out", "bytes_published"), ("in", "bytes_fetched")):
+        scraped = samples.get(
+            ("peertrain_run_update_bytes_total", (("direction", direction),) + RUN)
+        )
+        if scraped is None:  # the run's driver is still starting
+            continue
+        assert before[key] <= scraped <= after[key]
+        checked += 1
+    return checked
+
+
+async def test_api_status_is_the_status_with_a_history_and_unknown_paths_are_404():
+    port = free_tcp_port()
+    async with open_test_swarm(2, first={"metrics_listen": f"127.0.0.1:{port}"}) as nodes:
+        await wait_until(lambda: all(len(n.status()["peers"]) == 1 for n in nodes), timeout=20)
+        await trio.sleep(1.5)  # a second sample: the peer's arrival is an event by then
+        _, body = await trio.to_thread.run_sync(fetch, f"http://127.0.0.1:{port}/api/status")
+        status = nodes[0].status()
+        page_type, page = await trio.to_thread.run_sync(fetch, f"http://127.0.0.1:{port}/")
+        missing = await trio.to_thread.run_sync(status_of, f"http://127.0.0.1:{port}/nope")
+    api = json.loads(body)
+    assert set(api) == set(status) | {"history"}
+    assert api["peer_id"] == status["peer_id"] and api["peers"] == status["peers"]
+    assert page_type.startswith("text/html") and b"/app.js" in page
+    assert missing == 404
+
+
+def status_of(url: str) -> int:
+    import urllib.error
+
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
