@@ -15,33 +15,34 @@ restarted member) downloads the newest trusted state. A fetch that fails is logg
 providers penalised if the state they served was bad, and tried again later: no peer can end
 the driver. Whose updates count is the roster (roster.py): last round's group plus a few
 newcomers per round, so a wave of fresh IDs takes rounds to arrive and never exceeds the cap.
+
+Over 400 lines: this is where a round's phases, the roster and state agreement meet, in order.
+What has a concept of its own lives beside it: trust.py (whom to believe), adoption.py
+(download and check), replay.py (apply a round again), roster.py, round_record.py.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Protocol
 
 import torch
 import trio
 from peertrain.crdt.admission import Admission
 from peertrain.crdt.replicator import Replicator
 from peertrain.crdt.runstate import RunState
-from peertrain.protocol.errors import ProtocolError
-from peertrain.protocol.tensors import PreparedTensor, TensorDownload, prepare_tensor
+from peertrain.protocol.tensors import prepare_tensor
 
+from .adoption import StateDownloads, TensorTransport
 from .build import BuiltMember
 from .checkpoint import CheckpointStore
-from .exchange import Contribution
 from .member import MemberState, RoundReport, rejection_kind
-from .roster import Roster
-from .round_record import RecordedUpdate, RoundRecord
+from .progress import DriverProgress
+from .replay import RoundReplay
+from .roster import CountedGroup, Roster
 from .run_spec import DiLoCoSpec
-from .trust import StateCheck, TrustedStates
+from .trust import TrustedStates
 from .update_gossip import UpdateGossip
 
 log = logging.getLogger(__name__)
@@ -70,48 +71,6 @@ def expected_members(state: RunState, me: str, round_: int) -> set[str]:
     for provs in state.checkpoints().get(round_, {}).values():
         providers |= set(provs)
     return (live & providers) | {me}
-
-
-class TensorTransport(Protocol):
-    """Content-addressed tensors, as the node serves and fetches them."""
-
-    def put(self, prepared: PreparedTensor, *, pin: bool) -> None: ...
-
-    def unpin(self, checksum: bytes) -> None: ...
-
-    async def fetch(
-        self, holders: list[str], checksum: bytes, max_nbytes: int
-    ) -> TensorDownload: ...
-
-
-@dataclass
-class DriverProgress:
-    """What `status` shows and the local swarm reports."""
-
-    round: int = 0
-    loss: float | None = None
-    initial_loss: float | None = None
-    state_checksum: str = ""
-    rounds_completed: int = 0
-    resyncs: int = 0  # rounds repaired to the trusted state (by replay or by download)
-    rejected_updates: int = 0
-    rejected_by_reason: Counter[str] = field(default_factory=Counter)  # rejection_kind → count
-    replays: int = 0  # rounds applied again from a trusted record instead of a download
-    state_downloads: int = 0  # states adopted by download
-    refused_states: int = 0  # downloads that failed or did not pass the checks
-    phase: str = "starting"
-    history: list[dict] = field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class _RoundStart:
-    """What a round started from and what it aggregated: enough to apply it again."""
-
-    round: int
-    checksum: bytes
-    params: torch.Tensor
-    momentum: torch.Tensor
-    contributions: tuple[Contribution, ...]
 
 
 class DiLoCoDriver:
@@ -147,10 +106,18 @@ class DiLoCoDriver:
         self.built = built
         self._served: bytes | None = None
         self._served_round = -1
-        self._last: _RoundStart | None = None
         self._limiter = trio.CapacityLimiter(1)  # one torch job at a time per member
+        self.replay = RoundReplay(gossip, self._thread)
         self.admission = self._install_admission()
         self.trust = TrustedStates(self.state, self.admission, peer_id)
+        self.downloads = StateDownloads(
+            me=peer_id,
+            state=self.state,
+            tensors=tensors,
+            trust=self.trust,
+            thread=self._thread,
+            on_penalty=on_penalty,
+        )
         invite = self.admission.invite
         self.roster = Roster(
             max_members=spec.max_members,
@@ -158,8 +125,9 @@ class DiLoCoDriver:
             protected=() if invite else self.admission.anchors,
         )
         # the gossip waits for, and pulls from, the counted group only
-        gossip.expected = self.expected_members
-        gossip.is_member = self._may_send
+        self.group = CountedGroup(self.state, self.admission, self.roster, peer_id)
+        gossip.expected = self.group.expected
+        gossip.is_member = self.group.may_send
         gossip.records.trusted = lambda peer: peer in self.trust.attesters()
 
     def _install_admission(self) -> Admission:
@@ -221,7 +189,8 @@ class DiLoCoDriver:
         self.progress.phase = f"waiting for {self.spec.min_members} members"
         with trio.move_on_after(self.spec.start_timeout):
             while (  # noqa: ASYNC110 - replicated state and lease expiry change with no event to wait on
-                len(self._candidates(0)) < self.spec.min_members and self.trust.newest_round() <= 0
+                len(self.group.candidates(0)) < self.spec.min_members
+                and self.trust.newest_round() <= 0
             ):
                 await trio.sleep(0.2)
 
@@ -247,28 +216,8 @@ class DiLoCoDriver:
 
     # -- who counts -----------------------------------------------------------------------------
 
-    def _candidates(self, round_: int) -> set[str]:
-        """Live members (admitted ones, in invite runs) that hold a state of `round_`, and us."""
-        providers = set()
-        for provs in self.state.checkpoints().get(round_, {}).values():
-            providers |= set(provs)
-        admitted = {p for p in providers if self.state.is_live(p) and self.admission.admits(p)}
-        return admitted | {self.peer_id}
-
-    def _group(self, round_: int) -> frozenset[str]:
-        """The counted group of `round_` (the roster decides once per round)."""
-        salt = self._served or b""
-        return self.roster.advance(round_, self._candidates(round_), salt) | {self.peer_id}
-
     def expected_members(self, round_: int) -> set[str]:
-        """Whose updates round `round_` waits for: the counted group's live members."""
-        if round_ != self.roster.round:
-            return self._candidates(round_) & (set(self.roster.counted) | {self.peer_id})
-        return {p for p in self.roster.counted if self.state.is_live(p)} | {self.peer_id}
-
-    def _may_send(self, peer: str) -> bool:
-        """Whose updates the gossip pulls (and whom it asks for copies): the counted group."""
-        return peer == self.peer_id or (peer in self.roster.counted and self.state.is_live(peer))
+        return self.group.expected(round_)
 
     # -- one round ------------------------------------------------------------------------------
 
@@ -278,7 +227,7 @@ class DiLoCoDriver:
             await trio.sleep(RETRY_PAUSE)  # the trusted state could not be had yet: again later
             return
         round_ = self.member.round
-        group = self._group(round_)
+        group = self.group.of_round(round_, salt=self._served or b"")
         self.built.use_shard(self.spec.shard_in(self.peer_id, set(group)))
         self.progress.phase = "inner steps"
         payload = await self._thread(self.member.prepare_update)
@@ -290,12 +239,12 @@ class DiLoCoDriver:
             await self._catch_up()
             return
         self.progress.phase = "exchanging"
-        start = self._round_start(round_)
+        self.replay.begin(self.member, round_, self._served or b"")
         contributions = await self.gossip.exchange(
             round_, payload, deadline=trio.current_time() + self.spec.round_timeout
         )
         contributions = [c for c in contributions if c.sender in group]
-        self._last = _RoundStart(*start, tuple(contributions))
+        self.replay.closed(contributions)
         self.progress.phase = "outer step"
         report = await self._thread(self.member.apply_update, contributions)
         self.progress.rejected_updates += len(report.rejected)
@@ -305,32 +254,11 @@ class DiLoCoDriver:
                 self.state.vouch(sender)  # counted in a round: never evicted from RunState
         self.replicator.writer.add_progress(self.spec.inner_steps)
         await self._publish_state()
-        await self._publish_record(round_, contributions, report)
+        assert self._served is not None
+        await self.gossip.publish_record(round_, self.replay.record(report, self._served))
         await self._agree()
         await self._record(report)
         await self._save_checkpoint()
-
-    def _round_start(self, round_: int) -> tuple[int, bytes, torch.Tensor, torch.Tensor]:
-        member = self.member
-        return (
-            round_,
-            self._served or b"",
-            member.global_params.clone(),
-            member.outer.momentum_buffer.clone(),
-        )
-
-    async def _publish_record(
-        self, round_: int, contributions: list[Contribution], report: RoundReport
-    ) -> None:
-        accepted = set(report.accepted) | {s for s, _ in report.rejected}
-        updates = tuple(
-            RecordedUpdate(sender=c.sender, checksum=c.checksum)
-            for c in contributions
-            if c.sender in accepted and c.checksum
-        )
-        assert self._last is not None and self._served is not None
-        record = RoundRecord(start=self._last.checksum, updates=updates, result=self._served)
-        await self.gossip.publish_record(round_, record)
 
     async def _save_checkpoint(self) -> None:
         """Our own copy of the agreed state (atomic, content-addressed, last K kept)."""
@@ -398,62 +326,20 @@ class DiLoCoDriver:
     def _settled(self, round_: int) -> bool:
         """Every live member of the last group announced its state of `round_` (so the next
         roster holds them all), and a trusted state of `round_` is known."""
-        holders = self._candidates(round_)
-        waiting = {p for p in self.roster.counted if self.state.is_live(p)} - holders
+        waiting = self.group.live_counted() - self.group.candidates(round_)
         return not waiting and self.trust.verdict(round_) is not None
 
     async def _replay(self, round_: int, trusted: bytes) -> bool:
-        """Apply round `round_` again with the update set of a trusted record that started
-        where we did and ended in `trusted`; True if we now hold `trusted`."""
-        last = self._last
-        if last is None or last.round != round_:
+        """Repair by applying `round_` again (replay.py); True if we now hold `trusted`."""
+        if not await self.replay.replay(self.member, round_, trusted):
             return False
-        record = self.gossip.records.matching(round_, start=last.checksum, result=trusted)
-        if record is None:
-            return False
-        contributions = await self._gather(round_, record, last)
-        if contributions is None:
-            return False
-        await self._thread(self.member.rewind, round_, last.params, last.momentum)
-        await self._thread(self.member.apply_update, contributions)
         await self._publish_state()
         if self._served != trusted:
-            log.warning("round %d replayed from its record does not give the trusted state", round_)
+            log.warning("round %d applied again does not give the trusted state", round_)
             return False
         self.progress.replays += 1
         self.progress.resyncs += 1
-        log.info("round %d replayed with %d updates: repaired", round_, len(contributions))
         return True
-
-    async def _gather(
-        self, round_: int, record: RoundRecord, last: _RoundStart
-    ) -> list[Contribution] | None:
-        """The record's updates: ours where the checksums match, the rest fetched by the
-        checksum their senders signed. None if one cannot be had (or was never signed so)."""
-        have = {c.sender: c for c in last.contributions}
-        out = []
-        for update in record.updates:
-            known = have.get(update.sender)
-            if known is not None and known.checksum == update.checksum:
-                out.append(known)
-                continue
-            if self.gossip.signed_checksum(round_, update.sender) != update.checksum:
-                log.info("round %d: no signed announcement of %s's update", round_, update.sender)
-                return None
-            try:
-                payload = await self.gossip.fetch_update(round_, update.sender, holders=[])
-            except Exception as exc:  # noqa: BLE001 - any transfer error: download the state instead
-                log.info(
-                    "round %d: update of %s not fetched for a replay: %r",
-                    round_,
-                    update.sender,
-                    exc,
-                )
-                return None
-            out.append(
-                Contribution(sender=update.sender, payload=payload, checksum=update.checksum)
-            )
-        return sorted(out, key=lambda c: c.sender)
 
     async def _catch_up(self, *, initial: bool = False) -> bool:
         """Adopt the newest trusted state when it differs from ours; then announce ours.
@@ -469,7 +355,7 @@ class DiLoCoDriver:
             if newest > self.member.round or trusted != await self._own_checksum():
                 if await self._adopt(newest, trusted):
                     if not self.roster.counted:  # a joiner: the group is whoever holds it
-                        self.roster.seed(self._candidates(newest))
+                        self.roster.seed(self.group.candidates(newest))
                     return True
                 if self.member.round < newest:
                     return False
@@ -501,55 +387,17 @@ class DiLoCoDriver:
         return prepared.header.checksum
 
     async def _adopt(self, round_: int, checksum: bytes) -> bool:
-        """Download the trusted state `checksum` of `round_`, check it, and use it; False (and
-        logged, and the liars penalised) if it could not be had or did not pass the checks."""
+        """Download the trusted state `checksum` of `round_`, checked (adoption.py), and use it;
+        False if it could not be had or was refused (we try again later)."""
         self.progress.phase = f"downloading state of round {round_}"
-        providers = sorted(
-            p
-            for p in self.state.checkpoints().get(round_, {}).get(checksum, ())
-            if p != self.peer_id
-        )
-        numel = self.member.layout.numel
-        try:
-            download = await self.tensors.fetch(
-                providers, checksum, max_nbytes=2 * numel * 4 + 1024
-            )
-        except Exception as exc:  # noqa: BLE001 - TransferFailed or any transfer error: a peer's doing, never the end of the driver
-            self.progress.refused_states += 1
-            log.warning(
-                "state of round %d not fetched from %d provider(s): %r", round_, len(providers), exc
-            )
-            return False
-        check = StateCheck(
-            numel=self.member.layout.numel, newest_trusted_round=self.trust.newest_round()
-        )
-        problem = await self._thread(self._check_download, download, round_, check)
-        if isinstance(problem, str):
-            self.progress.refused_states += 1
-            log.warning("refused the state of round %d: %s", round_, problem)
-            attesters = self.trust.attested(round_).get(checksum, frozenset())
-            for peer in sorted(set(providers) | attesters):
-                self._penalise(peer, f"attested or served a bad state: {problem}")
-            return False
-        flat = problem
-        await self._use_state(round_, flat)
-        log.info(
-            "adopted the trusted state of round %d from %d provider(s)", round_, len(providers)
-        )
-        return True
-
-    def _check_download(
-        self, download: TensorDownload, round_: int, check: StateCheck
-    ) -> torch.Tensor | str:
-        """The downloaded state, or why it must not be used (thread side)."""
-        try:
-            flat = download.finish()
-        except ProtocolError as exc:  # bytes that match the checksum but decode to no state
-            return str(exc)
         running = self.member.round > 0 or self.progress.rounds_completed > 0
-        own = self.member.global_params if running else None
-        problem = check.problem(flat, round_, own, self.member.round)
-        return flat if problem is None else problem
+        flat = await self.downloads.fetch_checked(self.member, round_, checksum, running=running)
+        self.progress.refused_states = self.downloads.refused
+        if flat is None:
+            return False
+        await self._use_state(round_, flat)
+        log.info("adopted the trusted state of round %d", round_)
+        return True
 
     async def _use_state(self, round_: int, flat: torch.Tensor) -> None:
         numel = self.member.layout.numel
@@ -567,10 +415,6 @@ class DiLoCoDriver:
             self.progress.loss = self.progress.initial_loss = await self._thread(
                 self.built.eval_loss
             )
-
-    def _penalise(self, peer: str, reason: str) -> None:
-        if peer != self.peer_id and self.on_penalty is not None:
-            self.on_penalty(peer, reason)
 
     def _forge(self, payload: bytes) -> bytes:
         """A Byzantine member: an ordinary member whose outgoing update goes through an attack."""

@@ -17,6 +17,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
+from peertrain.crdt.admission import Admission
+from peertrain.crdt.runstate import RunState
+
 
 class Roster:
     """The counted group, round by round, as one member computes it."""
@@ -51,3 +54,35 @@ class Roster:
 
 def _rank(round_: int, salt: bytes, peer: str) -> bytes:
     return hashlib.blake2b(b"%d|" % round_ + salt + peer.encode(), digest_size=16).digest()
+
+
+class CountedGroup:
+    """The roster read against RunState: who may send, whom a round waits for."""
+
+    def __init__(self, state: RunState, admission: Admission, roster: Roster, me: str) -> None:
+        self.state, self.admission, self.roster, self.me = state, admission, roster, me
+
+    def candidates(self, round_: int) -> set[str]:
+        """Live members (admitted ones, in invite runs) that hold a state of `round_`, and us."""
+        providers: set[str] = set()
+        for provs in self.state.checkpoints().get(round_, {}).values():
+            providers |= set(provs)
+        admitted = {p for p in providers if self.state.is_live(p) and self.admission.admits(p)}
+        return admitted | {self.me}
+
+    def of_round(self, round_: int, salt: bytes) -> frozenset[str]:
+        """The counted group of `round_` (the roster decides once per round)."""
+        return self.roster.advance(round_, self.candidates(round_), salt) | {self.me}
+
+    def expected(self, round_: int) -> set[str]:
+        """Whose updates round `round_` waits for: the counted group's live members."""
+        if round_ != self.roster.round:
+            return self.candidates(round_) & (set(self.roster.counted) | {self.me})
+        return self.live_counted() | {self.me}
+
+    def live_counted(self) -> set[str]:
+        return {p for p in self.roster.counted if self.state.is_live(p)}
+
+    def may_send(self, peer: str) -> bool:
+        """Whose updates the gossip pulls (and whom it asks for copies): the counted group."""
+        return peer == self.me or (peer in self.roster.counted and self.state.is_live(peer))
