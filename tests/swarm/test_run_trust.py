@@ -131,3 +131,55 @@ def test_open_runs_default_to_flag_with_a_rank_from_the_group_size():
     assert (invite_rule.name, invite_rule.max_norm_ratio) == ("mean", 4.0)
     explicit = DiLoCoSpec(model="mlp", dataset="digits", aggregator="median").build_aggregator()
     assert explicit.name == "median"
+
+
+async def test_an_invite_run_trains_on_certified_members_and_drops_a_strangers_traffic():
+    import dataclasses
+
+    from libp2p.crypto.ed25519 import create_new_key_pair
+    from libp2p.peer.id import ID
+    from peertrain.crdt.certificates import MemberCertificate, sign_certificate
+    from peertrain.crdt.hlc import wall_clock_ms
+
+    spec = dataclasses.replace(SPEC, admission="invite", min_members=3)
+    async with open_driver_group(spec) as group:
+
+        def certificate(key) -> bytes:
+            peer = ID.from_pubkey(key.public_key).to_base58()
+            cert = MemberCertificate(
+                run=group.run_id, peer=peer, role="member", expires_ms=wall_clock_ms() + 3_600_000
+            )
+            return sign_certificate(group.creator, cert)
+
+        await group.member(group.creator)
+        for _ in range(2):
+            key = create_new_key_pair()
+            await group.member(key, certificate=certificate(key))
+        numel = group.drivers[0].member.layout.numel
+        poison = prepare_tensor(STATE_NAME, torch.zeros(2 * numel))
+        stranger = await group.stranger()
+        group.serve_as(stranger, poison)
+        stranger.replicator.writer.provide_checkpoint(10**9, poison.header.checksum)
+        with trio.fail_after(120):
+            await group.finished()
+        assert len(_checksums(group)) == 1
+        assert all(d.progress.round == spec.rounds for d in group.drivers)
+        assert [d.progress.state_downloads for d in group.drivers] == [0, 0, 0]
+        dropped = [m.replicator.statistics().non_members for m in group.members]
+        assert all(n > 0 for n in dropped)  # the stranger's deltas, refused on arrival
+        assert all(stranger.peer_id not in m.replicator.state.owners() for m in group.members)
+        assert group.tensors.fetches == 0
+
+
+async def test_a_joiner_adopts_the_newest_trusted_state():
+    async with open_driver_group(SPEC) as group:
+        await group.member(group.creator)
+        await group.member()
+        with trio.fail_after(120):
+            await group.finished()
+        joiner = await group.member()
+        with trio.fail_after(60):
+            await group.finished()
+        assert joiner.driver.progress.round == SPEC.rounds
+        assert joiner.driver.progress.state_downloads == 1
+        assert len(_checksums(group)) == 1
