@@ -123,6 +123,7 @@ class DiLoCoDriver:
             max_members=spec.max_members,
             admit_per_round=None if invite else spec.admit_per_round,
             protected=() if invite else self.admission.anchors,
+            first_round=spec.min_members,
         )
         # the gossip waits for, and pulls from, the counted group only
         self.group = CountedGroup(self.state, self.admission, self.roster, peer_id)

@@ -4,7 +4,8 @@ A lease in RunState costs a stranger one signature, so "every live member holdin
 round" would let a wave of fresh IDs into the very next round, outnumber the honest members and
 move any robust rule. The roster grows instead by at most `admit_per_round` newcomers per round
 and holds at most `max_members`: N Sybils take N / admit_per_round rounds to arrive, during
-which honest rounds go on, and never exceed the cap. Anchors are never kept out.
+which honest rounds go on, and never exceed the cap. Anchors are never kept out, and a member's first group may hold the
+quorum the creator signed (`min_members`) at once.
 
 Newcomers are ranked by a hash of (round, state checksum the round starts from, peer ID): every
 member that agrees on the start state computes the same roster, and nobody can grind IDs for a
@@ -25,10 +26,16 @@ class Roster:
     """The counted group, round by round, as one member computes it."""
 
     def __init__(
-        self, *, max_members: int, admit_per_round: int | None, protected: Iterable[str] = ()
+        self,
+        *,
+        max_members: int,
+        admit_per_round: int | None,
+        protected: Iterable[str] = (),
+        first_round: int = 1,
     ) -> None:
         self.max_members = max_members
         self.admit_per_round = admit_per_round  # None: no rate (invite runs)
+        self.first_round = first_round  # the quorum the creator signed (min_members) starts at once
         self.protected = frozenset(protected)
         self.round = -1
         self.counted: frozenset[str] = frozenset()
@@ -43,7 +50,10 @@ class Roster:
         newcomers = sorted(candidates - kept, key=lambda p: _rank(round_, salt, p))
         room = max(self.max_members - len(kept), 0)
         if self.admit_per_round is not None:
-            room = min(room, self.admit_per_round)
+            rate = self.admit_per_round
+            if self.round < 0 and not self.counted:  # our first group: the signed quorum
+                rate = max(rate, self.first_round - len(kept))
+            room = min(room, rate)
         self.round, self.counted = round_, frozenset(kept | set(newcomers[:room]))
         return self.counted
 
