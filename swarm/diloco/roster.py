@@ -4,8 +4,8 @@ A lease in RunState costs a stranger one signature, so "every live member holdin
 round" would let a wave of fresh IDs into the very next round, outnumber the honest members and
 move any robust rule. The roster grows instead by at most `admit_per_round` newcomers per round
 and holds at most `max_members`: N Sybils take N / admit_per_round rounds to arrive, during
-which honest rounds go on, and never exceed the cap. Anchors are never kept out, and a member's first group may hold the
-quorum the creator signed (`min_members`) at once.
+which honest rounds go on, and never exceed the cap. Anchors are never kept out, and a member's
+first group may hold the quorum the creator signed (`min_members`) at once.
 
 Newcomers are ranked by a hash of (round, state checksum the round starts from, peer ID): every
 member that agrees on the start state computes the same roster, and nobody can grind IDs for a
