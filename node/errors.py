@@ -10,6 +10,7 @@ PeertrainError
     ├── ConnectError               a peer could not be reached or refused us
     │   └── PskMismatch            the private-network key differs (or one side has none)
     ├── ControlError               no daemon answers on this home, or it answered an error
+    ├── BadRequest                 an HTTP client sent no valid request head within the limits
     ├── BudgetExceeded             a request would take more than the daemon's resource budget
     ├── SlimmedDependencyUsed      code used a package the daemon keeps out of memory (an
     │                              ImportError too, so optional-package fallbacks still work)
@@ -46,6 +47,10 @@ class PskMismatch(ConnectError):
 
 class ControlError(NodeError):
     """The local control API could not be reached, or answered with an error."""
+
+
+class BadRequest(NodeError):
+    """An HTTP client (metrics, dashboard) sent no HTTP/1.x request head within the limits."""
 
 
 class BudgetExceeded(NodeError):

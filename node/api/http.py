@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import trio
 
+from ..errors import BadRequest
+
 log = logging.getLogger(__name__)
 
 MAX_HEAD_BYTES = 8192  # request line and headers; browsers send about 1 KiB
@@ -40,10 +42,6 @@ REASONS = {
     405: "Method Not Allowed",
     500: "Internal Server Error",
 }
-
-
-class BadRequest(Exception):
-    """The client sent something that is no HTTP/1.x request head within the limits."""
 
 
 class HttpServer:
