@@ -326,9 +326,12 @@ class DiLoCoDriver:
 
     def _settled(self, round_: int) -> bool:
         """Every live member of the last group announced its state of `round_` (so the next
-        roster holds them all), and a trusted state of `round_` is known."""
+        roster holds them all), and a trusted state of `round_` is known, or no trusted signer
+        is live to attest one (then nobody decides and we keep ours)."""
         waiting = self.group.live_counted() - self.group.candidates(round_)
-        return not waiting and self.trust.verdict(round_) is not None
+        if waiting:
+            return False
+        return self.trust.verdict(round_) is not None or not self.trust.any_attester_live()
 
     async def _replay(self, round_: int, trusted: bytes) -> bool:
         """Repair by applying `round_` again (replay.py); True if we now hold `trusted`."""

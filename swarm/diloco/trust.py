@@ -43,6 +43,9 @@ class TrustedStates:
             return frozenset(self._certified_live())
         return self.admission.trusted_attesters()
 
+    def any_attester_live(self) -> bool:
+        return any(p == self.me or self.state.is_live(p) for p in self.attesters())
+
     def _certified_live(self) -> set[str]:
         return {p for p in self.admission.certified() if p == self.me or self.state.is_live(p)}
 

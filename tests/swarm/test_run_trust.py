@@ -183,3 +183,14 @@ async def test_a_joiner_adopts_the_newest_trusted_state():
         assert joiner.driver.progress.round == SPEC.rounds
         assert joiner.driver.progress.state_downloads == 1
         assert len(_checksums(group)) == 1
+
+
+async def test_without_a_live_anchor_members_keep_training_and_agree_by_determinism():
+    async with open_driver_group(SPEC) as group:  # the creator never joins its run
+        await group.member()
+        await group.member()
+        with trio.fail_after(120):
+            await group.finished()
+        assert all(d.progress.round == SPEC.rounds for d in group.drivers)
+        assert len(_checksums(group)) == 1
+        assert [d.progress.state_downloads for d in group.drivers] == [0, 0]
