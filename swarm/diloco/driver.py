@@ -63,9 +63,9 @@ def _build_attack(name: str | None):
 
 
 def expected_members(state: RunState, me: str, round_: int) -> set[str]:
-    """Whose updates round `round_` waits for: the live members that hold state for it (they
-    will contribute), and `me`. A function of RunState alone, so the update gossip can ask it
-    before the driver exists."""
+    """Whose updates round `round_` waits for before a driver exists: the live members that hold
+    state for it, and `me`. A driver replaces it on its gossip with its counted group (the
+    roster: roster.py), which a wave of fresh IDs cannot flood."""
     live = {p for p in state.members() if state.is_live(p)} | {me}
     providers = set()
     for provs in state.checkpoints().get(round_, {}).values():
