@@ -31,6 +31,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from peertrain.protocol.errors import ProtocolError
 from peertrain.protocol.packing import pack
 
 from .admission import Admission
@@ -148,6 +149,25 @@ class RunState:
             self._forget(victim)
             self._evicted.append(victim)
         self._joined(signer, delta)
+
+    def install_admission(self, admission: Admission) -> list[str]:
+        """Guard this replica with `admission` from now on. In an invite run, owners stored
+        before (without a valid certificate in their record) are forgotten; returns them."""
+        self.admission = admission
+        if not admission.invite:
+            return []
+        for owner in sorted(self._owners):
+            record = self._doc.members.get(owner)
+            if record is not None and record.certificate and not admission.admits(owner):
+                try:
+                    admission.add_certificate(record.certificate)
+                except ProtocolError:
+                    pass  # no valid certificate: forgotten below
+        strangers = [o for o in self._owners if not admission.admits(o)]
+        for owner in strangers:
+            self._forget(owner)
+        self._evicted.extend(strangers)
+        return strangers
 
     # -- eviction (open runs): who may be pushed out when the table is full
 

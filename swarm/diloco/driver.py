@@ -146,7 +146,9 @@ class DiLoCoDriver:
         )
         if self.certificate:
             admission.add_certificate(self.certificate)
-        self.state.admission = admission
+        dropped = self.state.install_admission(admission)
+        if dropped:
+            log.info("forgot %d non-member(s) of this invite run", len(dropped))
         return admission
 
     # -- service --------------------------------------------------------------------------------

@@ -159,3 +159,17 @@ def test_1024_fake_owners_cannot_block_an_honest_newcomer_of_an_open_run():
     for key, fake in [_peer() for _ in range(1100)]:
         run.send(key, fake)
     assert {newcomer, run.creator} <= set(run.state.members())
+
+
+def test_installing_an_invite_policy_forgets_the_non_members_stored_before():
+    run = Replica("invite")
+    policy = run.state.admission
+    run.state.admission = None  # a replica that replicated before it knew the run's policy
+    member_key, member = _peer()
+    stranger_key, stranger = _peer()
+    assert run.send(member_key, member, certificate=run.certify(member), checkpoint=2)
+    assert run.send(stranger_key, stranger, checkpoint=2)
+    assert run.state.install_admission(policy) == [stranger]
+    assert run.state.owners() == {member}
+    assert run.state.checkpoints()[2] == {b"\x01" * 32: frozenset({member})}
+    assert stranger in run.state.collect()  # so the replicator drops its proofs too
