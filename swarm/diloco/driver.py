@@ -250,6 +250,7 @@ class DiLoCoDriver:
         self.replay.closed(contributions)
         self.progress.phase = "outer step"
         report = await self._thread(self.member.apply_update, contributions)
+        self.roster.contributed({c.sender for c in contributions})
         self.progress.rejected_updates += len(report.rejected)
         self.progress.rejected_by_reason.update(rejection_kind(why) for _, why in report.rejected)
         if not self.admission.invite:
@@ -337,12 +338,14 @@ class DiLoCoDriver:
 
     async def _replay(self, round_: int, trusted: bytes) -> bool:
         """Repair by applying `round_` again (replay.py); True if we now hold `trusted`."""
-        if not await self.replay.replay(self.member, round_, trusted):
+        record = await self.replay.replay(self.member, round_, trusted)
+        if record is None:
             return False
         await self._publish_state()
         if self._served != trusted:
             log.warning("round %d applied again does not give the trusted state", round_)
             return False
+        self.roster.seed({u.sender for u in record.updates})  # count as the trusted signer did
         self.progress.replays += 1
         self.progress.resyncs += 1
         return True

@@ -68,24 +68,24 @@ class RoundReplay:
         )
         return RoundRecord(start=self.last.checksum, updates=updates, result=result)
 
-    async def replay(self, member: DiLoCoMember, round_: int, trusted: bytes) -> bool:
-        """Apply `round_` again from a trusted record ending in `trusted`; True if applied
-        (the caller checks the resulting checksum)."""
+    async def replay(self, member: DiLoCoMember, round_: int, trusted: bytes) -> RoundRecord | None:
+        """Apply `round_` again from a trusted record ending in `trusted`; the record if applied
+        (the caller checks the resulting checksum), else None."""
         last = self.last
         if last is None or last.round != round_:
-            return False
+            return None
         record = self.gossip.records.matching(round_, start=last.checksum, result=trusted)
         if record is None:
-            return False
+            return None
         contributions = await self._gather(round_, record, last)
         if contributions is None:
-            return False
+            return None
         await self.thread(member.rewind, round_, last.params, last.momentum)
         await self.thread(member.apply_update, contributions)
         log.info(
             "round %d applied again with the %d updates of its record", round_, len(contributions)
         )
-        return True
+        return record
 
     async def _gather(
         self, round_: int, record: RoundRecord, last: RoundStart

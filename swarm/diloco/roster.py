@@ -57,8 +57,15 @@ class Roster:
         self.round, self.counted = round_, frozenset(kept | set(newcomers[:room]))
         return self.counted
 
+    def contributed(self, senders: set[str]) -> None:
+        """After a round: whoever was counted but sent nothing in time is a newcomer again (a
+        member that announces states but withholds updates would hold every round to its
+        deadline otherwise)."""
+        self.counted = self.counted & frozenset(senders)
+
     def seed(self, members: set[str]) -> None:
-        """A joiner takes the group it found (capped) as the last round's."""
+        """Take `members` (capped) as the last round's group: a joiner's start, or the group of
+        a trusted record whose round we applied again."""
         self.counted = frozenset(sorted(members)[: self.max_members]) | (self.protected & members)
 
 

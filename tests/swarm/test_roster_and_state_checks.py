@@ -66,3 +66,11 @@ def test_the_first_group_may_hold_the_quorum_the_creator_signed():
     candidates = {"anchor", *(f"m{i}" for i in range(9))}
     assert len(roster.advance(0, candidates, b"s")) == 6
     assert len(roster.advance(1, candidates, b"t")) == 8  # then the rate again
+
+
+def test_a_member_that_sent_nothing_in_time_queues_again_as_a_newcomer():
+    roster = Roster(max_members=64, admit_per_round=1, first_round=3)
+    assert roster.advance(0, {"a", "b", "withholder"}, b"s") == {"a", "b", "withholder"}
+    roster.contributed({"a", "b"})  # the withholder announced a state but no update
+    group = roster.advance(1, {"a", "b", "withholder", "new"}, b"t")
+    assert {"a", "b"} < group and len(group) == 3  # one of the two newcomers, at the rate
