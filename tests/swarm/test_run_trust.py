@@ -194,3 +194,40 @@ async def test_without_a_live_anchor_members_keep_training_and_agree_by_determin
         assert all(d.progress.round == SPEC.rounds for d in group.drivers)
         assert len(_checksums(group)) == 1
         assert [d.progress.state_downloads for d in group.drivers] == [0, 0]
+
+
+async def test_a_wave_of_fresh_ids_enters_the_counted_group_one_per_round_only():
+    import dataclasses
+
+    spec = dataclasses.replace(SPEC, admit_per_round=1, round_timeout=3, rounds=4)
+    async with open_driver_group(spec) as group:
+        anchor = await group.member(group.creator)
+        await group.member()
+        sizes: list[int] = []
+        for driver in group.drivers:
+            advance = driver.roster.advance
+
+            def recorded(round_, candidates, salt, advance=advance, mine=driver is anchor.driver):
+                counted = advance(round_, candidates, salt)
+                if mine:
+                    sizes.append(len(counted))
+                return counted
+
+            driver.roster.advance = recorded
+        sybils = [await group.stranger() for _ in range(10)]
+
+        async def copy_the_anchors_checkpoints():  # forwarding is not signing: claims cost nothing
+            while True:
+                for round_, states in anchor.replicator.state.checkpoints().items():
+                    for checksum, holders in states.items():
+                        if anchor.peer_id in holders:
+                            for sybil in sybils:
+                                sybil.replicator.writer.provide_checkpoint(round_, checksum)
+                await trio.sleep(0.2)
+
+        group.nursery.start_soon(copy_the_anchors_checkpoints)
+        with trio.fail_after(120):
+            await group.finished()
+        # ten fresh IDs knocked every round; the two members and one newcomer a round got in
+        assert max(sizes) == 2 + 1
+        assert len(_checksums(group)) == 1
