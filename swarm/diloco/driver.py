@@ -118,18 +118,22 @@ class DiLoCoDriver:
             thread=self._thread,
             on_penalty=on_penalty,
         )
-        invite = self.admission.invite
-        self.roster = Roster(
-            max_members=spec.max_members,
-            admit_per_round=None if invite else spec.admit_per_round,
-            protected=() if invite else self.admission.anchors,
-            first_round=spec.min_members,
-        )
-        # the gossip waits for, and pulls from, the counted group only
+        self.roster = self._roster()
         self.group = CountedGroup(self.state, self.admission, self.roster, peer_id)
+        # the gossip waits for, and pulls from, the counted group only
         gossip.expected = self.group.expected
         gossip.is_member = self.group.may_send
         gossip.records.trusted = lambda peer: peer in self.trust.attesters()
+
+    def _roster(self) -> Roster:
+        """Open runs: a rate and a cap, anchors always in; invite runs: certified members only."""
+        invite = self.admission.invite
+        return Roster(
+            max_members=self.spec.max_members,
+            admit_per_round=None if invite else self.spec.admit_per_round,
+            protected=() if invite else self.admission.anchors,
+            first_round=self.spec.min_members,
+        )
 
     def _install_admission(self) -> Admission:
         """The run's admission policy, from the signed spec, on the replica it guards."""
