@@ -1,8 +1,9 @@
 """SWARM pipeline throughput with heterogeneous servers, and int8 vs fp32 stage boundaries.
 
-In process (swarm/pipeline/harness.py): real torch compute of a digits MLP cut into 3 stages, each
-call padded to base_seconds · cost · rows / speed to model slower machines (forward cost 1,
-backward 2.5). Every stage has servers at speeds 1:2:4.
+In process (swarm/pipeline/harness.py: the daemons' own stage services on a memory transport):
+real torch compute of a digits MLP cut into 3 stages, each call padded to
+base_seconds · cost · rows / speed to model slower machines (forward cost 1, backward 2.5).
+Every stage has servers at speeds 1:2:4.
 
     swarm      the throughput-weighted wiring over all servers
     static     one fixed pipeline: the fastest server of each stage (the best static choice)
@@ -11,8 +12,9 @@ backward 2.5). Every stage has servers at speeds 1:2:4.
 Throughput is the steady rate between 10% and 75% of the microbatches completed (see
 `steady_rate`), the same window for every arm.
 
-Rebalancing: 6 equal servers started 4/1/1 over the 3 stages, with and without the rebalancing rule
-(one move per 0.5 s period), steady throughput once the moves are done, vs the 2/2/2 ideal.
+Rebalancing: 6 equal servers started 4/1/1 over the 3 stages, with and without the servers'
+rebalancing loops (0.5 s periods, a move only on a view settled for a period), steady throughput
+once the moves are done, vs the 2/2/2 ideal.
 
 Then the same number of microbatches with fp32 and with int8 boundaries, one microbatch in flight
 so the two runs see the same data in the same order: eval accuracy on the digits eval split.
@@ -43,9 +45,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import print_json, print_table  # noqa: E402
 from peertrain.swarm.data.batches import Batches  # noqa: E402
 from peertrain.swarm.data.digits import DigitsDatasetConfig  # noqa: E402
-from peertrain.swarm.pipeline.harness import InProcessSwarm, SwarmSpec, evaluate  # noqa: E402
-from peertrain.swarm.pipeline.trainer import PipelineTrainer, TrainerConfig  # noqa: E402
-from peertrain.swarm.pipeline.wiring import BACKWARD_COST, PipelineWiring  # noqa: E402
+from peertrain.swarm.pipeline.harness import SwarmSpec, evaluate, open_in_process_swarm  # noqa: E402
+from peertrain.swarm.pipeline.trainer import PipelineTrainer  # noqa: E402
+from peertrain.swarm.pipeline.wiring import BACKWARD_COST  # noqa: E402
 
 STAGES = 3
 SPEEDS = (1.0, 2.0, 4.0)
@@ -67,17 +69,12 @@ async def measure(
     """(samples/s, lost microbatches) of one trainer through the swarm or the static pipeline."""
     data = DigitsDatasetConfig().build()
     batches = data.train_batches(0, 1, batch_size=BATCH, seed=0)
-    swarm = InProcessSwarm(SwarmSpec(speeds=(SPEEDS,) * STAGES, base_seconds=base))
-    wiring = PipelineWiring(STAGES, seed=0)
-    fastest = {f"s{stage}-{len(SPEEDS) - 1}" for stage in range(STAGES)}
-    swarm.attach(wiring, only=fastest if static else None)
-    trainer = PipelineTrainer(
-        num_stages=STAGES,
-        transport=swarm,
-        wiring=wiring,
-        config=TrainerConfig(in_flight=in_flight),
-    )
-    return await steady_throughput(trainer, batches, microbatches), trainer.statistics().lost
+    async with open_in_process_swarm(
+        SwarmSpec(speeds=(SPEEDS,) * STAGES, base_seconds=base)
+    ) as swarm:
+        fastest = {f"s{stage}-{len(SPEEDS) - 1}" for stage in range(STAGES)}
+        trainer = swarm.new_trainer(in_flight=in_flight, only=fastest if static else None)
+        return await steady_throughput(trainer, batches, microbatches), trainer.statistics().lost
 
 
 async def steady_throughput(
@@ -117,38 +114,30 @@ async def rebalancing(
     (steady samples/s once the moves are done, stage sizes over time, lost microbatches)."""
     data = DigitsDatasetConfig().build()
     batches = data.train_batches(0, 1, batch_size=BATCH, seed=0)
-    swarm = InProcessSwarm(SwarmSpec(speeds=((1.0,) * 4, (1.0,), (1.0,)), base_seconds=base))
-    wiring = PipelineWiring(STAGES, seed=0)
-    swarm.attach(wiring)
-    trainer = PipelineTrainer(
-        num_stages=STAGES, transport=swarm, wiring=wiring, config=TrainerConfig(in_flight=in_flight)
-    )
-    async with trio.open_nursery() as nursery:
-        if enabled:
+    spec = SwarmSpec(speeds=((1.0,) * 4, (1.0,), (1.0,)), base_seconds=base)
+    async with open_in_process_swarm(spec) as swarm, trio.open_nursery() as nursery:
+        trainer = swarm.new_trainer(in_flight=in_flight)
+        if enabled:  # the servers' own loops: a move once a view has settled for a period
             nursery.start_soon(swarm.rebalance_every, 0.5)
-        await trainer.train(batches, steps=2 * in_flight)  # the moves happen in here (~1 s)
+        await trainer.train(batches, steps=2 * in_flight)  # the moves happen in here (~2 s)
         rate = await steady_throughput(trainer, batches, microbatches, start=2 * in_flight)
         nursery.cancel_scope.cancel()
-    return rate, swarm.stage_sizes, trainer.statistics().lost
+        return rate, swarm.stage_sizes, trainer.statistics().lost
 
 
 async def accuracy(codec: str, microbatches: int) -> tuple[float, float, float]:
     """(initial loss, final loss, eval accuracy) after `microbatches` with `codec` boundaries."""
     data = DigitsDatasetConfig().build()
     batches = data.train_batches(0, 1, batch_size=BATCH, seed=1)
-    swarm = InProcessSwarm(
-        SwarmSpec(speeds=((1.0, 1.0),) * STAGES, codec=codec, target_batch=4 * BATCH)
-    )
-    wiring = PipelineWiring(STAGES, seed=1)
-    swarm.attach(wiring)
-    trainer = PipelineTrainer(
-        num_stages=STAGES, transport=swarm, wiring=wiring, config=TrainerConfig(in_flight=1)
-    )
-    x, y = data.x[data.eval_index], data.y[data.eval_index]
-    initial, _ = evaluate(swarm, x, y)
-    await trainer.train(batches, steps=microbatches)
-    final, acc = evaluate(swarm, x, y)
-    return initial, final, acc
+    spec = SwarmSpec(speeds=((1.0, 1.0),) * STAGES, codec=codec, target_batch=4 * BATCH)
+    async with open_in_process_swarm(spec) as swarm:
+        trainer = swarm.new_trainer(seed=1, in_flight=1)
+        x, y = data.x[data.eval_index], data.y[data.eval_index]
+        initial, _ = evaluate(swarm, x, y)
+        await trainer.train(batches, steps=microbatches)
+        await swarm.settle()
+        final, acc = evaluate(swarm, x, y)
+        return initial, final, acc
 
 
 async def main(args: argparse.Namespace) -> None:

@@ -48,6 +48,9 @@ class NodeConfig:
     run: str | None = None
     run_role: str | None = None  # SWARM runs: "server" (default) or "trainer"
     run_data: str | None = None  # the user's data file for `run` (checked against its digest)
+    # model factories by import path (package.module:factory) this node may import when a run
+    # names them: importing runs code, so only what the local user lists (swarm/models/registry)
+    trusted_models: tuple[str, ...] = ()
     # what this node agrees to hold for one run, checked before a spec is built (swarm/budget.py)
     max_params: int = 200_000_000
     max_memory: int = 0  # bytes; 0: half this machine's memory

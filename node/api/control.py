@@ -30,7 +30,10 @@ log = logging.getLogger(__name__)
 
 MAX_REQUEST = 64 * 1024
 MAX_RESPONSE = 16 * 1024 * 1024
-REQUEST_TIMEOUT = 10.0
+REQUEST_TIMEOUT = 10.0  # to send a whole request line
+METHOD_TIMEOUT = 300.0  # to answer it: a join may wait for the DHT, then for the run's peers;
+# the client decides how long it waits for the answer (its own `timeout`), this only bounds
+# how long a call whose client went away can hold one of the `max_concurrent` slots
 MAX_DEPTH = 32  # a 64 KiB line of "[[[[…" would otherwise reach the JSON decoder's recursion limit
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
@@ -81,10 +84,13 @@ class ControlServer:
             try:
                 with trio.fail_after(REQUEST_TIMEOUT):
                     request = parse_request(await _read_line(stream, MAX_REQUEST))
-                    request_id, name = request.get("id"), request.get("method")
-                    method, params = self._resolve(request)
+                request_id, name = request.get("id"), request.get("method")
+                method, params = self._resolve(request)
+                with trio.fail_after(METHOD_TIMEOUT):
                     reply = {"id": request_id, "result": await method(params)}
-            except (ControlError, trio.TooSlowError) as exc:
+            except trio.TooSlowError:
+                reply = {"id": request_id, "error": f"{name or 'the request'} took too long"}
+            except ControlError as exc:
                 reply = {"id": request_id, "error": str(exc) or type(exc).__name__}
             except Exception as exc:  # noqa: BLE001 - our own bug in a method: answer, log, serve on
                 log.exception("control method %r failed", name)

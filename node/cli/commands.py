@@ -130,7 +130,13 @@ def _run_options(args: argparse.Namespace) -> dict[str, Any]:
     data = data_params(args).get("data")
     if data is not None and not args.run:
         raise NodeError("--data belongs to a run: give --run too")
-    return {"run": args.run, "run_role": args.role, "run_data": data}
+    options: dict[str, Any] = {"run": args.run, "run_role": args.role, "run_data": data}
+    if args.model:  # added to the configured ones (PEERTRAIN_TRUSTED_MODELS, config.toml)
+        from ..config import load_config
+
+        configured = load_config(args.home).trusted_models
+        options["trusted_models"] = [*configured, args.model]
+    return options
 
 
 async def _serve_and_join(config, peer: str) -> None:
@@ -228,7 +234,13 @@ def cmd_run_join(args: argparse.Namespace) -> int:
     result = call_sync(
         NodeConfig(home=_home(args)).control_socket,
         "run.join",
-        {"name": args.name, "timeout": 60, **role_params(args), **data_params(args)},
+        {
+            "name": args.name,
+            "timeout": 60,
+            **({"model": args.model} if args.model else {}),
+            **role_params(args),
+            **data_params(args),
+        },
         timeout=120,
     )
     print(
@@ -236,6 +248,25 @@ def cmd_run_join(args: argparse.Namespace) -> int:
         if args.json
         else f"joined run {result['name']} ({result['run_id'][:16]}…)"
     )
+    return 0
+
+
+def cmd_run_export(args: argparse.Namespace) -> int:
+    from ..api.control import call_sync
+    from ..config import NodeConfig
+
+    out = Path(args.out).expanduser().absolute()  # the daemon's working folder is not ours
+    result = call_sync(
+        NodeConfig(home=_home(args)).control_socket,
+        "run.export",
+        {"run": args.run, "out": str(out), "format": args.format},
+        timeout=300,
+    )
+    if args.json:
+        print(json.dumps(result))
+    else:
+        files = ", ".join(result["files"])
+        print(f"exported run {result['run']} at round {result['round']} to {out}: {files}")
     return 0
 
 
@@ -250,12 +281,17 @@ def cmd_run_list(args: argparse.Namespace) -> int:
 
 
 def cmd_swarm_local(args: argparse.Namespace) -> int:
-    from .local_swarm import LocalSwarmOptions, run_local_swarm
+    from .local_swarm import run_local_swarm
 
     if args.mode == "swarm":
-        from .local_swarm import run_swarm_pipeline
+        from .swarm_pipeline import PipelineSwarm, pipeline_options
 
-        return run_swarm_pipeline(args, run_spec_from_args(args))
+        pipeline = pipeline_options(args, run_spec_from_args(args))
+        return run_local_swarm(
+            lambda base, console: PipelineSwarm(pipeline, base, console), pipeline.report
+        )
+    from .swarm_mesh import LocalSwarmOptions, MeshSwarm
+
     if args.nodes < 1:
         raise NodeError("--nodes must be at least 1")
     options = LocalSwarmOptions(
@@ -268,4 +304,4 @@ def cmd_swarm_local(args: argparse.Namespace) -> int:
         byzantine=args.byzantine,
         attack=args.attack,
     )
-    return run_local_swarm(options)
+    return run_local_swarm(lambda base, console: MeshSwarm(options, base, console), options.report)

@@ -17,6 +17,7 @@ from .commands import (
     cmd_join,
     cmd_node_start,
     cmd_run_create,
+    cmd_run_export,
     cmd_run_join,
     cmd_run_list,
     cmd_status,
@@ -110,6 +111,7 @@ def _add_node_commands(
         default=None,
         help="SWARM runs: serve a stage (default) or feed microbatches",
     )
+    _add_trust_option(p)
     p.set_defaults(handler=cmd_join)
 
     p = commands.add_parser("status", parents=[home], help="status of the daemon on this home")
@@ -148,11 +150,33 @@ def _add_run_commands(commands: Any, home: argparse.ArgumentParser) -> None:
     )
     add_role_options(p)
     _add_data_options(p, "your copy of the run's data (checked against its digest)")
+    _add_trust_option(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_run_join)
+    p = run.add_parser("export", parents=[home], help="write the run's current model to a folder")
+    p.add_argument("--run", metavar="ID|NAME", default="", help="the run (default: the only one)")
+    p.add_argument("--out", required=True, type=Path, metavar="DIR", help="folder to write")
+    p.add_argument(
+        "--format",
+        choices=["safetensors", "torch", "hf"],
+        default="safetensors",
+        help="safetensors (default): model.safetensors, loadable without peertrain; torch: "
+        "model.pt; hf: save_pretrained (transformers models)",
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_run_export)
     p = run.add_parser("list", parents=[home], help="runs announced in the DHT")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=cmd_run_list)
+
+
+def _add_trust_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--model",
+        metavar="PACKAGE.MODULE:FACTORY",
+        help="the run's model, when it is one by import path: this node may import it (peertrain "
+        "imports only code you name; config key trusted_models)",
+    )
 
 
 def _add_data_options(p: argparse.ArgumentParser, data_help: str) -> None:

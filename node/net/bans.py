@@ -30,7 +30,7 @@ class BanEnforcer(ConnectionEvents):
         self.host = host
         self.scoreboard = scoreboard
         self._send, self._receive = trio.open_memory_channel[ID](QUEUE)
-        self.disconnected = 0
+        self.disconnections = 0
         scoreboard.on_ban.append(self._queue_text)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -60,7 +60,7 @@ class BanEnforcer(ConnectionEvents):
     async def _disconnect(self, peer: ID) -> None:
         try:
             await self.host.disconnect(peer)
-            self.disconnected += 1
+            self.disconnections += 1
             log.info("disconnected banned peer %s", peer)
         except Exception as exc:  # noqa: BLE001 - a connection already gone is the goal reached
             log.info("disconnecting banned peer %s: %s", peer, exc)

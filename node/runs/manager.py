@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 from libp2p.peer.id import ID
@@ -31,10 +31,14 @@ from ..params import param
 from ..services.node_services import NodeServices
 from ..supervision import ServiceHealth, ServiceHealthStatus, Supervisor, describe
 from .directory import Candidate, RunDirectory, ambiguous, listing_of, matches
+from .run_export import export_run
 from .run_lookup import RUN_LOOKUP, RunFinder, RunFound, RunLookup
 from .session import CRDT_SYNC, RunSession, saved_manifests
-from .spec_check import check_spec, local_data, remember_data, with_data_digest
+from .spec_check import check_spec, local_data, remember_data, trust_models, with_data_digest
 from .status import ManyRunsStatus, RunStatus
+
+if TYPE_CHECKING:
+    from .session import MemberFactory
 
 log = logging.getLogger(__name__)
 
@@ -54,14 +58,19 @@ class RunManager:
         role_at_start: str | None = None,
         data_at_start: str | None = None,
         budget: RunBudget | None = None,
+        trusted_models: tuple[str, ...] = (),
     ) -> None:
         self.node = node
+        self.trusted_models = set(trusted_models)  # import paths the local user chose
         self.join_at_start, self.role_at_start = join_at_start, role_at_start
         self.data_at_start = data_at_start
         self.budget = budget or RunBudget()
         self.directory = RunDirectory(node, lambda: [listing_of(s) for s in self._active()])
         self.finder = RunFinder(node, self.directory)
         self.sessions: dict[str, RunSession] = {}
+        # set by a process that holds a user's model (node/api/diloco.py): it alone can take
+        # part in `external:` runs
+        self.member_factory: MemberFactory | None = None
         self.supervisor = Supervisor(max_failures=3, window=600.0, backoff_min=2.0)
         self._nursery: trio.Nursery | None = None
 
@@ -85,10 +94,12 @@ class RunManager:
 
     def control_methods(self) -> dict[str, Any]:
         async def create(params: dict[str, Any]) -> dict[str, Any]:
+            spec = param(params, "spec", dict, {})
+            self._trust_model(spec.get("model"))  # the local user named it (run create --model)
             session = await self.create(
                 name=param(params, "name", str, ""),
                 mode=param(params, "mode", str, "") or "diloco",
-                spec=param(params, "spec", dict, {}),
+                spec=spec,
                 role=_role(params),
                 data=param(params, "data", str, None),
                 budget=self._budget(params),
@@ -96,6 +107,7 @@ class RunManager:
             return {"run_id": session.run_id, "name": session.manifest.name}
 
         async def join(params: dict[str, Any]) -> dict[str, Any]:
+            self._trust_model(param(params, "model", str, None))  # run join --model
             session = await self.join(
                 param(params, "name", str, ""),
                 timeout=param(params, "timeout", float, 30.0),
@@ -122,12 +134,36 @@ class RunManager:
                 raise ControlError(str(exc)) from None
             return {"text": text}
 
+        async def export(params: dict[str, Any]) -> dict[str, Any]:
+            session = self._session_named(param(params, "run", str, ""))
+            out = param(params, "out", str, "")
+            return await export_run(session, out, param(params, "format", str, "safetensors"))
+
         return {
             "run.create": create,
             "run.join": join,
             "run.list": list_runs,
             "run.sample": sample,
+            "run.export": export,
         }
+
+    def _trust_model(self, model: Any) -> None:
+        """A model import path the local user named on the control socket may be imported."""
+        if isinstance(model, str) and model:
+            self.trusted_models.add(model)
+
+    def _session_named(self, name: str) -> RunSession:
+        """Our run that `name` means (any, when we are in one run and `name` is empty)."""
+        found = [
+            s
+            for s in self.sessions.values()
+            if not name or matches(name, s.run_id, s.manifest.name)
+        ]
+        if len(found) != 1:
+            listed = ", ".join(s.manifest.name for s in self.sessions.values()) or "none"
+            what = f"no run {name!r}" if not found else f"{len(found)} runs match {name!r}"
+            raise ControlError(f"{what} on this node (its runs: {listed}); name one with --run")
+        return found[0]
 
     def _budget(self, params: dict[str, Any]) -> RunBudget:
         """This node's budget, or the one a control call asks for instead."""
@@ -154,6 +190,7 @@ class RunManager:
             raise ControlError(f"this node already takes part in a run named {name!r}")
         if data is not None:
             spec = with_data_digest(spec, data)
+        trust_models(self.trusted_models)
         spec_bytes = _spec_bytes(mode, spec)
         manifest = RunManifest(
             creator=self.node.peer_id,
@@ -163,7 +200,7 @@ class RunManager:
             spec=spec_bytes,
         )
         envelope = sign_manifest(self.node.identity.key_pair, manifest)
-        check_spec(manifest, budget=budget or self.budget, data=data)
+        check_spec(manifest, budget=budget or self.budget, data=data, own_model=self._own_model)
         remember_data(self._run_directory(manifest.run_id), data)
         log.info("created run %s (%s)", name, manifest.run_id[:16])
         session = await self._start(manifest.run_id, envelope, seeds=set(), role=role)
@@ -194,11 +231,21 @@ class RunManager:
             seeds: set[str] = set()
         else:
             run_id, envelope, seeds = await self.finder.find_one(name, within=timeout)
-        check_spec(open_manifest(envelope, run_id), budget=budget or self.budget, data=data)
+        trust_models(self.trusted_models)
+        check_spec(
+            open_manifest(envelope, run_id),
+            budget=budget or self.budget,
+            data=data,
+            own_model=self._own_model,
+        )
         remember_data(self._run_directory(run_id), data)
         session = await self._start(run_id, envelope, seeds=seeds, role=role)
         self.directory.changed()
         return session
+
+    @property
+    def _own_model(self) -> bool:
+        return self.member_factory is not None
 
     def _run_directory(self, run_id: str) -> Path:
         return self.node.home / "runs" / run_id
@@ -354,6 +401,7 @@ class _SessionLifecycle:
             manifest_envelope=self.envelope,
             seeds=self.seeds,
             role=self.role,
+            member_factory=manager.member_factory,
         )
         previous = manager.sessions.get(self.run_id)
         if previous is not None:

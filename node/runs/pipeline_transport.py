@@ -1,6 +1,7 @@
-"""`StageTransport` over libp2p: what a trainer (and a stage server) sends to stage servers.
+"""The pipeline transport over libp2p: calls to stage servers, and the handler that answers them.
 
-Each call opens one stream on `/peertrain/pipeline/1.0.0` (pipeline_wire.py), sends the request
+Client (`NetworkStageTransport`, a `StagePeerTransport`): each call opens one stream on
+`/peertrain/pipeline/1.0.0` (swarm/pipeline/wire.py), sends the request
 and its tensors, reads the reply and its tensors, and closes. Anything that goes wrong with one
 server — no connection, a reset, a timeout, a refusal (`ErrorResponse`: wrong stage, bad input),
 a reply that does not decode or whose tensors fail their digests — surfaces as
@@ -10,22 +11,32 @@ costs `timeout`, never a stuck microbatch.
 
 Streams reuse the one connection libp2p keeps per peer (Yamux), so a call costs a stream open
 plus one round trip, not a dial.
+
+Server (`PipelineHandler`): decodes a request at the edge and calls this node's `StageService`
+(swarm/pipeline/stage_service.py), the same methods the in-process network calls. Remote
+misbehaviour never stops the server: a request for a run we are not in, or for a stage we do
+not serve, is refused (`ErrorResponse`; a small penalty for the wrong stage: an honest trainer
+may lag a move by a second); an undecodable, oversized, non-finite or mis-shaped tensor, or a
+forged digest, is refused with a penalty (`PeerScoreboard`), and the server goes on.
 """
 
 from __future__ import annotations
 
+import logging
+
 import torch
 import trio
-from libp2p.abc import IHost
+from libp2p.abc import IHost, INetStream
 from libp2p.peer.id import ID
-from peertrain.protocol.errors import PeertrainError
+from peertrain.protocol.errors import DecodeError, PeertrainError, ProtocolError
 from peertrain.protocol.framing import read_message, write_message
-from peertrain.protocol.messages import ErrorResponse, Request, Response, check_reply
+from peertrain.protocol.messages import ErrorCode, ErrorResponse, Request, Response, check_reply
 from peertrain.protocol.tensors import PreparedTensor
+from peertrain.swarm.pipeline.averaging import Contribution
 from peertrain.swarm.pipeline.boundary import BoundaryTensor
-from peertrain.swarm.pipeline.errors import ServerUnavailable
-
-from .pipeline_wire import (
+from peertrain.swarm.pipeline.errors import NotServing, ServerUnavailable, WrongStage
+from peertrain.swarm.pipeline.stage_service import StageService
+from peertrain.swarm.pipeline.wire import (
     MAX_BOUNDARY_BYTES,
     MAX_STATE_BYTES,
     PIPELINE,
@@ -37,9 +48,22 @@ from .pipeline_wire import (
     StateRequest,
     boundary_of,
     prepare_boundary,
+    prepare_flat,
     read_payloads,
     write_payloads,
 )
+
+from ..net.penalties import PeerScoreboard, is_misbehaviour
+from ..net.rpc import refuse
+from ..net.stream_limits import StreamSlots
+
+log = logging.getLogger(__name__)
+
+WRONG_STAGE = 101  # ErrorResponse code: the server serves another stage (it may just have moved)
+BAD_INPUT_PENALTY = 25.0
+WRONG_STAGE_PENALTY = 1.0
+IDLE_TIMEOUT = 10.0
+ANSWER_TIMEOUT = 120.0
 
 
 class NetworkStageTransport:
@@ -88,11 +112,11 @@ class NetworkStageTransport:
         return await self._exchange(peer, call, prepared, StageReply, MAX_BOUNDARY_BYTES)
 
     # --- between servers of one stage ----------------------------------------------------
-    async def gradients(self, peer, *, stage: int, round_: int) -> tuple[torch.Tensor, int]:
-        """Peer's contribution (flat gradient sum, samples) to averaging round `round_`."""
+    async def contribution(self, peer, *, stage: int, round_: int) -> Contribution:
+        """Peer's contribution to round `round_`, with its state checksum after `round_ - 1`."""
         req = GradientsRequest(run=self.run_id, stage=stage, round=round_)
         reply, tensors = await self._exchange(peer, req, (), GradientsReply, MAX_STATE_BYTES)
-        return flat_tensor(reply, tensors), reply.samples
+        return Contribution(flat_tensor(reply, tensors), reply.samples, reply.checksum)
 
     async def state(self, peer, *, stage: int) -> tuple[torch.Tensor, int, int]:
         """Peer's stage state: (flat state, Adam step, averaging rounds applied)."""
@@ -115,7 +139,8 @@ class NetworkStageTransport:
         with trio.move_on_after(self.timeout):
             try:
                 stream = await self.host.new_stream(pid, [str(PIPELINE)])
-            except Exception as exc:  # libp2p's many dial/stream errors: this server is unavailable
+            except Exception as exc:  # noqa: BLE001 — libp2p's many dial/stream error types all
+                # mean one thing here: this server is unavailable (translated into our tree)
                 raise ServerUnavailable(f"{peer}: cannot open a pipeline stream: {exc}") from None
             try:
                 await write_message(stream, request, idle_timeout=idle)
@@ -127,18 +152,17 @@ class NetworkStageTransport:
                 tensors = await read_payloads(
                     stream, reply.tensors, max_nbytes=max_nbytes, idle_timeout=idle
                 )
-            except (
-                PeertrainError
-            ) as exc:  # RemoteError (refused), DecodeError, StreamEnded, PeerTimeout…
+            except PeertrainError as exc:  # RemoteError (refused), DecodeError, StreamEnded, …
                 raise ServerUnavailable(f"{peer}: {type(exc).__name__}: {exc}") from None
-            except Exception as exc:  # a muxer error escaping the framing layer
+            except Exception as exc:  # noqa: BLE001 — a muxer error escaping the framing layer:
+                # this server is unavailable (translated into our tree)
                 raise ServerUnavailable(f"{peer}: {exc!r}") from None
             finally:
                 with trio.CancelScope(shield=True), trio.move_on_after(1.0):
                     try:
                         await stream.close()
-                    except Exception:  # already reset by the peer
-                        pass
+                    except Exception:  # noqa: BLE001 — silence is right: the peer has
+                        pass  # already reset the stream, and the call's outcome is settled
             self.bytes_sent += sum(p.header.nbytes for p in prepared)
             self.bytes_received += sum(t.numel() for t in tensors)
             return reply, tensors
@@ -162,3 +186,121 @@ def flat_tensor(reply, tensors: list[torch.Tensor]) -> torch.Tensor:
         )
     except PeertrainError as exc:
         raise ServerUnavailable(f"bad tensor: {exc}") from None
+
+
+class PipelineHandler:
+    """Answers `/peertrain/pipeline/1.0.0` streams with this node's `StageService`.
+
+    Set as the host's stream handler by the pipeline session (node/runs/pipeline_session.py)."""
+
+    def __init__(self, service: StageService, run_id: str, scoreboard: PeerScoreboard) -> None:
+        self.service, self.run_id, self.scoreboard = service, run_id, scoreboard
+        self._slots = StreamSlots(scoreboard, max_total=64, max_per_peer=24)
+
+    async def on_stream(self, stream: INetStream) -> None:
+        async with self._slots.admit(stream) as peer:
+            if peer is None:
+                return
+            with trio.move_on_after(ANSWER_TIMEOUT):
+                await self._answer(peer, stream)
+
+    async def _answer(self, peer: str, stream: INetStream) -> None:
+        try:
+            req = await read_message(
+                stream, (StageCall, GradientsRequest, StateRequest), idle_timeout=IDLE_TIMEOUT
+            )
+        except ProtocolError as exc:
+            self._penalise_if_bad(peer, exc)
+            return
+        try:
+            reply, prepared = await self._dispatch(peer, req, stream)
+        except ProtocolError as exc:  # a payload too big, forged or cut short; bad tensor values
+            self._penalise_if_bad(peer, exc)
+            reply, prepared = refuse(req, ErrorCode.BAD_REQUEST, str(exc)), ()
+        except WrongStage as exc:
+            if not exc.moved:
+                reason = f"pipeline: stage {req.stage} asked of {self.service.stage}"
+                self.scoreboard.penalise(peer, WRONG_STAGE_PENALTY, reason)
+            reply, prepared = refuse(req, WRONG_STAGE, str(exc)), ()
+        except NotServing as exc:
+            reply, prepared = refuse(req, ErrorCode.BUSY, str(exc)), ()
+        except Exception:  # noqa: BLE001 — our bug, but one a remote request triggers: answer
+            # INTERNAL and keep serving (as node/net/rpc.py does); the traceback is logged
+            log.exception("pipeline: handler failed on a request from %s", peer)
+            reply, prepared = refuse(req, ErrorCode.INTERNAL, "internal error"), ()
+        if isinstance(reply, ErrorResponse):
+            self.service.refused += 1
+        try:
+            await write_message(stream, reply, idle_timeout=IDLE_TIMEOUT)
+            await write_payloads(stream, prepared, idle_timeout=IDLE_TIMEOUT)
+        except ProtocolError as exc:
+            log.debug("pipeline: could not answer %s: %s", peer, exc)
+
+    async def _dispatch(self, peer: str, req: Request, stream: INetStream):
+        """(reply, prepared tensors) for one decoded request."""
+        assert isinstance(req, StageCall | GradientsRequest | StateRequest)
+        tensors: list[torch.Tensor] = []
+        if isinstance(req, StageCall):  # the payloads follow the message: take them off first
+            tensors = await read_payloads(
+                stream, req.tensors, max_nbytes=MAX_BOUNDARY_BYTES, idle_timeout=IDLE_TIMEOUT
+            )
+        if req.run != self.run_id:
+            return refuse(req, ErrorCode.NOT_FOUND, "not in that run"), ()
+        if isinstance(req, StateRequest):
+            return await self._state(req)
+        self.service.check_stage(req.stage)
+        if isinstance(req, GradientsRequest):
+            return await self._gradients(peer, req)
+        malformed = self._malformed(req)
+        if malformed is not None:
+            self._penalise_if_bad(peer, DecodeError("malformed stage call"))
+            return refuse(req, ErrorCode.BAD_REQUEST, malformed), ()
+        return await self._stage_call(req, tensors)
+
+    def _malformed(self, req: StageCall) -> str | None:
+        """Why a stage call cannot be served as sent (None: it can)."""
+        expected = {"forward": 1, "backward": 2, "loss": 1}[req.op]
+        last = (req.op == "loss") != (req.stage == self.service.spec.stages - 1)
+        if last or len(req.tensors) != expected or (req.op != "loss" and req.targets):
+            return f"{req.op} with {len(req.tensors)} tensors at stage {req.stage}"
+        return None
+
+    async def _stage_call(self, req: StageCall, tensors: list[torch.Tensor]):
+        service, x = self.service, boundary_of(req.tensors[0], tensors[0])
+        loss, result = 0.0, None
+        if req.op == "forward":
+            result = await service.forward(req.stage, x)
+        elif req.op == "backward":
+            grad_out = boundary_of(req.tensors[1], tensors[1])
+            result = await service.backward(req.stage, x, grad_out)
+        else:
+            targets = torch.tensor(req.targets, dtype=torch.int64)
+            loss, result = await service.loss_backward(req.stage, x, targets)
+        prepared = () if result is None else (prepare_boundary(result),)
+        headers = tuple(p.header for p in prepared)
+        return req.reply(StageReply, loss=float(loss), tensors=headers), prepared
+
+    async def _gradients(self, peer: str, req: GradientsRequest):
+        contribution = await self.service.contribution(peer, req.stage, req.round)
+        if contribution is None:
+            return refuse(req, ErrorCode.NOT_FOUND, f"no contribution for round {req.round}"), ()
+        prepared = (await trio.to_thread.run_sync(prepare_flat, "gradients", contribution.flat),)
+        reply = req.reply(
+            GradientsReply,
+            samples=contribution.samples,
+            tensors=(prepared[0].header,),
+            checksum=contribution.checksum,
+        )
+        return reply, prepared
+
+    async def _state(self, req: StateRequest):
+        flat, adam_step, completed = await self.service.export_state(req.stage)
+        prepared = (await trio.to_thread.run_sync(prepare_flat, "stage-state", flat),)
+        reply = req.reply(
+            StateReply, round=completed, adam_step=adam_step, tensors=(prepared[0].header,)
+        )
+        return reply, prepared
+
+    def _penalise_if_bad(self, peer: str, exc: ProtocolError) -> None:
+        if is_misbehaviour(exc):
+            self.scoreboard.penalise(peer, BAD_INPUT_PENALTY, f"pipeline: {exc}")

@@ -9,10 +9,12 @@ only wire.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import trio
 from libp2p.abc import IHost
@@ -29,6 +31,13 @@ from .context import RunContext
 from .spec_check import local_data
 from .status import DiLoCoRunStatus, RunStatus, SwarmRunStatus
 from .update_exchange import open_update_exchange
+
+if TYPE_CHECKING:
+    from peertrain.swarm.diloco.build import BuiltMember
+    from peertrain.swarm.diloco.run_spec import DiLoCoSpec
+
+    # (spec, this node's peer ID) -> the member; called on a worker thread
+    MemberFactory = Callable[[DiLoCoSpec, str], BuiltMember]
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +72,12 @@ class RunSession:
         manifest_envelope: bytes,
         seeds: set[str] = frozenset(),
         role: dict[str, Any] | None = None,
+        member_factory: MemberFactory | None = None,
     ) -> None:
         # swarm runs: {"role": "server"|"trainer", "speed": …, "stage": …}
         self.role = dict(role or {})
+        # runs of a user-supplied model (`external:`): builds the member around it
+        self.member_factory = member_factory
         self.pipeline = None
         state = RunState(run_id)
         state.accept_manifest(manifest_envelope)
@@ -127,12 +139,17 @@ class RunSession:
         from peertrain.swarm.diloco.checkpoint import CheckpointStore
         from peertrain.swarm.diloco.driver import DiLoCoDriver, expected_members
         from peertrain.swarm.diloco.run_spec import DiLoCoSpec
+        from peertrain.swarm.models.external import is_external
 
         context, node = self.context, self.context.node
         spec = DiLoCoSpec.from_bytes(self.manifest.spec)
         me = node.peer_id
         data = local_data(context.directory)  # the user's file, checked against the spec's digest
-        built = await trio.to_thread.run_sync(lambda: build_member(spec, me, data=data))
+        if is_external(spec.model) and self.member_factory is not None:
+            factory = self.member_factory
+        else:
+            factory = functools.partial(build_member, data=data)
+        built = await trio.to_thread.run_sync(factory, spec, me)
         update_exchange = open_update_exchange(
             node,
             run_id=self.run_id,

@@ -12,6 +12,7 @@ The data path is this node's business, not the run's: it is kept beside the save
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -39,14 +40,29 @@ def decode_spec(manifest: RunManifest) -> Any:
         raise ControlError(f"refusing run {manifest.name!r}: {exc}") from None
 
 
-def check_spec(manifest: RunManifest, *, budget: RunBudget, data: str | None) -> None:
-    """Refuse (ControlError) a run whose spec this node must not or cannot build."""
+def check_spec(
+    manifest: RunManifest, *, budget: RunBudget, data: str | None, own_model: bool = False
+) -> None:
+    """Refuse (ControlError) a run whose spec this node must not or cannot build. `own_model`:
+    this process holds a user's model (peertrain.DiLoCo), the only way into `external:` runs."""
     spec = decode_spec(manifest)
+    if _is_external(spec) and not own_model:
+        raise ControlError(
+            f"refusing run {manifest.name!r}: it trains a user-supplied model ({spec.model}) "
+            "that only a script holding that model can join, with "
+            "peertrain.DiLoCo(model, optimizer, run=...)"
+        )
     try:
         check_budget(spec, budget)
         _check_data(spec, data)
     except (SpecOverBudget, SwarmConfigError) as exc:
         raise ControlError(f"refusing run {manifest.name!r}: {exc}") from None
+
+
+def _is_external(spec: Any) -> bool:
+    from peertrain.swarm.models.external import is_external
+
+    return is_external(spec.model)
 
 
 def _check_data(spec: Any, data: str | None) -> None:
@@ -70,6 +86,19 @@ def with_data_digest(spec: dict[str, Any], data: str) -> dict[str, Any]:
     settings["data_digest"] = file_digest(path)
     settings.setdefault("sources", [])
     return {**spec, "dataset": spec.get("dataset") or "text", "dataset_settings": settings}
+
+
+def trust_models(paths: Iterable[str]) -> None:
+    """Let this process import the model factories among `paths` (the local user's choice:
+    `trusted_models`, `--model package.module:factory`) when a run names them."""
+    import_paths = [p for p in paths if ":" in p and not p.startswith("external:")]
+    if not import_paths:
+        return
+    from peertrain.swarm.models.registry import is_import_path, trust_import
+
+    for path in import_paths:
+        if is_import_path(path):
+            trust_import(path)
 
 
 def remember_data(directory: Path, data: str | None) -> None:

@@ -18,6 +18,7 @@ from .batches import (
 )
 from .corpus import corpus_digest, file_digest, load_corpus, pydoc_topics_text, stdlib_source_files
 from .digits import DigitsDataset, DigitsDatasetConfig
+from .external import ExternalDatasetConfig
 from .shards import assign_shards, seeded_int, shard_indices, split_eval
 from .text import TextDataset, TextDatasetConfig
 
@@ -32,15 +33,18 @@ class Dataset(Protocol):
     def eval_batches(self, *, batch_size: int, max_batches: int | None = None) -> list[Batch]: ...
 
 
-DATASET_CONFIGS: dict[str, type[TextDatasetConfig] | type[DigitsDatasetConfig]] = {
+DATASET_CONFIGS: dict[
+    str, type[TextDatasetConfig] | type[DigitsDatasetConfig] | type[ExternalDatasetConfig]
+] = {
     "text": TextDatasetConfig,
     "digits": DigitsDatasetConfig,
+    "external": ExternalDatasetConfig,  # a user's own loop feeds the model (peertrain.DiLoCo)
 }
 
 
 def dataset_config(
     name: str, settings: Mapping[str, Any] | None = None
-) -> TextDatasetConfig | DigitsDatasetConfig:
+) -> TextDatasetConfig | DigitsDatasetConfig | ExternalDatasetConfig:
     """The config of dataset `name` (one of `DATASET_CONFIGS`) with `settings` applied.
 
     A run's settings come from a manifest that any peer may have written: they never name a

@@ -42,15 +42,19 @@ class BuiltMember:
 
     def sample(self, prompt: str, max_new_tokens: int = 160, *, seed: int = 0) -> str:
         """Text from θ_global (GPT runs only), on a copy so training is never disturbed."""
-        import copy
-
         from ..models import GPT, sample_text
 
         if not isinstance(self.member.model, GPT):
             raise TypeError("only GPT runs can sample text")
+        return sample_text(self.global_model(), prompt, max_new_tokens, seed=seed)
+
+    def global_model(self) -> torch.nn.Module:
+        """A copy of the model holding θ_global (for sampling and export): training goes on."""
+        import copy
+
         model = copy.deepcopy(self.member.model)
         ParamLayout(model).load(self.member.global_params)
-        return sample_text(model, prompt, max_new_tokens, seed=seed)
+        return model
 
     def eval_loss(self) -> float:
         """Loss of θ_global on the run's fixed eval batches (the model holds θ_global between
@@ -69,7 +73,6 @@ def build_member(
     batches = dataset.train_batches(
         shard, spec.num_shards, batch_size=spec.batch_size, seed=spec.seed
     )
-    aggregator = spec.build_aggregator()
     member = DiLoCoMember(
         model,
         batches,
@@ -79,15 +82,22 @@ def build_member(
             lr=spec.lr,
             warmup_steps=spec.warmup_steps,
         ),
-        outer=OuterConfig(lr=spec.outer_lr, momentum=spec.outer_momentum),
-        codec=ProtocolCodec(spec.codec),
-        error_feedback=spec.error_feedback,
-        aggregator=aggregator,
+        **member_settings(spec),
     )
     held_out = dataset.eval_batches(batch_size=64, max_batches=eval_batches)
     return BuiltMember(
         member=member, shard=shard, eval_batches=held_out, spec=spec, dataset=dataset
     )
+
+
+def member_settings(spec: DiLoCoSpec) -> dict[str, Any]:
+    """The outer half of a member as the spec sets it: outer optimizer, codec, aggregation."""
+    return {
+        "outer": OuterConfig(lr=spec.outer_lr, momentum=spec.outer_momentum),
+        "codec": ProtocolCodec(spec.codec),
+        "error_feedback": spec.error_feedback,
+        "aggregator": spec.build_aggregator(),
+    }
 
 
 @functools.lru_cache(maxsize=4)

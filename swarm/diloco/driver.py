@@ -447,5 +447,10 @@ class DiLoCoDriver:
         """Text from the member's model, on its torch thread (never beside a round's work)."""
         return await self._thread(self.built.sample, prompt, max_new_tokens)
 
+    async def global_model(self):
+        """(round, a copy of the model holding θ_global of that round), taken on the torch
+        thread: never mid-round."""
+        return await self._thread(lambda: (self.member.round, self.built.global_model()))
+
     async def _thread(self, fn, *args):
         return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)

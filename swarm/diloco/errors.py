@@ -4,6 +4,7 @@
     └── SwarmError                   (swarm/errors.py)
         └── DiLoCoError              a DiLoCo member could not do what was asked
             ├── RoundFailed          a round could not complete (exchange timed out, no update)
+            ├── LoopClosed           a user's own training loop ended while a round needed it
             └── CheckpointError      a checkpoint is missing, incomplete, or failed verification
                 └── CheckpointCorrupt  its bytes do not hash to its name / recorded digests
 
@@ -30,3 +31,7 @@ class CheckpointError(DiLoCoError):
 
 class CheckpointCorrupt(CheckpointError):
     """A checkpoint's bytes do not match the hashes that name and describe it."""
+
+
+class LoopClosed(DiLoCoError):
+    """A user's own training loop ended (`peertrain.DiLoCo.close()`) while a round needed it."""

@@ -8,9 +8,12 @@ Synchronous torch code: the daemon calls it through `trio.to_thread.run_sync`.
 
 from __future__ import annotations
 
+import copy
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -67,6 +70,12 @@ class InnerLoop:
         self.device = device or next(model.parameters()).device
         self.optimizer = build_adamw(model, config)
         self.step = 0
+
+    def reset_optimizer(self, state: Mapping[str, Any] | None) -> None:
+        """A fresh AdamW, holding `state` (a state_dict) when given: a member adopting a state."""
+        self.optimizer = build_adamw(self.model, self.config)
+        if state is not None:
+            self.optimizer.load_state_dict(copy.deepcopy(dict(state)))
 
     def run(self, steps: int) -> InnerReport:
         """Train for `steps` steps; returns the losses seen (on training batches)."""

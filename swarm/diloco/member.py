@@ -30,10 +30,9 @@ from .config import InnerConfig, OuterConfig
 from .errors import DiLoCoError
 from .exchange import Contribution, UpdateExchange
 from .flat import ParamLayout
-from .inner_loop import InnerLoop, InnerReport, build_adamw
+from .inner_loop import InnerLoop, InnerReport
 from .outer_step import NesterovOuterOptimizer
 from .state_hash import state_hash
-
 
 EQUIVOCATION = "equivocation"  # a sender with several updates for one round
 UNDECODABLE = "undecodable"  # the codec refused the payload
@@ -88,10 +87,13 @@ class DiLoCoMember:
         codec: UpdateCodec | None = None,
         error_feedback: bool = True,
         aggregator: Aggregator | None = None,
+        inner_loop: InnerLoop | None = None,
     ) -> None:
+        """`inner_loop`: who takes the H inner steps (default: our AdamW on `batches`; a user's
+        own loop is swarm/diloco/external.py's ExternalInnerLoop)."""
         self.model = model
         self.layout = ParamLayout(model)
-        self.inner = InnerLoop(model, batches, inner)
+        self.inner = inner_loop or InnerLoop(model, batches, inner)
         self.outer = NesterovOuterOptimizer(self.layout.numel, outer or OuterConfig())
         self.encoder = ErrorFeedbackEncoder(
             codec or ProtocolCodec("fp32"), self.layout.numel, enabled=error_feedback
@@ -221,9 +223,7 @@ class DiLoCoMember:
         self.layout.load(flat)
         self.round = state.round
         self.inner.step = state.inner_step
-        self.inner.optimizer = build_adamw(self.model, self.inner.config)
-        if state.inner_optimizer is not None:
-            self.inner.optimizer.load_state_dict(copy.deepcopy(dict(state.inner_optimizer)))
+        self.inner.reset_optimizer(state.inner_optimizer)
         residual = state.residual if state.residual is not None else torch.zeros(self.layout.numel)
         self.encoder.residual = residual.detach().float().clone()
         self._prepared = None

@@ -8,6 +8,7 @@ from typing import Any
 from torch import nn
 
 from .config import ConfigError, config_from_dict, config_to_dict
+from .external import ExternalModelConfig, external_model_name, is_external
 from .gpt import GPT, GPTConfig, sample_text
 from .mlp import MLPClassifier, MLPConfig
 from .registry import ENTRY_POINT_GROUP, FactoryModelConfig, factory_config, trust_import
@@ -17,11 +18,14 @@ MODEL_CONFIGS: dict[str, type[GPTConfig] | type[MLPConfig]] = {"gpt": GPTConfig,
 
 def model_config(
     name: str, settings: Mapping[str, Any] | None = None
-) -> GPTConfig | MLPConfig | FactoryModelConfig:
+) -> GPTConfig | MLPConfig | FactoryModelConfig | ExternalModelConfig:
     """The config of model `name` with `settings` applied: a built-in (`MODEL_CONFIGS`), an
-    installed plugin, or a trusted `package.module:factory` (see registry.py)."""
+    installed plugin, a trusted `package.module:factory` (see registry.py), or a model a user's
+    script holds (`external:<fingerprint>`, see external.py)."""
     if name in MODEL_CONFIGS:
         return config_from_dict(MODEL_CONFIGS[name], settings or {})
+    if is_external(name):
+        return ExternalModelConfig.of(name, settings or {})
     found = factory_config(name, settings or {})
     if found is None:
         raise ConfigError(
@@ -39,6 +43,7 @@ def count_parameters(model: nn.Module) -> int:
 __all__ = [
     "GPT",
     "MODEL_CONFIGS",
+    "ExternalModelConfig",
     "FactoryModelConfig",
     "ConfigError",
     "GPTConfig",
@@ -47,6 +52,7 @@ __all__ = [
     "config_from_dict",
     "config_to_dict",
     "count_parameters",
+    "external_model_name",
     "model_config",
     "sample_text",
     "trust_import",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .external import ExternalModelConfig
 from .gpt import GPTConfig
 from .mlp import MLPConfig
 from .registry import FactoryModelConfig
@@ -25,6 +26,8 @@ def parameter_count(config: GPTConfig | MLPConfig | FactoryModelConfig | Any) ->
         return _mlp_parameters(config)
     if isinstance(config, FactoryModelConfig):
         return _meta_parameters(config)
+    if isinstance(config, ExternalModelConfig):  # counted by its creator, who holds it
+        return config.params
     raise TypeError(f"cannot size a model from {type(config).__name__}")
 
 

@@ -12,23 +12,26 @@ Modules, each one concept:
     boundary.py    tensors crossing stage boundaries (fp32 / fp16 / int8 blockwise payloads)
     slices.py      cutting a model (the digits MLP) into stage slices
     run_spec.py    what a swarm run trains: the manifest's spec (stages, model, data, knobs)
-    transport.py   THE interface between trainers and servers (StageTransport)
+    transport.py   THE interfaces: StageTransport (trainer -> servers), StagePeerTransport
+                   (a server -> its stage's other servers)
+    wire.py        the `/peertrain/pipeline/1.0.0` messages; tensors as TensorHeader + raw
+                   verified frames, never msgpacked
     trainer.py     a trainer: microbatches through one server per stage, retries, no loss
-    harness.py     a whole swarm in one process (threads), for tests and benchmarks
+    stage_service.py  a stage server of a run: serve, measure, announce in RunState, average
+                   within the stage, repair drift, answer rounds and state downloads
+    stage_moves.py the joiner's stage and the settled-view rebalancing loop of a stage service
+    trainer_loop.py   a trainer of a run: wiring kept in step with RunState, static phase, steps
+    memory.py      both transports in one process: callers reach StageServices directly
+    harness.py     a whole swarm in one process: the real services and loops on memory.py
     local_run.py   one in-process run with the report of `peertrain swarm local --mode swarm`
 
-On the network (node/, which may import libp2p; this package may not):
+On the network (node/, which may import libp2p; this package may not), thin adapters only:
 
-    node/runs/pipeline_wire.py       the `/peertrain/pipeline/1.0.0` messages; tensors as TensorHeader +
-                                raw verified frames, never msgpacked
-    node/runs/pipeline_transport.py  `StageTransport` over libp2p streams; a failure: ServerUnavailable
-    node/runs/pipeline_server.py     a stage server as a run service: serve, measure, announce in
-                                RunState and the DHT, average within the stage, rebalance
-    node/runs/pipeline_drift.py      the stage's server-to-server calls: contributions carrying
-                                checksums, state downloads for movers and drifted copies
-    node/runs/pipeline_trainer.py    a trainer as a run service: wiring kept in step with RunState
-    node/runs/pipeline_session.py    a swarm run's session: RunState first, then the node's role
-    node/cli/pipeline_local.py      `peertrain swarm local --mode swarm`: daemons as processes + report
+    node/runs/pipeline_transport.py  both transports over libp2p streams (a failure:
+                                ServerUnavailable) and the stream handler that calls StageService
+    node/runs/pipeline_session.py    a swarm run's session: RunState first, then a StageService or
+                                a TrainerLoop on the node's transport; the DHT stage key
+    node/cli/swarm_pipeline.py       `peertrain swarm local --mode swarm`: daemons + report
 
 Choices, and why (each module's docstring says more): backward recomputes the forward, so any
 server of a stage can take any microbatch's backward and a dying server costs a retry, not a
@@ -38,5 +41,5 @@ all-gather round that whoever is ready first starts, summed in peer-ID order so 
 copies stay bitwise identical (averaging.py), and a copy that still drifts (a peer left out by
 some servers only) is outvoted at the next round and re-syncs (drift.py); one deterministic
 mover per period, decided by everyone on the same view at the middle of the period (rebalance.py,
-node/runs/pipeline_server.py).
+stage_moves.py).
 """

@@ -48,6 +48,7 @@ import trio
 
 from ..aggregation.validation import RUN_MAX_NORM_RATIO, judge_values
 from .drift import DriftGuard, Repair, flat_checksum, state_checksum
+from .errors import ServerUnavailable
 from .migration import export_state, import_state
 from .stage import StageServer
 
@@ -237,7 +238,7 @@ class StageAverager:
         with trio.move_on_after(self.timeout):
             try:
                 got = Contribution(*await self.fetch(peer, step))
-            except Exception as exc:  # dead, left the stage, or refused: leave it out of the round
+            except ServerUnavailable as exc:  # dead, left the stage, or refused: leave it out
                 log.debug("stage round %d: no contribution from %s: %r", step, peer, exc)
                 return
             if got.flat.shape != shape or got.samples < 0:
@@ -276,7 +277,7 @@ class StageAverager:
         with trio.move_on_after(2 * self.timeout):
             try:
                 flat, adam_step, rounds = await self.fetch_state(donor)
-            except Exception as exc:  # the donor left, moved or died: try the next
+            except ServerUnavailable as exc:  # the donor left, moved or died: try the next
                 log.info("stage state from %s for a re-sync failed: %r", donor, exc)
                 return False
             if rounds < self.completed or not self.may_repair():

@@ -1,42 +1,52 @@
-"""A whole SWARM in one process: stage servers on threads, an in-process transport, kills, moves.
+"""A whole SWARM in one process: the real stage services and trainer loops on a memory transport.
 
-Tests and benchmarks need many heterogeneous, killable servers without processes or sockets.
-Each `ServerHost` runs one real `StageServer` (real torch compute on a worker thread, one call at a
-time, FIFO) and, to model a slower machine, pads every call to `base_seconds · cost · rows / speed`
-(cost: forward 1, backward and loss_backward 2.5, as the wiring counts them). `kill` makes a host
-fail its current and future calls, exactly as a dead peer looks to a trainer (`ServerUnavailable`).
+Tests and benchmarks need many heterogeneous, killable servers without processes or sockets. Each
+server here is the daemon's own `StageService` (stage_service.py: serve lock, padding to
+`base_seconds · work / speed`, throughput measurement, averaging rounds with drift repair,
+state downloads, the rebalancing rule), reached through `MemoryStageNetwork` (memory.py) instead
+of libp2p, and deciding from one shared `RunState` (every peer's replica, converged at once:
+what gossip gives the daemons a moment later). Trainers are a `PipelineTrainer` over
+`swarm.transport` whose wiring follows RunState through the trainer loop's `WiringSync`
+(`attach`, `new_trainer`), or whole `TrainerLoop`s (`add_trainer`), as a trainer daemon runs.
 
-Servers of a stage average and step when the stage's accumulated samples reach `target_batch`:
-the in-process all-reduce takes every live server's (gradient sum, samples), sums them, and each
-server steps with the totals; servers keep serving meanwhile, as over the network. `rebalance`
-applies `plan_move`: the mover finishes its current call, downloads the target stage's state from
-a live server there, swaps its slice, and is re-announced to every attached trainer's wiring in
-its new stage.
+`kill(peer)` ends a server's tasks and fails its current and future calls, exactly as a dead
+peer looks to the others (`ServerUnavailable`); its member record stays until its lease ends,
+as on the network. `rebalance(period)` lets every live server renew its record and evaluate
+that period's move on the same view (one of them moves: downloads its new stage's state and
+switches); `rebalance_every(s)` runs every server's own rebalancing loop, with its settled-view
+rule.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TypeVar
 
 import torch
 import trio
+from peertrain.crdt.runstate import RunState
+from peertrain.crdt.writer import RunWriter
 from peertrain.swarm.models.mlp import MLPConfig
 
-from .boundary import BoundaryTensor
-from .errors import ServerUnavailable
-from .rebalance import Move, StageView, plan_move, stage_for_new_peer
-from .slices import mlp_stage_module
+from .membership import PipelinePeer, servers
+from .memory import MemoryStageNetwork
+from .rebalance import Move, StageView
+from .run_spec import PipelineSpec
 from .stage import StageServer
-from .wiring import BACKWARD_COST, PeerKey, PipelineWiring
+from .stage_service import StageService
+from .trainer import PipelineTrainer, TrainerConfig
+from .trainer_loop import TrainerLoop, WiringSync
+from .wiring import PipelineWiring
 
-T = TypeVar("T")
+RUN_ID = "in-process-swarm"
+SETTLE_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SwarmSpec:
-    """`speeds[s]` lists the relative speeds of stage s's servers (its length: how many)."""
+    """`speeds[s]` lists the relative speeds of stage s's servers (its length: how many); the
+    rest is the run's `PipelineSpec` (`trainer_spec` adds the trainers' settings)."""
 
     speeds: tuple[tuple[float, ...], ...]
     model: MLPConfig = MLPConfig(hidden=64, depth=2)
@@ -44,186 +54,223 @@ class SwarmSpec:
     codec: str = "fp32"
     target_batch: int = 256  # samples per stage step, summed over the stage's servers
     base_seconds: float = 0.0  # per forward sample at speed 1; 0: no artificial slowdown
+    batch_size: int = 16
+    rebalance_period: float = 0.0  # servers' own rebalancing loops; 0: only `rebalance()`
 
     @property
     def num_stages(self) -> int:
         return len(self.speeds)
 
+    def pipeline_spec(self, **trainer_settings: object) -> PipelineSpec:
+        model = self.model
+        return PipelineSpec(
+            model_settings={"hidden": model.hidden, "depth": model.depth},
+            stages=self.num_stages,
+            batch_size=self.batch_size,
+            target_batch=self.target_batch,
+            codec=self.codec,
+            rebalance_period=self.rebalance_period,
+            base_seconds=self.base_seconds,
+            seed=self.seed,
+            **trainer_settings,  # type: ignore[arg-type]
+        )
+
 
 class ServerHost:
-    def __init__(self, peer: str, stage: int, server: StageServer, *, speed: float) -> None:
-        self.peer, self.stage, self.server, self.speed = peer, stage, server, speed
-        self.alive = True
-        self.lock = trio.Lock()  # one call at a time, served in arrival order
-        self._thread = trio.CapacityLimiter(1)
+    """One in-process server: its real `StageService`, and the scope that ends it."""
 
-    async def call(self, fn: Callable[[], T], *, stage: int, work: float, base: float) -> T:
-        async with self.lock:
-            if not self.alive or stage != self.stage:
-                raise ServerUnavailable(f"{self.peer} does not serve stage {stage}")
-            started = trio.current_time()
-            result = await trio.to_thread.run_sync(fn, limiter=self._thread)
-            await trio.sleep(max(0.0, base * work / self.speed - (trio.current_time() - started)))
-            if not self.alive:
-                raise ServerUnavailable(f"{self.peer} died during the call")
-            return result
+    def __init__(self, peer: str, service: StageService) -> None:
+        self.peer, self.service = peer, service
+        self.scope = trio.CancelScope()
+        self.alive = True
+
+    @property
+    def stage(self) -> int:
+        return self.service.stage
+
+    @property
+    def speed(self) -> float:
+        return self.service.speed
+
+    @property
+    def server(self) -> StageServer:
+        assert self.service.server is not None, "a host is listed once its service serves"
+        return self.service.server
 
 
 class InProcessSwarm:
-    """Stage servers plus an implementation of `StageTransport` that reaches them directly."""
+    """Stage services on one memory network; open it with `open_in_process_swarm`."""
 
-    def __init__(self, spec: SwarmSpec) -> None:
-        self.spec = spec
+    def __init__(self, spec: SwarmSpec, nursery: trio.Nursery) -> None:
+        self.spec, self._nursery = spec, nursery
+        self.run_spec = spec.pipeline_spec()
+        self.state = RunState(RUN_ID)
+        self.network = MemoryStageNetwork()
+        self.transport = self.network.client("trainer")  # for `PipelineTrainer`s in tests
         self.hosts: dict[str, ServerHost] = {}
-        for stage, speeds in enumerate(spec.speeds):
-            for index, speed in enumerate(speeds):
-                peer = f"s{stage}-{index}"
-                self.hosts[peer] = ServerHost(peer, stage, self._server(stage), speed=speed)
-        self._wirings: list[PipelineWiring] = []
-        self._step_locks = [trio.Lock() for _ in spec.speeds]
-        self.steps = [0] * spec.num_stages
-        self.stage_sizes: list[list[int]] = [self.sizes()]
+        self.stage_sizes: list[list[int]] = []
+        self._syncs: list[WiringSync] = []
 
-    def _server(self, stage: int) -> StageServer:
-        module = mlp_stage_module(self.spec.model, self.spec.num_stages, stage, seed=self.spec.seed)
-        last = stage == self.spec.num_stages - 1
-        return StageServer(module, stage=stage, is_last=last, codec=self.spec.codec)
+    async def _start_server(self, peer: str, *, stage: int | None, speed: float) -> ServerHost:
+        service = StageService(
+            self.run_spec,
+            self._peer(peer),
+            peers=self.network.client(peer),
+            creator="s0-0",
+            speed=speed,
+            stage=stage,
+        )
+        self.network.register(peer, service)
+        host = ServerHost(peer, service)
+        await self._nursery.start(self._serve, host)
+        self.hosts[peer] = host
+        return host
+
+    def _peer(self, name: str) -> PipelinePeer:
+        """A peer of this process's run: its writer writes the shared RunState."""
+        return PipelinePeer(me=name, state=self.state, writer=RunWriter(self.state, name))
+
+    @staticmethod
+    async def _serve(host: ServerHost, *, task_status: trio.TaskStatus[None]) -> None:
+        with host.scope:
+            await host.service.run(task_status=task_status)
 
     # --- membership -----------------------------------------------------------------------
     def attach(self, wiring: PipelineWiring, *, only: set[str] | None = None) -> None:
-        """Announce live servers (all, or `only` these) to a trainer's wiring, and keep it told."""
-        for host in self.hosts.values():
-            if host.alive and (only is None or host.peer in only):
-                wiring[host.stage].announce(host.peer)
-        if only is None:
-            self._wirings.append(wiring)
+        """Tell a trainer's wiring of the live servers (all, kept in step with RunState after
+        every join and move; or only these, a fixed pipeline)."""
+        if only is not None:
+            for peer in only:
+                wiring[self.hosts[peer].stage].announce(peer)
+            return
+        sync = WiringSync(wiring, self.spec.num_stages)
+        sync.update(servers(self.state, self.spec.num_stages))
+        self._syncs.append(sync)
+
+    def _changed(self) -> None:
+        entries = servers(self.state, self.spec.num_stages)
+        for sync in self._syncs:
+            sync.update(entries)
+        self.record_sizes()
+
+    def record_sizes(self) -> None:
+        sizes = self.sizes()
+        if not self.stage_sizes or self.stage_sizes[-1] != sizes:
+            self.stage_sizes.append(sizes)
 
     def members(self, stage: int) -> list[ServerHost]:
-        return [h for h in self.hosts.values() if h.stage == stage and h.alive]
+        return [h for h in self.hosts.values() if h.alive and h.stage == stage]
 
     def sizes(self) -> list[int]:
         return [len(self.members(stage)) for stage in range(self.spec.num_stages)]
 
-    def kill(self, peer: str) -> None:
-        self.hosts[peer].alive = False
-
-    # --- StageTransport -------------------------------------------------------------------
-    async def forward(self, peer: PeerKey, *, stage: int, x: BoundaryTensor) -> BoundaryTensor:
-        host = self._host(peer)
-        return await host.call(
-            lambda: host.server.forward(x), stage=stage, work=x.rows, base=self.spec.base_seconds
-        )
-
-    async def backward(
-        self, peer: PeerKey, *, stage: int, x: BoundaryTensor, grad_out: BoundaryTensor
-    ) -> BoundaryTensor | None:
-        host = self._host(peer)
-        grad = await host.call(
-            lambda: host.server.backward(x, grad_out),
-            stage=stage,
-            work=BACKWARD_COST * x.rows,
-            base=self.spec.base_seconds,
-        )
-        await self._maybe_step(stage)
-        return grad
-
-    async def loss_backward(
-        self, peer: PeerKey, *, stage: int, x: BoundaryTensor, targets: torch.Tensor
-    ) -> tuple[float, BoundaryTensor | None]:
-        host = self._host(peer)
-        result = await host.call(
-            lambda: host.server.loss_backward(x, targets),
-            stage=stage,
-            work=BACKWARD_COST * x.rows,
-            base=self.spec.base_seconds,
-        )
-        await self._maybe_step(stage)
-        return result
-
-    def _host(self, peer: PeerKey) -> ServerHost:
-        host = self.hosts.get(str(peer))
-        if host is None:
-            raise ServerUnavailable(f"unknown server {peer!r}")
-        return host
-
-    # --- averaging within a stage ---------------------------------------------------------
-    async def _maybe_step(self, stage: int) -> None:
-        if self._pending(stage) < self.spec.target_batch or self._step_locks[stage].locked():
-            return
-        async with self._step_locks[stage]:
-            members = self.members(stage)
-            await trio.to_thread.run_sync(self._all_reduce_and_step, members)
-            self.steps[stage] += 1
-
-    def _pending(self, stage: int) -> int:
-        return sum(h.server.pending_samples for h in self.members(stage))
-
-    @staticmethod
-    def _all_reduce_and_step(members: list[ServerHost]) -> None:
-        """Sum every live server's (gradient sum, samples), then step each with the totals.
-
-        Servers keep serving meanwhile (no host is held): a backward that lands between the take
-        and the step counts towards the next step.
-        """
-        parts = [h.server.take_gradients() for h in members]
-        total = torch.stack([flat for flat, _ in parts]).sum(0)
-        samples = sum(n for _, n in parts)
-        for host in members:
-            host.server.apply_average(total, samples)
-
-    # --- rebalancing ----------------------------------------------------------------------
-    def views(self) -> list[StageView]:
-        """What servers would announce: demand per sample per stage, throughput per server."""
-        last = self.spec.num_stages - 1
+    @property
+    def steps(self) -> list[int]:
+        """Optimizer steps per stage (its most advanced live server's)."""
         return [
-            StageView(
-                demand=BACKWARD_COST if stage == last else 1.0 + BACKWARD_COST,
-                servers={h.peer: h.speed for h in self.members(stage)},
-            )
+            max((h.server.statistics().steps for h in self.members(stage)), default=0)
             for stage in range(self.spec.num_stages)
         ]
 
+    def views(self) -> list[StageView]:
+        """The view every server decides from (RunState: measured throughputs, demands)."""
+        return next(iter(self.hosts.values())).service.views()
+
+    def kill(self, peer: str) -> None:
+        host = self.hosts[peer]
+        host.alive = False
+        self.network.kill(peer)
+        host.scope.cancel()
+
     async def join(self, speed: float) -> str:
         """A new server joins the stage with the most need, with that stage's current state."""
-        stage = stage_for_new_peer(self.views())
         peer = f"j{len(self.hosts)}"
-        server = self._server(stage)
-        donors = self.members(stage)
-        if donors:
-            state = await trio.to_thread.run_sync(donors[0].server.state)
-            await trio.to_thread.run_sync(server.load_state, state)
-        self.hosts[peer] = ServerHost(peer, stage, server, speed=speed)
-        for wiring in self._wirings:
-            wiring[stage].announce(peer)
-        self.stage_sizes.append(self.sizes())
+        await self._start_server(peer, stage=None, speed=speed)
+        self._changed()
         return peer
 
+    async def settle(self) -> None:
+        """Until no averaging round is under way on any live server."""
+        with trio.fail_after(SETTLE_TIMEOUT):
+            while any(  # noqa: ASYNC110 — rounds run in the services' tasks, with no event
+                h.service.averager is not None
+                and h.service.averager.taken != h.service.averager.completed
+                for h in self.hosts.values()
+                if h.alive
+            ):
+                await trio.sleep(0.01)
+
+    # --- rebalancing ----------------------------------------------------------------------
     async def rebalance(self, period: int) -> Move | None:
-        """One period of the rebalancing rule; the move made, if any."""
-        move = plan_move(self.views(), period)
-        if move is None:
-            return None
-        donors = self.members(move.target)
-        host = self.hosts[move.peer]
-        async with host.lock:  # its current call finishes first
-            server = self._server(move.target)
-            if donors:
-                state = await trio.to_thread.run_sync(donors[0].server.state)
-                await trio.to_thread.run_sync(server.load_state, state)
-            host.server, host.stage = server, move.target
-        for wiring in self._wirings:
-            wiring[move.source].exclude(move.peer)
-            wiring[move.target].announce(move.peer)
-        self.stage_sizes.append(self.sizes())
-        return move
+        """One period, compressed: every live server renews its record (what its announce loop
+        does every few seconds), then evaluates `period`'s move on that same view; the move
+        made, if any."""
+        made: list[Move] = []
+        live = [h for h in self.hosts.values() if h.alive]
+        for host in live:
+            host.service.announce()
+
+        async def evaluate(service: StageService) -> None:
+            move = await service.rebalance_once(period)
+            if move is not None:
+                made.append(move)
+
+        async with trio.open_nursery() as nursery:
+            for host in live:
+                nursery.start_soon(evaluate, host.service)
+        self._changed()
+        return made[0] if made else None
 
     async def rebalance_every(self, seconds: float) -> None:
-        """Run the rebalancing rule forever, one period every `seconds`."""
-        period = 0
+        """Every live server's own rebalancing loop, one period every `seconds`, forever."""
+        async with trio.open_nursery() as nursery:
+            for host in [h for h in self.hosts.values() if h.alive]:
+                nursery.start_soon(host.service.rebalance_loop, seconds)
+            await self.watch_sizes()
+
+    async def watch_sizes(self, interval: float = 0.05) -> None:
+        """Keep `stage_sizes` and attached wirings up to date with moves the servers make."""
         while True:
-            await trio.sleep(seconds)
-            await self.rebalance(period)
-            period += 1
+            await trio.sleep(interval)
+            if self.sizes() != self.stage_sizes[-1]:
+                self._changed()
+
+    # --- trainers -------------------------------------------------------------------------
+    def new_trainer(
+        self, *, seed: int = 0, in_flight: int = 16, only: set[str] | None = None
+    ) -> PipelineTrainer:
+        """A `PipelineTrainer` on this swarm, its wiring attached (see `attach`)."""
+        wiring = PipelineWiring(self.spec.num_stages, seed=seed)
+        self.attach(wiring, only=only)
+        return PipelineTrainer(
+            num_stages=self.spec.num_stages,
+            transport=self.transport,
+            wiring=wiring,
+            config=TrainerConfig(in_flight=in_flight),
+        )
+
+    async def add_trainer(self, name: str, **settings: object) -> TrainerLoop:
+        """A whole trainer loop (wiring sync, static phase, step loop), as a trainer daemon's;
+        `settings`: the run's trainer settings (microbatches, in_flight, static_seconds…)."""
+        spec = self.spec.pipeline_spec(**settings)
+        loop = TrainerLoop(spec, self._peer(name), transport=self.network.client(name))
+        await self._nursery.start(loop.run)
+        return loop
+
+
+@asynccontextmanager
+async def open_in_process_swarm(spec: SwarmSpec) -> AsyncIterator[InProcessSwarm]:
+    """The servers of `spec.speeds` (peer IDs `s<stage>-<index>`), serving; ended on exit."""
+    async with trio.open_nursery() as nursery:
+        swarm = InProcessSwarm(spec, nursery)
+        for stage, speeds in enumerate(spec.speeds):
+            for index, speed in enumerate(speeds):
+                await swarm._start_server(f"s{stage}-{index}", stage=stage, speed=speed)
+        swarm.record_sizes()
+        try:
+            yield swarm
+        finally:
+            nursery.cancel_scope.cancel()
 
 
 def evaluate(swarm: InProcessSwarm, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:

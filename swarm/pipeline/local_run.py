@@ -1,25 +1,28 @@
 """One in-process SWARM run with the report `peertrain swarm local --mode swarm` prints.
 
-The same run as node/cli/pipeline_local.py's daemons, in one process (threads, no sockets): N
-servers dealt round-robin over S stages (speeds cycled over them, as `--speeds 1,2,4`), T trainers
-sharing the microbatches, optional kill of one server at `kill_at` seconds, optional rebalancing,
-and a report with the issue's keys. Tests and benchmarks use it where process start-up and
-loopback overhead would drown what they measure; `ideal_throughput` and `static_throughput` mean
-the same in both.
+The same run as the daemons of node/cli/swarm_pipeline.py, in one process (no sockets): N
+stage services dealt round-robin over S stages (speeds cycled over them, as `--speeds 1,2,4`),
+T trainer loops sharing the microbatches, each opening with `static_seconds` of a fixed
+pipeline (the `static_throughput` baseline), optional kill of one server of stage 1 at
+`kill_at` seconds into the SWARM phase, optional rebalancing by the servers' own loops. The
+services and trainer loops are the daemons' own (harness.py), so `throughput`,
+`ideal_throughput` and `static_throughput` mean the same in both; tests and benchmarks use it
+where process start-up and loopback overhead would drown what they measure.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass, field
 
 import trio
 from peertrain.swarm.data.digits import DigitsDatasetConfig
 from peertrain.swarm.models.mlp import MLPConfig
 
-from .harness import InProcessSwarm, SwarmSpec, evaluate
-from .trainer import PipelineTrainer, TrainerConfig
-from .wiring import BACKWARD_COST, PipelineWiring
+from .harness import InProcessSwarm, SwarmSpec, evaluate, open_in_process_swarm
+from .trainer_loop import TrainerLoop
+from .wiring import BACKWARD_COST
+
+PHASE_POLL = 0.02
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -34,9 +37,9 @@ class LocalRunConfig:
     target_batch: int = 128
     base_seconds: float = 1e-3  # per forward sample at speed 1
     codec: str = "fp32"
-    kill_at: float | None = None  # seconds after the start: kill the first server of stage 1
+    kill_at: float | None = None  # seconds into the SWARM phase: kill the first server of stage 1
     rebalance_period: float | None = None
-    static_microbatches: int = 0  # >0: also time one fixed pipeline of the fastest servers
+    static_seconds: float = 0.0  # >0: the trainers first time a fixed pipeline of the fastest
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -54,12 +57,14 @@ class LocalRunConfig:
             codec=self.codec,
             target_batch=self.target_batch,
             base_seconds=self.base_seconds,
+            batch_size=self.batch_size,
+            rebalance_period=self.rebalance_period or 0.0,
         )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LocalRunReport:
-    throughput: float  # samples/s over the whole run
+    throughput: float  # samples/s of the trainers in the SWARM phase
     ideal_throughput: float  # Σ of the slowest stage's server capacities
     static_throughput: float | None
     lost_microbatches: int
@@ -84,85 +89,64 @@ def ideal_throughput(spec: SwarmSpec) -> float:
     )
 
 
-async def _train(
-    swarm: InProcessSwarm,
-    config: LocalRunConfig,
-    *,
-    trainers: int,
-    microbatches: int,
-    only: set[str] | None = None,
-) -> list[PipelineTrainer]:
-    data = DigitsDatasetConfig().build()
-    group = []
-    for index in range(trainers):
-        wiring = PipelineWiring(config.stages, seed=config.seed * 101 + index)
-        swarm.attach(wiring, only=only)
-        group.append(
-            PipelineTrainer(
-                num_stages=config.stages,
-                transport=swarm,
-                wiring=wiring,
-                config=TrainerConfig(in_flight=config.in_flight),
-            )
-        )
-    share = microbatches // trainers
-    async with trio.open_nursery() as nursery:
-        for index, trainer in enumerate(group):
-            batches = data.train_batches(index, trainers, batch_size=config.batch_size, seed=0)
-            nursery.start_soon(lambda t=trainer, b=batches: t.train(b, steps=share))
-    return group
-
-
 async def run_local(config: LocalRunConfig) -> LocalRunReport:
     data = DigitsDatasetConfig().build()
     x, y = data.x[data.eval_index], data.y[data.eval_index]
-    swarm = InProcessSwarm(config.spec())
-    initial_loss, _ = evaluate(swarm, x, y)
-    killed: list[str] = []  # set only if the kill really happened during the run
-    started = time.perf_counter()
-    async with trio.open_nursery() as nursery:
-        if config.kill_at is not None:
+    async with open_in_process_swarm(config.spec()) as swarm:
+        initial_loss, _ = evaluate(swarm, x, y)
+        killed: list[str] = []  # set only if the kill really happened during the run
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(swarm.watch_sizes)
+            loops = [
+                await swarm.add_trainer(
+                    f"t{index}",
+                    microbatches=config.microbatches // config.trainers,
+                    in_flight=config.in_flight,
+                    static_seconds=config.static_seconds,
+                )
+                for index in range(config.trainers)
+            ]
+            if config.kill_at is not None:
+                nursery.start_soon(_kill_in_swarm_phase, swarm, loops, config.kill_at, killed)
+            while not all(loop.finished for loop in loops):  # noqa: ASYNC110 — loops expose
+                await trio.sleep(PHASE_POLL)  # no event; their `finished` is their status
+            nursery.cancel_scope.cancel()
+        final_loss, accuracy = evaluate(swarm, x, y)
+        return _report(swarm, loops, initial_loss, final_loss, accuracy, killed)
 
-            async def kill(delay: float) -> None:
-                await trio.sleep(delay)
-                victim = swarm.members(1)[0].peer
-                swarm.kill(victim)
-                killed.append(victim)
 
-            nursery.start_soon(kill, config.kill_at)
-        if config.rebalance_period is not None:
-            nursery.start_soon(swarm.rebalance_every, config.rebalance_period)
-        trainers = await _train(
-            swarm, config, trainers=config.trainers, microbatches=config.microbatches
-        )
-        nursery.cancel_scope.cancel()
-    elapsed = time.perf_counter() - started
-    final_loss, accuracy = evaluate(swarm, x, y)
-    stats = [t.statistics() for t in trainers]
+async def _kill_in_swarm_phase(
+    swarm: InProcessSwarm, loops: list[TrainerLoop], delay: float, killed: list[str]
+) -> None:
+    """Kill the first server of stage 1 `delay` seconds after every trainer is in SWARM phase
+    (as the daemons' supervisor counts `--kill-at`)."""
+    while not all(loop.swarm_started for loop in loops):  # noqa: ASYNC110 — a status, no event
+        await trio.sleep(PHASE_POLL)
+    await trio.sleep(delay)
+    victim = swarm.members(1)[0].peer
+    swarm.kill(victim)
+    killed.append(victim)
+
+
+def _report(
+    swarm: InProcessSwarm,
+    loops: list[TrainerLoop],
+    initial_loss: float,
+    final_loss: float,
+    accuracy: float,
+    killed: list[str],
+) -> LocalRunReport:
+    statuses = [loop.status() for loop in loops]
+    statics = [s["static"]["throughput"] for s in statuses if s["static"]]
     return LocalRunReport(
-        throughput=sum(s.samples for s in stats) / elapsed,
+        throughput=sum(s["swarm_samples"] / s["swarm_seconds"] for s in statuses),
         ideal_throughput=ideal_throughput(swarm.spec),
-        static_throughput=await _static_throughput(config) if config.static_microbatches else None,
-        lost_microbatches=sum(s.lost for s in stats),
-        retries=sum(s.retries for s in stats),
+        static_throughput=sum(statics) if statics and len(statics) == len(loops) else None,
+        lost_microbatches=sum(s["lost_microbatches"] for s in statuses),
+        retries=sum(s["retries"] for s in statuses),
         initial_loss=initial_loss,
         final_loss=final_loss,
         accuracy=accuracy,
         stage_sizes=swarm.stage_sizes,
         killed=killed[0] if killed else None,
     )
-
-
-async def _static_throughput(config: LocalRunConfig) -> float:
-    """One fixed pipeline, the fastest server of each stage, same conditions otherwise."""
-    swarm = InProcessSwarm(config.spec())
-    fastest = {max(swarm.members(s), key=lambda h: h.speed).peer for s in range(config.stages)}
-    started = time.perf_counter()
-    trainers = await _train(
-        swarm,
-        config,
-        trainers=config.trainers,
-        microbatches=config.static_microbatches,
-        only=fastest,
-    )
-    return sum(t.statistics().samples for t in trainers) / (time.perf_counter() - started)

@@ -17,10 +17,11 @@ server is neither invisible nor a bottleneck.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from peertrain.crdt.runstate import RunState
+from peertrain.crdt.writer import RunWriter
 
 from .rebalance import StageView
 
@@ -38,6 +39,18 @@ def stage_of_role(role: str) -> int | None:
         return None
     tail = role[len(SERVER_ROLE) :]
     return int(tail) if tail.isdigit() and len(tail) <= 5 else None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelinePeer:
+    """What a stage service or a trainer loop needs of its run: who it is, its replica of
+    RunState (the view it decides from), its writer (its own member record) and its addresses
+    (for that record)."""
+
+    me: str
+    state: RunState
+    writer: RunWriter
+    addrs: Callable[[], Sequence[str]] = tuple
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,8 +1,11 @@
-"""The one interface between a pipeline trainer and stage servers: three async calls.
+"""The interfaces between pipeline trainers and stage servers, and between a stage's servers.
 
-The trainer never talks to sockets; it is given a `StageTransport`. The in-process harness
-(harness.py) implements it with threads; the network implementation (node/runs/pipeline_transport.py)
-sends the same three requests over our protocol to a stage server daemon:
+Neither the trainer nor the stage service talks to sockets; each is given a transport. The
+in-process one (memory.py) calls the peers' `StageService`s directly; the network one
+(node/runs/pipeline_transport.py) sends the same requests over `/peertrain/pipeline/1.0.0`
+(wire.py) to a daemon, whose stream handler calls its `StageService` the same way.
+
+A trainer's `StageTransport`, three calls:
 
     forward(peer, stage, x)                  -> y                  stage < S-1
     backward(peer, stage, x, grad_out)       -> grad_x or None     stage < S-1 (None for stage 0)
@@ -27,6 +30,7 @@ from typing import Protocol
 
 import torch
 
+from .averaging import Contribution, StageState
 from .boundary import BoundaryTensor
 from .wiring import PeerKey
 
@@ -41,3 +45,11 @@ class StageTransport(Protocol):
     async def loss_backward(
         self, peer: PeerKey, *, stage: int, x: BoundaryTensor, targets: torch.Tensor
     ) -> tuple[float, BoundaryTensor | None]: ...
+
+
+class StagePeerTransport(StageTransport, Protocol):
+    """A stage server's calls: the trainer's three, plus two to its stage's other servers."""
+
+    async def contribution(self, peer: PeerKey, *, stage: int, round_: int) -> Contribution: ...
+
+    async def state(self, peer: PeerKey, *, stage: int) -> StageState: ...

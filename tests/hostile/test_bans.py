@@ -38,4 +38,4 @@ async def test_a_peer_banned_for_junk_is_disconnected_and_cannot_come_back():
             except Exception:  # noqa: BLE001 - refused outright is as good as closed at once
                 pass
             await wait_until(lambda: me not in victim.host.get_connected_peers(), timeout=5)
-            assert victim.bans.disconnected >= 1
+            assert victim.bans.disconnections >= 1

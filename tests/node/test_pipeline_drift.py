@@ -36,7 +36,7 @@ async def start(nodes, microbatches: int):
 
 
 def service(node):
-    """The node's pipeline service (PipelineServer or PipelineTrainerService); None until up."""
+    """The node's pipeline service (StageService or TrainerLoop); None until up."""
     pipeline = next(iter(node.runs.sessions.values())).pipeline
     return None if pipeline is None else pipeline.service
 

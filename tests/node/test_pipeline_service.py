@@ -12,13 +12,13 @@ import trio
 from libp2p.peer.id import ID
 from peertrain.dht import stage_key
 from peertrain.node.runs.pipeline_transport import NetworkStageTransport
-from peertrain.node.runs.pipeline_wire import PIPELINE, StageCall, StageReply
 from peertrain.protocol.framing import read_message, write_message
 from peertrain.protocol.messages import ErrorResponse
 from peertrain.protocol.tensors import TensorHeader, root_checksum
 from peertrain.swarm.pipeline.boundary import pack
 from peertrain.swarm.pipeline.errors import ServerUnavailable
 from peertrain.swarm.pipeline.membership import servers as stage_servers
+from peertrain.swarm.pipeline.wire import PIPELINE, StageCall, StageReply
 from peertrain.testing import open_test_swarm, wait_until
 
 SPEC = {"stages": 3, "batch_size": 16, "target_batch": 64, "in_flight": 4, "lr": 0.003}

@@ -9,6 +9,7 @@ import trio
 from peertrain.swarm.models.mlp import MLPConfig
 from peertrain.swarm.pipeline.averaging import StageAverager
 from peertrain.swarm.pipeline.boundary import pack
+from peertrain.swarm.pipeline.errors import ServerUnavailable
 from peertrain.swarm.pipeline.migration import export_state, import_state
 from peertrain.swarm.pipeline.slices import mlp_stage_module
 from peertrain.swarm.pipeline.stage import StageServer
@@ -58,10 +59,10 @@ class Stage:
     def _fetch_for(self, me: str):
         async def fetch(peer: str, round_: int):
             if peer in self.dead:
-                raise ConnectionError(f"{peer} is dead")
+                raise ServerUnavailable(f"{peer} is dead")
             got = await self.averagers[peer].contribution(self.nursery, round_, me)
             if got is None:
-                raise LookupError("round not kept")
+                raise ServerUnavailable("round not kept")
             return got
 
         return fetch

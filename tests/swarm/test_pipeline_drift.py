@@ -11,6 +11,7 @@ from peertrain.swarm.models.mlp import MLPConfig
 from peertrain.swarm.pipeline.averaging import StageAverager
 from peertrain.swarm.pipeline.boundary import pack
 from peertrain.swarm.pipeline.drift import flat_checksum, majority, state_checksum
+from peertrain.swarm.pipeline.errors import ServerUnavailable
 from peertrain.swarm.pipeline.migration import export_state
 from peertrain.swarm.pipeline.slices import mlp_stage_module
 from peertrain.swarm.pipeline.stage import StageServer
@@ -65,10 +66,10 @@ class Stage:
     def _fetch_for(self, me: str):
         async def fetch(peer: str, round_: int):
             if (me, peer) in self.cut:
-                raise ConnectionError(f"{me} cannot reach {peer}")
+                raise ServerUnavailable(f"{me} cannot reach {peer}")
             got = await self.averagers[peer].contribution(self.nursery, round_, me)
             if got is None:
-                raise LookupError("round not kept")
+                raise ServerUnavailable("round not kept")
             return got
 
         return fetch

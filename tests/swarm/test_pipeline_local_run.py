@@ -1,4 +1,5 @@
-"""The in-process run behind `peertrain swarm local --mode swarm`: its report, with a kill."""
+"""The in-process run behind `peertrain swarm local --mode swarm` (the daemons' stage services and
+trainer loops on a memory transport): its report, with a static phase and a kill."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ async def test_local_run_with_a_kill_reports_no_loss_and_falling_loss() -> None:
         target_batch=64,
         base_seconds=2e-4,
         kill_at=0.3,
-        static_microbatches=40,
+        static_seconds=0.5,
     )
     report = await run_local(config)
     data = report.to_json()

@@ -1,4 +1,5 @@
-"""A whole SWARM in process: 3 stages x 2 servers, a server killed mid-run, no microbatch lost."""
+"""A whole SWARM in process (the real stage services on a memory transport): 3 stages x 2
+servers, a server killed mid-run, no microbatch lost."""
 
 from __future__ import annotations
 
@@ -6,9 +7,7 @@ import statistics
 
 import trio
 from peertrain.swarm.data.digits import DigitsDatasetConfig
-from peertrain.swarm.pipeline.harness import InProcessSwarm, SwarmSpec, evaluate
-from peertrain.swarm.pipeline.trainer import PipelineTrainer, TrainerConfig
-from peertrain.swarm.pipeline.wiring import PipelineWiring
+from peertrain.swarm.pipeline.harness import SwarmSpec, evaluate, open_in_process_swarm
 
 MICROBATCHES = 360
 
@@ -20,16 +19,15 @@ def _mean(values: list[float | None]) -> float:
 async def test_server_killed_mid_run_loses_no_microbatch_and_loss_falls() -> None:
     data = DigitsDatasetConfig().build()
     batches = data.train_batches(0, 1, batch_size=16, seed=0)
-    swarm = InProcessSwarm(SwarmSpec(speeds=((1.0, 1.0),) * 3, target_batch=64, base_seconds=1e-4))
+    spec = SwarmSpec(speeds=((1.0, 1.0),) * 3, target_batch=64, base_seconds=1e-4)
+    async with open_in_process_swarm(spec) as swarm:
+        await _train_through_a_kill(swarm, batches, data)
+
+
+async def _train_through_a_kill(swarm, batches, data) -> None:
     trainers = []
     for seed in range(2):
-        wiring = PipelineWiring(3, seed=seed)
-        swarm.attach(wiring)
-        trainers.append(
-            PipelineTrainer(
-                num_stages=3, transport=swarm, wiring=wiring, config=TrainerConfig(in_flight=4)
-            )
-        )
+        trainers.append(swarm.new_trainer(seed=seed, in_flight=4))
     x_eval, y_eval = data.x[data.eval_index], data.y[data.eval_index]
     initial_loss, _ = evaluate(swarm, x_eval, y_eval)
     losses: list[list[float | None]] = [[], []]
@@ -70,17 +68,16 @@ async def test_server_killed_mid_run_loses_no_microbatch_and_loss_falls() -> Non
 async def test_killed_server_is_retried_elsewhere() -> None:
     data = DigitsDatasetConfig().build()
     batches = data.train_batches(0, 1, batch_size=8, seed=1)
-    swarm = InProcessSwarm(SwarmSpec(speeds=((1.0, 1.0),) * 3, target_batch=32))
-    wiring = PipelineWiring(3, seed=0)
-    swarm.attach(wiring)
-    trainer = PipelineTrainer(num_stages=3, transport=swarm, wiring=wiring)
-    swarm.kill("s0-1")
-    swarm.kill("s2-0")
-    await trainer.train(batches, steps=20)
-    stats = trainer.statistics()
-    assert stats.completed == 20 and stats.lost == 0
-    assert stats.retries >= 2  # each dead server was tried once, then excluded
-    assert wiring[0].peers == ["s0-0"] and wiring[2].peers == ["s2-1"]
-    swarm.kill("s0-0")  # a stage with no server left: microbatches are counted lost, not hung
-    await trainer.train(batches, steps=3, start=20)
-    assert trainer.statistics().lost == 3
+    async with open_in_process_swarm(SwarmSpec(speeds=((1.0, 1.0),) * 3, target_batch=32)) as swarm:
+        trainer = swarm.new_trainer()
+        wiring = trainer.wiring
+        swarm.kill("s0-1")
+        swarm.kill("s2-0")
+        await trainer.train(batches, steps=20)
+        stats = trainer.statistics()
+        assert stats.completed == 20 and stats.lost == 0
+        assert stats.retries >= 2  # each dead server was tried once, then excluded
+        assert wiring[0].peers == ["s0-0"] and wiring[2].peers == ["s2-1"]
+        swarm.kill("s0-0")  # a stage with no server left: microbatches are counted lost, not hung
+        await trainer.train(batches, steps=3, start=20)
+        assert trainer.statistics().lost == 3

@@ -27,7 +27,8 @@ from peertrain.protocol.ids import protocol_id
 from peertrain.protocol.messages import Request, Response, message
 from peertrain.protocol.schema import IntRange, MaxLen
 from peertrain.protocol.tensors import PreparedTensor, TensorDownload, TensorHeader, prepare_encoded
-from peertrain.swarm.pipeline.boundary import BoundaryTensor
+
+from .boundary import BoundaryTensor
 
 PIPELINE = protocol_id("pipeline", "1.0.0")
 MAX_ROWS = 4096

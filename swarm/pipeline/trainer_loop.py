@@ -1,8 +1,9 @@
-"""A trainer in a SWARM run: microbatches through one live server per stage, over the network.
+"""A trainer in a SWARM run: its wiring kept in step with RunState, a static phase, the step loop.
 
-The trainer is swarm/pipeline/trainer.py's `PipelineTrainer` with a `NetworkStageTransport`;
-this service only keeps its wiring told of the servers. Every half second it reads the stage
-servers from RunState (swarm/pipeline/membership.py) and:
+The trainer is trainer.py's `PipelineTrainer` with whatever `StageTransport` it is given (the
+node's libp2p one, node/runs/pipeline_transport.py, or the in-process one, memory.py); this loop
+keeps its wiring told of the servers. Every half second it reads the stage servers from
+RunState (membership.py) and:
 
 - announces a server new to its stage (it enters at the stage's minimum virtual load);
 - brings back a server it excluded after a failed call once that server has renewed its record
@@ -28,23 +29,23 @@ import collections
 import logging
 import math
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
-from peertrain.swarm.pipeline.membership import (
+
+from ..data import seeded_int
+from ..data.batches import Batches
+from .membership import (
     STATIC_TRAINER_ROLE,
     TRAINER_ROLE,
+    PipelinePeer,
     ServerEntry,
     servers,
 )
-from peertrain.swarm.pipeline.run_spec import PipelineSpec
-from peertrain.swarm.pipeline.trainer import PipelineTrainer, TrainerConfig
-from peertrain.swarm.pipeline.wiring import PipelineWiring
-
-from .pipeline_transport import NetworkStageTransport
-
-if TYPE_CHECKING:
-    from .context import RunContext
+from .run_spec import PipelineSpec
+from .trainer import PipelineTrainer, TrainerConfig
+from .transport import StageTransport
+from .wiring import PipelineWiring
 
 log = logging.getLogger(__name__)
 
@@ -81,29 +82,29 @@ class WiringSync:
         return all(self.wiring[s].peers for s in range(self.num_stages))
 
 
-class PipelineTrainerService:
-    """This node's trainer in one run. `await nursery.start(service.run)`."""
+class TrainerLoop:
+    """This peer's trainer in one run. `await nursery.start(loop.run)`."""
 
-    def __init__(self, context: RunContext, spec: PipelineSpec) -> None:
-        self.context, self.spec = context, spec
-        self.node = context.node
-        self.me = self.node.identity.peer_id.to_base58()
-        self.transport = NetworkStageTransport(self.node.host, context.run_id, timeout=10.0)
+    def __init__(self, spec: PipelineSpec, peer: PipelinePeer, *, transport: StageTransport):
+        self.spec, self.me, self.state, self.writer = spec, peer.me, peer.state, peer.writer
+        self.transport, self.addrs = transport, peer.addrs
         self.phase = "waiting for servers"
         self.losses: collections.deque[float] = collections.deque(maxlen=LOSS_WINDOW)
         self.first_losses: list[float] = []
         self.static: dict[str, float] | None = None
         self.swarm_started: float | None = None
+        self.swarm_ended: float | None = None
         self.trainers: list[PipelineTrainer] = []
         self.finished = False
 
     async def run(
-        self, *, task_status: trio.TaskStatus[PipelineTrainerService] = trio.TASK_STATUS_IGNORED
+        self, *, task_status: trio.TaskStatus[TrainerLoop] = trio.TASK_STATUS_IGNORED
     ) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._announce_loop)
             task_status.started(self)
             await self._train()
+            self.swarm_ended = time.monotonic()
             self.finished = True
             self.phase = "finished"
 
@@ -114,23 +115,21 @@ class PipelineTrainerService:
 
     def _announce(self) -> None:
         role = STATIC_TRAINER_ROLE if self.phase == "static pipeline" else TRAINER_ROLE
-        self.context.replicator.writer.announce(
+        self.writer.announce(
             role=role,
-            addrs=self.node.addrs()[:8],
+            addrs=list(self.addrs())[:8],
             throughput=self._recent_throughput(),
             lease_ms=LEASE_MS,
         )
 
     def _entries(self) -> dict[str, ServerEntry]:
-        return servers(self.context.state, self.spec.stages)
+        return servers(self.state, self.spec.stages)
 
     async def _train(self) -> None:
-        from peertrain.swarm.data import seeded_int
-
+        """Wiring complete, then the static phase (if any), then the SWARM phase."""
         spec = self.spec
         seed = seeded_int("pipeline-trainer", spec.seed, self.me)
-        wiring = PipelineWiring(spec.stages, seed=seed % 1_000_003)
-        sync = WiringSync(wiring, spec.stages)
+        sync = WiringSync(PipelineWiring(spec.stages, seed=seed % 1_000_003), spec.stages)
         while True:
             sync.update(self._entries())
             if sync.complete():
@@ -143,32 +142,32 @@ class PipelineTrainerService:
         config = TrainerConfig(in_flight=spec.in_flight, max_attempts=12, retry_delay=0.2)
         step = 0
         if spec.static_seconds > 0:
-            self.phase = "static pipeline"
-            self._announce()  # servers hold rebalancing while we measure
             fixed = PipelineWiring(spec.stages, seed=seed % 1_000_003)
-            trainer = self._trainer(fixed, config)
-            started = time.monotonic()
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._keep_fixed, fixed)
-                step = await self._steps(
-                    trainer, batches, step, until=started + spec.static_seconds
-                )
-                nursery.cancel_scope.cancel()
-            elapsed = time.monotonic() - started
-            stats = trainer.statistics()
-            self.static = {
-                "samples": stats.samples,
-                "seconds": elapsed,
-                "throughput": stats.samples / elapsed,
-            }
+            step = await self._static_phase(self._trainer(fixed, config), fixed, batches)
         self.phase = "swarm"
         self._announce()
-        trainer = self._trainer(wiring, config)
+        trainer = self._trainer(sync.wiring, config)
         self.swarm_started = time.monotonic()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._sync_loop, sync)
             await self._steps(trainer, batches, step, until=None)
             nursery.cancel_scope.cancel()
+
+    async def _static_phase(
+        self, trainer: PipelineTrainer, fixed: PipelineWiring, batches: Batches
+    ) -> int:
+        """`static_seconds` through one fixed pipeline (the baseline); the next step index."""
+        self.phase = "static pipeline"
+        self._announce()  # servers hold rebalancing while we measure
+        started = time.monotonic()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._keep_fixed, fixed)
+            step = await self._steps(trainer, batches, 0, until=started + self.spec.static_seconds)
+            nursery.cancel_scope.cancel()
+        elapsed = time.monotonic() - started
+        samples = trainer.statistics().samples
+        self.static = {"samples": samples, "seconds": elapsed, "throughput": samples / elapsed}
+        return step
 
     async def _keep_fixed(self, fixed: PipelineWiring) -> None:
         """The static pipeline: one server per stage, the fastest; replaced only if it fails."""
@@ -194,7 +193,7 @@ class PipelineTrainerService:
         return trainer
 
     async def _steps(
-        self, trainer: PipelineTrainer, batches, step: int, *, until: float | None
+        self, trainer: PipelineTrainer, batches: Batches, step: int, *, until: float | None
     ) -> int:
         """Microbatches `in_flight` at a time until `until` (monotonic) or the spec's count; the
         next step index. Microbatches in flight at `until` complete (none is abandoned)."""
@@ -237,10 +236,16 @@ class PipelineTrainerService:
     def _swarm_samples(self) -> int:
         return self.trainers[-1].statistics().samples if self.swarm_started and self.trainers else 0
 
+    def _swarm_seconds(self) -> float:
+        """Seconds of the SWARM phase so far (all of it, once finished)."""
+        if not self.swarm_started:
+            return 0.0
+        return (self.swarm_ended or time.monotonic()) - self.swarm_started
+
     def _recent_throughput(self) -> float:
         if not self.swarm_started:
             return 0.0
-        return self._swarm_samples() / max(1e-3, time.monotonic() - self.swarm_started)
+        return self._swarm_samples() / max(1e-3, self._swarm_seconds())
 
     def status(self) -> dict[str, Any]:
         totals = (
@@ -257,9 +262,7 @@ class PipelineTrainerService:
             "phase": self.phase,
             **{f"{k}" if k != "lost" else "lost_microbatches": v for k, v in totals.items()},
             "swarm_samples": self._swarm_samples(),
-            "swarm_seconds": round(time.monotonic() - self.swarm_started, 3)
-            if self.swarm_started
-            else 0.0,
+            "swarm_seconds": round(self._swarm_seconds(), 3),
             "throughput": round(self._recent_throughput(), 3),
             "static": self.static,
             "initial_loss": mean(self.first_losses),

@@ -24,13 +24,13 @@ same processes during the first `static_seconds` of the run, before the SWARM ph
 start-up, the same conditions), `lost_microbatches`, `retries`, `initial_loss`, `final_loss`
 (training loss of the first / last microbatches), `stage_sizes` over time (polled once training
 runs), `moves` (every rebalancing move, timed from the supervisor's start), and the kill.
+The supervisor is local_swarm.py; the report's figures and the lines are
+swarm_pipeline_report.py.
 """
 
 from __future__ import annotations
 
-import json
 import signal
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -39,10 +39,10 @@ from typing import Any
 
 from ..api.control import call_sync
 from ..errors import ControlError, NodeError
-from .processes import DaemonProcess, node_args, stop_all
+from .local_swarm import DAEMON_ENV, RUN_NAME
+from .processes import DaemonProcess, node_args
+from .swarm_pipeline_report import line, pipeline_report, summarise
 
-RUN_NAME = "local"
-DAEMON_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 DEFAULT_SPEC = {"base_seconds": 0.002, "static_seconds": 4.0}
 
 
@@ -75,26 +75,35 @@ class PipelineLocalOptions:
 
 
 class PipelineSwarm:
+    """The `swarm` mode (a `SwarmMode`): stage server and trainer daemons."""
+
+    live_table = False
+
     def __init__(self, options: PipelineLocalOptions, base: Path, console) -> None:
         self.options, self.base, self.console = options, base, console
+        self.poll_interval = options.poll_interval
         self.daemons: list[DaemonProcess] = []
         self.roles: list[dict[str, Any]] = []
         self.killed: dict[str, Any] | None = None
         self.stage_sizes: list[dict[str, Any]] = []
-        self.started_wall = (
-            time.time()
-        )  # `moves` in the report are timed from here (servers' clocks)
+        self.started_wall = time.time()  # `moves` in the report are timed from here
+        self.statuses: list[dict[str, Any] | None] = []
+        self.last_good: list[dict[str, Any] | None] = []
+        self.swarm_t0: float | None = None  # elapsed seconds when every trainer was in SWARM
+
+    def header(self) -> dict[str, Any]:
+        opts = self.options
+        return {
+            "mode": "swarm",
+            "nodes": opts.nodes,
+            "stages": opts.stages,
+            "trainers": opts.trainers,
+            "speeds": list(opts.speeds),
+        }
 
     def start(self) -> None:
         opts = self.options
-        first = DaemonProcess(self.base / "node0", node_args(), DAEMON_ENV).start()
-        addr = first.wait_ready()["share"]
-        self.daemons = [first] + [
-            DaemonProcess(self.base / f"node{i}", node_args(bootstrap=[addr]), DAEMON_ENV).start()
-            for i in range(1, opts.nodes + opts.trainers)
-        ]
-        for daemon in self.daemons[1:]:
-            daemon.wait_ready(timeout=60)
+        first = self._start_daemons()
         plan = opts.server_plan()
         self.roles = [{"role": "server", "stage": s, "speed": v} for s, v in plan]
         self.roles += [{"role": "trainer"}] * opts.trainers
@@ -113,6 +122,20 @@ class PipelineSwarm:
         with ThreadPoolExecutor(max_workers=8) as pool:
             list(pool.map(self._join, range(opts.nodes, len(self.daemons))))
         self._wait_started()
+
+    def _start_daemons(self) -> DaemonProcess:
+        """Node 0, then every other daemon bootstrapping from it; node 0."""
+        opts = self.options
+        first = DaemonProcess(self.base / "node0", node_args(), DAEMON_ENV).start()
+        self.daemons = [first]
+        addr = first.wait_ready()["share"]
+        self.daemons += [
+            DaemonProcess(self.base / f"node{i}", node_args(bootstrap=[addr]), DAEMON_ENV).start()
+            for i in range(1, opts.nodes + opts.trainers)
+        ]
+        for daemon in self.daemons[1:]:
+            daemon.wait_ready(timeout=60)
+        return first
 
     def _wait_started(self, timeout: float = 120.0) -> None:
         """Until every daemon's run has left "starting" (torch imported, stage state fetched)."""
@@ -150,7 +173,7 @@ class PipelineSwarm:
                 try:
                     run = daemon.status(timeout=5.0)["run"]
                 except (ControlError, KeyError):
-                    pass
+                    pass  # down, busy, or not in the run yet: the next poll asks again
             out.append(run)
         return out
 
@@ -184,190 +207,67 @@ class PipelineSwarm:
         if not self.stage_sizes or self.stage_sizes[-1]["sizes"] != sizes:
             self.stage_sizes.append({"t": round(elapsed, 2), "sizes": sizes})
 
-
-def run_pipeline_local(options: PipelineLocalOptions) -> int:
-    import sys
-
-    from rich.console import Console
-
-    console = Console(width=None if sys.stdout.isatty() else 160)
-    started = time.monotonic()
-    report: dict[str, Any] = {
-        "mode": "swarm",
-        "nodes": options.nodes,
-        "stages": options.stages,
-        "trainers": options.trainers,
-        "speeds": list(options.speeds),
-    }
-    with tempfile.TemporaryDirectory(prefix="peertrain-pipeline-") as base:
-        swarm = PipelineSwarm(options, Path(base), console)
-        try:
-            swarm.start()
-            report["startup_s"] = round(time.monotonic() - started, 2)
-            report.update(_watch(console, swarm))
-        except KeyboardInterrupt:
-            console.print("interrupted: stopping the swarm")
-            report["interrupted"] = True
-        finally:
-            codes = stop_all(swarm.daemons)
-            report["exit_codes"] = codes
-        report["total_s"] = round(time.monotonic() - started, 2)
-    _summarise(console, report)
-    if options.report:
-        options.report.write_text(json.dumps(report, indent=2))
-    killed = (swarm.killed or {}).get("node")
-    clean = all(code in (0, None) for i, code in enumerate(report["exit_codes"]) if i != killed)
-    return 0 if clean and report.get("samples", 0) > 0 else 1
-
-
-def _watch(console, swarm: PipelineSwarm) -> dict[str, Any]:
-    """Poll until `duration` seconds of the SWARM phase have passed (or the run finished);
-    `--kill-at` counts from the start of the SWARM phase too (after the static baseline)."""
-    opts = swarm.options
-    t0 = time.monotonic()
-    swarm_t0: float | None = None
-    last_good: list[dict[str, Any] | None] = [None] * len(swarm.daemons)
-    while True:
-        now = time.monotonic()
-        statuses = swarm.poll()
-        last_good = [s or old for s, old in zip(statuses, last_good, strict=True)]
-        swarm.record_sizes(statuses, now - t0)
+    # --- watch -----------------------------------------------------------------------------
+    def step(self, elapsed: float) -> bool:
+        """Poll; `--kill-at` and `--duration` count from the start of the SWARM phase (after
+        the static baseline)."""
+        opts = self.options
+        statuses = self.statuses = self.poll()
+        self.last_good = [
+            s or old for s, old in zip(statuses, self.last_good or statuses, strict=True)
+        ]
+        self.record_sizes(statuses, elapsed)
         trainers = [s for s in statuses[opts.nodes :] if s]
         in_swarm = len(trainers) == opts.trainers and all(
             t.get("phase") in ("swarm", "finished") for t in trainers
         )
-        if swarm_t0 is None and in_swarm:
-            swarm_t0 = now
-        phase_s = now - swarm_t0 if swarm_t0 is not None else 0.0
-        if (
-            opts.kill_at is not None
-            and swarm.killed is None
-            and swarm_t0 is not None
-            and phase_s >= opts.kill_at
-        ):
-            swarm.kill_one(statuses, now - t0)
-        console.print(_line(now - t0, statuses, opts.nodes))
+        if self.swarm_t0 is None and in_swarm:
+            self.swarm_t0 = elapsed
+        phase_s = elapsed - self.swarm_t0 if self.swarm_t0 is not None else 0.0
+        if self.swarm_t0 is not None and self.killed is None and opts.kill_at is not None:
+            if phase_s >= opts.kill_at:
+                self.kill_one(statuses, elapsed)
         finished = len(trainers) == opts.trainers and all(t.get("finished") for t in trainers)
-        if finished or (opts.duration and swarm_t0 is not None and phase_s >= opts.duration):
-            break
-        time.sleep(opts.poll_interval)
-    return _report(swarm, last_good)
-
-
-def _report(swarm: PipelineSwarm, runs: list[dict[str, Any] | None]) -> dict[str, Any]:
-    opts = swarm.options
-    servers = [r for r in runs[: opts.nodes] if r]
-    alive = [
-        r for i, r in enumerate(runs[: opts.nodes]) if r and i != (swarm.killed or {}).get("node")
-    ]
-    trainers = [r for r in runs[opts.nodes :] if r]
-    spec = (trainers or servers or [{}])[0].get("spec", {})
-    demand = spec.get("demand") or [1.0] * opts.stages
-    capacity = [
-        sum(r["throughput"] for r in alive if r["stage"] == s) / demand[s]
-        for s in range(opts.stages)
-    ]
-    base = spec.get("base_seconds", 0.0)
-
-    def nominal(layout: list[tuple[int, float]]) -> float | None:
-        """Σ of the slowest stage's server capacities, from speeds and base_seconds."""
-        if not base:
-            return None
-        return min(
-            sum(v for s, v in layout if s == stage) / (demand[stage] * base)
-            for stage in range(opts.stages)
+        return finished or bool(
+            opts.duration and self.swarm_t0 is not None and phase_s >= opts.duration
         )
 
-    initial = nominal(opts.server_plan())
-    statics = [t["static"]["throughput"] for t in trainers if t.get("static")]
+    def line(self, elapsed: float) -> str:
+        return line(elapsed, self.statuses, self.options.nodes)
 
-    def mean(key: str) -> float | None:
-        values = [t[key] for t in trainers if t.get(key) is not None]
-        return sum(values) / len(values) if values else None
+    def table(self) -> None:
+        return None  # lines only: a pipeline's daemons are many, and the lines say enough
 
-    return {
-        "throughput": sum(
-            t["swarm_samples"] / t["swarm_seconds"] for t in trainers if t.get("swarm_seconds")
-        ),
-        "ideal_throughput": initial
-        if initial is not None
-        else (min(capacity) if capacity else None),
-        "final_ideal_throughput": nominal([(r["stage"], r["speed"]) for r in alive]),
-        "measured_ideal_throughput": min(capacity) if capacity else None,
-        "static_throughput": sum(statics) if len(statics) == len(trainers) and statics else None,
-        "lost_microbatches": sum(t["lost_microbatches"] for t in trainers),
-        "retries": sum(t["retries"] for t in trainers),
-        "completed": sum(t["completed"] for t in trainers),
-        "samples": sum(t["samples"] for t in trainers),
-        "initial_loss": mean("initial_loss"),
-        "final_loss": mean("loss"),
-        "stage_sizes": swarm.stage_sizes,
-        "moves": sorted(
-            (
-                {
-                    "node": i,
-                    "t": round(m["at"] - swarm.started_wall, 2),
-                    "from": m["from"],
-                    "to": m["to"],
-                }
-                for i, r in enumerate(runs[: opts.nodes])
-                if r
-                for m in r.get("moves", [])
-            ),
-            key=lambda m: m["t"],
-        ),
-        "killed": swarm.killed,
-        "servers": [
-            {
-                "stage": r["stage"],
-                "speed": r["speed"],
-                "throughput": r["throughput"],
-                "calls": r["calls"],
-                "steps": r["steps"],
-                "moves": len(r["moves"]),
-                "resyncs": r.get("resyncs", 0),
-            }
-            for r in servers
-        ],
-    }
+    # --- report ----------------------------------------------------------------------------
+    def conclude(self) -> None:
+        """Nothing to ask: the trainers' and servers' statuses say everything."""
+
+    def report(self) -> dict[str, Any]:
+        return pipeline_report(self, self.last_good)
+
+    def summarise(self, console, report: dict[str, Any]) -> None:
+        summarise(console, report)
+
+    def succeeded(self, report: dict[str, Any]) -> bool:
+        killed = (self.killed or {}).get("node")
+        codes = report["exit_codes"]
+        clean = all(code in (0, None) for i, code in enumerate(codes) if i != killed)
+        return clean and report.get("samples", 0) > 0 and not report.get("interrupted")
 
 
-def _line(elapsed: float, statuses: list[dict[str, Any] | None], nodes: int) -> str:
-    parts = []
-    for index, run in enumerate(statuses):
-        if run is None:
-            parts.append("down")
-        elif index < nodes:
-            parts.append(f"s{run.get('stage', '?')}:{run.get('calls', 0)}")
-        else:
-            loss = run.get("loss")
-            parts.append(
-                f"T {run.get('phase', '?')[:6]} {run.get('completed', 0)} {loss:.3f}"
-                if loss is not None
-                else f"T {run.get('phase', '?')[:6]}"
-            )
-    return f"[{elapsed:6.1f} s] " + " | ".join(parts)
-
-
-def _summarise(console, report: dict[str, Any]) -> None:
-    console.rule("summary")
-
-    def fmt(value: Any, digits: int = 1) -> str:
-        return f"{value:.{digits}f}" if isinstance(value, int | float) else "-"
-
-    console.print(
-        f"servers {report['nodes']} over {report['stages']} stages, trainers {report['trainers']}, "
-        f"started in {report.get('startup_s', '-')} s, total {report.get('total_s')} s"
+def pipeline_options(args, spec: dict[str, Any]) -> PipelineLocalOptions:
+    """The options of `--mode swarm` from the command line (`spec`: its run settings)."""
+    try:
+        speeds = tuple(float(v) for v in str(args.speeds).split(",") if v.strip())
+    except ValueError:
+        raise NodeError(f"--speeds {args.speeds!r}: expected numbers like 1,2,4") from None
+    return PipelineLocalOptions(
+        nodes=args.nodes,
+        stages=int(spec.pop("stages", 3)),
+        trainers=args.trainers,
+        speeds=speeds,
+        duration=args.duration,
+        kill_at=args.kill_at,
+        report=args.report,
+        spec=spec,
     )
-    if "throughput" in report:
-        console.print(
-            f"throughput {fmt(report['throughput'])} samples/s; "
-            f"ideal {fmt(report['ideal_throughput'])} (from measured capacities at the end "
-            f"{fmt(report['measured_ideal_throughput'])}); "
-            f"static {fmt(report['static_throughput'])}"
-        )
-        console.print(
-            f"loss {fmt(report['initial_loss'], 3)} → {fmt(report['final_loss'], 3)}; "
-            f"lost microbatches {report['lost_microbatches']} (retries {report['retries']}); "
-            f"stage sizes {[s['sizes'] for s in report['stage_sizes']]}"
-        )

@@ -1,0 +1,278 @@
+"""`peertrain swarm local --mode none | diloco`: daemons that mesh, and optionally train DiLoCo.
+
+Every daemon bootstraps from the first one only; peer exchange then meshes the swarm, as it
+would on the internet. With `--mode diloco` the first daemon creates a run through its control
+API and the others start as `peertrain join <first> --run local`, exactly the commands a user
+types; the last `--byzantine` K of them send attacked updates. `--kill-every` kills a random
+member (SIGKILL) and restarts it 3 s later, until a member finished the run (its end is not the
+time to inject churn); a daemon that dies by itself is reported (exit code, last error line),
+never restarted, and fails the run. The run is over after `--duration`, or once every member
+still in the swarm finished the spec's `rounds`. The supervisor is local_swarm.py; the table,
+lines and summary are swarm_mesh_view.py.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..api.control import call_sync
+from ..errors import ControlError
+from .local_swarm import DAEMON_ENV, RUN_NAME
+from .processes import DaemonProcess, node_args
+from .swarm_mesh_view import brief, line, summarise, table
+
+JOIN_TAIL = ["--listen", "/ip4/127.0.0.1/tcp/0", "--log-format", "json"]
+RESTART_AFTER = 3.0  # seconds a killed member stays down
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LocalSwarmOptions:
+    nodes: int = 4
+    duration: float = 0.0  # 0: until Ctrl-C (or, training, until the run finishes)
+    report: Path | None = None
+    poll_interval: float = 2.0
+    mode: str = "none"
+    spec: dict[str, Any] = field(default_factory=dict)
+    kill_every: float = 0.0
+    byzantine: int = 0  # the last K members send attacked updates
+    attack: str = "sign-flip"
+    seed: int = 0
+
+
+class MeshSwarm:
+    """The `none` and `diloco` modes (a `SwarmMode`)."""
+
+    live_table = True
+
+    def __init__(self, options: LocalSwarmOptions, base: Path, console) -> None:
+        self.options, self.base, self.console = options, base, console
+        self.poll_interval = options.poll_interval
+        self.daemons: list[DaemonProcess] = []
+        self.first_addr = ""
+        self.kills = 0
+        self.statuses: list[dict[str, Any] | None] = []
+        self.last_status: list[dict[str, Any] | None] = []
+        self.bytes_of_killed = 0
+        self.killed: set[int] = set()  # killed by us, waiting for their restart
+        self.died: dict[int, dict[str, Any]] = {}  # died by themselves: exit code, log tail
+        self.kills_stopped = False  # the run finished: no more kills
+        self.sample: str | None = None
+        self.mesh_s: float | None = None
+        self._rng = random.Random(options.seed)
+        self._next_kill: float | None = None
+        self._restart_at: dict[int, float] = {}
+
+    @property
+    def training(self) -> bool:
+        return self.options.mode == "diloco"
+
+    def header(self) -> dict[str, Any]:
+        return {"nodes": self.options.nodes, "mode": self.options.mode}
+
+    # --- start -----------------------------------------------------------------------------
+    def start(self) -> None:
+        first = DaemonProcess(self.base / "node0", node_args(), DAEMON_ENV).start()
+        self.daemons.append(first)
+        status = first.wait_ready()
+        self.first_addr = status["share"]
+        self._started(0, status)
+        if self.training:
+            spec = {"min_members": self.options.nodes, **self.options.spec}
+            params = {"name": RUN_NAME, "mode": "diloco", "spec": spec}
+            created = call_sync(first.control_socket, "run.create", params, timeout=120)
+            self.console.print(
+                f"created run [bold]{RUN_NAME}[/] ({created['run_id'][:16]}…) on node 0"
+            )
+        for index in range(1, self.options.nodes):
+            args = self._member_args() + (
+                ["--attack", self.options.attack] if self._byzantine(index) else []
+            )
+            daemon = DaemonProcess(self.base / f"node{index}", args, DAEMON_ENV).start()
+            self.daemons.append(daemon)
+            self._started(index, daemon.wait_ready())
+        if self.options.kill_every:
+            self._next_kill = time.monotonic() + self.options.kill_every
+
+    def _byzantine(self, index: int) -> bool:
+        return index > 0 and index >= self.options.nodes - self.options.byzantine
+
+    def _member_args(self) -> list[str]:
+        if self.training:
+            return ["join", self.first_addr, "--run", RUN_NAME, *JOIN_TAIL]
+        return node_args(bootstrap=[self.first_addr])
+
+    def _started(self, index: int, status: dict[str, Any]) -> None:
+        tag = f" [red](Byzantine: {self.options.attack})[/]" if self._byzantine(index) else ""
+        self.console.print(
+            f"started node {index}: [bold]{status['name']}[/] {status['share']}{tag}"
+        )
+
+    # --- watch -----------------------------------------------------------------------------
+    def step(self, elapsed: float) -> bool:
+        now = time.monotonic()
+        for index, when in list(self._restart_at.items()):
+            if now >= when:
+                self.restart(index)
+                del self._restart_at[index]
+        if self._next_kill is not None and now >= self._next_kill:
+            killed = self.kill_one()
+            if killed is not None:
+                self._restart_at[killed] = now + RESTART_AFTER
+            self._next_kill = now + self.options.kill_every
+        self.statuses = self.poll()
+        for index in self.notice_deaths():
+            died = self.died[index]
+            code, error = died["exit_code"], died["error"]
+            self.console.print(f"[red]node {index} died by itself[/] (exit {code}): {error}")
+        if self.mesh_s is None and _full_mesh(self.statuses):
+            self.mesh_s = round(elapsed, 2)
+        done = self.finished(self.statuses) and not self._restart_at
+        return done or bool(self.options.duration and elapsed >= self.options.duration)
+
+    def poll(self) -> list[dict[str, Any] | None]:
+        statuses = []
+        for daemon in self.daemons:
+            status = None
+            if daemon.alive():
+                try:
+                    status = daemon.status(timeout=3.0)
+                except ControlError:
+                    pass  # down or busy this time: shown as down, the next poll asks again
+            statuses.append(status)
+        self.last_status = [
+            s or old for s, old in zip(statuses, self.last_status or statuses, strict=True)
+        ]
+        return statuses
+
+    def notice_deaths(self) -> list[int]:
+        """Daemons that exited without us killing them: recorded once, never restarted."""
+        new = []
+        for index, daemon in enumerate(self.daemons):
+            if index in self.killed or index in self.died or daemon.alive():
+                continue
+            code = daemon.process.poll() if daemon.process else None
+            tail = daemon.log_path.read_text(errors="replace").splitlines()[-12:]
+            error = next(
+                (line for line in reversed(tail) if "Error" in line), tail[-1] if tail else ""
+            )
+            self.died[index] = {"node": index, "exit_code": code, "error": error.strip()[:400]}
+            new.append(index)
+        return new
+
+    def kill_one(self) -> int | None:
+        if self.kills_stopped:
+            return None
+        candidates = [
+            i for i, d in enumerate(self.daemons) if i > 0 and d.alive() and i not in self.died
+        ]
+        if not candidates:
+            return None
+        index = self._rng.choice(candidates)
+        last = self.last_status[index] if index < len(self.last_status) else None
+        if last and last.get("run"):
+            self.bytes_of_killed += last["run"].get("bytes_fetched", 0)
+        self.killed.add(index)
+        self.daemons[index].stop(signal.SIGKILL)
+        self.kills += 1
+        return index
+
+    def restart(self, index: int) -> None:
+        self.daemons[index].start()
+        self.daemons[index].wait_ready()
+        self.killed.discard(index)
+
+    def finished(self, statuses: list[dict[str, Any] | None]) -> bool:
+        """Every daemon still in the swarm (not dead by itself) finished the run. Once one
+        has, kills stop: the end of a run is not the time to inject churn."""
+        if not self.training or not self.options.spec.get("rounds"):
+            return False
+        runs = [s["run"] for s in statuses if s and s.get("run")]
+        if any(r.get("finished") for r in runs):
+            self.kills_stopped = True
+        members = [i for i in range(len(self.daemons)) if i not in self.died]
+        in_run = [statuses[i]["run"] for i in members if statuses[i] and statuses[i].get("run")]
+        return len(in_run) == len(members) > 0 and all(r["finished"] for r in in_run)
+
+    def line(self, elapsed: float) -> str:
+        return line(elapsed, self.statuses, self.kills)
+
+    def table(self) -> Any:
+        return table(self.statuses, self.mesh_s, training=self.training)
+
+    # --- report ----------------------------------------------------------------------------
+    def conclude(self) -> None:
+        if self.training:
+            self.sample = self._sample()
+
+    def report(self) -> dict[str, Any]:
+        training = self._training_report() if self.training and self.statuses else {}
+        out: dict[str, Any] = {
+            "mesh_s": self.mesh_s,
+            "kills": self.kills,
+            "died": sorted(self.died.values(), key=lambda d: d["node"]),
+            **training,
+            "final": [brief(s) for s in self.statuses],
+        }
+        if self.training and self.sample is not None:
+            out["sample"] = self.sample
+        return out
+
+    def _training_report(self) -> dict[str, Any]:
+        from peertrain.swarm.diloco.traffic import data_parallel_bytes
+
+        honest = len(self.statuses) - self.options.byzantine
+        runs = [  # what honest members still in the swarm end with
+            s["run"]
+            for i, s in enumerate(self.statuses[:honest])
+            if s and s.get("run") and i not in self.died
+        ]
+        if not runs:
+            return {"rounds_completed": 0}
+        first = runs[0]
+        rounds = min(r["round"] for r in runs)
+        return {
+            "rounds_completed": rounds,
+            "initial_loss": first["initial_loss"],
+            "final_loss": sum(r["loss"] for r in runs) / len(runs),
+            "state_hashes": [r["state_checksum"] for r in runs],
+            "bytes_sent": sum(r["bytes_fetched"] for r in runs) + self.bytes_of_killed,
+            "ddp_bytes": data_parallel_bytes(
+                first["params"], steps=rounds * first["inner_steps"], members=len(self.daemons)
+            ),
+            "params": first["params"],
+            "resyncs": sum(r["resyncs"] for r in runs),
+            "rejected_updates": sum(r["rejected_updates"] for r in runs),
+            "byzantine": self.options.byzantine,
+            "attack": self.options.attack if self.options.byzantine else None,
+        }
+
+    def _sample(self) -> str | None:
+        params = {"prompt": "def ", "tokens": 200}
+        try:
+            return call_sync(self.daemons[0].control_socket, "run.sample", params, timeout=60)[
+                "text"
+            ]
+        except ControlError:
+            return None  # not a text model
+
+    def summarise(self, console, report: dict[str, Any]) -> None:
+        summarise(console, report)
+
+    def succeeded(self, report: dict[str, Any]) -> bool:
+        """False when a daemon died by itself, one did not stop cleanly, or nothing happened."""
+        clean = all(code in (0, None) for code in report["exit_codes"])
+        if self.training:
+            ok = report.get("rounds_completed", 0) > 0
+        else:
+            ok = report.get("mesh_s") is not None
+        return clean and ok and not self.died and not report.get("interrupted")
+
+
+def _full_mesh(statuses: list[dict[str, Any] | None]) -> bool:
+    alive = [s for s in statuses if s]
+    return len(alive) == len(statuses) and all(len(s["peers"]) >= len(alive) - 1 for s in alive)

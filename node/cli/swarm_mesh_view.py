@@ -1,0 +1,103 @@
+"""How `peertrain swarm local --mode none | diloco` shows its daemons: table, lines, summary.
+
+Rendering only (rich is imported when a table is drawn); the mode is swarm_mesh.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def brief(s: dict[str, Any] | None) -> dict[str, Any] | None:
+    if s is None:
+        return None
+    out = {"name": s["name"], "peer_id": s["peer_id"], "peers": len(s["peers"])}
+    if s.get("run"):
+        out.update(round=s["run"]["round"], loss=s["run"]["loss"], state=s["run"]["state_checksum"])
+    return out
+
+
+def line(elapsed: float, statuses: list[dict[str, Any] | None], kills: int) -> str:
+    """One line per poll, for a pipe."""
+    parts = []
+    for s in statuses:
+        if s is None:
+            parts.append("down")
+        elif s.get("run"):
+            r = s["run"]
+            loss = f"{r['loss']:.3f}" if r["loss"] is not None else "-"
+            parts.append(f"r{r['round']} {loss}")
+        else:
+            parts.append(f"{len(s['peers'])} peers")
+    return f"[{elapsed:6.1f} s] " + " | ".join(parts) + (f"  (kills {kills})" if kills else "")
+
+
+def table(statuses: list[dict[str, Any] | None], mesh_s: float | None, *, training: bool):
+    """The live table on a terminal (and once at the end in a pipe)."""
+    from rich.table import Table
+
+    title = (
+        f"local swarm: full mesh after {mesh_s:.2f} s"
+        if mesh_s is not None
+        else "local swarm: connecting…"
+    )
+    table = Table(title=title)
+    columns = ["node", "name", "peers"] + (
+        ["round", "loss", "phase", "MB in"] if training else ["uptime", "address"]
+    )
+    for column in columns:
+        table.add_column(column)
+    for index, s in enumerate(statuses):
+        if s is None:
+            table.add_row(str(index), "[red]down[/]", *["-"] * (len(columns) - 2))
+            continue
+        row = [str(index), s["name"], str(len(s["peers"]))]
+        if training:
+            r = s.get("run") or {}
+            loss = f"{r['loss']:.4f}" if r.get("loss") is not None else "-"
+            row += [
+                str(r.get("round", "-")),
+                loss,
+                r.get("phase", "joining"),
+                f"{r.get('bytes_fetched', 0) / 1e6:.1f}",
+            ]
+        else:
+            row += [f"{s['uptime_s']:.0f} s", s["share"]]
+        table.add_row(*row)
+    return table
+
+
+def summarise(console, report: dict[str, Any]) -> None:
+    console.rule("summary")
+    mesh = f"{report['mesh_s']:.2f} s" if report.get("mesh_s") is not None else "never"
+    console.print(
+        f"nodes: {report['nodes']}   started in {report.get('startup_s', '-')} s"
+        f"   full mesh after: {mesh}"
+    )
+    if report.get("rounds_completed") is not None and report["mode"] == "diloco":
+        hashes = set(report.get("state_hashes", []))
+        console.print(
+            f"DiLoCo: {report['rounds_completed']} rounds, "
+            f"loss {report.get('initial_loss', 0):.4f} → "
+            f"{report.get('final_loss', 0):.4f}; models identical on all nodes: "
+            f"{'yes' if len(hashes) == 1 else 'NO'}"
+        )
+        if report.get("ddp_bytes"):
+            ratio = report["ddp_bytes"] / max(1, report["bytes_sent"])
+            console.print(
+                f"outer-update traffic {report['bytes_sent'] / 1e6:.1f} MB vs data parallel "
+                f"{report['ddp_bytes'] / 1e6:.1f} MB ({ratio:.0f}x less); "
+                f"kills {report.get('kills', 0)}"
+            )
+        if report.get("sample"):
+            console.rule("sample from the trained model")
+            console.print(report["sample"], markup=False, highlight=False)
+    for died in report.get("died", []):
+        console.print(
+            f"[red]node {died['node']} died by itself[/] (exit {died['exit_code']}): "
+            f"{died['error']}"
+        )
+    clean = sum(1 for code in report["exit_codes"] if code == 0)
+    console.print(
+        f"stopped cleanly: {clean}/{len(report['exit_codes'])}   total {report['total_s']} s"
+    )

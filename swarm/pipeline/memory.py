@@ -1,0 +1,87 @@
+"""The pipeline transports in one process: callers reach `StageService`s directly, no sockets.
+
+`MemoryStageNetwork` holds the live services by peer ID; `client(me)` is what one peer is given
+as its transport (a trainer's `StageTransport`, a server's `StagePeerTransport`). A call runs the
+callee's real service code (its serve lock, padding, measuring, averaging rounds) in the
+caller's task, and fails the way a call over the network fails: an unknown or killed peer, a
+refusal (`WrongStage`, `NotServing`, no contribution kept) or input the callee refuses
+(`DecodeError`) surfaces as `ServerUnavailable`, so callers retry elsewhere exactly as they do
+on the network. `kill(peer)` makes its current and future calls fail (a dead peer, as a trainer
+sees it); the caller of `kill` ends the peer's own tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import torch
+from peertrain.protocol.errors import DecodeError
+
+from .averaging import Contribution, StageState
+from .boundary import BoundaryTensor
+from .errors import NotServing, ServerUnavailable, WrongStage
+from .stage_service import StageService
+from .wiring import PeerKey
+
+T = TypeVar("T")
+
+
+class MemoryStageNetwork:
+    """Live stage services by peer ID, and the clients that call them."""
+
+    def __init__(self) -> None:
+        self.services: dict[str, StageService] = {}
+        self.dead: set[str] = set()
+
+    def register(self, peer: str, service: StageService) -> None:
+        self.services[peer] = service
+        self.dead.discard(peer)
+
+    def kill(self, peer: str) -> None:
+        self.dead.add(peer)
+
+    def client(self, me: str) -> MemoryStageClient:
+        return MemoryStageClient(self, me)
+
+    async def call(self, peer: PeerKey, send: Callable[[StageService], Awaitable[T]]) -> T:
+        """`send(service)` on `peer`'s service; any failure of that peer: ServerUnavailable."""
+        service = self.services.get(str(peer))
+        if service is None or peer in self.dead:
+            raise ServerUnavailable(f"{peer} is not reachable")
+        try:
+            result = await send(service)
+        except (WrongStage, NotServing, DecodeError) as exc:  # refused, as over the network
+            raise ServerUnavailable(f"{peer}: {type(exc).__name__}: {exc}") from None
+        if peer in self.dead:
+            raise ServerUnavailable(f"{peer} died during the call")
+        return result
+
+
+class MemoryStageClient:
+    """One peer's transport on a `MemoryStageNetwork`: the trainer's calls and a server's."""
+
+    def __init__(self, network: MemoryStageNetwork, me: str) -> None:
+        self.network, self.me = network, me
+
+    async def forward(self, peer: PeerKey, *, stage: int, x: BoundaryTensor) -> BoundaryTensor:
+        return await self.network.call(peer, lambda s: s.forward(stage, x))
+
+    async def backward(
+        self, peer: PeerKey, *, stage: int, x: BoundaryTensor, grad_out: BoundaryTensor
+    ) -> BoundaryTensor | None:
+        return await self.network.call(peer, lambda s: s.backward(stage, x, grad_out))
+
+    async def loss_backward(
+        self, peer: PeerKey, *, stage: int, x: BoundaryTensor, targets: torch.Tensor
+    ) -> tuple[float, BoundaryTensor | None]:
+        return await self.network.call(peer, lambda s: s.loss_backward(stage, x, targets))
+
+    async def contribution(self, peer: PeerKey, *, stage: int, round_: int) -> Contribution:
+        got = await self.network.call(peer, lambda s: s.contribution(self.me, stage, round_))
+        if got is None:
+            raise ServerUnavailable(f"{peer}: no contribution for round {round_}")
+        return got
+
+    async def state(self, peer: PeerKey, *, stage: int) -> StageState:
+        return await self.network.call(peer, lambda s: s.export_state(stage))  # a copy already
