@@ -11,8 +11,8 @@ coordinates in chunks of `chunk_size`:
 Only the Gram pass stacks the p slices into one reused (p, window) buffer (a matmul needs them
 side by side); the others work on the slices as read. Inputs arrive as `UpdateSource`s: anything
 that can hand out an fp32 slice of itself. A received update kept int8-quantized can dequantize
-one slice at a time; an in-memory tensor is wrapped in `TensorSource`. Peak extra memory is then about
-2·p·max(chunk_size, STATS_WINDOW) floats, whatever d is.
+one slice at a time; an in-memory tensor is wrapped in `TensorSource`. Peak extra memory is then
+about 2·p·max(chunk_size, STATS_WINDOW) floats, whatever d is.
 
 Determinism. The aggregate of a set of updates is bit-identical whatever `chunk_size` and torch's
 thread count (tests/swarm/test_aggregation_determinism.py), because members that aggregated the
