@@ -26,6 +26,7 @@ from .errors import RoundFailed
 class Contribution:
     sender: str
     payload: bytes
+    checksum: bytes = b""  # as its sender signed it (update gossip), for round records
 
 
 class UpdateExchange(Protocol):
