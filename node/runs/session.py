@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CRDT_SYNC = protocol_id("crdt/sync", "1.0.0")
+STATE_PENALTY = (
+    50.0  # a signed attestation of a state that is not finite, not the run's, or far off
+)
 
 
 class SyncExchange:
@@ -119,6 +122,11 @@ class RunSession:
     def replicator(self) -> Replicator:
         return self.context.replicator
 
+    def _blame(self, peer: str, reason: str) -> None:
+        self.context.node.scoreboard.penalise(
+            peer, STATE_PENALTY, f"run {self.run_id[:12]}: {reason}"
+        )
+
     def _penalise(self, penalty: Penalty) -> None:
         self.context.node.scoreboard.penalise(
             penalty.peer, penalty.points, f"run state: {penalty.reason}"
@@ -171,6 +179,7 @@ class RunSession:
                 addrs=node.addrs,
                 attack=node.attack,
                 checkpoints=CheckpointStore(context.directory / "checkpoints", keep=3),
+                on_penalty=self._blame,  # providers and attesters of a state that fails its checks
             )
             await nursery.start(context.replicator.run)
             # joiners need the state; a restarted creator needs its own old slots back too

@@ -162,6 +162,7 @@ class StageService(StageMoves):
             completed=completed,
             fetch_state=lambda peer: peers.state(peer, stage=stage),
             may_repair=lambda: not self.moving and self.stage == stage,
+            max_samples=self.spec.target_batch,  # a claim beyond the run's batch counts as that
         )
 
     async def _measure_once(self, server: StageServer, calls: int = 3) -> None:
