@@ -141,6 +141,17 @@ async def accuracy(codec: str, microbatches: int) -> tuple[float, float, float]:
 
 
 async def main(args: argparse.Namespace) -> None:
+    in_process = await _in_process(args)
+    rebalanced = await _rebalancing(args)
+    figures = await _boundaries(args)
+    daemons = run_daemons(args.daemons, args.base) if args.daemons else {}
+    moving = run_daemons(args.daemons, args.base, rebalance=5.0) if args.daemons else {}
+    if daemons:
+        _print_daemons(daemons, moving)
+    print_json(_figures(in_process, rebalanced, figures, daemons, moving))
+
+
+async def _in_process(args: argparse.Namespace) -> dict:
     ideal = ideal_throughput(SPEEDS, args.base)
     swarm_tp, swarm_lost = await measure(
         static=False, microbatches=args.microbatches, in_flight=args.in_flight, base=args.base
@@ -158,6 +169,10 @@ async def main(args: argparse.Namespace) -> None:
             ["static", static_tp, static_tp / ideal, 1.0],
         ],
     )
+    return {"ideal": ideal, "swarm": swarm_tp, "static": static_tp, "lost": swarm_lost}
+
+
+async def _rebalancing(args: argparse.Namespace) -> dict:
     fixed, _, lost_fixed = await rebalancing(
         enabled=False, microbatches=args.microbatches // 6, in_flight=16, base=args.base
     )
@@ -170,6 +185,10 @@ async def main(args: argparse.Namespace) -> None:
         ["swarm", "samples/s", "ideal 2/2/2", "stage sizes"],
         [["no rebalancing", fixed, two, sizes[0]], ["rebalancing", moved, two, sizes[-1]]],
     )
+    return {"fixed": fixed, "moved": moved, "sizes": sizes, "lost": lost_fixed + lost_moved}
+
+
+async def _boundaries(args: argparse.Namespace) -> dict:
     rows, figures = [], {}
     for codec in ("fp32", "int8"):
         initial, final, acc = await accuracy(codec, args.accuracy_microbatches)
@@ -180,89 +199,71 @@ async def main(args: argparse.Namespace) -> None:
         ["codec", "initial loss", "final loss", "eval accuracy"],
         rows,
     )
-    daemons = run_daemons(args.daemons, args.base) if args.daemons else {}
-    moving = run_daemons(args.daemons, args.base, rebalance=5.0) if args.daemons else {}
-    if daemons:
-        print_table(
-            "over the network: 6 server daemons (speeds 1,2,4 dealt over 3 stages), 2 trainers",
-            ["pipeline", "samples/s", "vs ideal", "vs static"],
+    return figures
+
+
+def _print_daemons(daemons: dict, moving: dict) -> None:
+    ideal, static = daemons["ideal_throughput"], daemons["static_throughput"]
+    print_table(
+        "over the network: 6 server daemons (speeds 1,2,4 dealt over 3 stages), 2 trainers",
+        ["pipeline", "samples/s", "vs ideal", "vs static"],
+        [
+            ["ideal", ideal, 1.0, ideal / static],
             [
-                [
-                    "ideal",
-                    daemons["ideal_throughput"],
-                    1.0,
-                    daemons["ideal_throughput"] / daemons["static_throughput"],
-                ],
-                [
-                    "swarm",
-                    daemons["throughput"],
-                    daemons["throughput"] / daemons["ideal_throughput"],
-                    daemons["throughput"] / daemons["static_throughput"],
-                ],
-                [
-                    "static",
-                    daemons["static_throughput"],
-                    daemons["static_throughput"] / daemons["ideal_throughput"],
-                    1.0,
-                ],
+                "swarm",
+                daemons["throughput"],
+                daemons["throughput"] / ideal,
+                daemons["throughput"] / static,
             ],
-        )
-        final_ideal = moving["final_ideal_throughput"]
-        print_table(
-            "the same with rebalancing every 5 s (ideal and static of the layout the moves reach)",
-            ["pipeline", "samples/s", "vs final ideal", "vs static", "layouts"],
-            [
-                [
-                    "ideal (final layout)",
-                    final_ideal,
-                    1.0,
-                    final_ideal / moving["static_throughput"],
-                    "",
-                ],
-                [
-                    "swarm",
-                    moving["throughput"],
-                    moving["throughput"] / final_ideal,
-                    moving["throughput"] / moving["static_throughput"],
-                    " → ".join(str(s["sizes"]) for s in moving["stage_sizes"]),
-                ],
-                [
-                    "static",
-                    moving["static_throughput"],
-                    moving["static_throughput"] / final_ideal,
-                    1.0,
-                    "",
-                ],
-            ],
-        )
-    print_json(
-        {
-            **{f"daemons_{k}": v for k, v in daemons.items() if k in DAEMON_KEYS},
-            **{
-                f"daemons_rebalancing_{k}": v
-                for k, v in moving.items()
-                if k in (*DAEMON_KEYS, "final_ideal_throughput")
-            },
-            "daemons_rebalancing_moves": len(moving.get("moves", [])),
-            "throughput": swarm_tp,
-            "ideal_throughput": ideal,
-            "static_throughput": static_tp,
-            "throughput_vs_ideal": swarm_tp / ideal,
-            "throughput_vs_static": swarm_tp / static_tp,
-            "lost_microbatches": swarm_lost + lost_fixed + lost_moved,
-            "stage_sizes": sizes,
-            "throughput_411_fixed": fixed,
-            "throughput_411_rebalanced": moved,
-            "initial_loss": figures["fp32"]["initial_loss"],
-            "final_loss": figures["fp32"]["final_loss"],
-            "accuracy_fp32": figures["fp32"]["accuracy"],
-            "accuracy_int8": figures["int8"]["accuracy"],
-            "accuracy_gap_points": 100
-            * (figures["fp32"]["accuracy"] - figures["int8"]["accuracy"]),
-            "final_loss_fp32": figures["fp32"]["final_loss"],
-            "final_loss_int8": figures["int8"]["final_loss"],
-        }
+            ["static", static, static / ideal, 1.0],
+        ],
     )
+    final_ideal, moving_static = moving["final_ideal_throughput"], moving["static_throughput"]
+    layouts = " → ".join(str(s["sizes"]) for s in moving["stage_sizes"])
+    print_table(
+        "the same with rebalancing every 5 s (ideal and static of the layout the moves reach)",
+        ["pipeline", "samples/s", "vs final ideal", "vs static", "layouts"],
+        [
+            ["ideal (final layout)", final_ideal, 1.0, final_ideal / moving_static, ""],
+            [
+                "swarm",
+                moving["throughput"],
+                moving["throughput"] / final_ideal,
+                moving["throughput"] / moving_static,
+                layouts,
+            ],
+            ["static", moving_static, moving_static / final_ideal, 1.0, ""],
+        ],
+    )
+
+
+def _figures(in_process: dict, rebalanced: dict, figures: dict, daemons: dict, moving: dict):
+    fp32, int8 = figures["fp32"], figures["int8"]
+    return {
+        **{f"daemons_{k}": v for k, v in daemons.items() if k in DAEMON_KEYS},
+        **{
+            f"daemons_rebalancing_{k}": v
+            for k, v in moving.items()
+            if k in (*DAEMON_KEYS, "final_ideal_throughput")
+        },
+        "daemons_rebalancing_moves": len(moving.get("moves", [])),
+        "throughput": in_process["swarm"],
+        "ideal_throughput": in_process["ideal"],
+        "static_throughput": in_process["static"],
+        "throughput_vs_ideal": in_process["swarm"] / in_process["ideal"],
+        "throughput_vs_static": in_process["swarm"] / in_process["static"],
+        "lost_microbatches": in_process["lost"] + rebalanced["lost"],
+        "stage_sizes": rebalanced["sizes"],
+        "throughput_411_fixed": rebalanced["fixed"],
+        "throughput_411_rebalanced": rebalanced["moved"],
+        "initial_loss": fp32["initial_loss"],
+        "final_loss": fp32["final_loss"],
+        "accuracy_fp32": fp32["accuracy"],
+        "accuracy_int8": int8["accuracy"],
+        "accuracy_gap_points": 100 * (fp32["accuracy"] - int8["accuracy"]),
+        "final_loss_fp32": fp32["final_loss"],
+        "final_loss_int8": int8["final_loss"],
+    }
 
 
 DAEMON_KEYS = (
