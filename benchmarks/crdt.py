@@ -46,7 +46,8 @@ from peertrain.crdt.runstate import RunState
 from peertrain.crdt.signed import open_delta, seal_delta
 from peertrain.crdt.writer import RunWriter
 from peertrain.testing import wait_until
-from peertrain.testing.crdt_network import Faults, converged, new_run, open_memory_swarm
+from peertrain.testing.crdt_network import converged, new_run, open_memory_swarm
+from peertrain.testing.memory_router import Faults
 
 try:
     from benchmarks._report import print_json, print_table
