@@ -24,7 +24,9 @@ def __getattr__(name: str):
     # torch-backed DiLoCo group only loads for tests that use it.
     lazy = {
         "LocalGroup": (".diloco_group", "LocalGroup"),
-        "MemoryRouter": (".crdt_network", "MemoryRouter"),
+        "MemoryRouter": (".memory_router", "MemoryRouter"),
+        "Faults": (".memory_router", "Faults"),
+        "open_memory_router": (".memory_router", "open_memory_router"),
         "Attacker": (".attacks", "Attacker"),
     }
     if name in lazy:
