@@ -9,7 +9,7 @@ May import every layer; no product layer imports it (tests/test_layering.py). Th
     memory_router.py  MemoryRouter: the CRDT and update-gossip transports in memory, seeded faults
     crdt_network.py   open_memory_swarm: replicators of one run on a MemoryRouter
     dht_swarm.py      DHT nodes on real hosts in one process
-    diloco_group.py   LocalGroup: a DiLoCo group's rounds in one thread
+    diloco_group.py   LocalGroup, InProcessExchange: a DiLoCo group's rounds in one process
     byte_streams.py   connected in-memory byte streams behind libp2p's stream interface
     netns.py          network-namespace worlds with NAT routers (root only)
     attacks.py        Attacker: garbage frames, floods, slowloris, Sybil waves
@@ -35,6 +35,7 @@ _LAZY = {
     "open_memory_swarm": ".crdt_network",
     "open_dht_swarm": ".dht_swarm",
     "LocalGroup": ".diloco_group",
+    "InProcessExchange": ".diloco_group",
     "Attacker": ".attacks",
 }
 
