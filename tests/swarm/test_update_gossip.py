@@ -64,9 +64,8 @@ class Group:
 
 
 @pytest.fixture
-async def group():
-    async with open_memory_router() as router:
-        yield Group(router)
+def group(memory_router):  # memory_router: peertrain's pytest plugin
+    return Group(memory_router)
 
 
 async def run_round(members: list[UpdateGossip], round_: int = 0, deadline: float = 5.0):
