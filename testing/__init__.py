@@ -4,7 +4,8 @@ process, CLI daemons, one seeded fault-injecting memory network, netns worlds, a
 May import every layer; no product layer imports it (tests/test_layering.py). The pytest plugin
 (`peertrain.testing.plugin`, the `peertrain` pytest11 entry point) turns these into fixtures.
 
-    swarms.py         open_test_swarm (in-process daemons), cli_daemons (processes), free_tcp_port
+    swarms.py         open_test_swarm: in-process daemons on loopback; free_tcp_port
+    processes.py      cli_daemons: `peertrain node start` processes
     waiting.py        wait_until / wait_until_sync: one way to wait for a condition
     memory_router.py  MemoryRouter: the CRDT and update-gossip transports in memory, seeded faults
     crdt_network.py   open_memory_swarm: replicators of one run on a MemoryRouter
@@ -27,7 +28,7 @@ from .waiting import wait_until, wait_until_sync
 # use them.
 _LAZY = {
     "open_test_swarm": ".swarms",
-    "cli_daemons": ".swarms",
+    "cli_daemons": ".processes",
     "free_tcp_port": ".swarms",
     "MemoryRouter": ".memory_router",
     "Faults": ".memory_router",

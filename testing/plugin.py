@@ -40,7 +40,7 @@ def test_swarm():
 @pytest.fixture
 def daemons(tmp_path):
     """`with daemons(3) as ds:` — `peertrain` daemon processes with homes under tmp_path."""
-    from .swarms import cli_daemons
+    from .processes import cli_daemons
 
     def start(n, **kwargs):
         return cli_daemons(n, tmp_path, **kwargs)
