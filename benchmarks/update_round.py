@@ -11,8 +11,9 @@ What runs is the daemon's own path, nothing stubbed: real `Daemon`s (TCP + Noise
 (`NodeTensors` + `UpdateTransport`: serve = `prepare_encoded` in a thread + `TensorStore.put`;
 fetch = `fetch_tensor` from the holders; announcements on the run's gossip topic). The
 payloads are real int8 + error-feedback encodings (`ErrorFeedbackEncoder(ProtocolCodec("int8"))`,
-as `DiLoCoMember.prepare_update` makes them) of a different random delta per node. The benchmark only wraps the transport with clocks
-(benchmarks/_update_round_node.py); figures and tables are in benchmarks/_update_round_report.py.
+as `DiLoCoMember.prepare_update` makes them) of a different random delta per node. The
+benchmark only wraps the transport with clocks (benchmarks/_update_round_node.py); figures and
+tables are in benchmarks/_update_round_report.py.
 
 Modes:
   processes  (default) one process per node, each with its own GIL and event loop, as nodes run
@@ -47,6 +48,7 @@ import gc
 import logging
 import multiprocessing as mp
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -56,30 +58,18 @@ from typing import Any
 
 import trio
 
-try:
-    from benchmarks._update_round_node import CODEC, SETUP_TIMEOUT, TALLY, BenchNode
-    from benchmarks._update_round_report import (
-        MB,
-        TARGET_S,
-        analyse,
-        link_bytes,
-        print_figures,
-        report,
-        tcp_counters,
-    )
-    from benchmarks.stream import trial as stream_trial
-except ImportError:  # run as a script from the benchmarks folder
-    from _update_round_node import CODEC, SETUP_TIMEOUT, TALLY, BenchNode
-    from _update_round_report import (
-        MB,
-        TARGET_S,
-        analyse,
-        link_bytes,
-        print_figures,
-        report,
-        tcp_counters,
-    )
-    from stream import trial as stream_trial
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its helper modules, run as a script
+from _update_round_node import CODEC, SETUP_TIMEOUT, TALLY, BenchNode  # noqa: E402
+from _update_round_report import (  # noqa: E402
+    MB,
+    TARGET_S,
+    analyse,
+    link_bytes,
+    print_figures,
+    report,
+    tcp_counters,
+)
+from stream import trial as stream_trial  # noqa: E402
 
 
 def _node_config(home: Path, bootstrap: Sequence[str]):

@@ -5,6 +5,7 @@
         ├── ForbiddenWrite         a delta wrote a slot its signer does not own   (remote's fault)
         ├── ClockDrift             a remote stamp lies too far in the future      (remote's fault)
         ├── WrongRun               a manifest or delta belongs to another run     (remote's fault)
+        ├── NotAdmitted            a non-member of an invite run signed something (remote's fault)
         └── StateFull              a capacity limit was reached (nobody to blame)
 
 Remote-fault errors also derive from `ProtocolError`, so callers that already penalise a peer
@@ -31,6 +32,11 @@ class ClockDrift(CRDTError, ProtocolError):
 
 class WrongRun(CRDTError, ProtocolError):
     """A manifest does not hash to the run ID, or a message names another run."""
+
+
+class NotAdmitted(CRDTError, ProtocolError):
+    """The signer is no member of this invite run (no valid certificate), or signed a
+    certificate or revocation it may not issue."""
 
 
 class StateFull(CRDTError):

@@ -25,7 +25,7 @@ from typing import TypeVar
 
 from peertrain.protocol.errors import ProtocolError
 
-from .errors import ClockDrift, StateFull
+from .errors import ClockDrift, NotAdmitted, StateFull
 from .hlc import HybridClock
 from .proofs import ProofStore
 from .runstate import RunState
@@ -53,6 +53,7 @@ class IntakeCounts:
     duplicates: int = 0
     applied: int = 0
     rejected: int = 0
+    non_members: int = 0  # invite runs: envelopes of non-members, dropped before anything else
 
 
 class Intake:
@@ -91,6 +92,9 @@ class Intake:
             self.state.check_remote(signed.signer, signed.doc)
         except ClockDrift:
             return None  # a clock is off: refuse it, blame nobody
+        except NotAdmitted:
+            self.counts.non_members += 1
+            return False  # never forwarded; its publisher (gossipsub signs) is blamed
         except ProtocolError:
             return False
         except StateFull:
@@ -143,6 +147,10 @@ class Intake:
             self.counts.rejected += 1
             log.info("refused a delta of %s without blame: %s", signed.signer, exc)
             return None
+        except NotAdmitted as exc:
+            self._seen.pop(key, None)  # its certificate's issuer may still be on its way
+            self.counts.non_members += 1
+            return signed.signer, f"not admitted: {exc}"
         except ProtocolError as exc:
             self.counts.rejected += 1
             return signed.signer, f"signed a bad state delta: {exc}"

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from peertrain.protocol.errors import DecodeError
+
 from .wire import (
     MAX_SEQ,
     Codec,
@@ -25,6 +27,7 @@ MAX_ROLE_LEN = 64
 MAX_ADDRS = 16
 MAX_ADDR_LEN = 256
 MAX_HASH_LEN = 64
+MAX_CERTIFICATE_LEN = 512  # certificates.MAX_CERTIFICATE_BYTES
 CIRCUIT = "/p2p-circuit"
 
 
@@ -40,12 +43,15 @@ class MemberInfo:
     addrs: tuple[str, ...]
     throughput: float
     lease_expiry_ms: int
+    certificate: bytes = b""  # invite runs: the member's certificate envelope (crdt/certificates)
 
     def __post_init__(self) -> None:
         if len(self.role) > MAX_ROLE_LEN:
             raise ValueError(f"role is longer than {MAX_ROLE_LEN} characters")
         if len(self.addrs) > MAX_ADDRS or any(len(a) > MAX_ADDR_LEN for a in self.addrs):
             raise ValueError(f"at most {MAX_ADDRS} addresses of {MAX_ADDR_LEN} characters")
+        if len(self.certificate) > MAX_CERTIFICATE_LEN:
+            raise ValueError(f"a certificate is at most {MAX_CERTIFICATE_LEN} bytes")
         if not 0.0 <= self.throughput < 1e18:
             raise ValueError("throughput must be a non-negative finite number")
 
@@ -56,13 +62,23 @@ class MemberInfo:
 
 
 def _encode_member(m: MemberInfo) -> Wire:
-    return [m.role, list(m.addrs), float(m.throughput), m.lease_expiry_ms]
+    fields: list[Wire] = [m.role, list(m.addrs), float(m.throughput), m.lease_expiry_ms]
+    return [*fields, m.certificate] if m.certificate else fields  # open runs: the old 4 fields
 
 
 def _decode_member(x: Wire) -> MemberInfo:
-    role, addrs, throughput, lease = read_list(x, "member record", max_len=4, length=4)
+    fields = read_list(x, "member record", max_len=5)
+    if len(fields) not in (4, 5):
+        raise DecodeError(f"a member record has 4 or 5 fields, not {len(fields)}")
+    role, addrs, throughput, lease = fields[:4]
+    certificate = b""
+    if len(fields) == 5:
+        certificate = read_bytes(fields[4], "member certificate", max_len=MAX_CERTIFICATE_LEN)
+        if not certificate:
+            raise DecodeError("an empty certificate is encoded by leaving it out")
     addrs = read_list(addrs, "member addresses", max_len=MAX_ADDRS)
     return MemberInfo(
+        certificate=certificate,
         role=read_str(role, "member role", max_len=MAX_ROLE_LEN),
         addrs=tuple(read_str(a, "member address", max_len=MAX_ADDR_LEN) for a in addrs),
         throughput=read_float(throughput, "member throughput"),

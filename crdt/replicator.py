@@ -83,6 +83,7 @@ class ReplicatorStatistics:
     duplicates: int
     applied: int
     rejected: int
+    non_members: int
     syncs: int
     sync_failures: int
     envelopes_sent: int
@@ -351,6 +352,7 @@ class Replicator:
             duplicates=taken.duplicates,
             applied=taken.applied,
             rejected=taken.rejected,
+            non_members=taken.non_members,
             syncs=counts.syncs,
             sync_failures=counts.sync_failures,
             envelopes_sent=counts.envelopes_sent,

@@ -12,6 +12,11 @@ The document (`RunDoc`) is a CRDT; this class adds what a lattice cannot express
 - **Bounded size.** Every owner's slot is capped (records.py, windows in rundoc.py), at most
   `max_owners` owners are held (`StateFull` beyond), and stamps more than `max_drift_ms` in the
   future are refused (`ClockDrift`).
+- **Admission.** With an `Admission` (crdt/admission.py) installed, a delta signed by a
+  non-member of an invite run is refused (`NotAdmitted`) before it touches anything, and in an
+  open run a full owner table makes room by evicting the oldest owner nobody vouched for
+  (`vouch`): fresh IDs cannot lock an honest newcomer out, nor push out the run's anchors or the
+  members the training layer counted.
 - **Digests.** `summary()` maps each live member to a hash of its slot; `digest()` hashes the
   summary. Equal digests mean equal live state; anti-entropy compares summaries to find which
   owners' slots differ.
@@ -26,9 +31,11 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from peertrain.protocol.errors import ProtocolError
 from peertrain.protocol.packing import pack
 
-from .errors import ClockDrift, ForbiddenWrite, StateFull
+from .admission import Admission
+from .errors import ClockDrift, ForbiddenWrite, NotAdmitted, StateFull
 from .hlc import Stamp, wall_clock_ms
 from .manifest import RunManifest, open_manifest
 from .records import BanVote, CheckpointRef, MemberInfo
@@ -83,6 +90,9 @@ class RunState:
         self._hashes: dict[str, bytes] = {}
         self._first_seen: dict[str, int] = {}
         self._collected = 0
+        self.admission: Admission | None = None
+        self._vouched: set[str] = set()
+        self._evicted: list[str] = []
 
     @property
     def doc(self) -> RunDoc:
@@ -112,19 +122,73 @@ class RunState:
         for _, stamp, _ in delta.members.registers():
             if stamp.wall_ms > horizon:
                 raise ClockDrift(f"member stamp of {signer} lies too far in the future")
+        self._check_admitted(signer, delta)
         if signer not in self._owners and len(self._owners) >= self.limits.max_owners:
             self.collect()
-            if len(self._owners) >= self.limits.max_owners:
+            if len(self._owners) >= self.limits.max_owners and self._evictable() is None:
                 raise StateFull(f"run state holds {len(self._owners)} owners already")
+
+    def _check_admitted(self, signer: str, delta: RunDoc) -> None:
+        """Invite runs: the signer holds a valid certificate, known or in this delta's record."""
+        admission = self.admission
+        if admission is None or admission.admits(signer):
+            return
+        record = delta.members.get(signer)
+        if record is not None and record.certificate:
+            certificate = admission.add_certificate(record.certificate)
+            if certificate.peer == signer and admission.admits(signer):
+                return
+        raise NotAdmitted(f"{signer} is no member of this invite run")
 
     def apply_remote(self, signer: str, delta: RunDoc) -> None:
         """Join a verified signer's delta, after checking it writes only the signer's slots."""
         self.check_remote(signer, delta)
+        if signer not in self._owners and len(self._owners) >= self.limits.max_owners:
+            victim = self._evictable()
+            assert victim is not None  # check_remote raised StateFull otherwise
+            self._forget(victim)
+            self._evicted.append(victim)
         self._joined(signer, delta)
+
+    def install_admission(self, admission: Admission) -> list[str]:
+        """Guard this replica with `admission` from now on. In an invite run, owners stored
+        before (without a valid certificate in their record) are forgotten; returns them."""
+        self.admission = admission
+        if not admission.invite:
+            return []
+        for owner in sorted(self._owners):
+            record = self._doc.members.get(owner)
+            if record is not None and record.certificate and not admission.admits(owner):
+                try:
+                    admission.add_certificate(record.certificate)
+                except ProtocolError:
+                    pass  # no valid certificate: forgotten below
+        strangers = [o for o in self._owners if not admission.admits(o)]
+        for owner in strangers:
+            self._forget(owner)
+        self._evicted.extend(strangers)
+        return strangers
+
+    # -- eviction (open runs): who may be pushed out when the table is full
+
+    def vouch(self, peer: str) -> None:
+        """`peer` is established (counted in a round, or an anchor): never evict it."""
+        if len(self._vouched) < self.limits.max_owners // 2:
+            self._vouched.add(peer)
+
+    def _evictable(self) -> str | None:
+        """The oldest owner nobody vouched for, in open runs; None if there is none, in invite
+        runs (only certified members are owners there) and without an admission policy."""
+        if self.admission is None or self.admission.invite:
+            return None  # no policy installed: a full table refuses newcomers (StateFull)
+        protected = self._vouched | self.admission.anchors
+        candidates = [o for o in self._owners if o not in protected]
+        return min(candidates, key=lambda o: (self._first_seen[o], o), default=None)
 
     def write_own(self, owner: str, mutate: Callable[[RunDoc], RunDoc]) -> RunDoc:
         """Run a delta mutator on the document for `owner`'s own slots; return its delta."""
         delta = mutate(self._doc)
+        self._vouched.add(owner)  # we never evict ourselves
         self._note(owner)
         return delta
 
@@ -157,7 +221,8 @@ class RunState:
         return m is not None and m.expires_ms >= now_ms
 
     def collect(self) -> list[str]:
-        """Forget owners expired (or never announced) for longer than the grace period."""
+        """Forget owners expired (or never announced) for longer than the grace period; return
+        them and the owners evicted since the last call."""
         cutoff = self.wall_ms() - self.limits.expiry_grace_ms
         gone = []
         for owner in self._owners:
@@ -166,12 +231,18 @@ class RunState:
             if since < cutoff:
                 gone.append(owner)
         for owner in gone:
-            self._doc.drop(owner)
-            self._owners.discard(owner)
-            self._hashes.pop(owner, None)
-            self._first_seen.pop(owner, None)
+            self._forget(owner)
         self._collected += len(gone)
+        gone.extend(self._evicted)  # evicted since the last call: their proofs go too
+        self._evicted.clear()
         return gone
+
+    def _forget(self, owner: str) -> None:
+        self._doc.drop(owner)
+        self._owners.discard(owner)
+        self._hashes.pop(owner, None)
+        self._first_seen.pop(owner, None)
+        self._vouched.discard(owner)
 
     # -- views
 

@@ -40,9 +40,16 @@ class RunWriter:
         self.on_delta = on_delta
 
     def announce(
-        self, *, role: str, addrs: Sequence[str], throughput: float = 0.0, lease_ms: int
+        self,
+        *,
+        role: str,
+        addrs: Sequence[str],
+        throughput: float = 0.0,
+        lease_ms: int,
+        certificate: bytes = b"",
     ) -> RunDoc:
-        """Join or renew: our member record, valid for `lease_ms` from now."""
+        """Join or renew: our member record, valid for `lease_ms` from now (with our member
+        certificate in invite runs)."""
         if not 0 < lease_ms <= self.state.limits.max_lease_ms:
             raise ValueError(f"lease must be 1..{self.state.limits.max_lease_ms} ms")
         stamp = self.clock.now()
@@ -51,6 +58,7 @@ class RunWriter:
             addrs=tuple(addrs),
             throughput=float(throughput),
             lease_expiry_ms=stamp.wall_ms + lease_ms,
+            certificate=certificate,
         )
         return self._write(lambda d: RunDoc.of(members=d.members.set(self.peer_id, info, stamp)))
 
@@ -65,6 +73,7 @@ class RunWriter:
             addrs=current.info.addrs,
             throughput=current.info.throughput,
             lease_expiry_ms=stamp.wall_ms - 1,
+            certificate=current.info.certificate,
         )
         return self._write(lambda d: RunDoc.of(members=d.members.set(self.peer_id, info, stamp)))
 

@@ -99,32 +99,29 @@ class Attacker:
         self, victim: ID, protocol: str, *, streams: int = 16, seconds: float = 10.0
     ) -> AttackReport:
         """Streams that send one byte a second: each holds one of the victim's handler slots."""
-        report = AttackReport("slowloris")
-        with trio.move_on_after(seconds):
-            async with trio.open_nursery() as nursery:
-                for _ in range(streams):
-                    nursery.start_soon(self._drip, report, victim, protocol)
-        return report
+        return await self._swarm_of("slowloris", self._drip, streams, seconds, victim, protocol)
 
     async def stream_flood(
         self, victim: ID, protocol: str, *, streams: int = 200, seconds: float = 10.0
     ) -> AttackReport:
-        report = AttackReport("stream flood")
-        with trio.move_on_after(seconds):
-            async with trio.open_nursery() as nursery:
-                for _ in range(streams):
-                    nursery.start_soon(self._hold_open, report, victim, protocol)
-        return report
+        """Streams opened and held, each waiting for the victim's limits to cut it."""
+        return await self._swarm_of(
+            "stream flood", self._hold_open, streams, seconds, victim, protocol
+        )
 
     async def bulk_junk(
         self, victim: ID, protocol: str, *, streams: int = 4, seconds: float = 5.0
     ) -> AttackReport:
         """As many bytes as the link takes: 64 KiB junk writes until the victim resets us."""
-        report = AttackReport("bulk junk")
+        return await self._swarm_of("bulk junk", self._pour, streams, seconds, victim, protocol)
+
+    async def _swarm_of(self, name: str, worker, count: int, seconds: float, *args) -> AttackReport:
+        """`count` copies of `worker(report, *args)` at once, for `seconds`."""
+        report = AttackReport(name)
         with trio.move_on_after(seconds):
             async with trio.open_nursery() as nursery:
-                for _ in range(streams):
-                    nursery.start_soon(self._pour, report, victim, protocol)
+                for _ in range(count):
+                    nursery.start_soon(worker, report, *args)
         return report
 
     async def connection_flood(

@@ -107,8 +107,8 @@ RUN_OPTIONS: dict[str, tuple[str, type, str, tuple[str, ...] | None]] = {
     "--aggregator": (
         "aggregator",
         str,
-        "robust rule for outer updates (default: mean)",
-        ("mean", "median", "trimmed-mean", "multi-krum", "flag"),
+        "rule for outer updates (default: auto = flag for open runs, mean for invite runs)",
+        ("auto", "mean", "median", "trimmed-mean", "multi-krum", "flag"),
     ),
     "--rounds": ("rounds", int, "outer rounds, 0 = until stopped (default: 0)", None),
     "--min-members": ("min_members", int, "members round 0 waits for (default: 1)", None),

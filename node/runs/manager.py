@@ -29,8 +29,9 @@ from ..errors import ControlError, NodeError
 from ..net.rpc import RpcServer, refuse
 from ..params import param
 from ..services.node_services import NodeServices
-from ..supervision import ServiceHealth, ServiceHealthStatus, Supervisor, describe
+from ..supervision import ServiceHealthStatus, Supervisor
 from .directory import Candidate, RunDirectory, ambiguous, listing_of, matches
+from .lifecycle import SessionLifecycle, quarantine, quarantine_file
 from .run_export import export_run
 from .run_lookup import RUN_LOOKUP, RunFinder, RunFound, RunLookup
 from .session import CRDT_SYNC, RunSession, saved_manifests
@@ -300,7 +301,9 @@ class RunManager:
             return self.sessions[run_id]
         assert self._nursery is not None
         quarantine_file(self.node.home, run_id).unlink(missing_ok=True)
-        lifecycle = _SessionLifecycle(self, run_id, envelope, seeds, role)
+        lifecycle = SessionLifecycle(
+            self.sessions, self.node, run_id, envelope, seeds, role, self.member_factory
+        )
         try:
             await self.supervisor.start(
                 self._nursery,
@@ -376,56 +379,3 @@ def _spec_bytes(mode: str, spec: dict[str, Any]) -> bytes:
         return DiLoCoSpec(**spec).to_bytes()
     except (ConfigError, TypeError, ValueError) as exc:
         raise ControlError(f"invalid run settings: {exc}") from None
-
-
-class _SessionLifecycle:
-    """What the supervisor restarts: a fresh RunSession from the same manifest each attempt (a
-    session's state after a failure is not trusted; the replica and checkpoints on disk are)."""
-
-    def __init__(
-        self,
-        manager: RunManager,
-        run_id: str,
-        envelope: bytes,
-        seeds: set[str],
-        role: dict[str, Any] | None,
-    ) -> None:
-        self.manager, self.run_id, self.envelope = manager, run_id, envelope
-        self.seeds, self.role = seeds, role
-
-    async def run(self, *, task_status: trio.TaskStatus[RunSession] = trio.TASK_STATUS_IGNORED):
-        manager = self.manager
-        session = RunSession(
-            manager.node,
-            run_id=self.run_id,
-            manifest_envelope=self.envelope,
-            seeds=self.seeds,
-            role=self.role,
-            member_factory=manager.member_factory,
-        )
-        previous = manager.sessions.get(self.run_id)
-        if previous is not None:
-            session.restarts = previous.restarts + 1
-        manager.sessions[self.run_id] = session
-        try:
-            await session.run(task_status=task_status)
-        except Exception as exc:  # noqa: BLE001 - recorded for status, then the supervisor decides
-            session.error = describe(exc)
-            raise
-
-    def quarantine(self, health: ServiceHealth) -> None:
-        session = self.manager.sessions.get(self.run_id)
-        if session is not None:
-            session.quarantined = True
-        quarantine(self.manager.node.home, self.run_id, health.error or "failed repeatedly")
-
-
-def quarantine_file(home: Path, run_id: str) -> Path:
-    return home / "runs" / run_id / "QUARANTINED"
-
-
-def quarantine(home: Path, run_id: str, reason: str) -> None:
-    """Mark a run so the daemon does not restart it from its saved manifest by itself."""
-    path = quarantine_file(home, run_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(reason + "\n")

@@ -8,11 +8,20 @@ coordinates in chunks of `chunk_size`:
 * `write_linear_combination` – out = Σ_i a_i g_i (mean, Multi-Krum, Flag Aggregator);
 * `write_coordinatewise` – out[chunk] = reduce(p slices) per coordinate (median, trimmed mean).
 
-Only the Gram pass stacks the p slices into one reused (p, c) buffer (a matmul needs them side by
-side); the others work on the slices as read. Inputs arrive as `UpdateSource`s: anything that can
-hand out an fp32 slice of itself. A received update kept int8-quantized can dequantize one slice at
-a time; an in-memory tensor is wrapped in `TensorSource`. Peak extra memory is then about
-2·p·chunk_size floats, whatever d is.
+Only the Gram pass stacks the p slices into one reused (p, window) buffer (a matmul needs them
+side by side); the others work on the slices as read. Inputs arrive as `UpdateSource`s: anything
+that can hand out an fp32 slice of itself. A received update kept int8-quantized can dequantize
+one slice at a time; an in-memory tensor is wrapped in `TensorSource`. Peak extra memory is then
+about 2·p·max(chunk_size, STATS_WINDOW) floats, whatever d is.
+
+Determinism. The aggregate of a set of updates is bit-identical whatever `chunk_size` and torch's
+thread count (tests/swarm/test_aggregation_determinism.py), because members that aggregated the
+same set must reach the same state checksum. The write passes are elementwise, in input order.
+The statistics pass has a fixed reduction tree: it works on windows of `STATS_WINDOW`
+coordinates (assembled from reads of at most `chunk_size`; p × 256 KiB), sums a window's blocks
+in one fixed-shape reduction, and adds window totals in coordinate order. (Reducing per chunk, a
+chunk of 1000 coordinates cut the 1024-blocks elsewhere and Flag's output moved in its last
+bits.)
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import torch
 
 DEFAULT_CHUNK_SIZE = 1 << 20  # 4 MiB of fp32 per input per chunk: p=16 stacks to 64 MiB
 _BLOCK = 1024  # fp32 dot products run over at most this many terms, then add up in fp64
+STATS_WINDOW = 64 * _BLOCK  # the statistics pass's fixed windows: one reduction tree
 _CACHE_COLUMNS = 1 << 16  # coordinate-wise rules work on (p, 64K) blocks: 4 MiB at p = 16
 
 
@@ -75,18 +85,20 @@ class _Stacker:
 
     def __init__(self, sources: Sequence[UpdateSource], chunk_size: int) -> None:
         self._sources = sources
-        self._shape = (len(sources), min(chunk_size, sources[0].numel))
+        self._chunk_size = chunk_size
+        self._shape = (len(sources), min(STATS_WINDOW, sources[0].numel))
         self._buffer: torch.Tensor | None = None
 
     def stack(self, start: int, stop: int) -> torch.Tensor:
         view: torch.Tensor | None = None
         for row, source in enumerate(self._sources):
-            piece = _read(source, start, stop)
-            if self._buffer is None:  # on the device the sources live on
-                self._buffer = torch.empty(self._shape, device=piece.device)
-            if view is None:
-                view = self._buffer[:, : stop - start]
-            view[row].copy_(piece)
+            for a, b in _pieces(start, stop, self._chunk_size):
+                piece = _read(source, a, b)
+                if self._buffer is None:  # on the device the sources live on
+                    self._buffer = torch.empty(self._shape, device=piece.device)
+                if view is None:
+                    view = self._buffer[:, : stop - start]
+                view[row, a - start : b - start].copy_(piece)
         assert view is not None
         return view
 
@@ -94,8 +106,9 @@ class _Stacker:
 def _chunks(
     sources: Sequence[UpdateSource], chunk_size: int
 ) -> Iterator[tuple[int, int, torch.Tensor]]:
+    """(p, window) stacks of every `STATS_WINDOW`, read in pieces of at most `chunk_size`."""
     stacker = _Stacker(sources, chunk_size)
-    for start, stop in iter_chunks(sources[0].numel, chunk_size):
+    for start, stop in iter_chunks(sources[0].numel, STATS_WINDOW):
         yield start, stop, stacker.stack(start, stop)
 
 
@@ -113,7 +126,8 @@ class InputStatistics:
 def accumulate_statistics(
     sources: Sequence[UpdateSource], *, chunk_size: int, with_gram: bool
 ) -> InputStatistics:
-    """One pass: squared norms of every source, plus the Gram matrix when `with_gram`."""
+    """One pass: squared norms of every source, plus the Gram matrix when `with_gram`; reads of
+    at most `chunk_size`, reduced per `STATS_WINDOW` whatever it is (see Determinism)."""
     p = len(sources)
     if with_gram:  # the Gram needs all p slices side by side
         gram = torch.zeros(p, p, dtype=torch.float64)
@@ -121,10 +135,22 @@ def accumulate_statistics(
             gram += _blocked_gram(stack)
         return InputStatistics(sq_norms=gram.diagonal().clone(), gram=gram)
     sq_norms = torch.zeros(p, dtype=torch.float64)
-    for start, stop in iter_chunks(sources[0].numel, chunk_size):  # norms do not: no copies
+    for start, stop in iter_chunks(sources[0].numel, STATS_WINDOW):  # norms need no stacking
         for row, source in enumerate(sources):
-            sq_norms[row] += _blocked_sq_norm(_read(source, start, stop))
+            sq_norms[row] += _blocked_sq_norm(_read_window(source, start, stop, chunk_size))
     return InputStatistics(sq_norms=sq_norms, gram=None)
+
+
+def _read_window(source: UpdateSource, start: int, stop: int, chunk_size: int) -> torch.Tensor:
+    """source[start:stop], read in pieces of at most `chunk_size`."""
+    if stop - start <= chunk_size:
+        return _read(source, start, stop)
+    return torch.cat([_read(source, a, b) for a, b in _pieces(start, stop, chunk_size)])
+
+
+def _pieces(start: int, stop: int, chunk_size: int) -> Iterator[tuple[int, int]]:
+    for a in range(start, stop, chunk_size):
+        yield a, min(a + chunk_size, stop)
 
 
 def _blocked_gram(stack: torch.Tensor) -> torch.Tensor:

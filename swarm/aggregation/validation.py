@@ -12,6 +12,16 @@ The result is one `Verdict` per input, in input order, so the caller can penalis
 senders whose updates were rejected. Rejection is not an exception: the honest majority's update
 should still be produced. A median norm of zero disables the norm test for that call (the ratio
 is undefined), and the norm test never rejects a majority, because the median is one of them.
+
+Two bounds. `DEFAULT_MAX_NORM_RATIO` (1000×) is the rules' own default: it only catches absurd
+inputs and leaves robustness to the rule, which is what the rule benchmarks measure. Runs use
+the tight `RUN_MAX_NORM_RATIO` = 4× the median unless their manifest says otherwise
+(swarm/diloco/run_spec.py). Honest DiLoCo updates of one round differ in norm by well under 2×
+(same model, same steps, other shards), so 4× leaves room for an unlucky shard while an attacker
+who scales its update is held to a few honest updates' worth; with fewer than half the inputs
+Byzantine the median is an honest norm. (Runs used 1000× too, which let one update at 990× the
+median dominate a mean.) The pipeline's gradient averaging applies the same bound
+(swarm/pipeline/averaging.py).
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ from dataclasses import dataclass
 import torch
 
 DEFAULT_MAX_NORM_RATIO = 1000.0
+RUN_MAX_NORM_RATIO = 4.0
 _FLOAT32_MAX = torch.finfo(torch.float32).max
 
 

@@ -24,6 +24,7 @@ from typing import Protocol
 class Contribution:
     sender: str
     payload: bytes
+    checksum: bytes = b""  # as its sender signed it (update gossip), for round records
 
 
 class UpdateExchange(Protocol):

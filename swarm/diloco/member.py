@@ -202,6 +202,15 @@ class DiLoCoMember:
             residual=self.encoder.residual.clone(),
         )
 
+    def rewind(self, round_: int, params: torch.Tensor, momentum: torch.Tensor) -> None:
+        """Back to the shared state a round started from (to apply it again with another set
+        of updates); the member's own inner optimizer and residual stay as they are."""
+        self.global_params = params.detach().float().clone()
+        self.outer.momentum_buffer = momentum.detach().float().clone()
+        self.layout.load(self.global_params)
+        self.round = round_
+        self._prepared = None
+
     def restore(self, state: MemberState) -> None:
         """Adopt `state`; without inner optimizer state the inner AdamW starts fresh."""
         flat = self.layout.join(state.params)

@@ -6,6 +6,14 @@ floats round-trip exactly). Every member builds the same model, the same dataset
 shard from it. A member's shard is its rank among the round's contributors (sorted peer IDs,
 read from the replicated RunState, so every member computes the same deal without a
 coordinator); before it knows the group it starts from a seeded hash of its peer ID.
+
+Admission is part of the signed spec, so nobody but the creator decides it. `open`: anyone may
+train, but at most `max_members` updates count per round and at most `admit_per_round` newcomers
+join the counted group per round (a wave of fresh IDs takes rounds, not seconds); states are
+adopted on the word of `anchors` only (default: the creator). `invite`: only holders of a member
+certificate (crdt/certificates.py) count; the rest of their traffic is dropped. The aggregator
+`auto` is Flag (r from the group size) for open runs and the mean for invite runs, both with the
+tight norm bound `RUN_MAX_NORM_RATIO` unless `aggregator_settings` name another.
 """
 
 from __future__ import annotations
@@ -18,6 +26,8 @@ from ..models.config import ConfigError
 from ..run_spec import RunSpec
 
 CODECS = ("fp32", "fp16", "bf16", "int8")
+ADMISSIONS = ("open", "invite")
+MAX_ANCHORS = 16
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,7 +46,7 @@ class DiLoCoSpec(RunSpec):
     outer_momentum: float = 0.9
     codec: str = "int8"
     error_feedback: bool = True
-    aggregator: str = "mean"
+    aggregator: str = "auto"
     aggregator_settings: Mapping[str, Any] = field(default_factory=dict)
     num_shards: int = 16
     rounds: int = 0  # 0: until stopped
@@ -44,6 +54,10 @@ class DiLoCoSpec(RunSpec):
     min_members: int = 1  # round 0 waits (up to start_timeout) until this many members are in
     start_timeout: float = 120.0
     seed: int = 0
+    admission: str = "open"
+    anchors: tuple[str, ...] = ()  # peers whose state attestations open runs trust (+ creator)
+    max_members: int = 64  # updates counted per round (open runs)
+    admit_per_round: int = 4  # newcomers counted per round (open runs)
 
     def __post_init__(self) -> None:
         if self.codec not in CODECS:
@@ -54,6 +68,13 @@ class DiLoCoSpec(RunSpec):
             raise ConfigError("min_members must be at least 1 and start_timeout non-negative")
         if self.rounds < 0 or self.round_timeout <= 0:
             raise ConfigError("rounds must be ≥ 0 and round_timeout positive")
+        if self.admission not in ADMISSIONS:
+            raise ConfigError(f"admission must be one of {', '.join(ADMISSIONS)}")
+        if len(self.anchors) > MAX_ANCHORS or not all(isinstance(a, str) for a in self.anchors):
+            raise ConfigError(f"anchors must be at most {MAX_ANCHORS} peer IDs")
+        if self.max_members < 1 or self.admit_per_round < 1:
+            raise ConfigError("max_members and admit_per_round must be at least 1")
+        object.__setattr__(self, "anchors", tuple(self.anchors))  # msgpack gives a list
         self.model_config()
         self.dataset_config()
         self.build_aggregator()
@@ -62,8 +83,19 @@ class DiLoCoSpec(RunSpec):
 
     def build_aggregator(self):
         from ..aggregation import build_aggregator
+        from ..aggregation.validation import RUN_MAX_NORM_RATIO
 
-        return build_aggregator(self.aggregator, **dict(self.aggregator_settings))
+        settings = {"max_norm_ratio": RUN_MAX_NORM_RATIO, **dict(self.aggregator_settings)}
+        name = self.aggregator
+        if name == "auto":
+            name = "mean" if self.admission == "invite" else "flag"
+            if name == "flag":
+                settings.setdefault("r", None)  # from the group size (flag.group_rank)
+        return build_aggregator(name, **settings)
+
+    def trusted_anchors(self, creator: str) -> frozenset[str]:
+        """Whose state attestations an open run trusts: the creator and the anchors it named."""
+        return frozenset({creator, *self.anchors})
 
     def shard_in(self, peer_id: str, members: set[str]) -> int:
         """Rank of `peer_id` among `members`, modulo the shard count: distinct shards for up to

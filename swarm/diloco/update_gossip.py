@@ -40,6 +40,7 @@ from peertrain.protocol.messages import Message, decode, encode, message
 from peertrain.protocol.schema import IntRange, MaxLen
 
 from .exchange import Contribution
+from .round_record import RoundRecord, RoundRecords, is_record
 
 log = logging.getLogger(__name__)
 
@@ -113,11 +114,15 @@ class UpdateGossip:
         self._pulls = trio.CapacityLimiter(MAX_PULLS)
         self.bytes_published = 0
         self.bytes_fetched = 0
+        self.records = RoundRecords(run_id=run_id, key_pair=key_pair)  # share the topic
 
     # -- inbound --------------------------------------------------------------------------------
 
     def validate(self, origin: str, raw: bytes) -> bool:
-        """Gossip validator: verify and record an announcement; False rejects (and penalises)."""
+        """Gossip validator: verify and record an announcement (or a round record); False
+        rejects (and penalises)."""
+        if is_record(raw):
+            return self.records.validate(origin, raw)
         try:
             round_, ann = self._open(origin, raw)
         except ProtocolError as exc:
@@ -178,7 +183,8 @@ class UpdateGossip:
     def _round(self, round_: int) -> _RoundState | None:
         if round_ < self.current_round:
             return None
-        for old in [r for r in self._rounds if r < self.current_round]:
+        # the last closed round stays: its signed announcements let a member replay it
+        for old in [r for r in self._rounds if r < self.current_round - 1]:
             del self._rounds[old]
         return self._rounds.setdefault(round_, _RoundState())
 
@@ -225,10 +231,36 @@ class UpdateGossip:
         if strangers:
             log.warning("round %d: dropping updates of non-members %s", round_, strangers[:4])
         return [
-            Contribution(sender=s, payload=p)
+            Contribution(sender=s, payload=p, checksum=state.announced[s].checksum)
             for s, p in sorted(state.payloads.items())
             if s not in strangers
         ]
+
+    # -- replaying a closed round ---------------------------------------------------------------
+
+    def signed_checksum(self, round_: int, sender: str) -> bytes | None:
+        """The checksum `sender` itself signed for its update of `round_` (if we saw it)."""
+        state = self._rounds.get(round_)
+        ann = state.announced.get(sender) if state is not None else None
+        return ann.checksum if ann is not None else None
+
+    async def fetch_update(self, round_: int, sender: str, holders: Sequence[str]) -> bytes:
+        """`sender`'s update of `round_` by the checksum it signed, from it, the holders we know
+        of, or `holders`; raises LookupError if it never announced one, else what the transport
+        raises."""
+        state = self._rounds.get(round_)
+        ann = state.announced.get(sender) if state is not None else None
+        if state is None or ann is None:
+            raise LookupError(f"no signed announcement of {sender} for round {round_}")
+        known = self._member_holders(state, ann)
+        ask = [*known, *[h for h in holders if h not in known]]
+        async with self._pulls:
+            payload = await self.transport.fetch(ask, ann.checksum, ann.nbytes)
+        self.bytes_fetched += len(payload)
+        return payload
+
+    async def publish_record(self, round_: int, record: RoundRecord) -> None:
+        await self.transport.publish(self.records.seal(round_, record))
 
     def _complete(self, round_: int, state: _RoundState) -> bool:
         return self.expected(round_) <= set(state.payloads)

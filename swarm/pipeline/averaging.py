@@ -25,6 +25,13 @@ round k-1; once a server has gathered round k it compares those with its own, an
 lost to the stage's majority, it downloads the state from a winner (`fetch_state`) before it
 applies round k (or skips it, when the donor's state already includes it).
 
+Nobody's word about itself is taken as is. A contribution's sample count is clipped to
+`max_samples` (what the run's batch allows one server: a claim of 2^40 samples would otherwise
+weigh the average to its sender), and every contribution passes the validation of outer
+updates (swarm/aggregation/validation.py) before it is summed: finite, and a per-sample norm at
+most `max_norm_ratio` (4×) the median of the round's. Every server judges the same set the same
+way, so the stage stays identical.
+
 Contributions of the last `keep` rounds are kept to answer late askers; older rounds are
 refused. Everything torch happens in worker threads; the round logic runs on the event loop.
 """
@@ -39,6 +46,7 @@ from typing import NamedTuple
 import torch
 import trio
 
+from ..aggregation.validation import RUN_MAX_NORM_RATIO, judge_values
 from .drift import DriftGuard, Repair, flat_checksum, state_checksum
 from .errors import ServerUnavailable
 from .migration import export_state, import_state
@@ -76,6 +84,8 @@ class StageAverager:
         timeout: float = 5.0,
         fetch_state: FetchState | None = None,
         may_repair: Callable[[], bool] = lambda: True,
+        max_samples: int | None = None,
+        max_norm_ratio: float | None = RUN_MAX_NORM_RATIO,
     ) -> None:
         self.server = server
         self.me = me
@@ -87,6 +97,9 @@ class StageAverager:
         self.timeout = timeout
         self.fetch_state = fetch_state
         self.may_repair = may_repair
+        self.max_samples = max_samples  # the run's batch: no contribution counts for more
+        self.max_norm_ratio = max_norm_ratio
+        self.refused = 0  # contributions left out by validation
         self.drift = DriftGuard()
         self._own: OrderedDict[int, Contribution] = OrderedDict()
         self._ready: dict[int, trio.Event] = {}  # set once our contribution to that round is taken
@@ -171,6 +184,7 @@ class StageAverager:
             repair = self.drift.check(step - 1, self.me, {**reports, self.me: mine})
             if repair is not None and await self._repair(repair) and self.completed >= step:
                 return  # the state we adopted already includes this round
+            parts = self._validated(step, parts)
             total, samples = torch.zeros_like(own.flat), 0
             for peer in sorted(parts):  # one order everywhere: bitwise-equal sums on every server
                 total += parts[peer].flat
@@ -182,6 +196,23 @@ class StageAverager:
                 self.completed = step
                 self._remember(step, checksum)
             self.contributors = [*self.contributors[-15:], len(parts)]
+
+    def _validated(self, step: int, parts: dict[str, Contribution]) -> dict[str, Contribution]:
+        """The contributions that pass validation: finite, per-sample norm within bounds."""
+        peers = sorted(parts)
+        sq_norms = torch.tensor(
+            [
+                float(parts[p].flat.double().square().sum()) / max(parts[p].samples, 1) ** 2
+                for p in peers
+            ],
+            dtype=torch.float64,
+        )
+        verdicts = judge_values(range(len(peers)), sq_norms, max_norm_ratio=self.max_norm_ratio)
+        refused = [(peers[v.index], v.detail) for v in verdicts if not v.accepted]
+        for peer, why in refused:
+            log.warning("stage round %d: left out the contribution of %s: %s", step, peer, why)
+        self.refused += len(refused)
+        return {p: parts[p] for p, v in zip(peers, verdicts, strict=True) if v.accepted}
 
     def _apply(self, total: torch.Tensor, samples: int) -> bytes:
         self.server.apply_average(total, samples)
@@ -213,6 +244,15 @@ class StageAverager:
             if got.flat.shape != shape or got.samples < 0:
                 log.warning("stage round %d: %s sent a malformed contribution", step, peer)
                 return
+            if self.max_samples is not None and got.samples > self.max_samples:
+                log.warning(
+                    "stage round %d: %s claims %d samples; counted as %d",
+                    step,
+                    peer,
+                    got.samples,
+                    self.max_samples,
+                )
+                got = got._replace(samples=self.max_samples)
             parts[peer] = got
 
     async def _repair(self, repair: Repair) -> bool:

@@ -95,8 +95,13 @@ async def test_a_three_way_split_in_the_last_round_still_ends_with_one_model():
         with trio.fail_after(120):
             await wait_until(lambda: all(n.status()["run"]["finished"] for n in nodes), timeout=120)
         runs = [n.status()["run"] for n in nodes]
+        drivers = [next(iter(n.runs.sessions.values())).driver for n in nodes]
     assert len({r["state_checksum"] for r in runs}) == 1
-    assert sum(r["resyncs"] for r in runs) >= 2  # two of three adopted the third one's state
+    assert sum(r["resyncs"] for r in runs) >= 2  # two of three repaired to the anchor's state
+    # ... by replaying the round from the creator's record (each had the updates it lacked
+    # announced, signed by their senders), not by downloading a state
+    assert [d.progress.state_downloads for d in drivers] == [0, 0, 0]
+    assert sum(d.progress.replays for d in drivers) >= 2
 
 
 def _drop_in_last_round(node, last_round: int, victim: str) -> None:

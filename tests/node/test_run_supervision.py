@@ -6,7 +6,8 @@ from __future__ import annotations
 import shutil
 
 from peertrain.node.api.control import call
-from peertrain.node.runs.manager import MAX_RUNS, quarantine_file
+from peertrain.node.runs.lifecycle import quarantine_file
+from peertrain.node.runs.manager import MAX_RUNS
 from peertrain.testing import open_test_swarm, wait_until
 
 SPEC = {

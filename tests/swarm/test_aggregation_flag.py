@@ -157,3 +157,19 @@ def test_outlier_gets_low_explained_fraction():
     updates.append(torch.randn(500, generator=torch.Generator().manual_seed(7)))
     scores = FlagAggregator(r=1, iterations=5).aggregate(updates).scores
     assert scores[-1] < 0.2 < min(scores[:-1])
+
+
+def test_a_rank_from_the_group_size_keeps_an_orthogonal_outlier_out():
+    # p <= r makes Flag a normalised mean: r = 8 with five inputs takes the outlier in
+    g = torch.Generator().manual_seed(1)
+    base = torch.randn(2000, generator=g)
+    honest = [base + 0.3 * torch.randn(2000, generator=g) for _ in range(4)]
+    outlier = torch.randn(2000, generator=g)
+    outlier = outlier * honest[0].norm() / outlier.norm()  # a norm bound cannot tell it apart
+
+    def cosine_with_outlier(r):
+        update = FlagAggregator(r=r).aggregate([*honest, outlier]).update
+        return float(torch.nn.functional.cosine_similarity(update, outlier, dim=0))
+
+    assert cosine_with_outlier(8) > 0.2
+    assert cosine_with_outlier(None) < 0.05

@@ -140,3 +140,66 @@ def test_a_movers_state_download_reproduces_its_donor():
         feed(s, 8, seed=99)
         s.step(lambda flat, n: (flat, n))
     assert torch.allclose(params(mover), params(donor), atol=1e-7)
+
+
+class HostileStage(Stage):
+    """p2 answers with whatever `forge(round)` returns: its own claim of samples and gradients."""
+
+    def __init__(self, servers, nursery, forge) -> None:
+        super().__init__(servers, nursery)
+        self.forge = forge
+        self.applied: dict[str, list[int]] = {n: [] for n in self.names}
+        for name, s in zip(self.names, servers, strict=True):
+            original = s.apply_average
+
+            def record(total, samples, name=name, original=original):
+                self.applied[name].append(samples)
+                original(total, samples)
+
+            s.apply_average = record
+            self.averagers[name].max_samples = 16  # what the run's batch allows one server
+
+    def _fetch_for(self, me: str):
+        honest = super()._fetch_for(me)
+
+        async def fetch(peer: str, round_: int):
+            return self.forge(round_) if peer == "p2" else await honest(peer, round_)
+
+        return fetch
+
+
+async def test_a_claim_of_2_to_the_40_samples_counts_as_the_runs_batch_allows():
+    servers = [server("sgd") for _ in range(3)]
+    numel = sum(p.numel() for p in servers[0].module.parameters())
+    g = torch.Generator().manual_seed(5)
+    forged = torch.randn(numel, generator=g) * 0.01  # a plausible gradient sum
+    for i, s in enumerate(servers[:2]):
+        feed(s, 8, seed=i)
+    async with trio.open_nursery() as nursery:
+        stage = HostileStage(servers, nursery, lambda r: (forged, 2**40))
+        stage.dead.add("p2")  # p2 itself never steps: only its forged answers exist
+        await stage.averagers["p0"].maybe_start(nursery, share=8)
+        await settle(stage, 1)
+    assert stage.applied["p0"] == stage.applied["p1"] == [8 + 8 + 16]
+    assert torch.equal(params(servers[0]), params(servers[1]))
+
+
+async def test_a_contribution_far_beyond_the_median_norm_is_left_out_of_the_average():
+    servers = [server("sgd") for _ in range(3)]
+    numel = sum(p.numel() for p in servers[0].module.parameters())
+    reference = [server("sgd") for _ in range(2)]
+    for i in range(3):
+        feed(servers[i], 8, seed=i)
+    async with trio.open_nursery() as nursery:
+        stage = HostileStage(servers, nursery, lambda r: (torch.full((numel,), 1e3), 8))
+        stage.dead.add("p2")
+        await stage.averagers["p0"].maybe_start(nursery, share=8)
+        await settle(stage, 1)
+    assert stage.applied["p0"] == [16] and stage.averagers["p0"].refused == 1
+    for i in range(2):  # the same step as two servers that never heard of p2
+        feed(reference[i], 8, seed=i)
+    async with trio.open_nursery() as nursery:
+        honest = Stage(reference, nursery)
+        await honest.averagers["p0"].maybe_start(nursery, share=8)
+        await settle(honest, 1)
+    assert torch.equal(params(servers[0]), params(reference[0]))

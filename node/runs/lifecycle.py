@@ -1,0 +1,74 @@
+"""One run's life under the supervisor: rebuilt from its manifest on each start, quarantined
+when it fails in a loop.
+
+A session's state after a failure is not trusted (the replica and the checkpoints on disk are),
+so every attempt builds a fresh RunSession. A quarantined run leaves a `QUARANTINED` marker in
+its folder: the daemon does not restart it from its saved manifest by itself, and the user's
+next explicit join clears it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from ..services.node_services import NodeServices
+from ..supervision import ServiceHealth, describe
+from .session import RunSession
+
+
+class SessionLifecycle:
+    """What the supervisor starts, and restarts, for one run."""
+
+    def __init__(
+        self,
+        sessions: dict[str, RunSession],
+        node: NodeServices,
+        run_id: str,
+        envelope: bytes,
+        seeds: set[str],
+        role: dict[str, Any] | None,
+        member_factory: Callable[..., Any] | None,
+    ) -> None:
+        self.sessions, self.node = sessions, node
+        self.run_id, self.envelope, self.seeds, self.role = run_id, envelope, seeds, role
+        self.member_factory = member_factory
+
+    async def run(self, *, task_status: trio.TaskStatus[RunSession] = trio.TASK_STATUS_IGNORED):
+        session = RunSession(
+            self.node,
+            run_id=self.run_id,
+            manifest_envelope=self.envelope,
+            seeds=self.seeds,
+            role=self.role,
+            member_factory=self.member_factory,
+        )
+        previous = self.sessions.get(self.run_id)
+        if previous is not None:
+            session.restarts = previous.restarts + 1
+        self.sessions[self.run_id] = session
+        try:
+            await session.run(task_status=task_status)
+        except Exception as exc:  # noqa: BLE001 - recorded for status, then the supervisor decides
+            session.error = describe(exc)
+            raise
+
+    def quarantine(self, health: ServiceHealth) -> None:
+        session = self.sessions.get(self.run_id)
+        if session is not None:
+            session.quarantined = True
+        quarantine(self.node.home, self.run_id, health.error or "failed repeatedly")
+
+
+def quarantine_file(home: Path, run_id: str) -> Path:
+    return home / "runs" / run_id / "QUARANTINED"
+
+
+def quarantine(home: Path, run_id: str, reason: str) -> None:
+    """Mark a run so the daemon does not restart it from its saved manifest by itself."""
+    path = quarantine_file(home, run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(reason + "\n")

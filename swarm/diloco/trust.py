@@ -1,0 +1,104 @@
+"""Which group state a member may adopt: trusted attestations, then checks of the state itself.
+
+A checkpoint announcement in RunState says "I hold state X of round r". Anyone can announce
+anything, and peer IDs are free, so neither "the highest round anybody announced" nor "the
+checksum most providers announced" may decide what a member downloads: a stranger would pick
+the round (10^9, nobody serves it) and three fresh IDs would outvote two honest members. A state
+is adopted by download only when the run's trusted signers attest it:
+
+- open runs: the anchors (the creator and the peers its signed spec names); one anchor suffices,
+  several that disagree are settled by most anchors, then the larger checksum (every member
+  picks the same one);
+- invite runs: more than half of the certified members that hold a live lease.
+
+Whatever the attestation, the state itself is checked before use (`StateCheck`): the expected
+element count, finite values, a round no further than the newest trusted attestation, and, for
+a member that is already training, a bounded distance from its own state: the parameters may
+move by at most `DRIFT_PER_ROUND` × (rounds ahead + 1) × max(‖θ_own‖, 1). One round of honest
+DiLoCo moves θ by a fraction of its norm; a state further away than the whole model per round of
+lead is a replacement, not training, and is refused even from an anchor.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from peertrain.crdt.admission import Admission
+from peertrain.crdt.runstate import RunState
+
+DRIFT_PER_ROUND = 1.0  # relative to max(‖θ_own‖, 1), per round the state is ahead of ours (+1)
+
+
+class TrustedStates:
+    """The checkpoint registry as trusted signers attest it (a view of RunState)."""
+
+    def __init__(self, state: RunState, admission: Admission, me: str) -> None:
+        self.state, self.admission, self.me = state, admission, me
+
+    def attesters(self) -> frozenset[str]:
+        """Whose checkpoint announcements count now."""
+        if self.admission.invite:
+            return frozenset(self._certified_live())
+        return self.admission.trusted_attesters()
+
+    def any_attester_live(self) -> bool:
+        return any(p == self.me or self.state.is_live(p) for p in self.attesters())
+
+    def _certified_live(self) -> set[str]:
+        return {p for p in self.admission.certified() if p == self.me or self.state.is_live(p)}
+
+    def attested(self, round_: int) -> dict[bytes, frozenset[str]]:
+        """checksum → trusted peers announcing it for `round_` (live ones, and us)."""
+        trusted = self.attesters()
+        out = {}
+        for checksum, providers in self.state.checkpoints().get(round_, {}).items():
+            vouching = frozenset(p for p in providers if p in trusted)
+            if vouching:
+                out[checksum] = vouching
+        return out
+
+    def verdict(self, round_: int) -> bytes | None:
+        """The state of `round_` that members adopt, or None when no trusted attestation holds."""
+        attested = self.attested(round_)
+        if not attested:
+            return None
+        checksum, vouching = max(attested.items(), key=lambda kv: (len(kv[1]), kv[0]))
+        if self.admission.invite and 2 * len(vouching) <= len(self._certified_live()):
+            return None  # no majority of the certified members (yet)
+        return checksum
+
+    def newest_round(self) -> int:
+        """The newest round with a trusted state; -1 if none."""
+        rounds = [r for r in self.state.checkpoints() if self.verdict(r) is not None]
+        return max(rounds, default=-1)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StateCheck:
+    """What an adopted state (params ‖ momentum, fp32) must satisfy."""
+
+    numel: int  # parameters of the run's model
+    newest_trusted_round: int
+
+    def problem(
+        self, flat: torch.Tensor, round_: int, own: torch.Tensor | None, own_round: int
+    ) -> str | None:
+        """Why `flat` (for `round_`) must not be adopted, or None. `own`: our parameters when we
+        are already training (None for a joiner, which has nothing to compare with)."""
+        if flat.numel() != 2 * self.numel:
+            return f"state of {flat.numel()} values does not fit this run's model"
+        if round_ > self.newest_trusted_round:
+            return (
+                f"round {round_} lies beyond the newest trusted one ({self.newest_trusted_round})"
+            )
+        if not bool(torch.isfinite(flat).all()):
+            return "state holds NaN or Inf values"
+        if own is not None:
+            lead = max(round_ - own_round, 0) + 1
+            distance = float(torch.linalg.vector_norm(flat[: self.numel] - own))
+            bound = DRIFT_PER_ROUND * lead * max(float(torch.linalg.vector_norm(own)), 1.0)
+            if not math.isfinite(distance) or distance > bound:
+                return f"state lies {distance:.3g} from ours, more than {bound:.3g} allows"
+        return None

@@ -1,0 +1,252 @@
+"""DiLoCo drivers in one process: real members, real Replicators on a `MemoryRouter`, real signed
+deltas and update announcements, and in-memory stores that verify tensors chunk by chunk as the
+node's transfers do. What a hostile stranger can do to a run's state, it does here with its own
+keys (`DriverGroup.stranger`): announce memberships and checkpoints, serve tensors.
+
+    async with open_driver_group(2, spec) as group:
+        sybil = await group.stranger()
+        sybil.replicator.writer.provide_checkpoint(10**9, b"\\x01" * 32)
+        await group.finished()
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import blake3
+import trio
+import trio.lowlevel
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.crypto.keys import KeyPair
+from libp2p.peer.id import ID
+from peertrain.crdt.hlc import wall_clock_ms
+from peertrain.crdt.manifest import RunManifest, sign_manifest
+from peertrain.crdt.replicator import Penalty, Replicator, ReplicatorConfig
+from peertrain.crdt.runstate import RunState
+from peertrain.protocol.tensors import PreparedTensor, TensorDownload
+from peertrain.swarm.diloco.build import build_member
+from peertrain.swarm.diloco.driver import DiLoCoDriver
+from peertrain.swarm.diloco.run_spec import DiLoCoSpec
+from peertrain.swarm.diloco.update_gossip import UpdateGossip
+
+from .crdt_network import MemoryRouter
+from .waiting import wait_until
+
+FAST = ReplicatorConfig(publish_interval=0.02, sync_interval=0.3, idle_repeat_after=0.05)
+
+
+class NotServed(LookupError):
+    """No holder asked has the tensor (what the node's TransferFailed says)."""
+
+
+@dataclass
+class TensorNetwork:
+    """Every peer's served tensors; a fetch copies and verifies chunk by chunk, like the node."""
+
+    stores: dict[str, dict[bytes, PreparedTensor]] = field(default_factory=dict)
+    fetches: int = 0
+
+    def endpoint(self, peer: str) -> MemoryTensors:
+        return MemoryTensors(self, peer)
+
+    async def fetch(self, holders: Sequence[str], checksum: bytes, max_nbytes: int):
+        self.fetches += 1
+        await trio.lowlevel.checkpoint()
+        for holder in holders:
+            prepared = self.stores.get(holder, {}).get(checksum)
+            if prepared is None:
+                continue
+            download = TensorDownload(
+                prepared.header, max_nbytes=max_nbytes, expected_checksum=checksum
+            )
+            raw = memoryview(prepared.payload.numpy())
+            for index in range(prepared.header.num_chunks):
+                offset, length = prepared.header.chunk_span(index)
+                download.chunk_buffer(index)[:] = raw[offset : offset + length]
+                download.verify_chunk(index)
+            return download
+        raise NotServed(f"none of {len(holders)} holder(s) serves {checksum.hex()[:12]}")
+
+
+@dataclass
+class MemoryTensors:
+    """One peer's `TensorTransport` (the driver's) on a `TensorNetwork`."""
+
+    network: TensorNetwork
+    peer: str
+
+    def put(self, prepared: PreparedTensor, *, pin: bool = True) -> None:
+        self.network.stores.setdefault(self.peer, {})[prepared.header.checksum] = prepared
+
+    def unpin(self, checksum: bytes) -> None:
+        self.network.stores.get(self.peer, {}).pop(checksum, None)
+
+    async def fetch(self, holders: Sequence[str], checksum: bytes, max_nbytes: int):
+        return await self.network.fetch(holders, checksum, max_nbytes)
+
+
+@dataclass
+class UpdateTopic:
+    """The run's update topic and payload stores: announcements reach every validator."""
+
+    members: dict[str, UpdateGossip] = field(default_factory=dict)
+    payloads: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
+    verdicts: list[tuple[str, bool]] = field(default_factory=list)
+
+    def transport(self, peer: str) -> GossipTransport:
+        return GossipTransport(self, peer)
+
+
+@dataclass
+class GossipTransport:
+    topic: UpdateTopic
+    peer: str
+
+    async def publish(self, data: bytes) -> None:
+        for peer, gossip in list(self.topic.members.items()):
+            if peer != self.peer:
+                self.topic.verdicts.append((self.peer, gossip.validate(self.peer, data)))
+        await trio.lowlevel.checkpoint()
+
+    async def serve(self, owner: str, payload: bytes) -> bytes:
+        checksum = blake3.blake3(bytes(payload)).digest()
+        self.topic.payloads.setdefault(self.peer, {})[checksum] = bytes(payload)
+        return checksum
+
+    async def fetch(self, holders: Sequence[str], checksum: bytes, nbytes: int) -> bytes:
+        await trio.lowlevel.checkpoint()
+        for holder in holders:
+            payload = self.topic.payloads.get(holder, {}).get(checksum)
+            if payload is not None and blake3.blake3(payload).digest() == checksum:
+                self.topic.payloads.setdefault(self.peer, {})[checksum] = payload
+                return payload
+        raise NotServed(f"no holder serves update {checksum.hex()[:12]}")
+
+
+@dataclass(slots=True, kw_only=True)
+class Peer:
+    """A participant's keys and replica; `driver` is None for a stranger that only writes."""
+
+    peer_id: str
+    key_pair: KeyPair
+    replicator: Replicator
+    driver: DiLoCoDriver | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class DriverGroup:
+    spec: DiLoCoSpec
+    creator: KeyPair  # `await group.member(group.creator)`: the creator's member, the anchor
+    run_id: str
+    manifest: bytes
+    router: MemoryRouter
+    tensors: TensorNetwork
+    topic: UpdateTopic
+    nursery: trio.Nursery
+    members: list[Peer] = field(default_factory=list)
+    strangers: list[Peer] = field(default_factory=list)
+    penalties: list[tuple[str, str]] = field(default_factory=list)  # (peer, reason), all peers
+
+    @property
+    def drivers(self) -> list[DiLoCoDriver]:
+        return [m.driver for m in self.members if m.driver is not None]
+
+    async def _replica(self, key_pair: KeyPair) -> Peer:
+        peer_id = ID.from_pubkey(key_pair.public_key).to_base58()
+        state = RunState(self.run_id)
+        state.accept_manifest(self.manifest)
+        endpoint = self.router.endpoint(peer_id)
+        replicator = Replicator(
+            state=state,
+            key_pair=key_pair,
+            pubsub=endpoint,
+            exchange=endpoint,
+            config=FAST,
+            on_penalty=lambda p: self.penalties.append((p.peer, p.reason)),
+        )
+        endpoint.serve(replicator.handle_sync)
+        await self.nursery.start(replicator.run)
+        return Peer(peer_id=peer_id, key_pair=key_pair, replicator=replicator)
+
+    async def member(self, key_pair: KeyPair | None = None, *, certificate: bytes = b"") -> Peer:
+        """An honest member with a running driver."""
+        peer = await self._replica(key_pair or create_new_key_pair())
+        built = await trio.to_thread.run_sync(lambda: build_member(self.spec, peer.peer_id))
+        gossip = UpdateGossip(
+            run_id=self.run_id,
+            key_pair=peer.key_pair,
+            transport=self.topic.transport(peer.peer_id),
+            expected_nbytes=len(built.member.encoder.codec.encode(built.member.global_params)),
+            is_member=lambda p: True,  # the driver installs its own
+            expected=lambda r: set(),
+        )
+        self.topic.members[peer.peer_id] = gossip
+        peer.driver = DiLoCoDriver(
+            spec=self.spec,
+            peer_id=peer.peer_id,
+            built=built,
+            replicator=peer.replicator,
+            gossip=gossip,
+            tensors=self.tensors.endpoint(peer.peer_id),
+            addrs=lambda: [],
+            on_penalty=lambda p, why: self.penalties.append((p, why)),
+            certificate=certificate,
+        )
+        self.members.append(peer)
+        await peer.replicator.bootstrap()
+        self.nursery.start_soon(peer.driver.run)
+        return peer
+
+    async def stranger(self, *, lease_ms: int = 60_000) -> Peer:
+        """A fresh ID holding the manifest and a live membership lease, nothing else."""
+        peer = await self._replica(create_new_key_pair())
+        peer.replicator.writer.announce(role="diloco", addrs=[], lease_ms=lease_ms)
+        self.strangers.append(peer)
+        return peer
+
+    def serve_as(self, peer: Peer, prepared: PreparedTensor) -> None:
+        self.tensors.endpoint(peer.peer_id).put(prepared)
+
+    async def finished(self, within: float = 120.0) -> None:
+        await wait_until(lambda: all(d.finished for d in self.drivers), timeout=within)
+        await wait_until(
+            lambda: all(d.progress.phase == "finished" for d in self.drivers), timeout=within
+        )
+
+
+@asynccontextmanager
+async def open_driver_group(
+    spec: DiLoCoSpec, *, creator: KeyPair | None = None
+) -> AsyncIterator[DriverGroup]:
+    """A fresh DiLoCo run of `spec` created by `creator` (a new key if None), no members yet:
+    add them with `await group.member()` (the creator's key first makes it the anchor)."""
+    creator = creator or create_new_key_pair()
+    manifest = RunManifest(
+        creator=ID.from_pubkey(creator.public_key).to_base58(),
+        created_ms=wall_clock_ms(),
+        name="driver-group",
+        mode="diloco",
+        spec=spec.to_bytes(),
+    )
+    async with trio.open_nursery() as nursery:
+        router = MemoryRouter()
+        await nursery.start(router.run)
+        group = DriverGroup(
+            spec=spec,
+            creator=creator,
+            run_id=manifest.run_id,
+            manifest=sign_manifest(creator, manifest),
+            router=router,
+            tensors=TensorNetwork(),
+            topic=UpdateTopic(),
+            nursery=nursery,
+        )
+        try:
+            yield group
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+__all__ = ["DriverGroup", "NotServed", "Penalty", "Peer", "open_driver_group"]

@@ -1,0 +1,233 @@
+"""A public run that strangers cannot take over (issue 14): in-process drivers with real
+Replicators, real signed deltas and announcements; the attackers use fresh keys of their own."""
+
+from __future__ import annotations
+
+import torch
+import trio
+from peertrain.protocol.tensors import prepare_tensor
+from peertrain.swarm.diloco.driver import STATE_NAME
+from peertrain.swarm.diloco.run_spec import DiLoCoSpec
+from peertrain.testing.diloco_drivers import open_driver_group
+from peertrain.testing.waiting import wait_until
+
+SPEC = DiLoCoSpec(
+    model="mlp",
+    dataset="digits",
+    inner_steps=4,
+    batch_size=32,
+    lr=3e-3,
+    warmup_steps=2,
+    rounds=3,
+    round_timeout=10,
+    codec="int8",
+    min_members=2,
+    start_timeout=20,
+)
+
+
+def _checksums(group) -> set[str]:
+    return {d.progress.state_checksum for d in group.drivers}
+
+
+async def test_a_stranger_announcing_round_one_billion_that_nobody_serves_changes_nothing():
+    async with open_driver_group(SPEC) as group:
+        await group.member(group.creator)
+        await group.member()
+        stranger = await group.stranger()
+        stranger.replicator.writer.provide_checkpoint(10**9, b"\x07" * 32)
+        with trio.fail_after(120):
+            await group.finished()
+        assert all(d.progress.round == SPEC.rounds for d in group.drivers)
+        assert all(d.trust.newest_round() == SPEC.rounds for d in group.drivers)
+        assert [d.progress.state_downloads for d in group.drivers] == [0, 0]
+        assert len(_checksums(group)) == 1
+        assert group.tensors.fetches == 0  # nobody even tried to download it
+
+
+async def test_a_stranger_serving_a_nan_state_that_matches_its_checksum_is_not_adopted():
+    async with open_driver_group(SPEC) as group:
+        await group.member(group.creator)
+        joiner_wave = await group.member()
+        numel = joiner_wave.driver.member.layout.numel
+        poison = prepare_tensor(STATE_NAME, torch.full((2 * numel,), float("nan")))
+        stranger = await group.stranger()
+        group.serve_as(stranger, poison)
+        stranger.replicator.writer.provide_checkpoint(10**9, poison.header.checksum)
+        stranger.replicator.writer.provide_checkpoint(1, poison.header.checksum)
+        with trio.fail_after(120):
+            await group.finished()
+        for driver in group.drivers:
+            assert torch.isfinite(driver.member.global_params).all()
+            assert driver.progress.round == SPEC.rounds
+        assert len(_checksums(group)) == 1
+
+
+async def test_even_an_anchor_cannot_make_a_member_adopt_a_nan_state_and_is_penalised():
+    async with open_driver_group(SPEC.__class__(**{**_fields(SPEC), "rounds": 1})) as group:
+        anchor = await group.member(group.creator)
+        with trio.fail_after(60):
+            await group.finished()
+        numel = anchor.driver.member.layout.numel
+        poison = prepare_tensor(STATE_NAME, torch.full((2 * numel,), float("nan")))
+        group.serve_as(anchor, poison)
+        anchor.replicator.writer.provide_checkpoint(5, poison.header.checksum)
+        joiner = await group.member()
+        await wait_until(lambda: joiner.driver.progress.refused_states > 0, timeout=30)
+        assert torch.isfinite(joiner.driver.member.global_params).all()
+        assert joiner.driver.member.round < 5
+        assert any(p == anchor.peer_id and "NaN" in why for p, why in group.penalties)
+
+
+async def test_three_fresh_ids_cannot_outvote_two_honest_members():
+    async with open_driver_group(SPEC) as group:
+        await group.member(group.creator)
+        await group.member()
+        numel = group.drivers[0].member.layout.numel
+        forged = prepare_tensor(STATE_NAME, torch.zeros(2 * numel))
+        sybils = [await group.stranger() for _ in range(3)]
+        for sybil in sybils:
+            group.serve_as(sybil, forged)
+            for round_ in range(SPEC.rounds + 1):
+                sybil.replicator.writer.provide_checkpoint(round_, forged.header.checksum)
+        with trio.fail_after(120):
+            await group.finished()
+        honest = _checksums(group)
+        assert len(honest) == 1 and forged.header.checksum.hex()[:16] not in honest
+        assert [d.progress.state_downloads for d in group.drivers] == [0, 0]
+
+
+def _fields(spec: DiLoCoSpec) -> dict:
+    import dataclasses
+
+    return {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+
+
+def _updates(p: int, d: int = 5000, seed: int = 0) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    base = torch.randn(d, generator=gen)
+    return [base + 0.5 * torch.randn(d, generator=gen) for _ in range(p)]
+
+
+def test_one_update_at_990x_the_median_norm_has_no_effect_with_the_default_aggregator():
+    honest = _updates(5)
+    median = torch.stack([u.norm() for u in honest]).median()
+    gen = torch.Generator().manual_seed(7)
+    attack = torch.randn(5000, generator=gen)
+    attack = attack * (990 * median / attack.norm())
+    for admission in ("open", "invite"):  # Flag for open runs, the mean for invite runs
+        rule = DiLoCoSpec(model="mlp", dataset="digits", admission=admission).build_aggregator()
+        result = rule.aggregate([*honest[:2], attack, *honest[2:]])
+        assert [v.reason for v in result.verdicts if not v.accepted] == ["norm"]
+        assert torch.allclose(result.update, rule.aggregate(honest).update, atol=1e-6)
+        cosine = torch.nn.functional.cosine_similarity(result.update, attack, dim=0)
+        assert abs(float(cosine)) < 0.05
+
+
+def test_open_runs_default_to_flag_with_a_rank_from_the_group_size():
+    open_rule = DiLoCoSpec(model="mlp", dataset="digits").build_aggregator()
+    invite_rule = DiLoCoSpec(model="mlp", dataset="digits", admission="invite").build_aggregator()
+    assert (open_rule.name, open_rule.r, open_rule.max_norm_ratio) == ("flag", None, 4.0)
+    assert (invite_rule.name, invite_rule.max_norm_ratio) == ("mean", 4.0)
+    explicit = DiLoCoSpec(model="mlp", dataset="digits", aggregator="median").build_aggregator()
+    assert explicit.name == "median"
+
+
+async def test_an_invite_run_trains_on_certified_members_and_drops_a_strangers_traffic():
+    import dataclasses
+
+    from libp2p.crypto.ed25519 import create_new_key_pair
+    from libp2p.peer.id import ID
+    from peertrain.crdt.certificates import MemberCertificate, sign_certificate
+    from peertrain.crdt.hlc import wall_clock_ms
+
+    spec = dataclasses.replace(SPEC, admission="invite", min_members=3)
+    async with open_driver_group(spec) as group:
+
+        def certificate(key) -> bytes:
+            peer = ID.from_pubkey(key.public_key).to_base58()
+            cert = MemberCertificate(
+                run=group.run_id, peer=peer, role="member", expires_ms=wall_clock_ms() + 3_600_000
+            )
+            return sign_certificate(group.creator, cert)
+
+        await group.member(group.creator)
+        for _ in range(2):
+            key = create_new_key_pair()
+            await group.member(key, certificate=certificate(key))
+        numel = group.drivers[0].member.layout.numel
+        poison = prepare_tensor(STATE_NAME, torch.zeros(2 * numel))
+        stranger = await group.stranger()
+        group.serve_as(stranger, poison)
+        stranger.replicator.writer.provide_checkpoint(10**9, poison.header.checksum)
+        with trio.fail_after(120):
+            await group.finished()
+        assert len(_checksums(group)) == 1
+        assert all(d.progress.round == spec.rounds for d in group.drivers)
+        assert [d.progress.state_downloads for d in group.drivers] == [0, 0, 0]
+        dropped = [m.replicator.statistics().non_members for m in group.members]
+        assert all(n > 0 for n in dropped)  # the stranger's deltas, refused on arrival
+        assert all(stranger.peer_id not in m.replicator.state.owners() for m in group.members)
+        assert group.tensors.fetches == 0
+
+
+async def test_a_joiner_adopts_the_newest_trusted_state():
+    async with open_driver_group(SPEC) as group:
+        await group.member(group.creator)
+        await group.member()
+        with trio.fail_after(120):
+            await group.finished()
+        joiner = await group.member()
+        with trio.fail_after(60):
+            await group.finished()
+        assert joiner.driver.progress.round == SPEC.rounds
+        assert joiner.driver.progress.state_downloads == 1
+        assert len(_checksums(group)) == 1
+
+
+async def test_without_a_live_anchor_members_keep_training_and_agree_by_determinism():
+    async with open_driver_group(SPEC) as group:  # the creator never joins its run
+        await group.member()
+        await group.member()
+        with trio.fail_after(120):
+            await group.finished()
+        assert all(d.progress.round == SPEC.rounds for d in group.drivers)
+        assert len(_checksums(group)) == 1
+        assert [d.progress.state_downloads for d in group.drivers] == [0, 0]
+
+
+async def test_a_wave_of_fresh_ids_enters_the_counted_group_one_per_round_only():
+    import dataclasses
+
+    spec = dataclasses.replace(SPEC, admit_per_round=1, round_timeout=3, rounds=4)
+    async with open_driver_group(spec) as group:
+        anchor = await group.member(group.creator)
+        await group.member()
+        sizes: list[int] = []
+        for driver in group.drivers:
+            advance = driver.roster.advance
+
+            def recorded(round_, candidates, salt, advance=advance, mine=driver is anchor.driver):
+                counted = advance(round_, candidates, salt)
+                if mine:
+                    sizes.append(len(counted))
+                return counted
+
+            driver.roster.advance = recorded
+        sybils = [await group.stranger() for _ in range(10)]
+
+        async def copy_the_anchors_checkpoints():  # forwarding is not signing: claims cost nothing
+            while True:
+                for round_, states in anchor.replicator.state.checkpoints().items():
+                    for checksum, holders in states.items():
+                        if anchor.peer_id in holders:
+                            for sybil in sybils:
+                                sybil.replicator.writer.provide_checkpoint(round_, checksum)
+                await trio.sleep(0.2)
+
+        group.nursery.start_soon(copy_the_anchors_checkpoints)
+        with trio.fail_after(120):
+            await group.finished()
+        # ten fresh IDs knocked every round; the two members and one newcomer a round got in
+        assert max(sizes) == 2 + 1
+        assert len(_checksums(group)) == 1
