@@ -11,7 +11,7 @@ from pathlib import Path
 PLUGIN = "peertrain.testing.plugin"
 ROOT = Path(__file__).resolve().parents[1]
 
-USER_TEST = '''
+USER_TEST = """
 import pytest
 import trio
 
@@ -29,7 +29,7 @@ async def test_a_memory_network_carries_a_message(memory_router):
     await a.publish("topic", b"hello")
     with trio.fail_after(5):
         assert (await inbox.receive()).data == b"hello"
-'''
+"""
 
 
 def plugin_args() -> list[str]:
