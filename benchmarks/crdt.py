@@ -4,7 +4,7 @@
                                         [--arms memory memory-lossy libp2p] [--settle 5]
 
 Arms, each in one process:
-- `memory`: n replicators on the in-memory router (crdt/testing.py), no faults;
+- `memory`: n replicators on the in-memory router (peertrain.testing.memory_router), no faults;
 - `memory-lossy`: the same router dropping 20% of deliveries, duplicating 10%, delaying up to
   10 ms and holding back 20% by 50 ms (reordering); anti-entropy must repair what is lost;
 - `libp2p` (16 nodes): real daemons on loopback (peertrain.testing), deltas
@@ -46,7 +46,8 @@ from peertrain.crdt.runstate import RunState
 from peertrain.crdt.signed import open_delta, seal_delta
 from peertrain.crdt.writer import RunWriter
 from peertrain.testing import wait_until
-from peertrain.testing.crdt_network import Faults, converged, new_run, open_memory_swarm
+from peertrain.testing.crdt_network import converged, new_run, open_memory_swarm
+from peertrain.testing.memory_router import Faults
 
 try:
     from benchmarks._report import print_json, print_table

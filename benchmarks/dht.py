@@ -42,16 +42,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import print_json, print_table  # noqa: E402
 from peertrain.dht import DhtConfig, stage_key  # noqa: E402
 from peertrain.dht.messages import Ping, Pong  # noqa: E402
-from peertrain.node.net.host import build_host  # noqa: E402
-from peertrain.node.net.identity import Identity  # noqa: E402
-from peertrain.testing.dht_swarm import DhtSwarm, open_dht_swarm, without_auto_connect  # noqa: E402
+from peertrain.testing.dht_swarm import DhtSwarm, dht_host, open_dht_swarm  # noqa: E402
 
 CONFIG = DhtConfig(publish_peer_record=False)
 TARGETS = {"bootstrap_32_s": 3.0, "store_p50_64_ms": 20.0, "get_p50_64_ms": 10.0}
-
-
-def make_host():
-    return without_auto_connect(build_host(Identity.generate()))
 
 
 def pct(values: list[float], q: float) -> float:
@@ -127,7 +121,7 @@ async def rpc_round_trip(swarm: DhtSwarm, rng: random.Random, count: int = 100) 
 
 async def measure(n: int, ops: int, seed: int) -> dict[str, float]:
     rng = random.Random(seed)
-    async with open_dht_swarm(n + 1, make_host, config=CONFIG, seed=seed) as swarm:
+    async with open_dht_swarm(n + 1, dht_host, config=CONFIG, seed=seed) as swarm:
         late = swarm.nodes.pop()  # listens now, joins at the end
         late_scope = swarm.scopes.pop()
         swarm.alive.pop()

@@ -36,7 +36,6 @@ from peertrain.swarm.diloco import (
     DiLoCoMember,
     InnerConfig,
     InnerLoop,
-    LocalGroup,
     OuterConfig,
     ProtocolCodec,
     UpdateCodec,
@@ -44,6 +43,7 @@ from peertrain.swarm.diloco import (
     evaluate,
 )
 from peertrain.swarm.models import GPTConfig, count_parameters
+from peertrain.testing import LocalGroup
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -96,11 +96,14 @@ def rounds(daemons) -> list[int]:
 
 
 def wait_for_round(daemons, target: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while min(rounds(daemons)) < target:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"rounds {rounds(daemons)} never reached {target}")
-        time.sleep(1)
+    from peertrain.testing import wait_until_sync
+
+    wait_until_sync(
+        lambda: min(rounds(daemons)) >= target,
+        timeout=timeout,
+        interval=1,
+        what=f"every daemon at round {target}",
+    )
 
 
 class VictimProbe:

@@ -18,5 +18,6 @@ Bottom up:
     sync.py        anti-entropy messages;  transport.py: the two interfaces replication needs
     intake.py      Intake: every received envelope deduplicated, checked, applied or penalised
     replicator.py  Replicator: paced gossip + push-pull anti-entropy
-    testing.py     in-memory seeded fault-injecting router and a swarm of replicators
+(in-memory transport and a swarm of replicators for tests: peertrain.testing.memory_router,
+crdt_network)
 """

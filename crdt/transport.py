@@ -3,8 +3,8 @@
 The `Replicator` knows nothing of libp2p: it publishes on a topic and receives through
 `PubSub`, and runs anti-entropy through `Exchange` (one request, one reply, typed messages from
 `sync.py`). The node wires them onto gossipsub and a `/peertrain/crdt/sync/1.0.0` stream
-handler; tests use the in-memory `testing.MemoryRouter`, which drops, duplicates, delays and
-reorders on purpose.
+handler; tests use `peertrain.testing.MemoryRouter` (in memory), which drops, duplicates,
+delays and reorders on purpose.
 
 Contract for implementations: `subscribe` hands messages over through a *bounded* channel (a
 slow consumer loses messages, never grows memory) and runs `validator(sender, data)` before

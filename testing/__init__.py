@@ -1,38 +1,50 @@
 """peertrain.testing — helpers for testing peertrain and code built on it: real nodes in one
-process, CLI daemons, memory networks with seeded faults, netns worlds, an attacker's toolkit.
+process, CLI daemons, one seeded fault-injecting memory network, netns worlds, attack tools.
 
 May import every layer; no product layer imports it (tests/test_layering.py). The pytest plugin
-(`peertrain.testing.plugin`, registered as an entry point) turns these into fixtures.
+(`peertrain.testing.plugin`, the `peertrain` pytest11 entry point) turns these into fixtures.
 
-    swarms.py        open_test_swarm (in-process daemons), cli_daemons (processes)
-    waiting.py       wait_until / wait_until_sync: one way to wait for a condition
-    crdt_network.py  MemoryRouter: replicas on a seeded fault-injecting in-memory network
-    dht_swarm.py     DHT nodes on real hosts in one process
-    diloco_group.py  LocalGroup: a DiLoCo group's rounds in one thread
-    netns.py         network-namespace worlds with NAT routers (root only)
-    attacks.py       Attacker: garbage frames, floods, slowloris, Sybil waves
+    swarms.py         open_test_swarm: in-process daemons on loopback; free_tcp_port
+    processes.py      cli_daemons: `peertrain node start` processes
+    waiting.py        wait_until / wait_until_sync: one way to wait for a condition
+    memory_router.py  MemoryRouter: the CRDT and update-gossip transports in memory, seeded faults
+    crdt_network.py   open_memory_swarm: replicators of one run on a MemoryRouter
+    dht_swarm.py      DHT nodes on real hosts in one process
+    diloco_group.py   LocalGroup, InProcessExchange: a DiLoCo group's rounds in one process
+    byte_streams.py   connected in-memory byte streams behind libp2p's stream interface
+    netns.py          network-namespace worlds with NAT routers (root only)
+    attacks.py        Attacker: garbage frames, floods, slowloris, Sybil waves
+    plugin.py         the pytest fixtures
 """
 
 from __future__ import annotations
 
-from .swarms import cli_daemons, free_tcp_port, open_test_swarm
+import importlib
+
 from .waiting import wait_until, wait_until_sync
+
+# Everything else loads on first use: `import peertrain.testing` (and so the pytest plugin, which
+# every pytest session of a user loads) stays light; libp2p hosts and torch load for tests that
+# use them.
+_LAZY = {
+    "open_test_swarm": ".swarms",
+    "cli_daemons": ".processes",
+    "free_tcp_port": ".swarms",
+    "MemoryRouter": ".memory_router",
+    "Faults": ".memory_router",
+    "open_memory_router": ".memory_router",
+    "open_memory_swarm": ".crdt_network",
+    "open_dht_swarm": ".dht_swarm",
+    "LocalGroup": ".diloco_group",
+    "InProcessExchange": ".diloco_group",
+    "Attacker": ".attacks",
+}
 
 
 def __getattr__(name: str):
-    # The heavier helpers load on first use: `import peertrain.testing` stays light, and the
-    # torch-backed DiLoCo group only loads for tests that use it.
-    lazy = {
-        "LocalGroup": (".diloco_group", "LocalGroup"),
-        "MemoryRouter": (".crdt_network", "MemoryRouter"),
-        "Attacker": (".attacks", "Attacker"),
-    }
-    if name in lazy:
-        import importlib
-
-        module, attr = lazy[name]
-        return getattr(importlib.import_module(module, __name__), attr)
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
     raise AttributeError(name)
 
 
-__all__ = ["cli_daemons", "free_tcp_port", "open_test_swarm", "wait_until", "wait_until_sync"]
+__all__ = ["wait_until", "wait_until_sync", *_LAZY]

@@ -5,7 +5,9 @@
         await swarm.nodes[3].put(...)
         await swarm.kill(5)                              # closes its host: peers see it vanish
 
-The host factory is a parameter because `dht/` may not import `node/` (DESIGN.md §1).
+The host factory is a parameter so a test can run the DHT on any host; `dht_host(rng)` is the
+node's own host, its identity drawn from a seeded `random.Random` so peer IDs (and so the XOR
+geometry: who is nearest a key, who dies with its replicas) repeat run to run.
 Each node runs under its own cancel scope, so a test can kill one without touching the rest.
 """
 
@@ -20,10 +22,13 @@ from typing import TYPE_CHECKING, Any, cast
 import trio
 import trio.lowlevel
 from libp2p.abc import IHost
+from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.network.swarm import Swarm
 from libp2p.peer.peerinfo import PeerInfo
 from multiaddr import Multiaddr
 from peertrain.dht.node import Dht, DhtConfig
+from peertrain.node.net.host import build_host
+from peertrain.node.net.identity import Identity
 
 if TYPE_CHECKING:
     from trio_typing import TaskStatus  # trio.TaskStatus (see dht/node.py)
@@ -42,6 +47,16 @@ def without_auto_connect(host: IHost) -> IHost:
     config.min_connections = 0
     config.low_watermark = 0
     return host
+
+
+def dht_host(rng: random.Random | None = None) -> IHost:
+    """The node's host without auto-connect; its key from `rng` when given (else random)."""
+    identity = (
+        Identity.from_key_pair(create_new_key_pair(rng.randbytes(32)))
+        if rng is not None
+        else Identity.generate()
+    )
+    return without_auto_connect(build_host(identity))
 
 
 @dataclass

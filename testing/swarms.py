@@ -1,26 +1,23 @@
-"""Real nodes in one trio process, real daemons as CLI processes.
+"""Real nodes in one trio process: the daemons a user runs, minus the process boundary.
 
-    async with open_test_swarm(3) as nodes:         # in-process, loopback, real libp2p hosts
-        await connect_all(nodes)                     # star or mesh wiring
-        ...
-    with cli_daemons(3, tmp_path) as daemons:        # separate processes through the CLI
-        daemons[1].status()["peers"]
+    async with open_test_swarm(3) as nodes:          # loopback, real libp2p hosts, node i > 0
+        ...                                           # bootstrapped from node 0
 
-Both are what a user would run, minus the process boundary for the first. The pytest
-plugin (peertrain.testing.plugin) wraps them as fixtures.
+One process keeps a many-node test fast and lets it reach into each daemon's state; the CLI's
+own path (argument parsing, control socket, process lifetime) is processes.py's. The pytest
+plugin wraps it as the `test_swarm` fixture.
 """
 
 from __future__ import annotations
 
 import contextlib
 import tempfile
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import trio
 from peertrain.node.api.serve import serve_node
-from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
 from peertrain.node.config import NodeConfig
 from peertrain.node.daemon import Daemon
 from peertrain.node.net.identity import Identity
@@ -64,24 +61,3 @@ def free_tcp_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as probe:
         probe.bind((host, 0))
         return int(probe.getsockname()[1])
-
-
-@contextlib.contextmanager
-def cli_daemons(
-    n: int, base: Path, *, extra: Sequence[str] = (), env: dict[str, str] | None = None
-) -> Iterator[list[DaemonProcess]]:
-    """N `peertrain node start` processes; daemon i>0 bootstraps from daemon 0 by multiaddr."""
-    daemons: list[DaemonProcess] = []
-    try:
-        first: dict[str, Any] | None = None
-        for index in range(n):
-            bootstrap = [first["share"]] if first else []
-            daemon = DaemonProcess(
-                Path(base) / f"node{index}", node_args(bootstrap=bootstrap, extra=extra), env
-            )
-            daemons.append(daemon.start())
-            status = daemon.wait_ready()
-            first = first or status
-        yield daemons
-    finally:
-        stop_all(daemons)

@@ -7,8 +7,9 @@ awaited, so a failing test reads as a sentence.
 
 from __future__ import annotations
 
+import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import trio
@@ -17,18 +18,22 @@ T = TypeVar("T")
 
 
 async def wait_until(
-    predicate: Callable[[], T],
+    predicate: Callable[[], T | Awaitable[T]],
     *,
-    timeout: float = 10.0,
+    timeout: float = 10.0,  # noqa: ASYNC109 - the caller's one knob; a cancel scope inside names `what`
     interval: float = 0.05,
     what: str = "condition",
 ) -> T:
     """Poll `predicate` until it returns something true, and return that; TimeoutError
-    naming `what` otherwise."""
+    naming `what` otherwise. An async predicate (one that asks a peer) is awaited each pass."""
     with trio.move_on_after(timeout):
-        while not (value := predicate()):  # noqa: ASYNC110 - a predicate, no one event
+        while True:
+            value = predicate()
+            if inspect.isawaitable(value):
+                value = await value
+            if value:
+                return value  # type: ignore[return-value]
             await trio.sleep(interval)
-        return value
     raise TimeoutError(f"{what} not met within {timeout} s")
 
 

@@ -10,8 +10,8 @@ supplies the exchange of encoded updates and runs the torch phases in worker thr
     report = await trio.to_thread.run_sync(member.apply_update, contributions, limiter=compute)
     # report.state_hash → RunState; member.snapshot() → CheckpointStore.save / a joiner's restore
 
-`InProcessExchange` (threads) runs a whole group in one process; `peertrain.testing.LocalGroup`
-runs one in a single thread.
+`peertrain.testing.InProcessExchange` (threads) runs a whole group in one process;
+`peertrain.testing.LocalGroup` runs one in a single thread.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from .checkpoint import CheckpointInfo, CheckpointStore
 from .compression import ErrorFeedbackEncoder, ProtocolCodec, UpdateCodec
 from .config import InnerConfig, OuterConfig
 from .errors import CheckpointCorrupt, CheckpointError, DiLoCoError, RoundFailed
-from .exchange import Contribution, InProcessExchange, UpdateExchange
+from .exchange import Contribution, UpdateExchange
 from .flat import ParamLayout
 from .inner_loop import InnerLoop, InnerReport, evaluate, learning_rate
 from .member import DiLoCoMember, MemberState, RoundReport
@@ -37,7 +37,6 @@ __all__ = [
     "DiLoCoError",
     "DiLoCoMember",
     "ErrorFeedbackEncoder",
-    "InProcessExchange",
     "InnerConfig",
     "InnerLoop",
     "InnerReport",

@@ -18,7 +18,8 @@ from peertrain.crdt.signed import seal_delta
 from peertrain.crdt.wire import int_codec
 from peertrain.crdt.writer import RunWriter
 from peertrain.testing import wait_until
-from peertrain.testing.crdt_network import MemoryRouter, new_run, open_memory_swarm
+from peertrain.testing.crdt_network import new_run, open_memory_swarm
+from peertrain.testing.memory_router import MemoryRouter
 
 
 def _peer():

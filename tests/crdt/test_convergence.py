@@ -11,13 +11,8 @@ from libp2p.peer.id import ID
 from peertrain.crdt.replicator import Replicator, ReplicatorConfig
 from peertrain.crdt.runstate import RunState
 from peertrain.testing import wait_until
-from peertrain.testing.crdt_network import (
-    Faults,
-    MemoryRouter,
-    converged,
-    new_run,
-    open_memory_swarm,
-)
+from peertrain.testing.crdt_network import converged, new_run, open_memory_swarm
+from peertrain.testing.memory_router import Faults, MemoryRouter
 
 LOSSY = Faults(drop=0.2, duplicate=0.1, delay=0.02, reorder=0.2, reorder_delay=0.05)
 FAST_SYNC = ReplicatorConfig(sync_interval=0.5)

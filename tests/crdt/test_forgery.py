@@ -22,7 +22,8 @@ from peertrain.protocol.conformance import check_decoder_on_mutations, check_mes
 from peertrain.protocol.envelope import Envelope, seal
 from peertrain.protocol.errors import BadSignature, ProtocolError
 from peertrain.protocol.packing import unpack
-from peertrain.testing.crdt_network import MemoryRouter, new_run
+from peertrain.testing.crdt_network import new_run
+from peertrain.testing.memory_router import MemoryRouter
 
 NOW = 1_800_000_000_000
 

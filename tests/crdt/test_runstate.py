@@ -10,7 +10,8 @@ from peertrain.crdt.hlc import HybridClock, Stamp
 from peertrain.crdt.replicator import Replicator
 from peertrain.crdt.runstate import RunState
 from peertrain.crdt.writer import RunWriter
-from peertrain.testing.crdt_network import MemoryRouter, new_run
+from peertrain.testing.crdt_network import new_run
+from peertrain.testing.memory_router import MemoryRouter
 
 NOW = 1_800_000_000_000
 

@@ -30,9 +30,12 @@ async def test_32_nodes_find_what_any_node_stored_and_still_do_after_a_third_die
         await swarm.join_all()
         nodes = swarm.nodes
         # a join whose first dial failed (a loaded machine) is retried by the node itself
-        with trio.fail_after(30):
-            while not all(node.bootstrapped for node in nodes):
-                await trio.sleep(0.1)
+        await wait_until(
+            lambda: all(node.bootstrapped for node in nodes),
+            timeout=30,
+            interval=0.1,
+            what="every node bootstrapped",
+        )
         rng = random.Random(5)
         single = {stage_key("run", i): rng.randrange(32) for i in range(4)}
         for key, writer in single.items():

@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from peertrain.testing import wait_until_sync
 
 pytestmark = pytest.mark.slow
 
@@ -31,13 +31,17 @@ def start(tmp_path: Path, name: str, *args: str) -> tuple[subprocess.Popen, Path
 
 def printed(log: Path, label: str, timeout: float = 60.0) -> str:
     """The value the example printed after `label` (waiting for it)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def value() -> str | None:
         for line in log.read_text().splitlines():
             if line.startswith(label + " "):
                 return line.removeprefix(label + " ").strip()
-        time.sleep(0.2)
-    raise AssertionError(f"{log.name} never printed {label!r}:\n{log.read_text()[-3000:]}")
+        return None
+
+    try:
+        return wait_until_sync(value, timeout=timeout, interval=0.2, what=f"{label!r} printed")
+    except TimeoutError as exc:
+        raise AssertionError(f"{log.name}: {exc}:\n{log.read_text()[-3000:]}") from None
 
 
 def test_two_processes_wrapping_their_own_loop_end_with_the_same_model(tmp_path):

@@ -10,6 +10,7 @@ serves the check until stdin closes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 
@@ -18,6 +19,7 @@ from multiaddr import Multiaddr
 from peertrain.node.nat.reachability import ReachabilityCheck
 from peertrain.node.net.host import build_host, parse_peer_addr
 from peertrain.node.net.identity import Identity
+from peertrain.testing import wait_until
 
 
 async def main(listen: str, ask: list[str]) -> None:
@@ -31,9 +33,12 @@ async def main(listen: str, ask: list[str]) -> None:
         else:
             for addr in ask:
                 await host.connect(parse_peer_addr(addr))
-            with trio.move_on_after(20):
-                while (await check.check()).status == "unknown":  # noqa: ASYNC110 (each pass asks)
-                    await trio.sleep(0.5)
+
+            async def decided() -> bool:  # each pass asks the peers again
+                return (await check.check()).status != "unknown"
+
+            with contextlib.suppress(TimeoutError):  # undecided is a verdict the test reads
+                await wait_until(decided, timeout=20, interval=0.5, what="a verdict")
             print(json.dumps({"verdict": check.current.as_dict()}), flush=True)
         nursery.cancel_scope.cancel()
 

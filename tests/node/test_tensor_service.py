@@ -102,8 +102,12 @@ async def _cut_midway(fetcher, holder_id, buffer: torch.Tensor) -> None:
     """Close every connection to the holder once a quarter of the payload has arrived (one
     holder's ranges arrive in order), before the last bytes have."""
     mark = buffer.numel() // 4
-    while not buffer[mark : mark + 64].any():
-        await trio.sleep(0.001)
+    await wait_until(
+        lambda: buffer[mark : mark + 64].any(),
+        timeout=30,
+        interval=0.001,
+        what="a quarter of the payload arrived",
+    )
     assert not buffer[-64:].any(), "the payload arrived before the cut: make it bigger"
     for conn in list(fetcher.get_network().get_connections(holder_id)):
         await conn.close()

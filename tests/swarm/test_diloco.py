@@ -13,7 +13,6 @@ from peertrain.swarm.diloco import (
     DiLoCoMember,
     InnerConfig,
     InnerLoop,
-    InProcessExchange,
     NesterovOuterOptimizer,
     OuterConfig,
     ParamLayout,
@@ -25,7 +24,7 @@ from peertrain.swarm.diloco import (
 )
 from peertrain.swarm.diloco.member import rejection_kind
 from peertrain.swarm.models import MLPConfig
-from peertrain.testing.diloco_group import LocalGroup
+from peertrain.testing.diloco_group import InProcessExchange, LocalGroup
 
 MODEL = MLPConfig(hidden=16, depth=1)
 INNER = InnerConfig(steps=5, batch_size=32, lr=1e-2, warmup_steps=3)

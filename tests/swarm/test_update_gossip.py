@@ -3,7 +3,6 @@ is refused before aggregation and the round still completes."""
 
 from __future__ import annotations
 
-import blake3
 import pytest
 import trio
 import trio.lowlevel
@@ -18,58 +17,55 @@ from peertrain.swarm.diloco.update_gossip import (
     UpdateAnnouncement,
     UpdateGossip,
 )
+from peertrain.testing import wait_until
+from peertrain.testing.memory_router import (
+    Faults,
+    MemoryGroupTransport,
+    MemoryRouter,
+    open_memory_router,
+)
 
 NBYTES = 64
 RUN = "run-1"
 
 
-class Group:
-    """An in-memory network: published envelopes reach every member's validator, payloads are
-    served by checksum. `verdicts` records what each validator said (False = penalise)."""
+TOPIC = "/peertrain/run-1/updates"
 
-    def __init__(self):
+
+class Group:
+    """Members of one run's update gossip on a memory router: announcements reach every
+    member's validator (the router counts refusals in `stats.invalid`), payloads are fetched by
+    checksum from the holders asked."""
+
+    def __init__(self, router: MemoryRouter):
+        self.router = router
         self.members: dict[str, UpdateGossip] = {}
         self.leases: set[str] = set()  # members of the run that take no part in these rounds
-        self.store: dict[bytes, bytes] = {}
-        self.verdicts: list[tuple[str, bool]] = []
 
     def add(self, expected: set[str] | None = None) -> UpdateGossip:
         key = create_new_key_pair()
         me = ID.from_pubkey(key.public_key).to_base58()
+        endpoint = self.router.endpoint(me)
         gossip = UpdateGossip(
             run_id=RUN,
             key_pair=key,
-            transport=Transport(self, me),
+            transport=endpoint.group(TOPIC),
             expected_nbytes=NBYTES,
             is_member=lambda p: p in self.members or p in self.leases,
             expected=lambda r: set(self.members) if expected is None else expected,
         )
+        endpoint.validate_only(TOPIC, gossip.validate)
         self.members[me] = gossip
         return gossip
 
-    def deliver(self, origin: str, raw: bytes) -> None:
-        for peer, member in self.members.items():
-            if peer != origin:
-                self.verdicts.append((origin, member.validate(origin, raw)))
+    def outsider(self, peer: str) -> MemoryGroupTransport:
+        """The group transport of a peer that is no member of these rounds."""
+        return self.router.endpoint(peer).group(TOPIC)
 
 
-class Transport:
-    def __init__(self, group: Group, me: str):
-        self.group, self.me = group, me
-
-    async def publish(self, data: bytes) -> None:
-        self.group.deliver(self.me, data)
-
-    async def serve(self, owner: str, payload: bytes) -> bytes:
-        checksum = blake3.blake3(payload).digest()
-        self.group.store[checksum] = payload
-        return checksum
-
-    async def fetch(self, holders, checksum: bytes, nbytes: int) -> bytes:
-        await trio.lowlevel.checkpoint()
-        if checksum not in self.group.store:
-            raise LookupError("nobody holds it")
-        return self.group.store[checksum]
+@pytest.fixture
+def group(memory_router):  # memory_router: peertrain's pytest plugin
+    return Group(memory_router)
 
 
 async def run_round(members: list[UpdateGossip], round_: int = 0, deadline: float = 5.0):
@@ -86,17 +82,28 @@ async def run_round(members: list[UpdateGossip], round_: int = 0, deadline: floa
     return results
 
 
-async def test_every_member_gets_every_update_sorted_by_sender():
-    group = Group()
+async def test_every_member_gets_every_update_sorted_by_sender(group):
     members = [group.add() for _ in range(3)]
     results = await run_round(members)
     for contributions in results.values():
         assert [c.sender for c in contributions] == sorted(group.members)
-    assert all(ok for _, ok in group.verdicts)
+    assert group.router.stats.delivered > 0 and group.router.stats.invalid == 0
 
 
-async def test_a_missing_member_holds_the_round_only_until_the_deadline():
-    group = Group()
+async def test_every_update_arrives_through_a_network_that_duplicates_reorders_and_loses_fetches(
+    autojump_clock,
+):
+    faults = Faults(duplicate=0.3, delay=0.05, reorder=0.3, request_loss=0.3)
+    async with open_memory_router(faults=faults, seed=7) as router:
+        group = Group(router)
+        members = [group.add() for _ in range(4)]
+        results = await run_round(members, deadline=60.0)
+    assert all([c.sender for c in r] == sorted(group.members) for r in results.values())
+    assert router.stats.duplicated > 0 and router.stats.requests_lost > 0  # faults did happen
+    assert router.stats.invalid == 0  # a duplicate is no offence
+
+
+async def test_a_missing_member_holds_the_round_only_until_the_deadline(group):
     members = [group.add() for _ in range(2)]
     silent = group.add()  # expected, never sends
     with trio.fail_after(3):
@@ -131,8 +138,7 @@ def forged(
 @pytest.mark.parametrize(
     "case", ["other run", "wrong size", "undecodable", "claims another sender", "bad signature"]
 )
-async def test_bad_announcements_are_refused_and_the_round_completes(case):
-    group = Group()
+async def test_bad_announcements_are_refused_and_the_round_completes(group, case):
     honest = [group.add() for _ in range(3)]
     liar = honest[2]
     if case == "other run":
@@ -151,14 +157,12 @@ async def test_bad_announcements_are_refused_and_the_round_completes(case):
     assert all(len(r) == 3 for r in results.values())
 
 
-async def test_updates_of_strangers_are_dropped_at_round_close():
-    group = Group()
+async def test_updates_of_strangers_are_dropped_at_round_close(group):
     members = [group.add() for _ in range(2)]
     stranger_key = create_new_key_pair()
     stranger = ID.from_pubkey(stranger_key.public_key).to_base58()
     payload = b"\x07" * NBYTES
-    checksum = blake3.blake3(payload).digest()
-    group.store[checksum] = payload
+    checksum = await group.outsider(stranger).serve(stranger, payload)
     ann = UpdateAnnouncement(sender=stranger, nbytes=NBYTES, checksum=checksum)
     raw = seal(stranger_key, domain=DOMAIN, run=RUN, round=0, payload=encode(ann)).to_bytes()
     assert members[0].validate(stranger, raw)  # well-formed: no penalty (its lease may be late)
@@ -166,8 +170,7 @@ async def test_updates_of_strangers_are_dropped_at_round_close():
     assert all(stranger not in {c.sender for c in r} for r in results.values())
 
 
-async def test_announcements_outside_the_round_window_are_ignored_without_penalty():
-    group = Group()
+async def test_announcements_outside_the_round_window_are_ignored_without_penalty(group):
     member, other = group.add(), group.add()
     member.current_round = 10
     origin, stale = forged(group, other, round_=3)
@@ -177,18 +180,18 @@ async def test_announcements_outside_the_round_window_are_ignored_without_penalt
 
 
 async def test_a_fetch_that_keeps_failing_waits_for_another_holder_instead_of_retrying_forever(
-    autojump_clock,
+    group, autojump_clock
 ):
-    group = Group()
     a, b = group.add(), group.add()
     asked: list[list[str]] = []
+    fetch = b.transport.fetch
 
     async def fetch_from_flaky_a(holders, checksum: bytes, nbytes: int) -> bytes:
         asked.append(list(holders))
         await trio.lowlevel.checkpoint()
         if set(holders) <= {a.me}:
             raise LookupError("a's stream keeps breaking")
-        return group.store[checksum]
+        return await fetch([h for h in holders if h != a.me], checksum, nbytes)
 
     b.transport.fetch = fetch_from_flaky_a
     results = {}
@@ -205,21 +208,22 @@ async def test_a_fetch_that_keeps_failing_waits_for_another_holder_instead_of_re
         assert len(asked) == FETCH_TRIES and b.me not in results
 
         holder_key = create_new_key_pair()  # a member that fetched a's update and says so
-        group.leases.add(ID.from_pubkey(holder_key.public_key).to_base58())
+        holder = ID.from_pubkey(holder_key.public_key).to_base58()
+        group.leases.add(holder)
         a_update = a._rounds[0].announced[a.me]
+        await group.outsider(holder).fetch([a.me], a_update.checksum, NBYTES)
         holds = UpdateAnnouncement(
             sender=a.me, nbytes=NBYTES, checksum=a_update.checksum, holds=True
         )
         raw = seal(holder_key, domain=DOMAIN, run=RUN, round=0, payload=encode(holds)).to_bytes()
-        assert b.validate(ID.from_pubkey(holder_key.public_key).to_base58(), raw)
+        assert b.validate(holder, raw)
     assert len(asked) == FETCH_TRIES + 1 and len(asked[-1]) == 2
     assert [c.sender for c in results[b.me]] == sorted(group.members)
 
 
-async def test_announcements_from_strangers_start_no_download(autojump_clock):
+async def test_announcements_from_strangers_start_no_download(group, autojump_clock):
     """Two hundred fresh IDs announce updates of the run's size: nothing is fetched for them,
     what the round records stays bounded, and the members' round completes."""
-    group = Group()
     a, b = group.add(), group.add()
     fetched: list[list[str]] = []
     fetch = b.transport.fetch
@@ -252,8 +256,7 @@ async def test_announcements_from_strangers_start_no_download(autojump_clock):
     assert len(b._rounds.get(0, _empty()).announced) <= MAX_SENDERS
 
 
-async def test_a_holder_that_is_no_member_is_never_asked(autojump_clock):
-    group = Group()
+async def test_a_holder_that_is_no_member_is_never_asked(group, autojump_clock):
     a, b = group.add(), group.add()
     asked: list[list[str]] = []
     fetch = b.transport.fetch
@@ -267,8 +270,9 @@ async def test_a_holder_that_is_no_member_is_never_asked(autojump_clock):
         nursery.start_soon(
             lambda: a.exchange(0, bytes([1]) * NBYTES, deadline=trio.current_time() + 30)
         )
-        while a.me not in getattr(a._rounds.get(0), "announced", {}):
-            await trio.sleep(0.01)  # until a announced
+        await wait_until(
+            lambda: a.me in getattr(a._rounds.get(0), "announced", {}), what="a announced"
+        )
         stranger = create_new_key_pair()
         holds = UpdateAnnouncement(
             sender=a.me, nbytes=NBYTES, checksum=a._rounds[0].announced[a.me].checksum, holds=True
