@@ -192,7 +192,9 @@ class Attacker:
             stream = await self.host.new_stream(victim, [protocol])
             await write_message(stream, request)
             report.bytes_delivered += len(encode(request))
-            while await stream.read(4096):
+            while True:  # 4 KiB at a time, paced: no more than `rate` bytes/s taken
+                if not await stream.read(4096):
+                    break
                 await trio.sleep(4096 / rate)
             report.held.append(trio.current_time() - started)
         except Exception as exc:  # noqa: BLE001 - reset by the victim's deadline or limits
