@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import NodeError
-from .options import data_params, role_params, run_spec_from_args
+from .options import data_params, model_option, role_params, run_spec_from_args
 
 
 def _load(args: argparse.Namespace, **extra: Any):
@@ -135,7 +135,7 @@ def _run_options(args: argparse.Namespace) -> dict[str, Any]:
         from ..config import load_config
 
         configured = load_config(args.home).trusted_models
-        options["trusted_models"] = [*configured, args.model]
+        options["trusted_models"] = [*configured, model_option(args.model)]
     return options
 
 
@@ -213,7 +213,7 @@ def cmd_run_join(args: argparse.Namespace) -> int:
         {
             "name": args.name,
             "timeout": 60,
-            **({"model": args.model} if args.model else {}),
+            **({"model": model_option(args.model)} if args.model else {}),
             **role_params(args),
             **data_params(args),
         },

@@ -184,9 +184,10 @@ def _add_follow_option(p: argparse.ArgumentParser) -> None:
 def _add_trust_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model",
-        metavar="PACKAGE.MODULE:FACTORY",
+        metavar="PACKAGE.MODULE:FACTORY|hf:DIR",
         help="the run's model, when it is one by import path: this node may import it (peertrain "
-        "imports only code you name; config key trusted_models)",
+        "imports only code you name; config key trusted_models); or your copy of the hf: folder "
+        "whose weights the run starts from (checked against its digest)",
     )
 
 
