@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import trio
 
 MB = 1e6
 LOG_EVERY = 10.0  # seconds between two log lines of the same wait or download
@@ -132,6 +131,8 @@ async def log_progress(
     logger: logging.Logger, progress: Callable[[], dict[str, Any]], every: float = LOG_EVERY
 ) -> None:
     """Forever: log what `progress()` shows (a run's `progress` status), see ProgressLog."""
+    import trio  # here: `peertrain status` words its lines with this module, and stays quick
+
     lines = ProgressLog(logger, every)
     while True:
         lines.update(progress(), trio.current_time())
