@@ -145,11 +145,21 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def model_option(model: str | None) -> str | None:
+    """--model as the daemon reads it: an `hf:` file or folder made absolute (the daemon's
+    working folder is not ours)."""
+    if model and model.startswith("hf:") and Path(model[3:]).expanduser().exists():
+        return "hf:" + str(Path(model[3:]).expanduser().absolute())
+    return model
+
+
 def run_spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
     spec: dict[str, Any] = {}
     for dest, *_ in RUN_OPTIONS.values():
         if getattr(args, dest, None) is not None:
             spec[dest] = getattr(args, dest)
+    if "model" in spec:
+        spec["model"] = model_option(spec["model"])
     for item in args.set or ():
         key, sep, raw = item.partition("=")
         if not sep or not key:

@@ -138,6 +138,7 @@ def _add_run_commands(commands: Any, home: argparse.ArgumentParser) -> None:
     add_role_options(p)
     _add_data_options(p, "the run trains on this file; the spec names it by its digest")
     p.add_argument("--json", action="store_true")
+    _add_follow_option(p)
     p.set_defaults(handler=cmd_run_create)
     p = run.add_parser("join", parents=[home], help="join a run from the running daemon")
     p.add_argument(
@@ -152,6 +153,7 @@ def _add_run_commands(commands: Any, home: argparse.ArgumentParser) -> None:
     _add_data_options(p, "your copy of the run's data (checked against its digest)")
     _add_trust_option(p)
     p.add_argument("--json", action="store_true")
+    _add_follow_option(p)
     p.set_defaults(handler=cmd_run_join)
     p = run.add_parser("export", parents=[home], help="write the run's current model to a folder")
     p.add_argument("--run", metavar="ID|NAME", default="", help="the run (default: the only one)")
@@ -170,12 +172,22 @@ def _add_run_commands(commands: Any, home: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=cmd_run_list)
 
 
+def _add_follow_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--follow",
+        action="store_true",
+        help="then show the run's progress (rounds, inner steps, state download, waits) until "
+        "it finishes; Ctrl-C stops watching, not the run",
+    )
+
+
 def _add_trust_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model",
-        metavar="PACKAGE.MODULE:FACTORY",
+        metavar="PACKAGE.MODULE:FACTORY|hf:DIR",
         help="the run's model, when it is one by import path: this node may import it (peertrain "
-        "imports only code you name; config key trusted_models)",
+        "imports only code you name; config key trusted_models); or your copy of the hf: folder "
+        "whose weights the run starts from (checked against its digest)",
     )
 
 

@@ -88,10 +88,37 @@ def with_data_digest(spec: dict[str, Any], data: str) -> dict[str, Any]:
     return {**spec, "dataset": spec.get("dataset") or "text", "dataset_settings": settings}
 
 
+def with_hf_model(spec: dict[str, Any]) -> dict[str, Any]:
+    """The creator's spec with `--model hf:PATH_OR_CONFIG` read into plain settings (no path
+    travels to peers; swarm/models/hf.py)."""
+    model = spec.get("model")
+    if not isinstance(model, str) or not model.startswith("hf:"):
+        return spec
+    from peertrain.swarm.models.hf import resolve_hf
+
+    try:
+        name, settings = resolve_hf(model, spec.get("model_settings") or {})
+    except SwarmConfigError as exc:
+        raise ControlError(str(exc)) from None
+    return {**spec, "model": name, "model_settings": settings}
+
+
+def offer_hf_folders(paths: Iterable[str]) -> None:
+    """The `--model hf:DIR` folders among `paths` hold weights this node may start from."""
+    from peertrain.swarm.models.hf import WEIGHTS, offer_pretrained
+
+    for path in paths:
+        folder = Path(path.removeprefix("hf:")).expanduser()
+        if path.startswith("hf:") and (folder / WEIGHTS).is_file():
+            offer_pretrained(folder)
+
+
 def trust_models(paths: Iterable[str]) -> None:
     """Let this process import the model factories among `paths` (the local user's choice:
-    `trusted_models`, `--model package.module:factory`) when a run names them."""
-    import_paths = [p for p in paths if ":" in p and not p.startswith("external:")]
+    `trusted_models`, `--model package.module:factory`) when a run names them, and start from
+    the weights of the `--model hf:DIR` folders among them."""
+    offer_hf_folders(paths)
+    import_paths = [p for p in paths if ":" in p and not p.startswith(("external:", "hf:"))]
     if not import_paths:
         return
     from peertrain.swarm.models.registry import is_import_path, trust_import
