@@ -133,6 +133,7 @@ class Daemon:
             self.host,
             self.reachability,
             limits=HopLimits.of(config),
+            budget=self.budget,
             relays=config.relays,
             prefer=[p.peer_id for p in self.bootstrap],
             upnp=config.upnp,

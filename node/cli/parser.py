@@ -149,6 +149,7 @@ def _add_run_commands(commands: Any, home: argparse.ArgumentParser) -> None:
     add_role_options(p)
     _add_data_options(p, "the run trains on this file; the spec names it by its digest")
     p.add_argument("--json", action="store_true")
+    _add_follow_option(p)
     p.set_defaults(handler=cmd_run_create)
     p = run.add_parser("join", parents=[home], help="join a run from the running daemon")
     p.add_argument(
@@ -163,6 +164,7 @@ def _add_run_commands(commands: Any, home: argparse.ArgumentParser) -> None:
     _add_data_options(p, "your copy of the run's data (checked against its digest)")
     _add_trust_option(p)
     p.add_argument("--json", action="store_true")
+    _add_follow_option(p)
     p.set_defaults(handler=cmd_run_join)
     p = run.add_parser("export", parents=[home], help="write the run's current model to a folder")
     p.add_argument("--run", metavar="ID|NAME", default="", help="the run (default: the only one)")
@@ -179,6 +181,15 @@ def _add_run_commands(commands: Any, home: argparse.ArgumentParser) -> None:
     p = run.add_parser("list", parents=[home], help="runs announced in the DHT")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=cmd_run_list)
+
+
+def _add_follow_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--follow",
+        action="store_true",
+        help="then show the run's progress (rounds, inner steps, state download, waits) until "
+        "it finishes; Ctrl-C stops watching, not the run",
+    )
 
 
 def _add_trust_option(p: argparse.ArgumentParser) -> None:

@@ -253,6 +253,7 @@ class RunSession:
             params=driver.member.layout.numel if driver else 0,
             inner_steps=driver.spec.inner_steps if driver else 0,
             model=driver.spec.model if driver else "",
+            progress=driver.progress_status() if driver else None,
         )
 
 
