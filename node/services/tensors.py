@@ -180,6 +180,7 @@ async def fetch_tensor(
     retries: int = RETRIES,
     reconnect_wait: float = RECONNECT_WAIT,
     reconnect: Callable[[ID], Awaitable[Any]] | None = None,
+    on_header: Callable[[TensorDownload], None] | None = None,
 ) -> TensorDownload:
     """Download and verify tensor `checksum` from `holders` in parallel; raise TransferFailed.
 
@@ -187,12 +188,15 @@ async def fetch_tensor(
     redialed) is asked again, up to `retries` times, once a connection to it is back within
     `reconnect_wait` s; `reconnect(holder)` is called when none came back by itself. Verified
     chunks are kept, so the download resumes where it stopped. `allocate(nbytes)` may supply
-    the payload buffer (node/net/receive_buffers.py)."""
+    the payload buffer (node/net/receive_buffers.py). `on_header(download)` is told of the
+    download once its size is known, to follow its `verified_nbytes` (progress displays)."""
     holders = [h for h in dict.fromkeys(holders) if h != host.get_id()]
     again = _Retries(host, retries=retries, wait=reconnect_wait, reconnect=reconnect)
     download, failures = await _first_header(
         host, holders, checksum, max_nbytes, idle_timeout, allocate, again
     )
+    if on_header is not None:
+        on_header(download)
     ranges = _RangeFetch(host, download, again, failures, scoreboard, idle_timeout)
     await ranges.run(holders)
     if not download.complete:
