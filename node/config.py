@@ -57,6 +57,8 @@ class NodeConfig:
     log_level: str = "info"
     log_format: str = "auto"
     attack: str | None = None  # research/testing: make this node Byzantine (swarm/attacks.py)
+    device: str = "auto"  # where runs train: auto|cpu|cuda[:N]|mps (swarm/devices.py)
+    precision: str = "fp32"  # autocast for forward and loss: fp32|bf16|fp16
     dial_timeout: float = 10.0
     reconnect_interval: float = 2.0
     # NAT traversal (node/nat/relays.py): what a public node grants strangers as a circuit relay v2

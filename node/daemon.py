@@ -117,6 +117,8 @@ class Daemon:
             addrs=self.addrs,
             home=config.home,
             attack=config.attack,
+            device=config.device,
+            precision=config.precision,
         )
         self.runs = RunManager(
             self.services,

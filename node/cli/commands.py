@@ -31,6 +31,8 @@ def _load(args: argparse.Namespace, **extra: Any):
         "max_params": getattr(args, "max_params", None),
         "max_memory": getattr(args, "max_memory", None),
         "metrics_listen": getattr(args, "metrics_listen", None),
+        "device": getattr(args, "device", None),
+        "precision": getattr(args, "precision", None),
         **extra,
     }
     return load_config(args.home, overrides)
@@ -68,9 +70,20 @@ def cmd_node_start(args: argparse.Namespace, config=None) -> int:
     # when other processes hold the cores (measured: int8 encode 3-5x slower); set before torch
     # loads
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    _check_device(config)
     trio.run(serve_until_signalled, config)
     _exit_now()
     return 0
+
+
+def _check_device(config) -> None:
+    """A named device this machine lacks fails now, with what torch sees, not at the first
+    step of a run (torch is imported only when there is something to check)."""
+    if config.device in ("auto", "cpu") and config.precision == "fp32":
+        return
+    from peertrain.swarm.devices import autocast_dtype, resolve_device
+
+    autocast_dtype(resolve_device(config.device), config.precision)
 
 
 def _exit_now() -> None:
@@ -121,6 +134,7 @@ def _join_by_peer_id(args: argparse.Namespace) -> int:
         )
     setup_logging(config.log_level, config.log_format)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see cmd_node_start
+    _check_device(config)
     trio.run(_serve_and_join, config, args.peer)
     _exit_now()
     return 0

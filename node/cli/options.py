@@ -118,6 +118,12 @@ RUN_OPTIONS: dict[str, tuple[str, type, str, tuple[str, ...] | None]] = {
         "seconds a round waits for updates (default: 60)",
         None,
     ),
+    "--accumulation": (
+        "accumulation",
+        int,
+        "DiLoCo micro-batches per inner step: a step sees batch-size × this (default: 1)",
+        None,
+    ),
     "--seed": (
         "seed",
         int,

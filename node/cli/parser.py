@@ -71,6 +71,17 @@ def _daemon_options(home: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="serve Prometheus /metrics and the dashboard here, e.g. 127.0.0.1:9464 (default: off)",
     )
     daemon.add_argument("--attack", metavar="NAME", help=argparse.SUPPRESS)  # Byzantine test hook
+    daemon.add_argument(
+        "--device",
+        metavar="auto|cpu|cuda[:N]|mps",
+        help="where this node trains (default auto: a GPU when torch sees one, else the CPU)",
+    )
+    daemon.add_argument(
+        "--precision",
+        choices=["fp32", "bf16", "fp16"],
+        help="autocast for forward and loss (default fp32; bf16 on CPUs and recent GPUs, "
+        "fp16 on CUDA); weights, optimizer and outer updates stay fp32",
+    )
     add_budget_options(daemon)
     return daemon
 

@@ -156,7 +156,9 @@ class RunSession:
         if is_external(spec.model) and self.member_factory is not None:
             factory = self.member_factory
         else:
-            factory = functools.partial(build_member, data=data)
+            factory = functools.partial(
+                build_member, data=data, device=node.device, precision=node.precision
+            )
         built = await trio.to_thread.run_sync(factory, spec, me)
         update_exchange = open_update_exchange(
             node,

@@ -77,15 +77,17 @@ def _check_data(spec: Any, data: str | None) -> None:
 def with_data_digest(spec: dict[str, Any], data: str) -> dict[str, Any]:
     """The creator's spec settings naming `data` by its digest; without named `sources`, the
     run trains on that file alone (the stdlib corpus would otherwise fill `max_bytes` first)."""
-    from peertrain.swarm.data import file_digest
+    from peertrain.swarm.data import data_digest
 
-    path = Path(data).expanduser()
-    if not path.is_file():
-        raise ControlError(f"--data {data!r} does not exist or is not a file")
+    dataset = spec.get("dataset") or "text"
     settings = dict(spec.get("dataset_settings") or {})
-    settings["data_digest"] = file_digest(path)
-    settings.setdefault("sources", [])
-    return {**spec, "dataset": spec.get("dataset") or "text", "dataset_settings": settings}
+    try:
+        settings["data_digest"] = data_digest(dataset, data)
+    except SwarmConfigError as exc:
+        raise ControlError(str(exc)) from None
+    if dataset == "text":
+        settings.setdefault("sources", [])
+    return {**spec, "dataset": dataset, "dataset_settings": settings}
 
 
 def with_hf_model(spec: dict[str, Any]) -> dict[str, Any]:

@@ -26,8 +26,10 @@ class ParamLayout:
 
     @torch.no_grad()
     def flatten(self) -> torch.Tensor:
-        """A new fp32 vector holding the model's current parameters."""
-        return torch.cat([p.detach().reshape(-1) for p in self._params])
+        """A new fp32 vector on the host holding the model's current parameters. The outer
+        state, the codec and checksums live on the host whatever the model's device: one copy
+        per round each way (`load`), against int8 coding and hashing that are host work anyway."""
+        return torch.cat([p.detach().reshape(-1) for p in self._params]).cpu()
 
     @torch.no_grad()
     def load(self, flat: torch.Tensor) -> None:
