@@ -156,7 +156,9 @@ class RunSession:
         if is_external(spec.model) and self.member_factory is not None:
             factory = self.member_factory
         else:
-            factory = functools.partial(build_member, data=data)
+            factory = functools.partial(
+                build_member, data=data, device=node.device, precision=node.precision
+            )
         built = await trio.to_thread.run_sync(factory, spec, me)
         update_exchange = open_update_exchange(
             node,
@@ -251,6 +253,7 @@ class RunSession:
             params=driver.member.layout.numel if driver else 0,
             inner_steps=driver.spec.inner_steps if driver else 0,
             model=driver.spec.model if driver else "",
+            progress=driver.progress_status() if driver else None,
         )
 
 

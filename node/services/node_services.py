@@ -32,6 +32,10 @@ class NodeServices:
     addrs: Callable[[], list[str]]  # advertised addresses, best first
     home: Path  # the node's data directory: runs keep manifests and checkpoints under it
     attack: str | None = None  # research/testing: a Byzantine behaviour for runs (swarm/attacks)
+    # where this node trains and in what precision: its own choice, never the run's
+    # (swarm/devices.py: auto|cpu|cuda[:N]|mps; fp32|bf16|fp16)
+    device: str = "auto"
+    precision: str = "fp32"
 
     @property
     def peer_id(self) -> str:
