@@ -89,28 +89,28 @@ class DiLoCoDriver:
         self.trust = TrustedStates(self.state, self.admission, peer_id)
         self.roster = self._roster()
         self.group = CountedGroup(self.state, self.admission, self.roster, peer_id)
-        self.sync = self._state_sync(on_penalty)
+        self.downloads = StateDownloads(
+            me=peer_id,
+            state=self.state,
+            tensors=tensors,
+            trust=self.trust,
+            thread=self._thread,
+            on_penalty=on_penalty,
+        )
+        self.sync = self._state_sync()
         # the gossip waits for, and pulls from, the counted group only
         gossip.expected = self.group.expected
         gossip.is_member = self.group.may_send
         gossip.records.trusted = lambda peer: peer in self.trust.attesters()
 
-    def _state_sync(self, on_penalty: Callable[[str, str], None] | None) -> StateSync:
-        """Our state against the trusted one; a bad download blames through `on_penalty`."""
-        downloads = StateDownloads(
-            me=self.peer_id,
-            state=self.state,
-            tensors=self.tensors,
-            trust=self.trust,
-            thread=self._thread,
-            on_penalty=on_penalty,
-        )
+    def _state_sync(self) -> StateSync:
+        """Our state against the trusted one, repaired through our downloads and replays."""
         return StateSync(
             built=self.built,
             replicator=self.replicator,
             tensors=self.tensors,
             trust=self.trust,
-            downloads=downloads,
+            downloads=self.downloads,
             replay=self.replay,
             roster=self.roster,
             group=self.group,
@@ -230,7 +230,7 @@ class DiLoCoDriver:
             rounds=self.spec.rounds,
             inner_step=self.member.inner.step,
             inner_steps=self.spec.inner_steps,
-            download=self.sync.downloads.current,
+            download=self.downloads.current,
         )
 
     # -- who counts -----------------------------------------------------------------------------
