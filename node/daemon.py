@@ -119,6 +119,7 @@ class Daemon:
             attack=config.attack,
             device=config.device,
             precision=config.precision,
+            budget=self.budget,
         )
         self.runs = RunManager(
             self.services,
