@@ -116,7 +116,7 @@ def watch_round_advance(page) -> None:
     page.wait_for_selector(".chart.loss path.curve", timeout=60_000)
     latency = "#peer-graph [data-latency]:not([data-latency=''])"
     page.wait_for_function(f"document.querySelectorAll({json.dumps(latency)}).length === 2")
-    assert " ms" in page.inner_text("#peer-graph")
+    assert " ms" in page.text_content("#peer-graph")
 
 
 def check_sample_grid(page) -> None:
