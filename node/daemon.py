@@ -122,6 +122,7 @@ class Daemon:
             attack=config.attack,
             device=config.device,
             precision=config.precision,
+            budget=self.budget,
         )
         self.runs = RunManager(
             self.services,

@@ -14,6 +14,8 @@ bytes the victim actually accepted, so a flood benchmark can say what got throug
         report = await attacker.relay_reservation_churn(victim_addr, identities=80)
     control_junk(control_socket)   # the owner's own shell gone wrong (local only)
 
+Announcement floods and forged or future-dated stamps go through gossip: gossip_attacks.py.
+
 No attack here depends on a bug we know of: they are the inputs any public node receives.
 """
 
@@ -70,16 +72,18 @@ def garbage_payloads(rng: random.Random) -> list[bytes]:
 
 
 class Attacker:
-    def __init__(self, host: IHost, rng: random.Random) -> None:
+    def __init__(self, host: IHost, rng: random.Random, identity: Identity) -> None:
         self.host = host
         self.rng = rng
+        self.identity = identity
 
     @classmethod
     @contextlib.asynccontextmanager
     async def open(cls, *, seed: int = 0) -> AsyncIterator[Attacker]:
-        host = build_host(Identity.generate())
+        identity = Identity.generate()
+        host = build_host(identity)
         async with host.run([]):
-            yield cls(host, random.Random(seed))
+            yield cls(host, random.Random(seed), identity)
 
     async def connect(self, addr: str) -> ID:
         info = info_from_p2p_addr(Multiaddr(addr))

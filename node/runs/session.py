@@ -180,7 +180,11 @@ class RunSession:
                 tensors=exchange.tensors,
                 addrs=node.addrs,
                 attack=node.attack,
-                checkpoints=CheckpointStore(context.directory / "checkpoints", keep=3),
+                checkpoints=CheckpointStore(
+                    context.directory / "checkpoints",
+                    keep=3,
+                    room=node.budget.check_disk if node.budget else None,
+                ),
                 on_penalty=self._blame,  # providers and attesters of a state that fails its checks
             )
             await nursery.start(context.replicator.run)

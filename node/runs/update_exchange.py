@@ -63,6 +63,7 @@ class NodeTensors:
             scoreboard=self.node.scoreboard,
             allocate=allocate,
             on_header=on_header,
+            budget=self.node.budget,
         )
 
     # update gossip: encoded payloads

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from libp2p.abc import IHost
 
+from ..net.budget import ResourceBudget
 from ..net.identity import Identity
 from ..net.penalties import PeerScoreboard
 from .dht import DhtService
@@ -36,6 +37,9 @@ class NodeServices:
     # (swarm/devices.py: auto|cpu|cuda[:N]|mps; fp32|bf16|fp16)
     device: str = "auto"
     precision: str = "fp32"
+    # the daemon's resource budget: downloads are admitted against its receive memory, and
+    # checkpoints against its disk (node/net/budget.py); None: unbounded (tests, tools)
+    budget: ResourceBudget | None = None
 
     @property
     def peer_id(self) -> str:

@@ -38,6 +38,7 @@ from ..progress import Waiting, log_progress
 from .adoption import StateDownloads, TensorTransport
 from .build import BuiltMember
 from .checkpoint import CheckpointStore
+from .errors import CheckpointError
 from .member import MemberState, RoundReport, rejection_kind
 from .progress import DriverProgress
 from .replay import RoundReplay
@@ -294,9 +295,12 @@ class DiLoCoDriver:
         """Our own copy of the agreed state (atomic, content-addressed, last K kept)."""
         if self.checkpoints is not None:
             snapshot = self.member.snapshot()
-            await self._thread(
-                lambda: self.checkpoints.save(snapshot, manifest_hash=self.state.run_id)
-            )
+            try:
+                await self._thread(
+                    lambda: self.checkpoints.save(snapshot, manifest_hash=self.state.run_id)
+                )
+            except CheckpointError as exc:  # no room (the disk budget): train on, say so
+                log.warning("round %d: checkpoint not saved: %s", self.member.round, exc)
 
     async def _record(self, report: RoundReport) -> None:
         loss = await self._thread(self.built.eval_loss)

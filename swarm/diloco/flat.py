@@ -7,7 +7,7 @@ peer's vector mean the same thing on every member.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import nn
@@ -36,6 +36,21 @@ class ParamLayout:
         """Copy `flat` into the model's parameters in place (optimizers keep their references)."""
         for p, view in zip(self._params, self.split(flat), strict=True):
             p.copy_(view)
+
+    @torch.no_grad()
+    def flatten_some(self, indices: Sequence[int]) -> torch.Tensor:
+        """A new fp32 vector on the host holding the parameters at `indices` (layout
+        positions), in order (on the host as `flatten`)."""
+        return torch.cat([self._params[i].detach().reshape(-1) for i in indices]).cpu()
+
+    @torch.no_grad()
+    def load_some(self, indices: Sequence[int], flat: torch.Tensor) -> None:
+        """The inverse of `flatten_some`, in place."""
+        offset = 0
+        for i in indices:
+            n = self.numels[i]
+            self._params[i].copy_(flat[offset : offset + n].view(self.shapes[i]))
+            offset += n
 
     def split(self, flat: torch.Tensor) -> list[torch.Tensor]:
         """Views of `flat`, one per parameter, in layout order and shape."""

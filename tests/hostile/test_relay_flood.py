@@ -11,7 +11,7 @@ from peertrain.node.api.control import call
 from peertrain.node.nat.relays import HopLimits, PacedRelay
 from peertrain.node.net.budget import BudgetLimits, ResourceBudget
 from peertrain.testing import open_test_swarm, wait_until
-from peertrain.testing.attacks import AttackReport, Attacker
+from peertrain.testing.attacks import Attacker, AttackReport
 
 TABLE = 8  # the victim's relay_reservations
 
