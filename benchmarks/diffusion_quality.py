@@ -64,6 +64,8 @@ except ImportError:  # run as a script from the benchmarks folder
 
 STRATEGIES = ("top1", "top2", "full", "sample1", "threshold0.2")
 RANDOM_STRATEGIES = ("top1", "full")
+COARSE_STRATEGIES = ("top1", "full", "sample1")  # again at COARSE_STEPS sampler steps
+COARSE_STEPS = 4
 ROUTER_TIMES = (0.1, 0.5, 0.9)
 
 
@@ -221,13 +223,13 @@ class Scorer:
 def sample_all(
     setup: Setup,
     monolith: torch.nn.Module,
-    expert_arms: dict[str, tuple[dict, Sequence[str]]],
+    expert_arms: dict[str, tuple[dict, Sequence[str], SamplerConfig]],
     noise: torch.Tensor,
     score: Scorer,
 ) -> list[dict]:
     """Every arm from the same noise: the monolith alone, each expert set by each strategy."""
     rows = [score("monolith", "-", functools.partial(integrate, monolith, noise, setup.sampler))]
-    for arm, (trained, strategies) in expert_arms.items():
+    for arm, (trained, strategies, sampler) in expert_arms.items():
         for name in strategies:
             draw = functools.partial(
                 sample,
@@ -235,7 +237,7 @@ def sample_all(
                 trained["router"],
                 noise,
                 strategy=Strategy.parse(name),
-                sampler=setup.sampler,
+                sampler=sampler,
                 seed=setup.seed,
             )
             rows.append(score(arm, name, draw))
@@ -248,6 +250,19 @@ def routers_accuracy(trained: dict, held_out: torch.Tensor, clusters: np.ndarray
         f"t={t:g}": router_accuracy(trained["router"], held_out, labels, t=t, seed=1)
         for t in ROUTER_TIMES
     }
+
+
+@torch.no_grad()
+def router_confidence(trained: dict, held_out: torch.Tensor) -> dict:
+    """Mean largest router probability at each t: how often Sample-1 draws the top expert.
+    Sample-1 departs from Top-1 only where the router is unsure, so this explains its rank."""
+    eps = torch.randn(held_out.shape, generator=torch.Generator().manual_seed(2))
+    out = {}
+    for t in ROUTER_TIMES:
+        times = torch.full((len(held_out),), t)
+        logits = trained["router"]((1 - t) * held_out + t * eps, times)
+        out[f"t={t:g}"] = float(torch.softmax(logits, dim=1).max(dim=1).values.mean())
+    return out
 
 
 def run(setup: Setup, quick: bool, out_dir: Path) -> dict:
@@ -284,7 +299,12 @@ def run(setup: Setup, quick: bool, out_dir: Path) -> dict:
     noise = torch.randn(
         setup.samples, *images.shape[1:], generator=torch.Generator().manual_seed(setup.seed + 7)
     )
-    arms = {"feature": (feature, STRATEGIES), "random": (random, RANDOM_STRATEGIES)}
+    coarse = dataclasses.replace(setup.sampler, steps=COARSE_STEPS)
+    arms = {
+        "feature": (feature, STRATEGIES, setup.sampler),
+        "random": (random, RANDOM_STRATEGIES, setup.sampler),
+        f"feature@{COARSE_STEPS}steps": (feature, COARSE_STRATEGIES, coarse),
+    }
     rows = sample_all(setup, monolith, arms, noise, Scorer(meter, out_dir, setup.grid_scale))
     return {
         "dataset": train.name,
@@ -297,6 +317,7 @@ def run(setup: Setup, quick: bool, out_dir: Path) -> dict:
         "router_accuracy": routers_accuracy(
             feature, held_out, partition.clusters_of(held_out.numpy())
         ),
+        "router_confidence": router_confidence(feature, held_out),
         "seconds": time.perf_counter() - started,
     }
 
@@ -323,8 +344,8 @@ def report(result: dict, setup: Setup, out_dir: Path) -> dict:
     print_table(
         "\nRouter (feature clusters) top-1 accuracy on held-out images noised to t "
         f"(chance {1 / setup.experts:.2f})",
-        ["t", "accuracy"],
-        [[t, a] for t, a in accuracy.items()],
+        ["t", "accuracy", "mean top probability"],
+        [[t, a, result["router_confidence"][t]] for t, a in accuracy.items()],
     )
     fid = {f"{r['arm']}/{r['strategy']}": r["fid"] for r in rows}
     checks = {
@@ -358,6 +379,7 @@ def _figures(result: dict, setup: Setup, fid: dict, checks: dict) -> dict:
         "coverage": {f"{r['arm']}/{r['strategy']}": r["classes_covered"] for r in result["rows"]},
         "class_tv": {f"{r['arm']}/{r['strategy']}": r["class_tv"] for r in result["rows"]},
         "router_accuracy": result["router_accuracy"],
+        "router_confidence": result["router_confidence"],
         "monolith_loss": result["monolith_loss"],
         "feature": arm(result["feature"]),
         "random": arm(result["random"]),

@@ -270,6 +270,36 @@ def cmd_run_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sample(args: argparse.Namespace) -> int:
+    from ..api.control import call_sync
+    from ..config import NodeConfig
+
+    out = Path(args.out).expanduser().absolute()  # the daemon writes it; its folder is not ours
+    result = call_sync(
+        NodeConfig(home=_home(args)).control_socket,
+        "diffusion.sample",
+        {
+            "run": args.run,
+            "n": args.n,
+            "strategy": args.strategy,
+            "steps": args.steps,
+            "seed": args.seed,
+            "out": str(out),
+        },
+        timeout=300,
+    )
+    if args.json:
+        print(json.dumps(result))
+    else:
+        rounds = ", ".join(f"{g} round {s['round']}" for g, s in result["groups"].items())
+        print(
+            f"wrote {result['n']} samples ({result['strategy']}, {result['steps']} steps) to "
+            f"{result['out']} in {result['seconds']:.1f} s ({result['bytes_fetched']:,} bytes "
+            f"fetched); {rounds}"
+        )
+    return 0
+
+
 def cmd_run_list(args: argparse.Namespace) -> int:
     from ..api.control import call_sync
     from ..config import NodeConfig
