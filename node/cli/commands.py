@@ -322,6 +322,8 @@ def cmd_swarm_local(args: argparse.Namespace) -> int:
         )
     from .swarm_mesh import LocalSwarmOptions, MeshSwarm
 
+    if args.mode == "diffusion" and args.nodes < 2:
+        raise NodeError("--mode diffusion needs at least 2 nodes (an expert and the router)")
     if args.nodes < 1:
         raise NodeError("--nodes must be at least 1")
     options = LocalSwarmOptions(
@@ -334,4 +336,10 @@ def cmd_swarm_local(args: argparse.Namespace) -> int:
         byzantine=args.byzantine,
         attack=args.attack,
     )
+    if args.mode == "diffusion":
+        from .swarm_diffusion import DiffusionSwarm
+
+        return run_local_swarm(
+            lambda base, console: DiffusionSwarm(options, base, console), options.report
+        )
     return run_local_swarm(lambda base, console: MeshSwarm(options, base, console), options.report)

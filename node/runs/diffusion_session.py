@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 LEASE_MS = 30_000
 MIRROR_EVERY = 1.0  # seconds between looks at the group's newest state
 PARTITION_FILE = "partition.bin"
+GROUP_FILE = "group"  # a restarted member goes back to its group (and its checkpoints)
 
 
 def save_partition(directory: Path, artifact: bytes) -> None:
@@ -85,14 +86,21 @@ class DiffusionSession:
             await nursery.start(context.replicator.run)
             await context.replicator.bootstrap()
             task_status.started(self)
+            self.group = self.group or self._saved_group()
             if self.group is None:  # by the sizes the spec names: no data needed to choose
                 sizes = list(self.spec.cluster_sizes) or [1] * self.spec.experts
                 self.group = choose_group(context.state, self.spec, sizes, context.node.peer_id)
+            (context.directory / GROUP_FILE).write_text(self.group + "\n")
             log.info("diffusion run %s: training %s", context.run_id[:12], self.group)
             nursery.start_soon(self._announce_loop)  # the next joiner sees our choice at once
             self.phase = "partition"
             partition = await self._partition()
             await self._train(partition)
+
+    def _saved_group(self) -> str | None:
+        path = self.context.directory / GROUP_FILE
+        group = path.read_text().strip() if path.exists() else ""
+        return group if group in self.spec.groups() else None
 
     # -- the partition --------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 from peertrain.node.cli.local_swarm import DAEMON_ENV
 from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
@@ -97,6 +98,11 @@ def test_expert_groups_train_apart_and_a_stranger_samples_their_experts(tmp_path
             "--steps", "10", "--strategy", "top1", "--out", str(out),
         )  # fmt: skip
         assert stranger.status()["run"] is None  # it sampled without joining
+        arrays = tmp_path / "x.npz"  # a member samples too: its own expert from its own store
+        from_member = peertrain(
+            "sample", "--home", str(daemons[0].home), "--run", "dd", "--n", "8",
+            "--steps", "5", "--strategy", "sample1", "--out", str(arrays),
+        )  # fmt: skip
     finally:
         codes = stop_all([*daemons, stranger])
     assert all(code == 0 for code in codes)
@@ -120,4 +126,7 @@ def test_expert_groups_train_apart_and_a_stranger_samples_their_experts(tmp_path
         "expert-1",
         "router",
     }
+    with np.load(arrays) as loaded:
+        assert loaded["images"].shape == (8, 1, 8, 8) and np.isfinite(loaded["images"]).all()
+    assert from_member["bytes_fetched"] < sampled["bytes_fetched"]  # its own group's is local
     print(f"diffusion e2e took {time.monotonic() - started:.0f} s")
