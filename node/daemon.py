@@ -117,6 +117,9 @@ class Daemon:
             addrs=self.addrs,
             home=config.home,
             attack=config.attack,
+            device=config.device,
+            precision=config.precision,
+            budget=self.budget,
         )
         self.runs = RunManager(
             self.services,
@@ -131,6 +134,7 @@ class Daemon:
             self.host,
             self.reachability,
             limits=HopLimits.of(config),
+            budget=self.budget,
             relays=config.relays,
             prefer=[p.peer_id for p in self.bootstrap],
             upnp=config.upnp,

@@ -135,6 +135,12 @@ RUN_OPTIONS: dict[str, tuple[str, type, str, tuple[str, ...] | None]] = {
         "seconds a round waits for updates (default: 60)",
         None,
     ),
+    "--accumulation": (
+        "accumulation",
+        int,
+        "DiLoCo micro-batches per inner step: a step sees batch-size × this (default: 1)",
+        None,
+    ),
     "--seed": (
         "seed",
         int,
@@ -168,11 +174,21 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def model_option(model: str | None) -> str | None:
+    """--model as the daemon reads it: an `hf:` file or folder made absolute (the daemon's
+    working folder is not ours)."""
+    if model and model.startswith("hf:") and Path(model[3:]).expanduser().exists():
+        return "hf:" + str(Path(model[3:]).expanduser().absolute())
+    return model
+
+
 def run_spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
     spec: dict[str, Any] = {}
     for dest, *_ in RUN_OPTIONS.values():
         if getattr(args, dest, None) is not None:
             spec[dest] = getattr(args, dest)
+    if "model" in spec:
+        spec["model"] = model_option(spec["model"])
     for item in args.set or ():
         key, sep, raw = item.partition("=")
         if not sep or not key:

@@ -37,7 +37,14 @@ from .lifecycle import SessionLifecycle, quarantine, quarantine_file
 from .run_export import export_run
 from .run_lookup import RUN_LOOKUP, RunFinder, RunFound, RunLookup
 from .session import CRDT_SYNC, RunSession, saved_manifests
-from .spec_check import check_spec, local_data, remember_data, trust_models, with_data_digest
+from .spec_check import (
+    check_spec,
+    local_data,
+    remember_data,
+    trust_models,
+    with_data_digest,
+    with_hf_model,
+)
 from .status import ManyRunsStatus, RunStatus
 
 if TYPE_CHECKING:
@@ -196,6 +203,7 @@ class RunManager:
         if data is not None:
             spec = with_data_digest(spec, data)
         trust_models(self.trusted_models)
+        spec = with_hf_model(spec)
         artifact = None  # a diffusion run's partition, fitted here and named in its spec
         if mode == "diffusion":
             spec_bytes, artifact = await trio.to_thread.run_sync(_diffusion_spec, spec)

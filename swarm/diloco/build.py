@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from peertrain.protocol.packing import pack
 
+from ..devices import resolve_device
 from .compression import ProtocolCodec
 from .config import InnerConfig, OuterConfig
 from .flat import ParamLayout
@@ -64,11 +65,19 @@ class BuiltMember:
 
 
 def build_member(
-    spec: DiLoCoSpec, peer_id: str, *, eval_batches: int = 8, data: str | None = None
+    spec: DiLoCoSpec,
+    peer_id: str,
+    *,
+    eval_batches: int = 8,
+    data: str | None = None,
+    device: str = "cpu",
+    precision: str = "fp32",
 ) -> BuiltMember:
-    """`data`: the local file of a run that trains on user data (checked against its digest)."""
+    """`data`: the local file of a run that trains on user data (checked against its digest).
+    `device`, `precision`: this member's own choice (swarm/devices.py); the model is built on
+    the CPU from the seed (the same weights everywhere), then moved."""
     dataset = _dataset(spec.dataset, pack(dict(sorted(spec.dataset_settings.items()))), data)
-    model = spec.model_config().build(seed=spec.seed)
+    model = spec.model_config().build(seed=spec.seed).to(resolve_device(device))
     shard = spec.shard_of(peer_id)
     batches = dataset.train_batches(
         shard, spec.num_shards, batch_size=spec.batch_size, seed=spec.seed
@@ -81,6 +90,8 @@ def build_member(
             batch_size=spec.batch_size,
             lr=spec.lr,
             warmup_steps=spec.warmup_steps,
+            accumulation=spec.accumulation,
+            precision=precision,
         ),
         **member_settings(spec),
     )

@@ -262,6 +262,12 @@ class UpdateGossip:
     async def publish_record(self, round_: int, record: RoundRecord) -> None:
         await self.transport.publish(self.records.seal(round_, record))
 
+    def received(self, round_: int) -> tuple[int, int]:
+        """(updates in, updates round `round_` waits for): what `progress` shows meanwhile."""
+        expected = self.expected(round_)
+        state = self._rounds.get(round_)
+        return len(expected & set(state.payloads) if state else ()), len(expected)
+
     def _complete(self, round_: int, state: _RoundState) -> bool:
         return self.expected(round_) <= set(state.payloads)
 
