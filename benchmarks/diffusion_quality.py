@@ -8,12 +8,15 @@ Arms (every model is the same compact DiT; S steps each; an expert's batch is B)
   random experts    the same with a balanced random partition (the baseline features must beat).
 
 Each expert set is sampled with every strategy (top1, top2, full, sample1, threshold0.2; the
-random experts with top1 and full) from the same noise as the monolith. Quality: FID in the
+random experts with top1 and full) from the same noise as the monolith, and the feature experts
+again with top1, full and sample1 at 4 sampler steps (Sample-1's draw noise shrinks with the step
+size, so coarse steps show whether its rank is a step-size effect). Quality: FID in the
 64-d penultimate feature space of a small CNN classifier trained on the same data ("classifier
 FID": comparable between arms here, not with published Inception FIDs), plus per-class coverage
 (classes holding at least half a fair share of the samples) and the total-variation distance of
 the samples' class distribution from the reference's. Router top-1 accuracy is measured on held-out
-images noised to t = 0.1, 0.5, 0.9 (their cluster from the partition's stored centroids).
+images noised to t = 0.1, 0.5, 0.9 (their cluster from the partition's stored centroids), with the
+router's mean top probability there (how often Sample-1 draws the Top-1 expert).
 
 Usage: python benchmarks/diffusion_quality.py [--quick] [--threads N] [--out-dir DIR]
 --quick uses sklearn's 8×8 digits (a few minutes); the default, Fashion-MNIST from Debian's

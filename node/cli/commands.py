@@ -276,6 +276,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
             "steps": args.steps,
             "seed": args.seed,
             "out": str(out),
+            "fresh": args.fresh,
         },
         timeout=300,
     )

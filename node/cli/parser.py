@@ -200,6 +200,7 @@ def _add_sample_command(commands: Any, home: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--steps", type=int, default=50, help="Euler steps from noise (default 50)")
     p.add_argument("--seed", type=int, default=0, help="noise seed (default 0)")
+    p.add_argument("--fresh", action="store_true", help=argparse.SUPPRESS)  # refetch (benchmark)
     p.add_argument(
         "--out", required=True, type=Path, help="a .png grid or an .npz of the images ([-1, 1])"
     )

@@ -59,6 +59,8 @@ class DiffusionSampler:
                 f"no state of {', '.join(missing)} is announced yet (each group publishes one "
                 "after its first round); try again later"
             )
+        if request["fresh"]:  # as a node that never sampled (benchmarks/diffusion_sampling.py)
+            self._states.clear()
         fetched = 0
         flats = {}
         for group, newest_state in newest.items():
@@ -164,6 +166,7 @@ def _request(params: dict[str, Any]) -> dict[str, Any]:
     return {
         "run": param(params, "run", str, ""),
         "timeout": param(params, "timeout", float, 30.0),
+        "fresh": param(params, "fresh", bool, False),
         "draw": {
             "n": n,
             "steps": steps,
