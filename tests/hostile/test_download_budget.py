@@ -26,14 +26,19 @@ async def _fetch(nodes, prepared, budget, allocated):
     )  # fmt: skip
 
 
-async def test_a_download_past_the_receive_memory_budget_is_refused_before_its_buffer(nursery):
+async def _holding(nursery, nodes):
+    """Node 0 serves a 1 MiB tensor to node 1."""
     prepared = prepare_tensor("w", torch.randn(MiB // 4), codec="fp32", chunk_size=1 << 16)
+    await wait_until(lambda: len(nodes[1].status()["peers"]) == 1, timeout=10)
+    service = TensorService(nodes[0].host, nodes[0].tensor_store, nodes[0].scoreboard)
+    await nursery.start(service.run)
+    nodes[0].tensor_store.put(prepared)
+    return prepared
+
+
+async def test_a_download_past_the_receive_memory_budget_is_refused_before_its_buffer(nursery):
     async with open_test_swarm(2) as nodes:
-        await wait_until(lambda: len(nodes[1].status()["peers"]) == 1, timeout=10)
-        await nursery.start(
-            TensorService(nodes[0].host, nodes[0].tensor_store, nodes[0].scoreboard).run
-        )
-        nodes[0].tensor_store.put(prepared)
+        prepared = await _holding(nursery, nodes)
         budget = nodes[1].budget  # the fetching daemon's own budget
         budget.limits = BudgetLimits(receive_memory=3 * MiB // 2, receive_memory_per_peer=2 * MiB)
         allocated: list[int] = []
@@ -51,13 +56,8 @@ async def test_a_download_past_the_receive_memory_budget_is_refused_before_its_b
 
 
 async def test_one_peer_cannot_take_more_than_its_share(nursery):
-    prepared = prepare_tensor("w", torch.randn(MiB // 4), codec="fp32", chunk_size=1 << 16)
     async with open_test_swarm(2) as nodes:
-        await wait_until(lambda: len(nodes[1].status()["peers"]) == 1, timeout=10)
-        await nursery.start(
-            TensorService(nodes[0].host, nodes[0].tensor_store, nodes[0].scoreboard).run
-        )
-        nodes[0].tensor_store.put(prepared)
+        prepared = await _holding(nursery, nodes)
         budget = ResourceBudget(BudgetLimits(receive_memory_per_peer=MiB // 2))
         with pytest.raises(BudgetExceeded, match="would hold over"):
             await _fetch(nodes, prepared, budget, [])

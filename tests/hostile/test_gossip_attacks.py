@@ -10,15 +10,7 @@ from peertrain.testing import open_test_swarm, wait_until
 from peertrain.testing.attacks import Attacker
 from peertrain.testing.gossip_attacks import gossip_attacker
 
-SPEC = {
-    "model": "mlp",
-    "dataset": "digits",
-    "batch_size": 32,
-    "inner_steps": 5,
-    "min_members": 1,
-    "num_shards": 1,
-    "rounds": 0,
-}
+from ..node.test_run_supervision import SPEC  # a small run that trains on and on
 
 
 async def test_announcement_floods_and_forged_stamps_leave_the_run_and_honest_peers_alone(caplog):
