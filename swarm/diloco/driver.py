@@ -231,7 +231,7 @@ class DiLoCoDriver:
     def progress_status(self) -> dict:
         """The run's `progress` in status (and in the progress log lines)."""
         waiting = self.progress.waiting
-        if waiting is not None and waiting.what == "updates":
+        if waiting is not None and waiting.what == "members' updates":
             waiting.have, waiting.need = self.gossip.received(self.member.round)
         return self.progress.status(
             rounds=self.spec.rounds,
@@ -265,7 +265,7 @@ class DiLoCoDriver:
             await self._catch_up()
             return
         self.progress.phase = "exchanging"
-        self.progress.waiting = Waiting("updates", *self.gossip.received(round_))
+        self.progress.waiting = Waiting("members' updates", *self.gossip.received(round_))
         self.replay.begin(self.member, round_, self._served or b"")
         try:
             contributions = await self.gossip.exchange(
