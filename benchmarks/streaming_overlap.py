@@ -37,11 +37,9 @@ from peertrain.swarm.diloco import (
     StreamingMember,
 )
 from peertrain.swarm.diloco.streaming_loop import StreamingLoop
-from peertrain.swarm.diloco.update_gossip import UpdateGossip
 from peertrain.swarm.models import GPTConfig, count_parameters
 from peertrain.testing.memory_router import open_memory_router
-
-TOPIC = "/peertrain/overlap/updates"
+from peertrain.testing.streaming_group import fragment_gossip
 
 
 def build_members(args, dataset, config: StreamingConfig) -> list[StreamingMember]:
@@ -69,7 +67,11 @@ async def run_arm(args, dataset, name: str, config: StreamingConfig, shared: boo
     started = time.perf_counter()
     async with open_memory_router(uplink=rate) as router, trio.open_nursery() as nursery:
         for member, key in zip(members, keys, strict=True):
-            exchange = _gossip_exchange(router, member, key, peers) if shared else _alone(member)
+            exchange = (
+                fragment_gossip(router, member, key, peers, topic="overlap")[1]
+                if shared
+                else _alone(member)
+            )
             loops.append(StreamingLoop(member, exchange))
             nursery.start_soon(loops[-1].run, args.steps)
     wall = time.perf_counter() - started
@@ -87,26 +89,6 @@ async def run_arm(args, dataset, name: str, config: StreamingConfig, shared: boo
         "exchanges": stats[0].exchanges,
         "wall_seconds": round(wall, 1),
     }
-
-
-def _gossip_exchange(router, member: StreamingMember, key, peers: set[str]):
-    me = ID.from_pubkey(key.public_key).to_base58()
-    endpoint = router.endpoint(me)
-    gossip = UpdateGossip(
-        run_id="overlap",
-        key_pair=key,
-        transport=endpoint.group(TOPIC),
-        expected_nbytes=max(member.slot_nbytes(s) for s in range(1, 1 + len(member.fragments))),
-        nbytes_of=member.slot_nbytes,
-        is_member=lambda p: p in peers,
-        expected=lambda slot: peers,
-    )
-    endpoint.validate_only(TOPIC, gossip.validate)
-
-    async def exchange(slot, payload):
-        return await gossip.exchange(slot, bytes(payload), deadline=trio.current_time() + 600)
-
-    return exchange
 
 
 def _alone(member: StreamingMember):
