@@ -450,10 +450,11 @@ class DiLoCoDriver:
         self.gossip.current_round = round_
         await self._publish_state()
         self.progress.round = round_
+        # the adopted state's loss: a member that had evaluated its own start state before
+        # (a restarted one) would otherwise report that loss beside the group's model
+        self.progress.loss = await self._thread(self.built.eval_loss)
         if self.progress.initial_loss is None:
-            self.progress.loss = self.progress.initial_loss = await self._thread(
-                self.built.eval_loss
-            )
+            self.progress.initial_loss = self.progress.loss
 
     def _forge(self, payload: bytes) -> bytes:
         """A Byzantine member: an ordinary member whose outgoing update goes through an attack."""
