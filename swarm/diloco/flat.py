@@ -39,8 +39,9 @@ class ParamLayout:
 
     @torch.no_grad()
     def flatten_some(self, indices: Sequence[int]) -> torch.Tensor:
-        """A new fp32 vector holding the parameters at `indices` (layout positions), in order."""
-        return torch.cat([self._params[i].detach().reshape(-1) for i in indices])
+        """A new fp32 vector on the host holding the parameters at `indices` (layout
+        positions), in order (on the host as `flatten`)."""
+        return torch.cat([self._params[i].detach().reshape(-1) for i in indices]).cpu()
 
     @torch.no_grad()
     def load_some(self, indices: Sequence[int], flat: torch.Tensor) -> None:

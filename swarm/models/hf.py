@@ -45,8 +45,8 @@ def is_hf(name: str) -> bool:
 
 def transformers_module():
     """transformers, imported offline; ConfigError naming the extra when it is missing."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ["HF_HUB_OFFLINE"] = "1"  # a run never downloads, whatever the user's shell says
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
     try:
         import transformers
     except ImportError:
