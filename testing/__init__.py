@@ -13,6 +13,7 @@ May import every layer; no product layer imports it (tests/test_layering.py). Th
     diloco_group.py   LocalGroup, InProcessExchange: a DiLoCo group's rounds in one process
     intra_node.py     one node of two ranks (torch.distributed) as processes: python -m …
     streaming_group.py  StreamingGroup: Streaming DiLoCo's staggered, overlapped exchanges
+    shaped_link.py    TokenBucket: a fixed-rate uplink (MemoryRouter(uplink=...) uses one per peer)
     byte_streams.py   connected in-memory byte streams behind libp2p's stream interface
     netns.py          network-namespace worlds with NAT routers (root only)
     attacks.py        Attacker: garbage frames, floods, slowloris, Sybil waves

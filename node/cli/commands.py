@@ -261,6 +261,20 @@ def cmd_run_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run_leave(args: argparse.Namespace) -> int:
+    from ..api.control import call_sync
+    from ..config import NodeConfig
+
+    socket = NodeConfig(home=_home(args)).control_socket
+    result = call_sync(socket, "run.leave", {"run": args.run}, timeout=30)
+    print(
+        json.dumps(result)
+        if args.json
+        else f"left run {result['name']} ({result['run_id'][:16]}…); run join resumes it"
+    )
+    return 0
+
+
 def cmd_sample(args: argparse.Namespace) -> int:
     from ..api.control import call_sync
     from ..config import NodeConfig

@@ -19,6 +19,7 @@ from .commands import (
     cmd_run_create,
     cmd_run_export,
     cmd_run_join,
+    cmd_run_leave,
     cmd_run_list,
     cmd_sample,
     cmd_status,
@@ -179,6 +180,10 @@ def _add_run_commands(commands: Any, home: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_run_export)
+    p = run.add_parser("leave", parents=[home], help="stop taking part in a run")
+    p.add_argument("--run", metavar="ID|NAME", default="", help="the run (default: the only one)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_run_leave)
     p = run.add_parser("list", parents=[home], help="runs announced in the DHT")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=cmd_run_list)

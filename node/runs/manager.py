@@ -8,6 +8,8 @@ gathers every run that QUERY may mean (DHT entries and connected peers, over
 us a forged run), refuses a name that several runs carry, listing them, and checks the spec
 against this node's own limits and data (spec_check.py) before a session builds anything.
 Anti-entropy requests for any of our runs arrive on one protocol and are routed by run ID.
+`run.leave` stops a session for good. Over 400 lines: the control API and the supervised start
+and stop of sessions read best beside each other.
 """
 
 from __future__ import annotations
@@ -83,6 +85,7 @@ class RunManager:
         # part in `external:` runs
         self.member_factory: MemberFactory | None = None
         self.supervisor = Supervisor(max_failures=3, window=600.0, backoff_min=2.0)
+        self._lifecycles: dict[str, SessionLifecycle] = {}  # run ID → its own; bounded as sessions
         self._nursery: trio.Nursery | None = None
 
     async def run(
@@ -145,6 +148,10 @@ class RunManager:
                 raise ControlError(str(exc)) from None
             return {"text": text}
 
+        async def leave(params: dict[str, Any]) -> dict[str, Any]:
+            session = self.leave(param(params, "run", str, ""))
+            return {"run_id": session.run_id, "name": session.manifest.name}
+
         async def export(params: dict[str, Any]) -> dict[str, Any]:
             session = self._session_named(param(params, "run", str, ""))
             out = param(params, "out", str, "")
@@ -156,8 +163,22 @@ class RunManager:
             "run.list": list_runs,
             "run.sample": sample,
             "run.export": export,
+            "run.leave": leave,
             "diffusion.sample": self.sampler.sample,
         }
+
+    def leave(self, name: str) -> RunSession:
+        """Stop taking part in run `name` (any, when in one): its session stops, its lease runs
+        out (the others count it gone within LEASE_MS), status drops it. Its folder stays:
+        joining again resumes from its checkpoints."""
+        session = self._session_named(name)
+        lifecycle = self._lifecycles.pop(session.run_id, None)
+        if lifecycle is not None:
+            lifecycle.leave()
+        self.sessions.pop(session.run_id, None)
+        self.supervisor.forget(f"run {session.run_id[:16]}")
+        log.info("left run %s (%s)", session.manifest.name, session.run_id[:16])
+        return session
 
     def _trust_model(self, model: Any) -> None:
         """A model import path the local user named on the control socket may be imported."""
@@ -322,6 +343,7 @@ class RunManager:
         lifecycle = SessionLifecycle(
             self.sessions, self.node, run_id, envelope, seeds, role, self.member_factory
         )
+        self._lifecycles[run_id] = lifecycle
         try:
             await self.supervisor.start(
                 self._nursery,
@@ -332,6 +354,7 @@ class RunManager:
             )
         except Exception:
             self.sessions.pop(run_id, None)  # the caller hears why; nothing is left running
+            self._lifecycles.pop(run_id, None)
             self.supervisor.forget(f"run {run_id[:16]}")
             raise
         return self.sessions[run_id]
