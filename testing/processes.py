@@ -11,6 +11,7 @@ Every process is ours (a `DaemonProcess` holding its Popen), stopped by PID on e
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -57,3 +58,8 @@ def peertrain_cli(
         check=check,
         env={**os.environ, **env} if env is not None else None,
     )
+
+
+def cli_json(*args: str, timeout: float = 240) -> Any:
+    """`peertrain ARGS --json` as a process; its JSON output (CalledProcessError if it fails)."""
+    return json.loads(peertrain_cli(*args, "--json", timeout=timeout).stdout)
