@@ -28,6 +28,7 @@ from peertrain.protocol.ids import protocol_id
 from ..net.rpc import request
 from ..services.node_services import NodeServices
 from .context import RunContext
+from .ranks import lend_ranks, return_ranks
 from .spec_check import local_data
 from .status import DiLoCoRunStatus, RunStatus, SwarmRunStatus
 from .update_exchange import open_update_exchange
@@ -144,8 +145,6 @@ class RunSession:
 
     async def _run_diloco(self, task_status: trio.TaskStatus[RunSession]) -> None:
         from peertrain.swarm.diloco.build import build_member
-        from peertrain.swarm.diloco.checkpoint import CheckpointStore
-        from peertrain.swarm.diloco.driver import DiLoCoDriver, expected_members
         from peertrain.swarm.diloco.run_spec import DiLoCoSpec
         from peertrain.swarm.models.external import is_external
 
@@ -153,13 +152,27 @@ class RunSession:
         spec = DiLoCoSpec.from_bytes(self.manifest.spec)
         me = node.peer_id
         data = local_data(context.directory)  # the user's file, checked against the spec's digest
+        intra = None
         if is_external(spec.model) and self.member_factory is not None:
             factory = self.member_factory
         else:
+            intra = await lend_ranks(node, self.run_id, self.manifest.spec, data)
             factory = functools.partial(
-                build_member, data=data, device=node.device, precision=node.precision
+                build_member, data=data, device=node.device, precision=node.precision, intra=intra
             )
-        built = await trio.to_thread.run_sync(factory, spec, me)
+        built = None
+        try:
+            built = await trio.to_thread.run_sync(factory, spec, me)
+            await self._drive_diloco(spec, built, task_status)
+        finally:
+            await return_ranks(node, self.run_id, intra, built and built.member.inner)
+
+    async def _drive_diloco(self, spec, built, task_status: trio.TaskStatus[RunSession]) -> None:
+        from peertrain.swarm.diloco.checkpoint import CheckpointStore
+        from peertrain.swarm.diloco.driver import DiLoCoDriver, expected_members
+
+        context, node = self.context, self.context.node
+        me = node.peer_id
         update_exchange = open_update_exchange(
             node,
             run_id=self.run_id,
