@@ -237,7 +237,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--width", type=int, default=32)
-    parser.add_argument("--lrs", type=float, nargs="+", default=[1.2e-3, 3.6e-3, 1e-2])
+    parser.add_argument("--lrs", type=float, nargs="+", default=[3.6e-3, 1e-2, 2.4e-2])
     parser.add_argument("--outer-lrs", type=float, nargs="+", default=[0.4, 0.7, 1.0])
     parser.add_argument("--h", type=int, nargs="+", default=[100])
     parser.add_argument("--codecs", nargs="+", default=["int8"])
@@ -254,7 +254,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.quick:
         args.steps, args.h, args.warmup = 160, [40], 20
-        args.lrs, args.outer_lrs, args.streams = [1.2e-3, 3.6e-3], [0.7], "2:1,4:3:int4:e"
+        args.lrs, args.outer_lrs, args.streams = [3.6e-3, 1e-2], [0.7], "2:1,4:3:int4:e"
         args.max_bytes = 500_000
     return args
 

@@ -57,7 +57,7 @@ class Download:
 class Waiting:
     """Waiting for `need` of something (members, their updates) while `have` are in."""
 
-    what: str  # "members" | "updates"
+    what: str  # "members" | "members' updates" | "peers of the run"
     have: int
     need: int
     started: float = field(default_factory=time.monotonic)
@@ -118,7 +118,7 @@ class ProgressLog:
     def update(self, progress: dict[str, Any], now: float) -> None:
         current = {}
         for event, words, fields in progress_events(progress):
-            quiet = event == "inner_steps" or fields.get("what") == "updates"
+            quiet = event == "inner_steps" or fields.get("what") == "members' updates"
             first = now if quiet else -float("inf")
             current[event] = self._last.get(event, first)
             if now - current[event] >= self.every:

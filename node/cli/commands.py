@@ -282,6 +282,51 @@ def cmd_run_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run_leave(args: argparse.Namespace) -> int:
+    from ..api.control import call_sync
+    from ..config import NodeConfig
+
+    socket = NodeConfig(home=_home(args)).control_socket
+    result = call_sync(socket, "run.leave", {"run": args.run}, timeout=30)
+    print(
+        json.dumps(result)
+        if args.json
+        else f"left run {result['name']} ({result['run_id'][:16]}…); run join resumes it"
+    )
+    return 0
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    from ..api.control import call_sync
+    from ..config import NodeConfig
+
+    out = Path(args.out).expanduser().absolute()  # the daemon writes it; its folder is not ours
+    result = call_sync(
+        NodeConfig(home=_home(args)).control_socket,
+        "diffusion.sample",
+        {
+            "run": args.run,
+            "n": args.n,
+            "strategy": args.strategy,
+            "steps": args.steps,
+            "seed": args.seed,
+            "out": str(out),
+            "fresh": args.fresh,
+        },
+        timeout=300,
+    )
+    if args.json:
+        print(json.dumps(result))
+    else:
+        rounds = ", ".join(f"{g} round {s['round']}" for g, s in result["groups"].items())
+        print(
+            f"wrote {result['n']} samples ({result['strategy']}, {result['steps']} steps) to "
+            f"{result['out']} in {result['seconds']:.1f} s ({result['bytes_fetched']:,} bytes "
+            f"fetched); {rounds}"
+        )
+    return 0
+
+
 def cmd_run_list(args: argparse.Namespace) -> int:
     from ..api.control import call_sync
     from ..config import NodeConfig
@@ -304,6 +349,8 @@ def cmd_swarm_local(args: argparse.Namespace) -> int:
         )
     from .swarm_mesh import LocalSwarmOptions, MeshSwarm
 
+    if args.mode == "diffusion" and args.nodes < 2:
+        raise NodeError("--mode diffusion needs at least 2 nodes (an expert and the router)")
     if args.nodes < 1:
         raise NodeError("--nodes must be at least 1")
     options = LocalSwarmOptions(
@@ -316,4 +363,10 @@ def cmd_swarm_local(args: argparse.Namespace) -> int:
         byzantine=args.byzantine,
         attack=args.attack,
     )
+    if args.mode == "diffusion":
+        from .swarm_diffusion import DiffusionSwarm
+
+        return run_local_swarm(
+            lambda base, console: DiffusionSwarm(options, base, console), options.report
+        )
     return run_local_swarm(lambda base, console: MeshSwarm(options, base, console), options.report)

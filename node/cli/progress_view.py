@@ -13,15 +13,9 @@ from typing import Any
 
 from peertrain.swarm.progress import download_text, waiting_text
 
+from ..api.history import runs_of
+
 BAR_WIDTH = 28
-
-
-def runs_of(status: dict[str, Any]) -> list[dict[str, Any]]:
-    """The runs of a `status`: none, the one, or each of several."""
-    run = status.get("run")
-    if not run:
-        return []
-    return list(run["runs"]) if "runs" in run else [run]
 
 
 def headline(run: dict[str, Any]) -> str:

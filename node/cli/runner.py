@@ -70,8 +70,9 @@ async def show_progress(daemon: Daemon) -> None:
     from rich.live import Live
     from rich.text import Text
 
+    from ..api.history import runs_of
     from ..log_setup import rich_console
-    from .progress_view import progress_view, runs_of
+    from .progress_view import progress_view
 
     with Live(Text(""), console=rich_console(), auto_refresh=False, transient=True) as live:
         while True:

@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .progress_view import headline, progress_lines, progress_view, runs_of
+from ..api.history import runs_of
+from .progress_view import headline, progress_lines, progress_view
 
 PIPE_EVERY = 5.0
 FOLLOW_EVERY = 0.5

@@ -54,6 +54,22 @@ class SwarmRunStatus(RunStatus):
     spec: NotRequired[dict[str, Any]]
 
 
+class DiffusionRunStatus(RunStatus):
+    """A diffusion run (node/runs/diffusion_session.py): our group and its DiLoCo figures, every
+    group's members, steps, round and loss, and our group's update traffic by sender's group."""
+
+    group: NotRequired[str | None]
+    experts: NotRequired[int]
+    dataset: NotRequired[str]
+    model: NotRequired[str]
+    groups: NotRequired[dict[str, dict[str, Any]]]
+    traffic: NotRequired[dict[str, Any]]
+    router_accuracy: NotRequired[float | None]
+    initial_loss: NotRequired[float | None]
+    finished: NotRequired[bool]
+    state_checksum: NotRequired[str]
+
+
 class ManyRunsStatus(TypedDict):
     """A node in several runs: one status each (a node in one run shows that run's alone)."""
 

@@ -71,7 +71,10 @@ class StateDownloads:
             p for p in self.state.checkpoints().get(round_, {}).get(checksum, ()) if p != self.me
         )
         numel = member.layout.numel
-        self.current = progress = Download(f"state of round {round_}", donors=len(providers))
+        what = f"state of round {round_}"
+        if member.round < round_:  # a joiner, or a member the group left behind
+            what += f" (catching up from round {member.round})"
+        self.current = progress = Download(what, donors=len(providers))
         try:
             download = await self.tensors.fetch(
                 providers,

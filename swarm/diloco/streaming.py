@@ -82,6 +82,11 @@ class StreamingMember:
     def train(self, steps: int) -> InnerReport:
         return self.inner.run(steps)
 
+    def slot_nbytes(self, slot: int) -> int:
+        """The size of every member's payload for `slot` (its fragment's, encoded)."""
+        p = self.schedule.fragment(slot)
+        return self.encoders[p].codec.payload_bytes(self.fragments[p].numel)
+
     def due(self) -> int | None:
         """The slot due after the inner steps taken so far, if any."""
         return self.schedule.due(self.inner.step)

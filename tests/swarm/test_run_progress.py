@@ -64,5 +64,8 @@ async def test_a_joiner_logs_its_state_download_with_size_rate_and_donors(caplog
     [done] = events(caplog, "download_done")
     numel = joiner.member.layout.numel
     assert done.fields["bytes_done"] == done.fields["bytes_total"] == 8 * numel
-    assert done.fields["donors"] == 1 and done.fields["what"] == "state of round 2"
+    assert (
+        done.fields["donors"] == 1
+        and done.fields["what"] == "state of round 2 (catching up from round 0)"
+    )
     assert "from 1 donor(s)" in done.getMessage() and " MB/s" in done.getMessage()
