@@ -31,7 +31,7 @@ from .context import RunContext
 from .ranks import lend_ranks, return_ranks
 from .spec_check import local_data
 from .status import DiffusionRunStatus, DiLoCoRunStatus, RunStatus, SwarmRunStatus
-from .update_exchange import open_update_exchange
+from .update_exchange import open_member_exchange
 
 if TYPE_CHECKING:
     from peertrain.swarm.diloco.build import BuiltMember
@@ -172,24 +172,14 @@ class RunSession:
 
     async def _drive_diloco(self, spec, built, task_status: trio.TaskStatus[RunSession]) -> None:
         from peertrain.swarm.diloco.checkpoint import CheckpointStore
-        from peertrain.swarm.diloco.driver import DiLoCoDriver, expected_members
+        from peertrain.swarm.diloco.driver import DiLoCoDriver
 
         context, node = self.context, self.context.node
-        me = node.peer_id
-        update_exchange = open_update_exchange(
-            node,
-            run_id=self.run_id,
-            codec=built.member.encoder.codec,
-            numel=built.member.layout.numel,
-            is_member=lambda peer: context.state.is_live(peer) or peer == me,
-            expected=lambda round_: expected_members(context.state, me, round_),
-            # a quorum's updates, faulted in while the first inner steps run
-            reserve_updates=spec.min_members - 1,
-        )
+        update_exchange = open_member_exchange(node, context.state, built, spec.min_members)
         async with update_exchange as exchange, trio.open_nursery() as nursery:
             self.driver = DiLoCoDriver(
                 spec=spec,
-                peer_id=me,
+                peer_id=node.peer_id,
                 built=built,
                 replicator=context.replicator,
                 gossip=exchange.gossip,

@@ -21,15 +21,16 @@ from peertrain.swarm.diloco import (
     StreamingMember,
 )
 from peertrain.swarm.diloco.streaming_loop import StreamingLoop
-from peertrain.swarm.diloco.update_gossip import DOMAIN, UpdateAnnouncement, UpdateGossip
+from peertrain.swarm.diloco.update_gossip import DOMAIN, UpdateAnnouncement
 from peertrain.swarm.models import GPTConfig
 from peertrain.testing import StreamingGroup
 from peertrain.testing.memory_router import open_memory_router
+from peertrain.testing.streaming_group import fragment_gossip
 
 MODEL = GPTConfig(block_size=16, n_layer=2, n_head=2, n_embd=16)
 INNER = InnerConfig(steps=8, batch_size=8, lr=3e-3, warmup_steps=4)
 CONFIG = StreamingConfig(fragments=2, overlap=2, mix=0.5)
-TOPIC = "/peertrain/run-s/updates"
+RUN = "run-s"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -58,51 +59,24 @@ def members(text, n: int, config: StreamingConfig = CONFIG) -> list[StreamingMem
     ]
 
 
-def gossip_for(router, member: StreamingMember, peers: set[str], key) -> UpdateGossip:
-    me = ID.from_pubkey(key.public_key).to_base58()
-    endpoint = router.endpoint(me)
-    gossip = UpdateGossip(
-        run_id="run-s",
-        key_pair=key,
-        transport=endpoint.group(TOPIC),
-        expected_nbytes=max(member.slot_nbytes(s) for s in range(1, 3)),
-        nbytes_of=member.slot_nbytes,
-        is_member=lambda p: p in peers,
-        expected=lambda slot: peers,
-    )
-    endpoint.validate_only(TOPIC, gossip.validate)
-    return gossip
-
-
 async def test_threads_over_update_gossip_give_the_lockstep_result_bit_for_bit(text):
     keys = [create_new_key_pair() for _ in range(3)]
     names = [ID.from_pubkey(k.public_key).to_base58() for k in keys]
     threaded = members(text, 3)
     async with open_memory_router() as router:
-        gossips = [
-            gossip_for(router, m, set(names), k) for m, k in zip(threaded, keys, strict=True)
-        ]
-
-        async def one(member, gossip):
-            async def exchange(slot, payload):
-                deadline = trio.current_time() + 60
-                return await gossip.exchange(slot, bytes(payload), deadline=deadline)
-
-            await StreamingLoop(member, exchange).run(3 * INNER.steps)
-
         with trio.fail_after(240):
             async with trio.open_nursery() as nursery:
-                for member, gossip in zip(threaded, gossips, strict=True):
-                    nursery.start_soon(one, member, gossip)
+                for member, key in zip(threaded, keys, strict=True):
+                    _, exchange = fragment_gossip(router, member, key, set(names), topic=RUN)
+                    nursery.start_soon(StreamingLoop(member, exchange).run, 3 * INNER.steps)
     lockstep = StreamingGroup(members(text, 3), names)
     lockstep.run(3 * INNER.steps)
     lockstep.finish()
     expected = lockstep.members[0].fragment_hashes()
     assert all(m.fragment_hashes() == expected for m in threaded)
     assert threaded[0].rounds == [3, 3]
-    for mine, theirs in zip(
-        threaded, lockstep.members, strict=True
-    ):  # local models too: τ is exact
+    # local models too: τ is exact
+    for mine, theirs in zip(threaded, lockstep.members, strict=True):
         assert torch.equal(mine.layout.flatten(), theirs.layout.flatten())
     assert router.stats.invalid == 0
 
@@ -146,7 +120,7 @@ async def test_a_fragment_update_of_another_fragments_size_is_refused(text):
     key, other = create_new_key_pair(), create_new_key_pair()
     sender = ID.from_pubkey(other.public_key).to_base58()
     async with open_memory_router() as router:
-        gossip = gossip_for(router, member, {sender}, key)
+        gossip, _ = fragment_gossip(router, member, key, {sender}, topic=RUN)
 
         def announce(slot: int, nbytes: int) -> bytes:
             ann = UpdateAnnouncement(sender=sender, nbytes=nbytes, checksum=bytes(32))
