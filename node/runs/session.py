@@ -30,7 +30,7 @@ from ..services.node_services import NodeServices
 from .context import RunContext
 from .spec_check import local_data
 from .status import DiffusionRunStatus, DiLoCoRunStatus, RunStatus, SwarmRunStatus
-from .update_exchange import open_update_exchange
+from .update_exchange import open_member_exchange
 
 if TYPE_CHECKING:
     from peertrain.swarm.diloco.build import BuiltMember
@@ -148,7 +148,7 @@ class RunSession:
     async def _run_diloco(self, task_status: trio.TaskStatus[RunSession]) -> None:
         from peertrain.swarm.diloco.build import build_member
         from peertrain.swarm.diloco.checkpoint import CheckpointStore
-        from peertrain.swarm.diloco.driver import DiLoCoDriver, expected_members
+        from peertrain.swarm.diloco.driver import DiLoCoDriver
         from peertrain.swarm.diloco.run_spec import DiLoCoSpec
         from peertrain.swarm.models.external import is_external
 
@@ -163,16 +163,7 @@ class RunSession:
                 build_member, data=data, device=node.device, precision=node.precision
             )
         built = await trio.to_thread.run_sync(factory, spec, me)
-        update_exchange = open_update_exchange(
-            node,
-            run_id=self.run_id,
-            codec=built.member.encoder.codec,
-            numel=built.member.layout.numel,
-            is_member=lambda peer: context.state.is_live(peer) or peer == me,
-            expected=lambda round_: expected_members(context.state, me, round_),
-            # a quorum's updates, faulted in while the first inner steps run
-            reserve_updates=spec.min_members - 1,
-        )
+        update_exchange = open_member_exchange(node, context.state, built, spec.min_members)
         async with update_exchange as exchange, trio.open_nursery() as nursery:
             self.driver = DiLoCoDriver(
                 spec=spec,
