@@ -10,6 +10,9 @@ Every process is ours (a `DaemonProcess` holding its Popen), stopped by PID on e
 from __future__ import annotations
 
 import contextlib
+import json
+import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,3 +39,15 @@ def cli_daemons(
         yield daemons
     finally:
         stop_all(daemons)
+
+
+def cli_json(*args: str, timeout: float = 240) -> Any:
+    """`peertrain ARGS --json` as a process; its JSON output (CalledProcessError if it fails)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "peertrain", *args, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=True,
+    )
+    return json.loads(out.stdout)

@@ -193,7 +193,11 @@ class StateSync:
         self.gossip.current_round = round_
         await self.publish()
         self.progress.round = round_
-        await self._first_loss()
+        # the adopted state's loss: a member that had evaluated its own start state before (a
+        # restarted one) would otherwise report that loss beside the group's model
+        self.progress.loss = await self.thread(self.built.eval_loss)
+        if self.progress.initial_loss is None:
+            self.progress.initial_loss = self.progress.loss
 
     async def _first_loss(self) -> None:
         """The loss a member starts from, measured once, on the state it first holds."""
