@@ -33,6 +33,7 @@ def _load(args: argparse.Namespace, **extra: Any):
         "metrics_listen": getattr(args, "metrics_listen", None),
         "device": getattr(args, "device", None),
         "precision": getattr(args, "precision", None),
+        "ranks": getattr(args, "ranks", None),
         **extra,
     }
     return load_config(args.home, overrides)
@@ -71,7 +72,11 @@ def cmd_node_start(args: argparse.Namespace, config=None) -> int:
     # loads
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     _check_device(config)
-    trio.run(serve_until_signalled, config)
+    ranks, followers = _start_ranks(config)
+    try:
+        trio.run(serve_until_signalled, config, ranks)
+    finally:
+        _stop_ranks(ranks, followers)
     _exit_now()
     return 0
 
@@ -84,6 +89,22 @@ def _check_device(config) -> None:
     from peertrain.swarm.devices import autocast_dtype, resolve_device
 
     autocast_dtype(resolve_device(config.device), config.precision)
+
+
+def _start_ranks(config) -> tuple[Any, list]:
+    """The ranks of a `--ranks N` node (node/cli/ranks.py); (None, []) for one process."""
+    if config.ranks == 1:
+        return None, []
+    from .ranks import start_ranks
+
+    return start_ranks(config)
+
+
+def _stop_ranks(ranks: Any, followers: list) -> None:
+    if followers:
+        from .ranks import stop_ranks
+
+        stop_ranks(ranks, followers)
 
 
 def _exit_now() -> None:

@@ -79,6 +79,13 @@ def _daemon_options(home: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="where this node trains (default auto: a GPU when torch sees one, else the CPU)",
     )
     daemon.add_argument(
+        "--ranks",
+        type=int,
+        metavar="N",
+        help="train as one node of N processes, one device each (torch.distributed inside, one "
+        "peer ID outside; default 1)",
+    )
+    daemon.add_argument(
         "--precision",
         choices=["fp32", "bf16", "fp16"],
         help="autocast for forward and loss (default fp32; bf16 on CPUs and recent GPUs, "
