@@ -300,6 +300,10 @@ def cmd_sample(args: argparse.Namespace) -> int:
     from ..api.control import call_sync
     from ..config import NodeConfig
 
+    if args.prompt is not None:
+        return _sample_text(args)
+    if args.out is None:
+        raise NodeError("give --out FILE.png (diffusion runs) or --prompt TEXT (text runs)")
     out = Path(args.out).expanduser().absolute()  # the daemon writes it; its folder is not ours
     result = call_sync(
         NodeConfig(home=_home(args)).control_socket,
@@ -324,6 +328,18 @@ def cmd_sample(args: argparse.Namespace) -> int:
             f"{result['out']} in {result['seconds']:.1f} s ({result['bytes_fetched']:,} bytes "
             f"fetched); {rounds}"
         )
+    return 0
+
+
+def _sample_text(args: argparse.Namespace) -> int:
+    """`sample --prompt`: the `run.sample` control call on a text run this node is in."""
+    from ..api.control import call_sync
+    from ..config import NodeConfig
+
+    params = {"run": args.run, "prompt": args.prompt, "tokens": args.tokens}
+    socket = NodeConfig(home=_home(args)).control_socket
+    result = call_sync(socket, "run.sample", params, timeout=120)
+    print(json.dumps(result) if args.json else result["text"])
     return 0
 
 

@@ -137,9 +137,7 @@ class RunManager:
             }
 
         async def sample(params: dict[str, Any]) -> dict[str, Any]:
-            if not self.sessions:
-                raise ControlError("this node takes part in no run")
-            session = next(iter(self.sessions.values()))
+            session = self._session_named(param(params, "run", str, ""))
             try:
                 text = await session.sample(
                     param(params, "prompt", str, ""), min(param(params, "tokens", int, 160), 2000)
