@@ -53,6 +53,7 @@ def test_a_node_of_two_ranks_trains_with_a_plain_node_and_its_follower_ends_with
     assert codes == [0, 0]
     assert len({r["state_checksum"] for r in runs}) == 1 and runs[0]["round"] == 2
     assert runs[0]["loss"] < runs[0]["initial_loss"]
+    assert (runs[0]["ranks"], runs[0]["device"], runs[1]["ranks"]) == (2, "cpu", 1)
     log = (ranked.home / "daemon.log").read_text()
     assert "run " in log and "trains on 2 ranks" in log
     assert "rank 1/2 on cpu: followed a run for 2 rounds" in log
