@@ -51,3 +51,22 @@ def cli_json(*args: str, timeout: float = 240) -> Any:
         check=True,
     )
     return json.loads(out.stdout)
+
+
+def run_cli(
+    home: Path, *args: str, env: dict[str, str] | None = None, check: bool = True
+) -> subprocess.CompletedProcess:
+    """`peertrain ARGS --home HOME` as a process, `env` added to ours; its output captured."""
+    import os
+
+    command = [sys.executable, "-m", "peertrain", *args, "--home", str(home)]
+    return subprocess.run(command, env={**os.environ, **(env or {})}, capture_output=True,
+                          text=True, timeout=300, check=check)  # fmt: skip
+
+
+def run_status(daemon: DaemonProcess) -> dict[str, Any]:
+    """The daemon's run in `status`; {} while it has none or does not answer yet."""
+    try:
+        return daemon.status(timeout=5)["run"] or {}
+    except Exception:  # noqa: BLE001 - a daemon that does not answer yet has no run; asked again
+        return {}
