@@ -19,7 +19,7 @@ from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
 from peertrain.swarm.diloco.checkpoint import CheckpointStore
 from peertrain.swarm.models import model_config
 from peertrain.testing import wait_until_sync
-from peertrain.testing.processes import run_cli, run_status
+from peertrain.testing.processes import peertrain_cli, run_status
 
 pytest.importorskip("transformers", reason="transformers is not installed (peertrain[hf])")
 pytestmark = pytest.mark.slow
@@ -50,7 +50,7 @@ print(json.dumps({"hf": out[0], "safetensors": out[1], "peertrain": "peertrain" 
 
 
 def cli(home: Path, *args: str) -> subprocess.CompletedProcess:
-    return run_cli(home, *args, env=ENV)
+    return peertrain_cli(*args, "--home", str(home), env=ENV, timeout=300)
 
 
 def start_three(tmp_path: Path) -> list[DaemonProcess]:

@@ -17,7 +17,7 @@ from peertrain.node.cli.local_swarm import DAEMON_ENV
 from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
 from peertrain.swarm.diloco.checkpoint import CheckpointStore
 from peertrain.testing import wait_until_sync
-from peertrain.testing.processes import run_cli, run_status
+from peertrain.testing.processes import peertrain_cli, run_status
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +47,7 @@ print(json.dumps({"logits": logits.tolist(), "peertrain": "peertrain" in sys.mod
 
 
 def cli(home: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return run_cli(home, *args, env=ENV, check=check)
+    return peertrain_cli(*args, "--home", str(home), env=ENV, timeout=300, check=check)
 
 
 def start_three(tmp_path: Path) -> list[DaemonProcess]:

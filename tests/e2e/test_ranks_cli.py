@@ -8,12 +8,16 @@ import pytest
 from peertrain.node.cli.local_swarm import DAEMON_ENV
 from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
 from peertrain.testing import wait_until_sync
-from peertrain.testing.processes import run_cli, run_status
+from peertrain.testing.processes import peertrain_cli, run_status
 
 pytestmark = pytest.mark.slow
 
 RUN_FLAGS = ["--model", "mlp", "--dataset", "digits", "--batch-size", "16", "--lr", "0.003"]
 RUN_FLAGS += ["--inner-steps", "10", "--rounds", "2", "--min-members", "2", "--round-timeout", "30"]
+
+
+def cli(home, *args: str) -> None:
+    peertrain_cli(*args, "--home", str(home), env=DAEMON_ENV, timeout=300)
 
 
 def test_a_node_of_two_ranks_trains_with_a_plain_node_and_its_follower_ends_with_it(tmp_path):
@@ -25,8 +29,8 @@ def test_a_node_of_two_ranks_trains_with_a_plain_node_and_its_follower_ends_with
     plain.wait_ready()
     daemons = [ranked, plain]
     try:
-        run_cli(ranked.home, "run", "create", "--name", "ranks", *RUN_FLAGS, env=DAEMON_ENV)
-        run_cli(plain.home, "run", "join", "--run", "ranks", env=DAEMON_ENV)
+        cli(ranked.home, "run", "create", "--name", "ranks", *RUN_FLAGS)
+        cli(plain.home, "run", "join", "--run", "ranks")
         wait_until_sync(
             lambda: all(run_status(d).get("finished") for d in daemons), timeout=240, interval=1
         )
