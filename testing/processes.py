@@ -63,3 +63,11 @@ def peertrain_cli(
 def cli_json(*args: str, timeout: float = 240) -> Any:
     """`peertrain ARGS --json` as a process; its JSON output (CalledProcessError if it fails)."""
     return json.loads(peertrain_cli(*args, "--json", timeout=timeout).stdout)
+
+
+def run_status(daemon: DaemonProcess) -> dict[str, Any]:
+    """The daemon's run in `status`; {} while it has none or does not answer yet."""
+    try:
+        return daemon.status(timeout=5)["run"] or {}
+    except Exception:  # noqa: BLE001 - a daemon that does not answer yet has no run; asked again
+        return {}
