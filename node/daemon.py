@@ -123,6 +123,7 @@ class Daemon:
             attack=config.attack,
             device=config.device,
             precision=config.precision,
+            sample_grid_every=config.sample_grid_every,
             budget=self.budget,
             ranks=ranks,
         )
@@ -135,7 +136,12 @@ class Daemon:
             budget=RunBudget(max_params=config.max_params, max_memory=config.max_memory),
         )
         self.reachability = ReachabilityCheck(self.host, psk=config.psk)
-        self.nat = NatTraversal(
+        self.nat = self._nat_traversal()
+
+    def _nat_traversal(self) -> NatTraversal:
+        """Relays (hop and client), hole punching and UPnP, publishing what we are reachable at."""
+        config = self.config
+        return NatTraversal(
             self.host,
             self.reachability,
             limits=HopLimits.of(config),

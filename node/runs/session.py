@@ -261,6 +261,7 @@ class RunSession:
 
     def _diloco_status(self) -> DiLoCoRunStatus:
         driver, progress = self.driver, self.driver.progress if self.driver else None
+        inner = driver.member.inner if driver else None
         live = [p for p in self.state.members() if self.state.is_live(p)]
         common = self._common(
             members=sorted(live),
@@ -282,6 +283,8 @@ class RunSession:
             params=driver.member.layout.numel if driver else 0,
             inner_steps=driver.spec.inner_steps if driver else 0,
             model=driver.spec.model if driver else "",
+            device=str(getattr(inner, "device", "")),
+            ranks=getattr(getattr(inner, "node", None), "world", 1),
             progress=driver.progress_status() if driver else None,
         )
 

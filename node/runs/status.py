@@ -36,6 +36,8 @@ class DiLoCoRunStatus(RunStatus):
     params: int
     inner_steps: int
     model: str
+    device: str  # where this member trains ("" until built)
+    ranks: int  # processes this member trains on (`--ranks N`: intra_node.py)
     # phase, round, inner_step/inner_steps, download {what, bytes_done, bytes_total, donors,
     # elapsed_s, bytes_per_s} | None, waiting {what, have, need, elapsed_s} | None
     # (swarm/progress.py); None until the driver runs
@@ -65,6 +67,7 @@ class DiffusionRunStatus(RunStatus):
     groups: NotRequired[dict[str, dict[str, Any]]]
     traffic: NotRequired[dict[str, Any]]
     router_accuracy: NotRequired[float | None]
+    sample_grid: NotRequired[dict[str, Any] | None]  # {png: base64 PNG, round, caption}
     initial_loss: NotRequired[float | None]
     finished: NotRequired[bool]
     state_checksum: NotRequired[str]

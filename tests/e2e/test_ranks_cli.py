@@ -4,15 +4,11 @@ and ends with the node (swarm/diloco/intra_node.py, node/cli/ranks.py)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 from peertrain.node.cli.local_swarm import DAEMON_ENV
 from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
 from peertrain.testing import wait_until_sync
+from peertrain.testing.processes import peertrain_cli, run_status
 
 pytestmark = pytest.mark.slow
 
@@ -20,17 +16,8 @@ RUN_FLAGS = ["--model", "mlp", "--dataset", "digits", "--batch-size", "16", "--l
 RUN_FLAGS += ["--inner-steps", "10", "--rounds", "2", "--min-members", "2", "--round-timeout", "30"]
 
 
-def cli(home: Path, *args: str) -> None:
-    command = [sys.executable, "-m", "peertrain", *args, "--home", str(home)]
-    subprocess.run(command, env={**os.environ, **DAEMON_ENV}, capture_output=True, text=True,
-                   timeout=300, check=True)  # fmt: skip
-
-
-def run_of(daemon: DaemonProcess) -> dict:
-    try:
-        return daemon.status(timeout=5)["run"] or {}
-    except Exception:  # noqa: BLE001 - a daemon that does not answer yet has no run; asked again
-        return {}
+def cli(home, *args: str) -> None:
+    peertrain_cli(*args, "--home", str(home), env=DAEMON_ENV, timeout=300)
 
 
 def test_a_node_of_two_ranks_trains_with_a_plain_node_and_its_follower_ends_with_it(tmp_path):
@@ -45,14 +32,15 @@ def test_a_node_of_two_ranks_trains_with_a_plain_node_and_its_follower_ends_with
         cli(ranked.home, "run", "create", "--name", "ranks", *RUN_FLAGS)
         cli(plain.home, "run", "join", "--run", "ranks")
         wait_until_sync(
-            lambda: all(run_of(d).get("finished") for d in daemons), timeout=240, interval=1
+            lambda: all(run_status(d).get("finished") for d in daemons), timeout=240, interval=1
         )
-        runs = [run_of(d) for d in daemons]
+        runs = [run_status(d) for d in daemons]
     finally:
         codes = stop_all(daemons)
     assert codes == [0, 0]
     assert len({r["state_checksum"] for r in runs}) == 1 and runs[0]["round"] == 2
     assert runs[0]["loss"] < runs[0]["initial_loss"]
+    assert (runs[0]["ranks"], runs[0]["device"], runs[1]["ranks"]) == (2, "cpu", 1)
     log = (ranked.home / "daemon.log").read_text()
     assert "run " in log and "trains on 2 ranks" in log
     assert "rank 1/2 on cpu: followed a run for 2 rounds" in log
