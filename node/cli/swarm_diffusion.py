@@ -97,9 +97,7 @@ class DiffusionSwarm(MeshSwarm):
             },
             "expert_loss": {g: v["loss"] for g, v in groups.items() if g != "router"},
             "router_accuracy": router.get("router_accuracy"),
-            "traffic": {
-                r.get("group") or "?": r.get("traffic", {}).get("updates_from", {}) for r in runs
-            },
+            "traffic": _traffic(runs),
             "quality": getattr(self, "quality", None),
             "byzantine": self.options.byzantine,
             "attack": self.options.attack if self.options.byzantine else None,
@@ -127,6 +125,16 @@ class DiffusionSwarm(MeshSwarm):
         clean = all(code in (0, None) for code in report["exit_codes"])
         ok = report.get("rounds_completed", 0) > 0 and bool(report.get("quality"))
         return clean and ok and not self.died and not report.get("interrupted")
+
+
+def _traffic(runs: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per group: the updates its members aggregated, by the sender's group, summed."""
+    out: dict[str, dict[str, int]] = {}
+    for run in runs:
+        counts = out.setdefault(run.get("group") or "?", {})
+        for sender, n in run.get("traffic", {}).get("updates_from", {}).items():
+            counts[sender] = counts.get(sender, 0) + n
+    return out
 
 
 def score_samples(dataset: str, arrays: dict[str, Path]) -> dict[str, Any]:

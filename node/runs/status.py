@@ -64,6 +64,8 @@ class DiffusionRunStatus(RunStatus):
     model: NotRequired[str]
     groups: NotRequired[dict[str, dict[str, Any]]]
     traffic: NotRequired[dict[str, Any]]
+    bytes_published: NotRequired[int]
+    bytes_fetched: NotRequired[int]
     router_accuracy: NotRequired[float | None]
     initial_loss: NotRequired[float | None]
     finished: NotRequired[bool]
