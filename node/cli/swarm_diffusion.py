@@ -25,6 +25,7 @@ STRATEGIES = ("top1", "top2", "full", "sample1")
 SAMPLES = 512
 SAMPLE_STEPS = 20
 GROUP_WAIT = 120.0  # seconds a joiner may take to choose its group
+START_TIMEOUT = 60.0
 
 
 class DiffusionSwarm(MeshSwarm):
@@ -36,7 +37,15 @@ class DiffusionSwarm(MeshSwarm):
         return {**super().header(), "experts": self.options.spec.get("experts", 4)}
 
     def _create_run(self, first: DaemonProcess) -> None:
-        params = {"name": RUN_NAME, "mode": "diffusion", "spec": dict(self.options.spec)}
+        # joiners come one at a time: a group's round 0 waits (up to START_TIMEOUT) for as many
+        # members as the largest group will get, so a group of two trains together from the start
+        experts = self.options.spec.get("experts", 4)
+        spec = {
+            "min_members": -(-self.options.nodes // (experts + 1)),
+            "start_timeout": START_TIMEOUT,
+            **self.options.spec,
+        }
+        params = {"name": RUN_NAME, "mode": "diffusion", "spec": spec}
         created = call_sync(first.control_socket, "run.create", params, timeout=300)
         self.console.print(f"created diffusion run ({created['run_id'][:16]}…) on node 0")
         self._wait_for_group(first)
