@@ -21,7 +21,7 @@ from libp2p.abc import IHost
 from peertrain.crdt.replicator import Replicator
 from peertrain.crdt.runstate import RunState
 
-from ..services.tensors import fetch_tensor
+from ..services.tensor_fetch import fetch_tensor
 from .update_exchange import open_member_exchange
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from libp2p.peer.id import ID
 
 from ..net.receive_buffers import ReceiveBuffers
 from ..services.node_services import NodeServices
-from ..services.tensors import fetch_tensor
+from ..services.tensor_fetch import fetch_tensor
 
 if TYPE_CHECKING:
     from peertrain.crdt.runstate import RunState

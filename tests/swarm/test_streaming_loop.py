@@ -1,8 +1,12 @@
 """Streaming DiLoCo's overlap for real: inner steps in a worker thread while trio exchanges the
 fragments over update gossip; the outer step lands τ steps late, so the result is the lockstep
-harness's bit for bit, and a fragment is an ordinary update-gossip item checked for its size."""
+harness's bit for bit, a fragment is an ordinary update-gossip item checked for its size, and
+with slots by wall time a slow member contributes what it can without stalling the others."""
 
 from __future__ import annotations
+
+import time
+from functools import partial
 
 import pytest
 import torch
@@ -131,3 +135,48 @@ async def test_a_fragment_update_of_another_fragments_size_is_refused(text):
         assert gossip.validate(sender, announce(1, member.slot_nbytes(1)))
         assert not gossip.validate(sender, announce(2, member.slot_nbytes(1)))
         assert gossip.validate(sender, announce(2, member.slot_nbytes(2)))
+
+
+class SlowedMember(StreamingMember):
+    """A volunteer three times slower: every inner step takes twice its own time again."""
+
+    def train(self, steps):
+        started = time.perf_counter()
+        report = super().train(steps)
+        time.sleep(2 * (time.perf_counter() - started))
+        return report
+
+
+async def test_a_member_three_times_slower_contributes_without_stalling_the_group(text):
+    keys = [create_new_key_pair() for _ in range(3)]
+    names = {ID.from_pubkey(k.public_key).to_base58() for k in keys}
+    group = members(text, 2, StreamingConfig(fragments=2, overlap=1)) + [
+        SlowedMember(
+            MODEL.build(seed=0),
+            text.train_batches(2, 3, batch_size=INNER.batch_size, seed=0),
+            inner=INNER,
+            streaming=StreamingConfig(fragments=2, overlap=1),
+            codec=ProtocolCodec("int8"),
+        )
+    ]
+    for m in group:  # slots by time: no nominal pace to clip claims to
+        m.max_samples = 10**6
+    loops = []
+    async with open_memory_router() as router:
+        # the gossip's deadline is 600 s: a round that waited for it would fail this test
+        with trio.fail_after(120):
+            async with trio.open_nursery() as nursery:
+                for member, key in zip(group, keys, strict=True):
+                    _, exchange = fragment_gossip(router, member, key, names, topic=RUN)
+                    loops.append(StreamingLoop(member, exchange))
+                    nursery.start_soon(partial(loops[-1].run_timed, 4, stride_seconds=1.0))
+    assert len({tuple(m.fragment_hashes()) for m in group}) == 1
+    assert all(m.rounds == [2, 2] for m in group)
+    for loop in loops:  # every exchange counted all three updates, the slow one's included
+        assert [len(r.accepted) for r in loop.reports] == [3, 3, 3, 3]
+    fast, slow = min(group[0].inner.step, group[1].inner.step), group[2].inner.step
+    assert 4 <= slow < 0.6 * fast  # it took the steps it could, the others did not wait
+    slowest = sorted(names).index(ID.from_pubkey(keys[2].public_key).to_base58())
+    for report in loops[0].reports:  # and its update counts by the samples it saw
+        others = [w for i, w in enumerate(report.weights) if i != slowest]
+        assert report.weights[slowest] < 0.8 * min(others)
