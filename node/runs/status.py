@@ -69,6 +69,7 @@ class DiffusionRunStatus(RunStatus):
     bytes_published: NotRequired[int]
     bytes_fetched: NotRequired[int]
     router_accuracy: NotRequired[float | None]
+    sample_grid: NotRequired[dict[str, Any] | None]  # {png: base64 PNG, round, caption}
     initial_loss: NotRequired[float | None]
     finished: NotRequired[bool]
     state_checksum: NotRequired[str]
