@@ -55,7 +55,7 @@ def quantize_fp32(
     fused, fused_feedback = cast("tuple[Any, Any]", _kernels())
     xs, sc, vs = x.numpy(), scales.numpy(), values.numpy()
     if residual is None:
-        fused(xs, xs.view(np.int32), sc, sc.view(np.int32), vs, block_size)
+        fused(xs, xs, xs.view(np.int32), sc, sc.view(np.int32), vs, block_size)
     else:
         rs = residual.numpy()
         fused_feedback(xs, rs, rs.view(np.int32), sc, sc.view(np.int32), vs, block_size)
@@ -87,4 +87,5 @@ def _kernels() -> tuple[Any, Any] | None:
     except ImportError:  # pragma: no cover - exercised only where numba is missing
         return None
     njit = numba.njit(nogil=True, cache=True, boundscheck=False, error_model="numpy")
-    return njit(_int8_kernels.fused), njit(_int8_kernels.fused_feedback)
+    quantizer = _int8_kernels.block_quantizer
+    return njit(quantizer(feedback=False)), njit(quantizer(feedback=True))

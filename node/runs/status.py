@@ -67,6 +67,7 @@ class DiffusionRunStatus(RunStatus):
     groups: NotRequired[dict[str, dict[str, Any]]]
     traffic: NotRequired[dict[str, Any]]
     router_accuracy: NotRequired[float | None]
+    sample_grid: NotRequired[dict[str, Any] | None]  # {png: base64 PNG, round, caption}
     initial_loss: NotRequired[float | None]
     finished: NotRequired[bool]
     state_checksum: NotRequired[str]
