@@ -17,7 +17,9 @@ Two choices keep LLVM's vectoriser working without fast-math (which would change
 
 Scope: fp32 input and fp32 scales (the `int8` codec), with or without error feedback. Other
 cases (fp16 scales, fp16/bf16 input) and machines without numba use the torch tiles.
-numba compiles each kernel on first use (about a second) and caches it beside this file.
+numba compiles each kernel on first use (about a second) and caches it beside this file; loading
+numba and that cache still costs ~1 s per process (3-4 s on a busy machine), so an encoder that
+knows it will use the kernel calls `warm()` when it is built, not inside its first encode.
 """
 
 from __future__ import annotations
@@ -57,6 +59,22 @@ def quantize_fp32(
     else:
         rs = residual.numpy()
         fused_feedback(xs, rs, rs.view(np.int32), sc, sc.view(np.int32), vs, block_size)
+
+
+@functools.cache
+def warm() -> None:
+    """Load numba and both kernels now, for the argument types every real call passes (1-D
+    C-contiguous aligned arrays): the first encode in a process then runs at kernel speed."""
+    import torch
+
+    x = torch.zeros(2 * WARM_BLOCK)
+    scales = torch.empty(2)
+    values = torch.empty(2 * WARM_BLOCK, dtype=torch.int8)
+    quantize_fp32(x, scales, values, block_size=WARM_BLOCK)
+    quantize_fp32(x, scales, values, block_size=WARM_BLOCK, residual=torch.zeros(2 * WARM_BLOCK))
+
+
+WARM_BLOCK = 128
 
 
 @functools.cache

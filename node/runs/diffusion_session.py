@@ -323,6 +323,9 @@ class DiffusionSession:
                 "bytes_fetched": gossip.bytes_fetched if gossip else 0,
                 "updates_from": dict(self.updates_from),
             },
+            # as a DiLoCo run names them (the local-swarm table and churn accounting read them)
+            "bytes_published": gossip.bytes_published if gossip else 0,
+            "bytes_fetched": gossip.bytes_fetched if gossip else 0,
             "router_accuracy": self.router_accuracy,
             "sample_grid": self.sample_grid,  # {png: base64, round, caption} | None
             "round": progress.round if progress else 0,

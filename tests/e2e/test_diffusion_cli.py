@@ -13,6 +13,7 @@ import pytest
 from peertrain.node.cli.local_swarm import DAEMON_ENV
 from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
 from peertrain.testing import cli_json, wait_until_sync
+from peertrain.testing.processes import run_status
 
 pytestmark = pytest.mark.slow
 
@@ -24,13 +25,6 @@ RUN_FLAGS = [
     "--inner-steps", "8", "--batch-size", "16", "--rounds", str(ROUNDS), "--round-timeout", "30",
     "--min-members", "2", "--set", "start_timeout=90",
 ]  # fmt: skip
-
-
-def run_of(daemon: DaemonProcess) -> dict:
-    try:
-        return daemon.status(timeout=5)["run"] or {}
-    except Exception:  # noqa: BLE001 - a daemon that does not answer yet has no run; asked again
-        return {}
 
 
 def start_daemons(tmp_path) -> list[DaemonProcess]:
@@ -57,7 +51,7 @@ def start_members(daemons: list[DaemonProcess], name: str) -> None:
         peer = daemon.status()["peer_id"]
         wait_until_sync(
             lambda p=peer: any(
-                p in g["members"] for g in run_of(creator).get("groups", {}).values()
+                p in g["members"] for g in run_status(creator).get("groups", {}).values()
             ),
             timeout=120,
             interval=0.5,
@@ -82,10 +76,10 @@ def test_expert_groups_train_apart_and_a_stranger_samples_their_experts(tmp_path
     try:
         start_members(daemons, "dd")
         wait_until_sync(
-            lambda: all(run_of(d).get("finished") for d in daemons), timeout=400, interval=1
+            lambda: all(run_status(d).get("finished") for d in daemons), timeout=400, interval=1
         )
-        wait_until_sync(lambda: all(final_grid_drawn(run_of(d)) for d in daemons), timeout=120)
-        runs = [run_of(d) for d in daemons]
+        wait_until_sync(lambda: all(final_grid_drawn(run_status(d)) for d in daemons), timeout=120)
+        runs = [run_status(d) for d in daemons]
         out = tmp_path / "grid.png"
         sampled = cli_json(
             "sample", "--home", str(stranger.home), "--run", "dd", "--n", "16",
