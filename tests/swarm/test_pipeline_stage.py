@@ -8,14 +8,14 @@ import torch.nn.functional as F
 from peertrain.protocol.errors import DecodeError
 from peertrain.swarm.models.mlp import MLPConfig
 from peertrain.swarm.pipeline.boundary import pack, unpack
-from peertrain.swarm.pipeline.slices import mlp_stage_modules
+from peertrain.swarm.pipeline.slices import stage_slices
 from peertrain.swarm.pipeline.stage import StageServer
 
 CONFIG = MLPConfig(hidden=32, depth=2)
 
 
 def _servers(codec: str = "fp32", seed: int = 0) -> list[StageServer]:
-    modules = mlp_stage_modules(CONFIG, 3, seed=seed)
+    modules = stage_slices(CONFIG.build(seed=seed).pipeline_parts(), 3)
     return [StageServer(m, stage=i, is_last=i == 2, codec=codec) for i, m in enumerate(modules)]
 
 
