@@ -78,6 +78,12 @@ class PipelineSpec(RunSpec):
             )
         if getattr(config, "dropout", 0.0):
             raise ConfigError("a pipeline recomputes the forward on backward: set dropout to 0")
+        context = getattr(config, "block_size", None)
+        window = getattr(self.dataset_config(), "block_size", None)
+        if context is not None and window is not None and window > context:
+            raise ConfigError(
+                f"the data's windows of {window} tokens exceed the model's block_size {context}"
+            )
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> PipelineSpec:

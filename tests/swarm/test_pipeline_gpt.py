@@ -103,3 +103,14 @@ async def test_a_gpt_swarm_learns_and_a_dead_server_costs_no_microbatch() -> Non
     stats = trainer.statistics()
     assert stats.lost == 0 and stats.completed == 60 and stats.retries >= 1
     assert initial > 5.0 and final < initial - 1.0, (initial, final)
+
+
+def test_data_windows_longer_than_the_gpts_context_are_refused_at_creation() -> None:
+    with pytest.raises(ValueError, match="exceed the model's block_size 16"):
+        PipelineSpec.from_settings(
+            {
+                "model": "gpt",
+                "model_settings": {"block_size": 16},
+                "dataset_settings": {"block_size": 32},
+            }
+        )
