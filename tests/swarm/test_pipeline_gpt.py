@@ -13,6 +13,7 @@ from peertrain.swarm.pipeline.harness import SwarmSpec, evaluate, open_in_proces
 from peertrain.swarm.pipeline.run_spec import PipelineSpec
 from peertrain.swarm.pipeline.slices import stage_slices
 from peertrain.swarm.pipeline.stage import StageServer
+from peertrain.testing import through_stages
 
 CONFIG = GPTConfig(n_layer=3, n_embd=32, n_head=2, block_size=16)
 
@@ -34,13 +35,7 @@ def test_three_gpt_stages_compute_the_whole_models_loss_and_gradients() -> None:
     _, loss = model(x, y)
     loss.backward()
     servers = _servers()
-    inputs = [pack(x)]
-    for server in servers[:-1]:
-        inputs.append(server.forward(inputs[-1]))
-    got, grad = servers[-1].loss_backward(inputs[-1], y.reshape(-1))  # labels come flat
-    for server, stage_input in zip(reversed(servers[:-1]), reversed(inputs[:-1]), strict=True):
-        grad = server.backward(stage_input, grad)
-    assert grad is None and abs(got - float(loss.detach())) < 1e-5
+    assert abs(through_stages(servers, x, y) - float(loss.detach())) < 1e-5
     # the blocks' gradients match the whole model's; the tied embedding is split in two (the
     # pipeline unties it): the model's gradient is the sum of the first and the last stage's
     block = dict(model.blocks[1].named_parameters())
