@@ -71,6 +71,17 @@ def _daemon_options(home: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="serve Prometheus /metrics and the dashboard here, e.g. 127.0.0.1:9464 (default: off)",
     )
     daemon.add_argument("--attack", metavar="NAME", help=argparse.SUPPRESS)  # Byzantine test hook
+    daemon.add_argument(
+        "--device",
+        metavar="auto|cpu|cuda[:N]|mps",
+        help="where this node trains (default auto: a GPU when torch sees one, else the CPU)",
+    )
+    daemon.add_argument(
+        "--precision",
+        choices=["fp32", "bf16", "fp16"],
+        help="autocast for forward and loss (default fp32; bf16 on CPUs and recent GPUs, "
+        "fp16 on CUDA); weights, optimizer and outer updates stay fp32",
+    )
     add_budget_options(daemon)
     return daemon
 
@@ -138,6 +149,7 @@ def _add_run_commands(commands: Any, home: argparse.ArgumentParser) -> None:
     add_role_options(p)
     _add_data_options(p, "the run trains on this file; the spec names it by its digest")
     p.add_argument("--json", action="store_true")
+    _add_follow_option(p)
     p.set_defaults(handler=cmd_run_create)
     p = run.add_parser("join", parents=[home], help="join a run from the running daemon")
     p.add_argument(
@@ -152,6 +164,7 @@ def _add_run_commands(commands: Any, home: argparse.ArgumentParser) -> None:
     _add_data_options(p, "your copy of the run's data (checked against its digest)")
     _add_trust_option(p)
     p.add_argument("--json", action="store_true")
+    _add_follow_option(p)
     p.set_defaults(handler=cmd_run_join)
     p = run.add_parser("export", parents=[home], help="write the run's current model to a folder")
     p.add_argument("--run", metavar="ID|NAME", default="", help="the run (default: the only one)")
@@ -170,12 +183,22 @@ def _add_run_commands(commands: Any, home: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=cmd_run_list)
 
 
+def _add_follow_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--follow",
+        action="store_true",
+        help="then show the run's progress (rounds, inner steps, state download, waits) until "
+        "it finishes; Ctrl-C stops watching, not the run",
+    )
+
+
 def _add_trust_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model",
-        metavar="PACKAGE.MODULE:FACTORY",
+        metavar="PACKAGE.MODULE:FACTORY|hf:DIR",
         help="the run's model, when it is one by import path: this node may import it (peertrain "
-        "imports only code you name; config key trusted_models)",
+        "imports only code you name; config key trusted_models); or your copy of the hf: folder "
+        "whose weights the run starts from (checked against its digest)",
     )
 
 

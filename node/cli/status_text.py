@@ -28,8 +28,11 @@ def render_status(status: dict[str, Any]) -> str:
             )
     else:
         lines.append(f"  run          {'-' if not run else len(run['runs'])}")
-    if run and "runs" not in run and run.get("error"):
-        lines.append(f"    error: {run['error']}")
+    if run and "runs" not in run:
+        from .progress_view import progress_lines
+
+        # inner steps, a download, a wait (and the error, if any), under the run's line
+        lines += [f"  {line}" for line in progress_lines({"run": run})[1:]]
     for service in status.get("services", []):
         if service["state"] in ("restarting", "quarantined") or service.get("error"):
             lines.append(

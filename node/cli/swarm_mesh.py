@@ -121,9 +121,9 @@ class MeshSwarm:
                 del self._restart_at[index]
         if self._next_kill is not None and now >= self._next_kill:
             killed = self.kill_one()
-            if killed is not None:
+            if killed is not None:  # else asked again at the next poll
                 self._restart_at[killed] = now + RESTART_AFTER
-            self._next_kill = now + self.options.kill_every
+                self._next_kill = now + self.options.kill_every
         self.statuses = self.poll()
         for index in self.notice_deaths():
             died = self.died[index]
@@ -167,9 +167,10 @@ class MeshSwarm:
     def kill_one(self) -> int | None:
         if self.kills_stopped:
             return None
-        candidates = [
-            i for i, d in enumerate(self.daemons) if i > 0 and d.alive() and i not in self.died
-        ]
+        up = [i for i, s in enumerate(self.statuses) if s is not None]  # a restarted member
+        # still starting (slow on a loaded machine) is not in the run yet: killing it again
+        # would keep it out for good
+        candidates = [i for i in up if i > 0 and self.daemons[i].alive() and i not in self.died]
         if not candidates:
             return None
         index = self._rng.choice(candidates)
@@ -182,9 +183,12 @@ class MeshSwarm:
         return index
 
     def restart(self, index: int) -> None:
+        """Start it again and go on polling: a loaded machine may take longer than any fixed wait
+        to answer `status` (torch import, checkpoint load), and a daemon that dies while starting
+        is noticed by `notice_deaths` like any other."""
         self.daemons[index].start()
-        self.daemons[index].wait_ready()
         self.killed.discard(index)
+        self.console.print(f"restarted node {index}")
 
     def finished(self, statuses: list[dict[str, Any] | None]) -> bool:
         """Every daemon still in the swarm (not dead by itself) finished the run. Once one
@@ -238,7 +242,7 @@ class MeshSwarm:
         return {
             "rounds_completed": rounds,
             "initial_loss": first["initial_loss"],
-            "final_loss": sum(r["loss"] for r in runs) / len(runs),
+            "final_loss": _mean(r["loss"] for r in runs),  # None: a restarted one has none yet
             "state_hashes": [r["state_checksum"] for r in runs],
             "bytes_sent": sum(r["bytes_fetched"] for r in runs) + self.bytes_of_killed,
             "ddp_bytes": data_parallel_bytes(
@@ -276,3 +280,8 @@ class MeshSwarm:
 def _full_mesh(statuses: list[dict[str, Any] | None]) -> bool:
     alive = [s for s in statuses if s]
     return len(alive) == len(statuses) and all(len(s["peers"]) >= len(alive) - 1 for s in alive)
+
+
+def _mean(values: Any) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None

@@ -35,7 +35,14 @@ from .lifecycle import SessionLifecycle, quarantine, quarantine_file
 from .run_export import export_run
 from .run_lookup import RUN_LOOKUP, RunFinder, RunFound, RunLookup
 from .session import CRDT_SYNC, RunSession, saved_manifests
-from .spec_check import check_spec, local_data, remember_data, trust_models, with_data_digest
+from .spec_check import (
+    check_spec,
+    local_data,
+    remember_data,
+    trust_models,
+    with_data_digest,
+    with_hf_model,
+)
 from .status import ManyRunsStatus, RunStatus
 
 if TYPE_CHECKING:
@@ -192,6 +199,7 @@ class RunManager:
         if data is not None:
             spec = with_data_digest(spec, data)
         trust_models(self.trusted_models)
+        spec = with_hf_model(spec)
         spec_bytes = _spec_bytes(mode, spec)
         manifest = RunManifest(
             creator=self.node.peer_id,

@@ -156,7 +156,9 @@ class RunSession:
         if is_external(spec.model) and self.member_factory is not None:
             factory = self.member_factory
         else:
-            factory = functools.partial(build_member, data=data)
+            factory = functools.partial(
+                build_member, data=data, device=node.device, precision=node.precision
+            )
         built = await trio.to_thread.run_sync(factory, spec, me)
         update_exchange = open_update_exchange(
             node,
@@ -178,7 +180,11 @@ class RunSession:
                 tensors=exchange.tensors,
                 addrs=node.addrs,
                 attack=node.attack,
-                checkpoints=CheckpointStore(context.directory / "checkpoints", keep=3),
+                checkpoints=CheckpointStore(
+                    context.directory / "checkpoints",
+                    keep=3,
+                    room=node.budget.check_disk if node.budget else None,
+                ),
                 on_penalty=self._blame,  # providers and attesters of a state that fails its checks
             )
             await nursery.start(context.replicator.run)
@@ -251,6 +257,7 @@ class RunSession:
             params=driver.member.layout.numel if driver else 0,
             inner_steps=driver.spec.inner_steps if driver else 0,
             model=driver.spec.model if driver else "",
+            progress=driver.progress_status() if driver else None,
         )
 
 

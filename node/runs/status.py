@@ -36,6 +36,10 @@ class DiLoCoRunStatus(RunStatus):
     params: int
     inner_steps: int
     model: str
+    # phase, round, inner_step/inner_steps, download {what, bytes_done, bytes_total, donors,
+    # elapsed_s, bytes_per_s} | None, waiting {what, have, need, elapsed_s} | None
+    # (swarm/progress.py); None until the driver runs
+    progress: dict[str, Any] | None
 
 
 class SwarmRunStatus(RunStatus):

@@ -4,7 +4,10 @@
 updates for the group, checkpoints), keyed by their root checksum and bounded by total bytes:
 the least recently used unpinned tensor goes first. `TensorService` answers
 `/peertrain/tensor/1.0.0` streams with protocol/tensor_transfer.py, one request per stream,
-with per-peer and total limits; a peer that sends garbage is penalised.
+with per-peer and total limits; a peer that sends garbage is penalised. Serving is fair: a whole
+serve has a deadline (a reader just above the minimum rate cannot hold a slot for hours), and
+the last quarter of the slots goes only to peers holding none (a joiner is served while a few
+peers read slowly).
 
 `fetch_tensor` downloads one tensor from several holders at once: chunk ranges are handed to
 one worker per holder; a holder that fails or lies (a chunk that does not match its digest) is
@@ -12,6 +15,11 @@ dropped and its range goes back to the queue, so the download resumes from verif
 another holder. Any holder will do, since the checksum, not the holder, is trusted. A holder
 whose connection broke (a relayed connection reset and redialed, a punched one replacing it)
 is asked again once it is connected again: a few times, each within a few seconds.
+
+A download is admitted against the daemon's receive-memory budget (node/net/budget.py) once its
+header has passed every cheap check (size limit, expected checksum), before its buffer exists,
+and gives the memory back when it ends; a fresh buffer's pages are faulted in as chunks land, so
+memory follows the data, not the header's promise.
 """
 
 from __future__ import annotations
@@ -26,14 +34,17 @@ import trio
 from libp2p.abc import IHost, INetStream
 from libp2p.peer.id import ID
 from peertrain.protocol.errors import ChecksumMismatch, DecodeError, ProtocolError, RemoteError
+from peertrain.protocol.framing import MIN_WRITE_RATE
 from peertrain.protocol.ids import protocol_id
 from peertrain.protocol.messages import ErrorCode
 from peertrain.protocol.tensor_transfer import fetch_chunks, request_header, serve_tensor_request
 from peertrain.protocol.tensors import PreparedTensor, TensorDownload
 
-from ..errors import TransferFailed
+from ..errors import BudgetExceeded, TransferFailed
+from ..net.budget import ResourceBudget
 from ..net.penalties import PeerScoreboard, is_misbehaviour
 from ..net.stream_limits import StreamSlots
+from ..net.streams import reset_quietly
 
 if TYPE_CHECKING:
     import torch
@@ -47,6 +58,7 @@ BAD_REQUEST_PENALTY = 10.0
 RETRIES = 3  # times a holder whose stream broke is asked again (per download)
 RECONNECT_WAIT = 5.0  # seconds it gets to be connected again (a circuit redial takes < 1 s)
 RETRY_PAUSE = 0.2
+SERVE_DEADLINE = 120.0  # seconds one request may take: CHUNKS_PER_REQUEST chunks at 1 MB/s is ~17 s
 REDIAL_GRACE = 1.0  # seconds left to whoever redials (hole punching) before `reconnect` runs
 
 
@@ -116,11 +128,20 @@ class TensorService:
         max_total: int = 16,
         max_per_peer: int = 4,
         idle_timeout: float = 15.0,
+        serve_deadline: float = SERVE_DEADLINE,
+        min_rate: float = MIN_WRITE_RATE,
     ):
         self.host, self.store, self.scoreboard = host, store, scoreboard
-        self.idle_timeout = idle_timeout
-        self._slots = StreamSlots(scoreboard, max_total=max_total, max_per_peer=max_per_peer)
+        self.idle_timeout, self.serve_deadline, self.min_rate = (
+            idle_timeout,
+            serve_deadline,
+            min_rate,
+        )
+        self._slots = StreamSlots(
+            scoreboard, max_total=max_total, max_per_peer=max_per_peer, keep_free=max_total // 4
+        )
         self.bytes_served = 0
+        self.deadline_cuts = 0  # serves cut by `serve_deadline`
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.host.set_stream_handler(str(TENSOR), self._on_stream)
@@ -131,11 +152,20 @@ class TensorService:
         async with self._slots.admit(stream) as peer:
             if peer is None:
                 return
-            try:
-                await serve_tensor_request(stream, self._lookup, idle_timeout=self.idle_timeout)
-            except ProtocolError as exc:
-                if is_misbehaviour(exc):
-                    self.scoreboard.penalise(peer, BAD_REQUEST_PENALTY, f"tensor request: {exc}")
+            with trio.move_on_after(self.serve_deadline) as deadline:
+                try:
+                    await serve_tensor_request(
+                        stream, self._lookup, idle_timeout=self.idle_timeout, min_rate=self.min_rate
+                    )
+                except ProtocolError as exc:
+                    if is_misbehaviour(exc):
+                        self.scoreboard.penalise(
+                            peer, BAD_REQUEST_PENALTY, f"tensor request: {exc}"
+                        )
+            if deadline.cancelled_caught:  # slow is no misbehaviour: the slot goes, no penalty
+                self.deadline_cuts += 1
+                await reset_quietly(stream)
+                log.info("tensor: serve to %s cut after %.0f s", peer, self.serve_deadline)
 
     def _lookup(self, checksum: bytes) -> PreparedTensor | None:
         prepared = self.store.get(checksum)
@@ -156,6 +186,8 @@ async def fetch_tensor(
     retries: int = RETRIES,
     reconnect_wait: float = RECONNECT_WAIT,
     reconnect: Callable[[ID], Awaitable[Any]] | None = None,
+    on_header: Callable[[TensorDownload], None] | None = None,
+    budget: ResourceBudget | None = None,
 ) -> TensorDownload:
     """Download and verify tensor `checksum` from `holders` in parallel; raise TransferFailed.
 
@@ -163,19 +195,55 @@ async def fetch_tensor(
     redialed) is asked again, up to `retries` times, once a connection to it is back within
     `reconnect_wait` s; `reconnect(holder)` is called when none came back by itself. Verified
     chunks are kept, so the download resumes where it stopped. `allocate(nbytes)` may supply
-    the payload buffer (node/net/receive_buffers.py)."""
+    the payload buffer (node/net/receive_buffers.py). `on_header(download)` is told of the
+    download once its size is known, to follow its `verified_nbytes` (progress displays).
+    `budget` admits the download (module docstring): BudgetExceeded when its memory is spent."""
     holders = [h for h in dict.fromkeys(holders) if h != host.get_id()]
     again = _Retries(host, retries=retries, wait=reconnect_wait, reconnect=reconnect)
-    download, failures = await _first_header(
-        host, holders, checksum, max_nbytes, idle_timeout, allocate, again
-    )
-    ranges = _RangeFetch(host, download, again, failures, scoreboard, idle_timeout)
-    await ranges.run(holders)
+    admission = _Admission(budget, allocate, holders[0].to_base58() if holders else "")
+    try:
+        download, failures = await _first_header(
+            host, holders, checksum, max_nbytes, idle_timeout, admission.allocate, again
+        )
+        if on_header is not None:
+            on_header(download)
+        ranges = _RangeFetch(host, download, again, failures, scoreboard, idle_timeout)
+        await ranges.run(holders)
+    finally:
+        admission.release()
     if not download.complete:
         raise TransferFailed(
             f"could not fetch tensor {checksum.hex()[:16]}: " + "; ".join(failures[-4:])
         )
     return download
+
+
+class _Admission:
+    """Receive memory for one download, reserved when its checked header asks for a buffer."""
+
+    def __init__(
+        self,
+        budget: ResourceBudget | None,
+        allocate: Callable[[int], torch.Tensor] | None,
+        peer: str,
+    ) -> None:
+        self.budget, self._allocate, self.peer = budget, allocate, peer
+        self.reserved = 0
+
+    def allocate(self, nbytes: int) -> torch.Tensor:
+        if self.budget is not None and not self.reserved:
+            self.budget.reserve_memory(self.peer, nbytes)  # raises BudgetExceeded
+            self.reserved = nbytes
+        if self._allocate is not None:
+            return self._allocate(nbytes)
+        import torch
+
+        return torch.empty(nbytes, dtype=torch.uint8)  # pages faulted in as chunks land
+
+    def release(self) -> None:
+        if self.budget is not None and self.reserved:
+            self.budget.release_memory(self.peer, self.reserved)
+            self.reserved = 0
 
 
 class _RangeFetch:
@@ -327,6 +395,8 @@ async def _first_header(
                     return header, failures
                 finally:
                     await stream.close()
+            except BudgetExceeded:
+                raise  # no other holder can change that: the caller hears it at once
             except Exception as exc:  # noqa: BLE001 - NOT_FOUND, dead holder, bad header,
                 # libp2p's own types: try the next one; the reasons go into TransferFailed
                 failures.append(f"{holder}: {exc}")

@@ -34,9 +34,11 @@ from peertrain.crdt.replicator import Replicator
 from peertrain.crdt.runstate import RunState
 from peertrain.protocol.tensors import prepare_tensor
 
+from ..progress import Waiting, log_progress
 from .adoption import StateDownloads, TensorTransport
 from .build import BuiltMember
 from .checkpoint import CheckpointStore
+from .errors import CheckpointError
 from .member import MemberState, RoundReport, rejection_kind
 from .progress import DriverProgress
 from .replay import RoundReplay
@@ -162,6 +164,7 @@ class DiLoCoDriver:
     ) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._lease_loop)
+            nursery.start_soon(log_progress, log, self.progress_status)
             await self._catch_up(initial=True)
             task_status.started(self)
             if self.member.round > 0 and self.spec.min_members > 1:
@@ -194,21 +197,25 @@ class DiLoCoDriver:
         if self.member.round > 0 or self.spec.min_members <= 1:
             return
         self.progress.phase = f"waiting for {self.spec.min_members} members"
+        waiting = self.progress.waiting = Waiting("members", 1, self.spec.min_members)
         with trio.move_on_after(self.spec.start_timeout):
-            while (  # noqa: ASYNC110 - replicated state and lease expiry change with no event to wait on
-                len(self.group.candidates(0)) < self.spec.min_members
-                and self.trust.newest_round() <= 0
-            ):
-                await trio.sleep(0.2)
+            while self.trust.newest_round() <= 0:
+                waiting.have = len(self.group.candidates(0))
+                if waiting.have >= self.spec.min_members:
+                    break
+                await trio.sleep(0.2)  # replicated state and lease expiry change with no event
+        self.progress.waiting = None
 
     async def _rejoin_group(self) -> None:
         """A member restarted from its own checkpoint reads the group's registry before its next
         round. Its local view stops where it was killed; deciding on it, it would see no live
         peer, expect no update, and race through the remaining rounds alone in milliseconds."""
         self.progress.phase = "rejoining the group"
+        self.progress.waiting = Waiting("peers of the run", 0, 1)
         with trio.move_on_after(self.spec.start_timeout):
             while not (self.replicator.exchange.peers() and await self.replicator.bootstrap()):  # noqa: ASYNC110 - replicated state and lease expiry change with no event to wait on
                 await trio.sleep(0.2)
+        self.progress.waiting = None
         await self._catch_up()
 
     async def _lease_loop(self) -> None:
@@ -220,6 +227,18 @@ class DiLoCoDriver:
                 certificate=self.certificate,
             )
             await trio.sleep(LEASE_MS / 3000)
+
+    def progress_status(self) -> dict:
+        """The run's `progress` in status (and in the progress log lines)."""
+        waiting = self.progress.waiting
+        if waiting is not None and waiting.what == "members' updates":
+            waiting.have, waiting.need = self.gossip.received(self.member.round)
+        return self.progress.status(
+            rounds=self.spec.rounds,
+            inner_step=self.member.inner.step,
+            inner_steps=self.spec.inner_steps,
+            download=self.downloads.current,
+        )
 
     # -- who counts -----------------------------------------------------------------------------
 
@@ -236,7 +255,7 @@ class DiLoCoDriver:
         round_ = self.member.round
         group = self.group.of_round(round_, salt=self._served or b"")
         self.built.use_shard(self.spec.shard_in(self.peer_id, set(group)))
-        self.progress.phase = "inner steps"
+        self.progress.inner_start, self.progress.phase = self.member.inner.step, "inner steps"
         payload = await self._thread(self.member.prepare_update)
         if self.attack is not None:
             payload = await self._thread(self._forge, payload)
@@ -246,10 +265,14 @@ class DiLoCoDriver:
             await self._catch_up()
             return
         self.progress.phase = "exchanging"
+        self.progress.waiting = Waiting("members' updates", *self.gossip.received(round_))
         self.replay.begin(self.member, round_, self._served or b"")
-        contributions = await self.gossip.exchange(
-            round_, payload, deadline=trio.current_time() + self.spec.round_timeout
-        )
+        try:
+            contributions = await self.gossip.exchange(
+                round_, payload, deadline=trio.current_time() + self.spec.round_timeout
+            )
+        finally:
+            self.progress.waiting = None
         contributions = [c for c in contributions if c.sender in group]
         self.replay.closed(contributions)
         self.progress.phase = "outer step"
@@ -272,9 +295,12 @@ class DiLoCoDriver:
         """Our own copy of the agreed state (atomic, content-addressed, last K kept)."""
         if self.checkpoints is not None:
             snapshot = self.member.snapshot()
-            await self._thread(
-                lambda: self.checkpoints.save(snapshot, manifest_hash=self.state.run_id)
-            )
+            try:
+                await self._thread(
+                    lambda: self.checkpoints.save(snapshot, manifest_hash=self.state.run_id)
+                )
+            except CheckpointError as exc:  # no room (the disk budget): train on, say so
+                log.warning("round %d: checkpoint not saved: %s", self.member.round, exc)
 
     async def _record(self, report: RoundReport) -> None:
         loss = await self._thread(self.built.eval_loss)
