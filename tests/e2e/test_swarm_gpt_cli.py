@@ -69,6 +69,12 @@ def trained(trainers: list[DaemonProcess], more_than: int) -> list[dict]:
     return runs if all(r.get("completed", 0) > more_than for r in runs) else []
 
 
+def resumed_from(servers: list[DaemonProcess]) -> list[dict]:
+    """Where each server's stage state came from, once every one of them says."""
+    found = [run_of(d).get("resumed") for d in servers]
+    return found if all(found) else []
+
+
 def mean_loss(runs: list[dict], key: str = "loss") -> float:
     return sum(r[key] for r in runs) / len(runs)
 
@@ -89,11 +95,11 @@ def test_a_gpt_in_three_stages_survives_a_kill_and_resumes_a_restarted_stage(tmp
         finish(cli(first, *create, "--stages", "3", "--stage", "0", *sets))
         finish(*[join(d, i) for i, d in enumerate(daemons[1:], start=1)])
         trainers = daemons[6:]
-        early = wait_until_sync(lambda: trained(trainers, 20), timeout=400, interval=1)
+        early = wait_until_sync(lambda: trained(trainers, 16), timeout=600, interval=1)
         daemons[1].stop(signal.SIGKILL)  # a server of stage 1
         killed_at = max(r["completed"] for r in early)
         after_kill = wait_until_sync(
-            lambda: trained(trainers, killed_at + 15), timeout=300, interval=1
+            lambda: trained(trainers, killed_at + 12), timeout=600, interval=1
         )
         last_stage = [daemons[2], daemons[5]]
         wait_until_sync(
@@ -109,8 +115,8 @@ def test_a_gpt_in_three_stages_survives_a_kill_and_resumes_a_restarted_stage(tmp
         for daemon in last_stage:
             daemon.wait_ready(timeout=60)
         finish(join(daemons[2], 2), join(daemons[5], 5))
-        resumed = [run_of(d).get("resumed") for d in last_stage]
-        after = wait_until_sync(lambda: trained(trainers, restart_at + 22), timeout=400, interval=1)
+        resumed = wait_until_sync(lambda: resumed_from(last_stage), timeout=60, interval=0.5)
+        after = wait_until_sync(lambda: trained(trainers, restart_at + 22), timeout=600, interval=1)
     finally:
         codes = stop_all([d for i, d in enumerate(daemons) if i != 1])
     print(
