@@ -46,7 +46,10 @@ class StageCheckpointing:
         checkpoint of it that verifies and fits, if any, rather than the seed."""
         found = None
         if self.checkpoints is not None:
-            found = await trio.to_thread.run_sync(self.checkpoints.latest, stage)
+            try:
+                found = await trio.to_thread.run_sync(self.checkpoints.latest, stage)
+            except OSError as exc:  # an unreadable folder: the seed, as with no checkpoint
+                log.warning("stage %d checkpoints unreadable: %s", stage, exc)
         self.resumed = {"from": "seed", "round": 0}
         if found is not None:
             try:
@@ -63,13 +66,8 @@ class StageCheckpointing:
 
     def _round_applied(self, stage: int, round_: int) -> None:
         every = self.spec.checkpoint_every
-        if (
-            self.checkpoints
-            and every
-            and round_ % every == 0
-            and self._nursery
-            and not self._saving
-        ):
+        due = every > 0 and round_ % every == 0 and self.checkpoints is not None
+        if due and self._nursery is not None and not self._saving:
             self._saving = True  # one save at a time: a slow disk skips rounds, never piles up
             self._nursery.start_soon(self._save_checkpoint, stage)
 

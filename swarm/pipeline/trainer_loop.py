@@ -54,7 +54,7 @@ LEASE_MS = 10_000
 ANNOUNCE_EVERY = 3.0
 LOSS_WINDOW = 20
 SHARDS = 4
-STAGE_WAIT = 60.0  # a stage whose servers all restart is waited for (they resume from disk)
+STAGE_WAIT = 180.0  # a stage whose servers all restart is waited for (they resume from disk)
 
 
 class WiringSync:
