@@ -8,12 +8,15 @@ Arms (every model is the same compact DiT; S steps each; an expert's batch is B)
   random experts    the same with a balanced random partition (the baseline features must beat).
 
 Each expert set is sampled with every strategy (top1, top2, full, sample1, threshold0.2; the
-random experts with top1 and full) from the same noise as the monolith. Quality: FID in the
+random experts with top1 and full) from the same noise as the monolith, and the feature experts
+again with top1, full and sample1 at 4 sampler steps (Sample-1's draw noise shrinks with the step
+size, so coarse steps show whether its rank is a step-size effect). Quality: FID in the
 64-d penultimate feature space of a small CNN classifier trained on the same data ("classifier
 FID": comparable between arms here, not with published Inception FIDs), plus per-class coverage
 (classes holding at least half a fair share of the samples) and the total-variation distance of
 the samples' class distribution from the reference's. Router top-1 accuracy is measured on held-out
-images noised to t = 0.1, 0.5, 0.9 (their cluster from the partition's stored centroids).
+images noised to t = 0.1, 0.5, 0.9 (their cluster from the partition's stored centroids), with the
+router's mean top probability there (how often Sample-1 draws the Top-1 expert).
 
 Usage: python benchmarks/diffusion_quality.py [--quick] [--threads N] [--out-dir DIR]
 --quick uses sklearn's 8×8 digits (a few minutes); the default, Fashion-MNIST from Debian's
@@ -58,12 +61,16 @@ from peertrain.swarm.diffusion import (
 )
 
 try:
-    from benchmarks._report import print_json, print_table
+    from benchmarks._diffusion_report import report
+    from benchmarks._report import print_json
 except ImportError:  # run as a script from the benchmarks folder
-    from _report import print_json, print_table
+    from _diffusion_report import report
+    from _report import print_json
 
 STRATEGIES = ("top1", "top2", "full", "sample1", "threshold0.2")
 RANDOM_STRATEGIES = ("top1", "full")
+COARSE_STRATEGIES = ("top1", "full", "sample1")  # again at COARSE_STEPS sampler steps
+COARSE_STEPS = 4
 ROUTER_TIMES = (0.1, 0.5, 0.9)
 
 
@@ -221,13 +228,13 @@ class Scorer:
 def sample_all(
     setup: Setup,
     monolith: torch.nn.Module,
-    expert_arms: dict[str, tuple[dict, Sequence[str]]],
+    expert_arms: dict[str, tuple[dict, Sequence[str], SamplerConfig]],
     noise: torch.Tensor,
     score: Scorer,
 ) -> list[dict]:
     """Every arm from the same noise: the monolith alone, each expert set by each strategy."""
     rows = [score("monolith", "-", functools.partial(integrate, monolith, noise, setup.sampler))]
-    for arm, (trained, strategies) in expert_arms.items():
+    for arm, (trained, strategies, sampler) in expert_arms.items():
         for name in strategies:
             draw = functools.partial(
                 sample,
@@ -235,7 +242,7 @@ def sample_all(
                 trained["router"],
                 noise,
                 strategy=Strategy.parse(name),
-                sampler=setup.sampler,
+                sampler=sampler,
                 seed=setup.seed,
             )
             rows.append(score(arm, name, draw))
@@ -248,6 +255,19 @@ def routers_accuracy(trained: dict, held_out: torch.Tensor, clusters: np.ndarray
         f"t={t:g}": router_accuracy(trained["router"], held_out, labels, t=t, seed=1)
         for t in ROUTER_TIMES
     }
+
+
+@torch.no_grad()
+def router_confidence(trained: dict, held_out: torch.Tensor) -> dict:
+    """Mean largest router probability at each t: how often Sample-1 draws the top expert.
+    Sample-1 departs from Top-1 only where the router is unsure, so this explains its rank."""
+    eps = torch.randn(held_out.shape, generator=torch.Generator().manual_seed(2))
+    out = {}
+    for t in ROUTER_TIMES:
+        times = torch.full((len(held_out),), t)
+        logits = trained["router"]((1 - t) * held_out + t * eps, times)
+        out[f"t={t:g}"] = float(torch.softmax(logits, dim=1).max(dim=1).values.mean())
+    return out
 
 
 def run(setup: Setup, quick: bool, out_dir: Path) -> dict:
@@ -284,7 +304,12 @@ def run(setup: Setup, quick: bool, out_dir: Path) -> dict:
     noise = torch.randn(
         setup.samples, *images.shape[1:], generator=torch.Generator().manual_seed(setup.seed + 7)
     )
-    arms = {"feature": (feature, STRATEGIES), "random": (random, RANDOM_STRATEGIES)}
+    coarse = dataclasses.replace(setup.sampler, steps=COARSE_STEPS)
+    arms = {
+        "feature": (feature, STRATEGIES, setup.sampler),
+        "random": (random, RANDOM_STRATEGIES, setup.sampler),
+        f"feature@{COARSE_STEPS}steps": (feature, COARSE_STRATEGIES, coarse),
+    }
     rows = sample_all(setup, monolith, arms, noise, Scorer(meter, out_dir, setup.grid_scale))
     return {
         "dataset": train.name,
@@ -297,72 +322,8 @@ def run(setup: Setup, quick: bool, out_dir: Path) -> dict:
         "router_accuracy": routers_accuracy(
             feature, held_out, partition.clusters_of(held_out.numpy())
         ),
+        "router_confidence": router_confidence(feature, held_out),
         "seconds": time.perf_counter() - started,
-    }
-
-
-def report(result: dict, setup: Setup, out_dir: Path) -> dict:
-    rows = result["rows"]
-    print_table(
-        f"\nSample quality ({setup.samples} samples; FID in the 64-d feature space of a small CNN "
-        "classifier trained on the same data; lower is better)",
-        ["arm", "strategy", "FID", "classes covered", "class TV", "sample s"],
-        [
-            [
-                r["arm"],
-                r["strategy"],
-                r["fid"],
-                r["classes_covered"],
-                r["class_tv"],
-                r["sample_seconds"],
-            ]
-            for r in rows
-        ],
-    )
-    accuracy = result["router_accuracy"]
-    print_table(
-        "\nRouter (feature clusters) top-1 accuracy on held-out images noised to t "
-        f"(chance {1 / setup.experts:.2f})",
-        ["t", "accuracy"],
-        [[t, a] for t, a in accuracy.items()],
-    )
-    fid = {f"{r['arm']}/{r['strategy']}": r["fid"] for r in rows}
-    checks = {
-        "top1_experts_le_monolith": fid["feature/top1"] <= fid["monolith/-"],
-        "feature_better_than_random": fid["feature/top1"] < fid["random/top1"],
-        "sample1_worst_of_feature_strategies": fid["feature/sample1"]
-        == max(fid[f"feature/{s}"] for s in STRATEGIES),
-    }
-    print_table("\nTargets (issue 16)", ["target", "met"], [[k, v] for k, v in checks.items()])
-    print(f"\nSample grids: {out_dir}/monolith.png and <arm>-<strategy>.png", flush=True)
-    return _figures(result, setup, fid, checks)
-
-
-def _figures(result: dict, setup: Setup, fid: dict, checks: dict) -> dict:
-    def arm(trained: dict) -> dict:
-        keys = ("expert_losses", "cluster_sizes", "router_loss", "expert_seconds", "router_seconds")
-        return {k: trained[k] for k in keys}
-
-    return {
-        "benchmark": "diffusion_quality",
-        "dataset": result["dataset"],
-        "metric": "FID in the feature space of a small CNN classifier trained on the same data",
-        "experts": setup.experts,
-        "steps": setup.steps,
-        "expert_batch": setup.batch_size,
-        "monolith_batch": setup.experts * setup.batch_size,
-        "samples": setup.samples,
-        "sampler": f"{setup.sampler.method}-{setup.sampler.steps}",
-        "partition_digest": result["partition_digest"],
-        "fid": fid,
-        "coverage": {f"{r['arm']}/{r['strategy']}": r["classes_covered"] for r in result["rows"]},
-        "class_tv": {f"{r['arm']}/{r['strategy']}": r["class_tv"] for r in result["rows"]},
-        "router_accuracy": result["router_accuracy"],
-        "monolith_loss": result["monolith_loss"],
-        "feature": arm(result["feature"]),
-        "random": arm(result["random"]),
-        "targets": checks,
-        "seconds": result["seconds"],
     }
 
 
@@ -391,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     setup = quick_setup(args) if args.quick else fashion_setup(args)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     result = run(setup, args.quick, args.out_dir)
-    print_json(report(result, setup, args.out_dir))
+    print_json(report(result, setup, args.out_dir, STRATEGIES))
     return 0
 
 

@@ -7,7 +7,8 @@ update gossip, tensors, RPC, peer exchange, dial-back, control API), `--inputs` 
 encoded messages (peertrain.testing.fuzzing: byte and msgpack/JSON-level, some re-signed by a
 stranger) go to the real decode and handle entry points, in-process. Reported per handler:
 inputs, refused (the handler's documented refusal), crashes (target 0), hangs (an input over
-`--per-input` s; target 0), slowest input, and RSS growth after a warm-up tenth (target: flat).
+`--per-input` s of CPU; target 0), the slowest input's CPU time, and RSS growth after a
+warm-up tenth and over the second half alone (target: flat; growth that goes on shows there).
 The last line is one JSON object with the figures.
 """
 
@@ -35,7 +36,7 @@ async def fuzz(args) -> list:
             print(
                 f"{result.name:16}{result.inputs:>10}{result.refused:>10}{result.crashes:>9}"
                 f"{result.hangs:>7}{result.slowest_ms:>12}{result.seconds:>10}"
-                f"{result.rss_growth_mib:>10}",
+                f"{result.rss_growth_mib:>10}{result.rss_growth_late_mib:>10}",
                 flush=True,
             )
             if result.first_crash:
@@ -52,8 +53,9 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=None)
     args = parser.parse_args()
     logging.disable(logging.CRITICAL)  # penalties and refusals by the hundred thousand
-    head = ("handler", "inputs", "refused", "crashes", "hangs", "slowest ms", "seconds", "RSS MiB")
-    widths = (16, 10, 10, 9, 7, 12, 10, 10)
+    head = ("handler", "inputs", "refused", "crashes", "hangs", "CPU ms max", "seconds", "RSS MiB")
+    head += ("2nd half",)
+    widths = (16, 10, 10, 9, 7, 12, 10, 10, 10)
     print(
         f"{head[0]:{widths[0]}}"
         + "".join(f"{h:>{w}}" for h, w in zip(head[1:], widths[1:], strict=True))
@@ -70,6 +72,7 @@ def main() -> None:
                 "slowest_ms": r.slowest_ms,
                 "seconds": r.seconds,
                 "rss_growth_mib": r.rss_growth_mib,
+                "rss_growth_second_half_mib": r.rss_growth_late_mib,
             }
             for r in results
         },

@@ -8,8 +8,8 @@ again, so inputs get past the outer parser into the checks behind it. A target m
 a mutated payload (sign it, as a stranger can) so that signature checks do not stop them all.
 
 The runner counts crashes (any exception a handler does not document as a refusal), hangs (an
-input over `per_input` seconds of CPU, or of waiting for an async handler) and memory growth
-(RSS after a warm-up slice vs at the end).
+input over `per_input` seconds of CPU, or 5× that waiting in an async handler) and memory growth
+(RSS after a warm-up slice, and over the second half alone).
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ class FuzzResult:
     hangs: int = 0
     slowest_ms: float = 0.0
     seconds: float = 0.0
-    rss_growth_mib: float = 0.0
+    rss_growth_mib: float = 0.0  # from the warm-up tenth to the end
+    rss_growth_late_mib: float = 0.0  # over the second half alone: ~0 unless growth is unbounded
     first_crash: str | None = None
     crash_kinds: dict[str, int] = field(default_factory=dict)
 
@@ -173,7 +174,8 @@ async def run_target(
     mutator = Mutator(target.seeds, shape=target.shape, seed=seed)
     result = FuzzResult(target.name)
     process = psutil.Process()
-    warm, rss_warm = max(1, inputs // 10), process.memory_info().rss
+    warm, half = max(1, inputs // 10), max(1, inputs // 2)
+    rss_warm = rss_half = process.memory_info().rss
     started = time.perf_counter()
     for i in range(inputs):
         if seconds is not None and time.perf_counter() - started > seconds:
@@ -184,15 +186,21 @@ async def run_target(
         await _one(target, data, result, per_input)
         if i + 1 == warm:
             rss_warm = process.memory_info().rss
+        if i + 1 == half:
+            rss_half = process.memory_info().rss
     result.seconds = round(time.perf_counter() - started, 2)
-    result.rss_growth_mib = round((process.memory_info().rss - rss_warm) / 2**20, 1)
+    rss_end = process.memory_info().rss
+    result.rss_growth_mib = round((rss_end - rss_warm) / 2**20, 1)
+    result.rss_growth_late_mib = round((rss_end - rss_half) / 2**20, 1)
     return result
 
 
 async def _one(target: FuzzTarget, data: bytes, result: FuzzResult, per_input: float) -> None:
     result.inputs += 1
     began = time.thread_time()  # CPU time: a loaded machine's scheduling is no hang
-    with trio.move_on_after(per_input) as scope:
+    # waiting is bounded in wall time, with room for a loaded machine's scheduling; working,
+    # in CPU time
+    with trio.move_on_after(max(5.0, 5 * per_input)) as scope:
         try:
             outcome = target.handle(data)
             if isinstance(outcome, Awaitable):

@@ -4,12 +4,17 @@
         daemons[1].status()["peers"]
 
 What a user runs, process boundary included: the e2e tests and the `daemons` fixture use it.
-Every process is ours (a `DaemonProcess` holding its Popen), stopped by PID on exit.
+Every process is ours (a `DaemonProcess` holding its Popen), stopped by PID on exit;
+`peertrain_cli` runs one CLI command as a user types it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,3 +41,33 @@ def cli_daemons(
         yield daemons
     finally:
         stop_all(daemons)
+
+
+def peertrain_cli(
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+    check: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    """`peertrain ARGS...` in a fresh interpreter, output captured as text; `env` adds to ours."""
+    return subprocess.run(
+        [sys.executable, "-m", "peertrain", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=check,
+        env={**os.environ, **env} if env is not None else None,
+    )
+
+
+def cli_json(*args: str, timeout: float = 240) -> Any:
+    """`peertrain ARGS --json` as a process; its JSON output (CalledProcessError if it fails)."""
+    return json.loads(peertrain_cli(*args, "--json", timeout=timeout).stdout)
+
+
+def run_status(daemon: DaemonProcess) -> dict[str, Any]:
+    """The daemon's run in `status`; {} while it has none or does not answer yet."""
+    try:
+        return daemon.status(timeout=5)["run"] or {}
+    except Exception:  # noqa: BLE001 - a daemon that does not answer yet has no run; asked again
+        return {}

@@ -33,6 +33,7 @@ def _load(args: argparse.Namespace, **extra: Any):
         "metrics_listen": getattr(args, "metrics_listen", None),
         "device": getattr(args, "device", None),
         "precision": getattr(args, "precision", None),
+        "ranks": getattr(args, "ranks", None),
         **extra,
     }
     return load_config(args.home, overrides)
@@ -71,7 +72,11 @@ def cmd_node_start(args: argparse.Namespace, config=None) -> int:
     # loads
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     _check_device(config)
-    trio.run(serve_until_signalled, config)
+    ranks, followers = _start_ranks(config)
+    try:
+        trio.run(serve_until_signalled, config, ranks)
+    finally:
+        _stop_ranks(ranks, followers)
     _exit_now()
     return 0
 
@@ -84,6 +89,22 @@ def _check_device(config) -> None:
     from peertrain.swarm.devices import autocast_dtype, resolve_device
 
     autocast_dtype(resolve_device(config.device), config.precision)
+
+
+def _start_ranks(config) -> tuple[Any, list]:
+    """The ranks of a `--ranks N` node (node/cli/ranks.py); (None, []) for one process."""
+    if config.ranks == 1:
+        return None, []
+    from .ranks import start_ranks
+
+    return start_ranks(config)
+
+
+def _stop_ranks(ranks: Any, followers: list) -> None:
+    if followers:
+        from .ranks import stop_ranks
+
+        stop_ranks(ranks, followers)
 
 
 def _exit_now() -> None:
@@ -261,6 +282,67 @@ def cmd_run_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run_leave(args: argparse.Namespace) -> int:
+    from ..api.control import call_sync
+    from ..config import NodeConfig
+
+    socket = NodeConfig(home=_home(args)).control_socket
+    result = call_sync(socket, "run.leave", {"run": args.run}, timeout=30)
+    print(
+        json.dumps(result)
+        if args.json
+        else f"left run {result['name']} ({result['run_id'][:16]}…); run join resumes it"
+    )
+    return 0
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    from ..api.control import call_sync
+    from ..config import NodeConfig
+
+    if args.prompt is not None:
+        return _sample_text(args)
+    if args.out is None:
+        raise NodeError("give --out FILE.png (diffusion runs) or --prompt TEXT (text runs)")
+    out = Path(args.out).expanduser().absolute()  # the daemon writes it; its folder is not ours
+    result = call_sync(
+        NodeConfig(home=_home(args)).control_socket,
+        "diffusion.sample",
+        {
+            "run": args.run,
+            "n": args.n,
+            "strategy": args.strategy,
+            "steps": args.steps,
+            "seed": args.seed,
+            "out": str(out),
+            "fresh": args.fresh,
+        },
+        timeout=300,
+    )
+    if args.json:
+        print(json.dumps(result))
+    else:
+        rounds = ", ".join(f"{g} round {s['round']}" for g, s in result["groups"].items())
+        print(
+            f"wrote {result['n']} samples ({result['strategy']}, {result['steps']} steps) to "
+            f"{result['out']} in {result['seconds']:.1f} s ({result['bytes_fetched']:,} bytes "
+            f"fetched); {rounds}"
+        )
+    return 0
+
+
+def _sample_text(args: argparse.Namespace) -> int:
+    """`sample --prompt`: the `run.sample` control call on a text run this node is in."""
+    from ..api.control import call_sync
+    from ..config import NodeConfig
+
+    params = {"run": args.run, "prompt": args.prompt, "tokens": args.tokens}
+    socket = NodeConfig(home=_home(args)).control_socket
+    result = call_sync(socket, "run.sample", params, timeout=120)
+    print(json.dumps(result) if args.json else result["text"])
+    return 0
+
+
 def cmd_run_list(args: argparse.Namespace) -> int:
     from ..api.control import call_sync
     from ..config import NodeConfig
@@ -283,6 +365,8 @@ def cmd_swarm_local(args: argparse.Namespace) -> int:
         )
     from .swarm_mesh import LocalSwarmOptions, MeshSwarm
 
+    if args.mode == "diffusion" and args.nodes < 2:
+        raise NodeError("--mode diffusion needs at least 2 nodes (an expert and the router)")
     if args.nodes < 1:
         raise NodeError("--nodes must be at least 1")
     options = LocalSwarmOptions(
@@ -295,4 +379,10 @@ def cmd_swarm_local(args: argparse.Namespace) -> int:
         byzantine=args.byzantine,
         attack=args.attack,
     )
+    if args.mode == "diffusion":
+        from .swarm_diffusion import DiffusionSwarm
+
+        return run_local_swarm(
+            lambda base, console: DiffusionSwarm(options, base, console), options.report
+        )
     return run_local_swarm(lambda base, console: MeshSwarm(options, base, console), options.report)

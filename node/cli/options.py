@@ -51,6 +51,12 @@ def add_role_options(p: argparse.ArgumentParser) -> None:
         default=None,
         help="swarm servers: serve this stage (default: most need)",
     )
+    p.add_argument(
+        "--group",
+        default=None,
+        metavar="expert-K|router",
+        help="diffusion runs: train this group (default: the one with the most need)",
+    )
 
 
 def add_budget_options(p: argparse.ArgumentParser) -> None:
@@ -99,7 +105,7 @@ def data_params(args: argparse.Namespace) -> dict[str, Any]:
 def role_params(args: argparse.Namespace) -> dict[str, Any]:
     return {
         k: getattr(args, k)
-        for k in ("role", "speed", "stage")
+        for k in ("role", "speed", "stage", "group")
         if getattr(args, k, None) is not None
     }
 
@@ -107,8 +113,19 @@ def role_params(args: argparse.Namespace) -> dict[str, Any]:
 # flag → (spec field, type, help, choices). Choices are imported lazily where they live (the
 # aggregator names come from swarm/aggregation, which imports torch), so --help stays light.
 RUN_OPTIONS: dict[str, tuple[str, type, str, tuple[str, ...] | None]] = {
-    "--model": ("model", str, "model to train (default: gpt for diloco, mlp for swarm)", None),
-    "--dataset": ("dataset", str, "dataset (default: text for diloco, digits for swarm)", None),
+    "--model": (
+        "model",
+        str,
+        "model to train (default: gpt for diloco, mlp for swarm, dit-tiny for diffusion)",
+        None,
+    ),
+    "--dataset": (
+        "dataset",
+        str,
+        "dataset (default: text for diloco, digits for swarm and diffusion; diffusion: digits "
+        "or fashion-mnist)",
+        None,
+    ),
     "--inner-steps": ("inner_steps", int, "DiLoCo inner AdamW steps per round (default: 50)", None),
     "--batch-size": ("batch_size", int, "samples per inner step (default: 16)", None),
     "--lr": ("lr", float, "inner learning rate (default: 4e-4)", None),
@@ -145,6 +162,12 @@ RUN_OPTIONS: dict[str, tuple[str, type, str, tuple[str, ...] | None]] = {
         None,
     ),
     "--stages": ("stages", int, "SWARM pipeline stages (default: 3)", None),
+    "--experts": (
+        "experts",
+        int,
+        "diffusion: expert groups, one per data cluster (default: 4)",
+        None,
+    ),
 }
 
 # Env vars of list options: one item per line or separated by ';' (a KEY=VALUE may hold JSON,

@@ -19,7 +19,9 @@ from .commands import (
     cmd_run_create,
     cmd_run_export,
     cmd_run_join,
+    cmd_run_leave,
     cmd_run_list,
+    cmd_sample,
     cmd_status,
     cmd_swarm_local,
 )
@@ -75,6 +77,13 @@ def _daemon_options(home: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--device",
         metavar="auto|cpu|cuda[:N]|mps",
         help="where this node trains (default auto: a GPU when torch sees one, else the CPU)",
+    )
+    daemon.add_argument(
+        "--ranks",
+        type=int,
+        metavar="N",
+        help="train as one node of N processes, one device each (torch.distributed inside, one "
+        "peer ID outside; default 1)",
     )
     daemon.add_argument(
         "--precision",
@@ -144,7 +153,7 @@ def _add_run_commands(commands: Any, home: argparse.ArgumentParser) -> None:
     run = commands.add_parser("run", help="training runs").add_subparsers(metavar="ACTION")
     p = run.add_parser("create", parents=[home], help="create a run on the running daemon")
     p.add_argument("--name", required=True, help="the run's name; others join with --run NAME")
-    p.add_argument("--mode", default="diloco", choices=["diloco", "swarm"])
+    p.add_argument("--mode", default="diloco", choices=["diloco", "swarm", "diffusion"])
     add_run_options(p)
     add_role_options(p)
     _add_data_options(p, "the run trains on this file; the spec names it by its digest")
@@ -178,9 +187,45 @@ def _add_run_commands(commands: Any, home: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_run_export)
+    p = run.add_parser("leave", parents=[home], help="stop taking part in a run")
+    p.add_argument("--run", metavar="ID|NAME", default="", help="the run (default: the only one)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_run_leave)
     p = run.add_parser("list", parents=[home], help="runs announced in the DHT")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=cmd_run_list)
+    _add_sample_command(commands, home)
+
+
+def _add_sample_command(commands: Any, home: argparse.ArgumentParser) -> None:
+    p = commands.add_parser(
+        "sample",
+        parents=[home],
+        help="images from a diffusion run's newest experts (any node, member or not), or "
+        "text from a text run this node is in (--prompt)",
+    )
+    p.add_argument("--run", required=True, metavar="ID|NAME", help="the diffusion run")
+    p.add_argument("--n", type=int, default=64, help="images to draw (default 64)")
+    p.add_argument(
+        "--strategy",
+        default="top1",
+        help="how experts mix: top1 (default), top2, full, sample1, threshold0.2",
+    )
+    p.add_argument("--steps", type=int, default=50, help="Euler steps from noise (default 50)")
+    p.add_argument("--seed", type=int, default=0, help="noise seed (default 0)")
+    p.add_argument("--fresh", action="store_true", help=argparse.SUPPRESS)  # refetch (benchmark)
+    p.add_argument(
+        "--out", type=Path, help="a .png grid or an .npz of the images ([-1, 1]); diffusion runs"
+    )
+    p.add_argument(
+        "--prompt",
+        help="text runs (gpt): continue this prompt from the run's newest model instead",
+    )
+    p.add_argument(
+        "--tokens", type=int, default=160, help="text runs: tokens to write (default 160)"
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_sample)
 
 
 def _add_follow_option(p: argparse.ArgumentParser) -> None:
@@ -219,9 +264,10 @@ def _add_swarm_commands(commands: Any) -> None:
     p.add_argument("--log-format", choices=["auto", "rich", "plain", "json"])
     p.add_argument(
         "--mode",
-        choices=["none", "diloco", "swarm"],
+        choices=["none", "diloco", "swarm", "diffusion"],
         default="none",
-        help="none: daemons only; diloco: train a DiLoCo run together; swarm: a SWARM pipeline",
+        help="none: daemons only; diloco: train a DiLoCo run together; swarm: a SWARM pipeline; "
+        "diffusion: expert groups and a router (--experts K)",
     )
     _add_fault_options(p)
     p.add_argument(

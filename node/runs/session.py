@@ -28,9 +28,10 @@ from peertrain.protocol.ids import protocol_id
 from ..net.rpc import request
 from ..services.node_services import NodeServices
 from .context import RunContext
+from .ranks import lend_ranks, return_ranks
 from .spec_check import local_data
-from .status import DiLoCoRunStatus, RunStatus, SwarmRunStatus
-from .update_exchange import open_update_exchange
+from .status import DiffusionRunStatus, DiLoCoRunStatus, RunStatus, SwarmRunStatus
+from .update_exchange import open_member_exchange
 
 if TYPE_CHECKING:
     from peertrain.swarm.diloco.build import BuiltMember
@@ -82,6 +83,7 @@ class RunSession:
         # runs of a user-supplied model (`external:`): builds the member around it
         self.member_factory = member_factory
         self.pipeline = None
+        self.diffusion = None
         state = RunState(run_id)
         state.accept_manifest(manifest_envelope)
         self.seeds = set(seeds)
@@ -139,13 +141,13 @@ class RunSession:
             await self._run_pipeline(task_status)
         elif self.manifest.mode == "diloco":
             await self._run_diloco(task_status)
+        elif self.manifest.mode == "diffusion":
+            await self._run_diffusion(task_status)
         else:
             raise NotImplementedError(f"mode {self.manifest.mode!r} is not served by this node yet")
 
     async def _run_diloco(self, task_status: trio.TaskStatus[RunSession]) -> None:
         from peertrain.swarm.diloco.build import build_member
-        from peertrain.swarm.diloco.checkpoint import CheckpointStore
-        from peertrain.swarm.diloco.driver import DiLoCoDriver, expected_members
         from peertrain.swarm.diloco.run_spec import DiLoCoSpec
         from peertrain.swarm.models.external import is_external
 
@@ -153,27 +155,31 @@ class RunSession:
         spec = DiLoCoSpec.from_bytes(self.manifest.spec)
         me = node.peer_id
         data = local_data(context.directory)  # the user's file, checked against the spec's digest
+        intra = None
         if is_external(spec.model) and self.member_factory is not None:
             factory = self.member_factory
         else:
+            intra = await lend_ranks(node, self.run_id, self.manifest.spec, data)
             factory = functools.partial(
-                build_member, data=data, device=node.device, precision=node.precision
+                build_member, data=data, device=node.device, precision=node.precision, intra=intra
             )
-        built = await trio.to_thread.run_sync(factory, spec, me)
-        update_exchange = open_update_exchange(
-            node,
-            run_id=self.run_id,
-            codec=built.member.encoder.codec,
-            numel=built.member.layout.numel,
-            is_member=lambda peer: context.state.is_live(peer) or peer == me,
-            expected=lambda round_: expected_members(context.state, me, round_),
-            # a quorum's updates, faulted in while the first inner steps run
-            reserve_updates=spec.min_members - 1,
-        )
+        built = None
+        try:
+            built = await trio.to_thread.run_sync(factory, spec, me)
+            await self._drive_diloco(spec, built, task_status)
+        finally:
+            await return_ranks(node, self.run_id, intra, built and built.member.inner)
+
+    async def _drive_diloco(self, spec, built, task_status: trio.TaskStatus[RunSession]) -> None:
+        from peertrain.swarm.diloco.checkpoint import CheckpointStore
+        from peertrain.swarm.diloco.driver import DiLoCoDriver
+
+        context, node = self.context, self.context.node
+        update_exchange = open_member_exchange(node, context.state, built, spec.min_members)
         async with update_exchange as exchange, trio.open_nursery() as nursery:
             self.driver = DiLoCoDriver(
                 spec=spec,
-                peer_id=me,
+                peer_id=node.peer_id,
                 built=built,
                 replicator=context.replicator,
                 gossip=exchange.gossip,
@@ -203,6 +209,21 @@ class RunSession:
         self.pipeline = pipeline
         await pipeline.run()
 
+    async def _run_diffusion(self, task_status: trio.TaskStatus[RunSession]) -> None:
+        # started at once, as a pipeline: the partition and torch may take longer than a
+        # control request may wait; `status` says "starting" meanwhile
+        task_status.started(self)
+        from .diffusion_session import DiffusionSession
+
+        self.diffusion = DiffusionSession(self.context, group=self.role.get("group"))
+        await self.diffusion.run()
+
+    def replicator_for(self, run: str) -> Replicator | None:
+        """The replicator of `run`: this run's, or (diffusion) our expert group's."""
+        if run == self.run_id:
+            return self.replicator
+        return self.diffusion.replicator_for(run) if self.diffusion is not None else None
+
     async def sample(self, prompt: str, max_new_tokens: int) -> str:
         if self.driver is None:
             raise RuntimeError("the run is still starting")
@@ -212,6 +233,10 @@ class RunSession:
         if self.manifest.mode == "swarm":
             pipeline = self.pipeline.status() if self.pipeline is not None else {}
             return cast(SwarmRunStatus, {**self._common(), **self.role, **pipeline})
+        if self.manifest.mode == "diffusion":
+            live = sorted(p for p in self.state.members() if self.state.is_live(p))
+            diffusion = self.diffusion.status() if self.diffusion is not None else {}
+            return cast(DiffusionRunStatus, {**self._common(members=live), **diffusion})
         return self._diloco_status()
 
     def _common(
@@ -236,6 +261,7 @@ class RunSession:
 
     def _diloco_status(self) -> DiLoCoRunStatus:
         driver, progress = self.driver, self.driver.progress if self.driver else None
+        inner = driver.member.inner if driver else None
         live = [p for p in self.state.members() if self.state.is_live(p)]
         common = self._common(
             members=sorted(live),
@@ -257,6 +283,8 @@ class RunSession:
             params=driver.member.layout.numel if driver else 0,
             inner_steps=driver.spec.inner_steps if driver else 0,
             model=driver.spec.model if driver else "",
+            device=str(getattr(inner, "device", "")),
+            ranks=getattr(getattr(inner, "node", None), "world", 1),
             progress=driver.progress_status() if driver else None,
         )
 

@@ -28,10 +28,11 @@ LOCAL_DATA_FILE = "local-data"
 
 def decode_spec(manifest: RunManifest) -> Any:
     """The manifest's spec as its mode's RunSpec; ControlError when it is not one."""
+    from peertrain.swarm.diffusion.run_spec import DiffusionSpec
     from peertrain.swarm.diloco.run_spec import DiLoCoSpec
     from peertrain.swarm.pipeline.run_spec import PipelineSpec
 
-    kinds = {"diloco": DiLoCoSpec, "swarm": PipelineSpec}
+    kinds = {"diloco": DiLoCoSpec, "swarm": PipelineSpec, "diffusion": DiffusionSpec}
     if manifest.mode not in kinds:
         raise ControlError(f"run mode {manifest.mode!r} is not served by this node")
     try:
@@ -66,6 +67,12 @@ def _is_external(spec: Any) -> bool:
 
 
 def _check_data(spec: Any, data: str | None) -> None:
+    from peertrain.swarm.diffusion.run_spec import DiffusionSpec
+
+    if isinstance(spec, DiffusionSpec):  # its images come by dataset name, never from a file
+        if data is not None:
+            raise SwarmConfigError("a diffusion run trains on a named dataset: leave out --data")
+        return
     config = spec.dataset_config()
     if data is None and not getattr(config, "data_digest", ""):
         return
