@@ -70,7 +70,8 @@ class StageAverager:
     """The step rounds of one server in one stage; see the module docstring.
 
     `fetch_state(peer)` downloads a peer's stage state (None: drift is counted, never repaired);
-    `may_repair()` says whether a repair may run now (False while the server moves)."""
+    `may_repair()` says whether a repair may run now (False while the server moves);
+    `applied(round)` is called on the event loop after each round this server applied."""
 
     def __init__(
         self,
@@ -86,6 +87,7 @@ class StageAverager:
         may_repair: Callable[[], bool] = lambda: True,
         max_samples: int | None = None,
         max_norm_ratio: float | None = RUN_MAX_NORM_RATIO,
+        applied: Callable[[int], None] = lambda round_: None,
     ) -> None:
         self.server = server
         self.me = me
@@ -99,6 +101,7 @@ class StageAverager:
         self.may_repair = may_repair
         self.max_samples = max_samples  # the run's batch: no contribution counts for more
         self.max_norm_ratio = max_norm_ratio
+        self.applied = applied  # told each round applied (the service checkpoints after some)
         self.refused = 0  # contributions left out by validation
         self.drift = DriftGuard()
         self._own: OrderedDict[int, Contribution] = OrderedDict()
@@ -196,6 +199,7 @@ class StageAverager:
                 self.completed = step
                 self._remember(step, checksum)
             self.contributors = [*self.contributors[-15:], len(parts)]
+            self.applied(step)
 
     def _validated(self, step: int, parts: dict[str, Contribution]) -> dict[str, Contribution]:
         """The contributions that pass validation: finite, per-sample norm within bounds."""

@@ -11,7 +11,7 @@ from peertrain.swarm.pipeline.averaging import StageAverager
 from peertrain.swarm.pipeline.boundary import pack
 from peertrain.swarm.pipeline.errors import ServerUnavailable
 from peertrain.swarm.pipeline.migration import export_state, import_state
-from peertrain.swarm.pipeline.slices import mlp_stage_module
+from peertrain.swarm.pipeline.slices import stage_slice
 from peertrain.swarm.pipeline.stage import StageServer
 
 CONFIG = MLPConfig(hidden=32, depth=2)
@@ -23,9 +23,7 @@ def server(optimizer: str = "adam") -> StageServer:
         if optimizer == "sgd"
         else (lambda ps: torch.optim.Adam(ps, lr=3e-3))
     )
-    return StageServer(
-        mlp_stage_module(CONFIG, 3, 2, seed=0), stage=2, is_last=True, optimizer=make
-    )
+    return StageServer(stage_slice(CONFIG, 3, 2, seed=0), stage=2, is_last=True, optimizer=make)
 
 
 def feed(s: StageServer, rows: int, seed: int) -> None:
