@@ -27,6 +27,7 @@ from peertrain.crdt.replicator import Penalty, Replicator, ReplicatorConfig
 from peertrain.crdt.runstate import RunState
 from peertrain.protocol.tensors import PreparedTensor, TensorDownload
 from peertrain.swarm.diloco.build import build_member
+from peertrain.swarm.diloco.checkpoint import CheckpointStore
 from peertrain.swarm.diloco.driver import DiLoCoDriver
 from peertrain.swarm.diloco.run_spec import DiLoCoSpec
 from peertrain.swarm.diloco.update_gossip import UpdateGossip
@@ -172,8 +173,15 @@ class DriverGroup:
         await self.nursery.start(replicator.run)
         return Peer(peer_id=peer_id, key_pair=key_pair, replicator=replicator)
 
-    async def member(self, key_pair: KeyPair | None = None, *, certificate: bytes = b"") -> Peer:
-        """An honest member with a running driver."""
+    async def member(
+        self,
+        key_pair: KeyPair | None = None,
+        *,
+        certificate: bytes = b"",
+        checkpoints: CheckpointStore | None = None,
+    ) -> Peer:
+        """An honest member with a running driver (keeping its checkpoints in `checkpoints`: a
+        new member on an old member's store is that member restarted)."""
         peer = await self._replica(key_pair or create_new_key_pair())
         built = await trio.to_thread.run_sync(lambda: build_member(self.spec, peer.peer_id))
         gossip = UpdateGossip(
@@ -195,6 +203,7 @@ class DriverGroup:
             addrs=lambda: [],
             on_penalty=lambda p, why: self.penalties.append((p, why)),
             certificate=certificate,
+            checkpoints=checkpoints,
         )
         self.members.append(peer)
         await peer.replicator.bootstrap()

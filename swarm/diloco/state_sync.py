@@ -148,9 +148,9 @@ class StateSync:
                     return True
                 if self.member.round < newest:
                     return False
+        await self._first_loss()  # before the round: `finished` may turn true with it
         await self.publish()
         self.progress.round = self.member.round
-        await self._first_loss()
         return True
 
     async def _resume_local(self) -> None:
@@ -188,16 +188,17 @@ class StateSync:
             round=round_, params=self.member.layout.named(params), momentum=momentum
         )
         await self.thread(self.member.restore, state)
+        # the adopted state's loss, known before its checksum and round are shown: a member that
+        # had evaluated its own start state (a restarted one) would otherwise report that loss
+        # beside the group's model, and `status` says `finished` as soon as the round is final
+        self.progress.loss = await self.thread(self.built.eval_loss)
+        if self.progress.initial_loss is None:
+            self.progress.initial_loss = self.progress.loss
         self.progress.resyncs += 1
         self.progress.state_downloads += 1
         self.gossip.current_round = round_
         await self.publish()
         self.progress.round = round_
-        # the adopted state's loss: a member that had evaluated its own start state before (a
-        # restarted one) would otherwise report that loss beside the group's model
-        self.progress.loss = await self.thread(self.built.eval_loss)
-        if self.progress.initial_loss is None:
-            self.progress.initial_loss = self.progress.loss
 
     async def _first_loss(self) -> None:
         """The loss a member starts from, measured once, on the state it first holds."""
