@@ -226,7 +226,17 @@ class RunSession:
             phase=phase,
             loss=loss,
             error=self.error,
+            dropped=self._dropped(),
         )
+
+    def _dropped(self) -> dict[str, int]:
+        """Non-members' traffic dropped before it was stored, forwarded or downloaded."""
+        dropped = {"deltas": self.replicator.intake.counts.non_members}
+        if self.driver is not None:
+            dropped.update(self.driver.gossip.dropped)
+        if self.pipeline is not None:
+            dropped.update(self.pipeline.dropped())
+        return dropped
 
     def _diloco_status(self) -> DiLoCoRunStatus:
         driver, progress = self.driver, self.driver.progress if self.driver else None
@@ -243,6 +253,7 @@ class RunSession:
             rounds_completed=progress.rounds_completed if progress else 0,
             state_checksum=progress.state_checksum if progress else "",
             resyncs=progress.resyncs if progress else 0,
+            state_downloads=progress.state_downloads if progress else 0,
             rejected_updates=progress.rejected_updates if progress else 0,
             rejected_by_reason=dict(progress.rejected_by_reason) if progress else {},
             bytes_published=driver.gossip.bytes_published if driver else 0,

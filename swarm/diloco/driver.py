@@ -123,6 +123,7 @@ class DiLoCoDriver:
         # the gossip waits for, and pulls from, the counted group only
         gossip.expected = self.group.expected
         gossip.is_member = self.group.may_send
+        gossip.admits = self.admission.admits  # invite runs: non-members' traffic is dropped
         gossip.records.trusted = lambda peer: peer in self.trust.attesters()
 
     def _roster(self) -> Roster:
