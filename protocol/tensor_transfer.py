@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated, cast
 from .errors import DecodeError
 from .framing import (
     DEFAULT_IDLE_TIMEOUT,
+    MIN_WRITE_RATE,
     ByteStream,
     read_exactly_into,
     read_frame_length,
@@ -68,9 +69,14 @@ Lookup = Callable[[bytes], PreparedTensor | None]
 
 
 async def serve_tensor_request(
-    stream: ByteStream, lookup: Lookup, *, idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    stream: ByteStream,
+    lookup: Lookup,
+    *,
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+    min_rate: float = MIN_WRITE_RATE,
 ) -> None:
-    """Answer one request read from `stream` with tensors found by checksum via `lookup`."""
+    """Answer one request read from `stream` with tensors found by checksum via `lookup`; each
+    chunk must be taken at `min_rate` bytes/s at least."""
     request = await read_message(
         stream, (TensorHeaderRequest, TensorRangeRequest), idle_timeout=idle_timeout
     )
@@ -85,11 +91,15 @@ async def serve_tensor_request(
             idle_timeout=idle_timeout,
         )
     else:
-        await _send_range(stream, prepared, request, idle_timeout)
+        await _send_range(stream, prepared, request, idle_timeout, min_rate)
 
 
 async def _send_range(
-    stream: ByteStream, prepared: PreparedTensor, request: TensorRangeRequest, idle_timeout: float
+    stream: ByteStream,
+    prepared: PreparedTensor,
+    request: TensorRangeRequest,
+    idle_timeout: float,
+    min_rate: float,
 ) -> None:
     header = prepared.header
     end = request.first_chunk + request.count
@@ -108,6 +118,7 @@ async def _send_range(
             payload[offset : offset + length],
             max_size=header.chunk_size,
             idle_timeout=idle_timeout,
+            min_rate=min_rate,
         )
 
 

@@ -8,6 +8,7 @@ bytes the victim actually accepted, so a flood benchmark can say what got throug
         report = await attacker.huge_length_prefixes(victim_id, protocols)
         report = await attacker.slowloris(victim_id, protocol, seconds=10)
         report = await attacker.stream_flood(victim_id, protocol, streams=200)
+        report = await attacker.slow_reader(victim_id, TENSOR, request, streams=4, rate=40_000)
         report = await attacker.connection_flood(victim_addr, identities=50)
     control_junk(control_socket)   # the owner's own shell gone wrong (local only)
 
@@ -29,6 +30,8 @@ from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 from multiaddr import Multiaddr
 from peertrain.node.net.host import build_host, connect
 from peertrain.node.net.identity import Identity
+from peertrain.protocol.framing import write_message
+from peertrain.protocol.messages import Message, encode
 
 UPSTREAM_PROTOCOLS = ("/meshsub/1.1.0", "/ipfs/id/1.0.0", "/ipfs/ping/1.0.0")
 
@@ -40,6 +43,7 @@ class AttackReport:
     bytes_delivered: int = 0
     refused: int = 0  # streams or connections the victim refused or reset
     errors: dict[str, int] = field(default_factory=dict)
+    held: list[float] = field(default_factory=list)  # seconds each slow stream was served
 
     def failed(self, exc: BaseException) -> None:
         self.refused += 1
@@ -115,6 +119,22 @@ class Attacker:
         """As many bytes as the link takes: 64 KiB junk writes until the victim resets us."""
         return await self._swarm_of("bulk junk", self._pour, streams, seconds, victim, protocol)
 
+    async def slow_reader(
+        self,
+        victim: ID,
+        protocol: str,
+        request: Message,
+        *,
+        streams: int = 4,
+        rate: float = 40_000,
+        seconds: float = 10.0,
+    ) -> AttackReport:
+        """Streams that ask for a big answer (a tensor range) and read it at `rate` bytes/s, just
+        above what the victim demands: each holds a serving slot as long as it is let."""
+        return await self._swarm_of(
+            "slow reader", self._read_slowly, streams, seconds, victim, protocol, request, rate
+        )
+
     async def _swarm_of(self, name: str, worker, count: int, seconds: float, *args) -> AttackReport:
         """`count` copies of `worker(report, *args)` at once, for `seconds`."""
         report = AttackReport(name)
@@ -161,6 +181,24 @@ class Attacker:
                 report.bytes_delivered += 1
                 await trio.sleep(1.0)
         except Exception as exc:  # noqa: BLE001 - the victim's deadline cut us off: good
+            report.failed(exc)
+
+    async def _read_slowly(
+        self, report: AttackReport, victim: ID, protocol: str, request: Message, rate: float
+    ) -> None:
+        report.attempts += 1
+        started = trio.current_time()
+        try:
+            stream = await self.host.new_stream(victim, [protocol])
+            await write_message(stream, request)
+            report.bytes_delivered += len(encode(request))
+            while True:  # 4 KiB at a time, paced: no more than `rate` bytes/s taken
+                if not await stream.read(4096):
+                    break
+                await trio.sleep(4096 / rate)
+            report.held.append(trio.current_time() - started)
+        except Exception as exc:  # noqa: BLE001 - reset by the victim's deadline or limits
+            report.held.append(trio.current_time() - started)
             report.failed(exc)
 
     async def _pour(self, report: AttackReport, victim: ID, protocol: str) -> None:

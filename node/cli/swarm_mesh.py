@@ -182,9 +182,12 @@ class MeshSwarm:
         return index
 
     def restart(self, index: int) -> None:
+        """Start it again and go on polling: a loaded machine may take longer than any fixed wait
+        to answer `status` (torch import, checkpoint load), and a daemon that dies while starting
+        is noticed by `notice_deaths` like any other."""
         self.daemons[index].start()
-        self.daemons[index].wait_ready()
         self.killed.discard(index)
+        self.console.print(f"restarted node {index}")
 
     def finished(self, statuses: list[dict[str, Any] | None]) -> bool:
         """Every daemon still in the swarm (not dead by itself) finished the run. Once one
@@ -238,7 +241,7 @@ class MeshSwarm:
         return {
             "rounds_completed": rounds,
             "initial_loss": first["initial_loss"],
-            "final_loss": sum(r["loss"] for r in runs) / len(runs),
+            "final_loss": _mean(r["loss"] for r in runs),  # None: a restarted one has none yet
             "state_hashes": [r["state_checksum"] for r in runs],
             "bytes_sent": sum(r["bytes_fetched"] for r in runs) + self.bytes_of_killed,
             "ddp_bytes": data_parallel_bytes(
@@ -276,3 +279,8 @@ class MeshSwarm:
 def _full_mesh(statuses: list[dict[str, Any] | None]) -> bool:
     alive = [s for s in statuses if s]
     return len(alive) == len(statuses) and all(len(s["peers"]) >= len(alive) - 1 for s in alive)
+
+
+def _mean(values: Any) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None

@@ -16,7 +16,10 @@ messages are in dialback.py; this module asks and decides):
 Only the seen IP is ever dialed, so the service cannot be used to make us dial third parties.
 The client asks at least `min_servers` distinct peers and decides: "public" when an address was
 reached by at least `min_servers` of them, "private" when that many answered and none reached
-anything, "unknown" otherwise. `Reachability.text` says it to the user in plain words.
+anything, "unknown" otherwise. Servers count by IP prefix (/24, /48; `server_key`): fresh peer
+IDs are free, so two of them on one prefix are one voice and cannot flip the verdict. Loopback
+and LAN servers count one per peer (one machine or one LAN: test swarms live there).
+`Reachability.text` says it to the user in plain words.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ from peertrain.protocol.framing import read_message, write_message
 
 from ..errors import DialbackUnavailable
 from ..net.addresses import value_of
+from ..net.budget import ip_prefix
+from ..net.connections import direct_conns, remote_addr
 from ..net.notifee import ConnectionEvents
 from .dialback import (
     DIALBACK,
@@ -85,17 +90,20 @@ def decide(
     listen: list[str],
     min_servers: int = 2,
     circuits: tuple[str, ...] = (),
+    servers: list[str] | None = None,
 ) -> Reachability:
-    """Turn servers' answers into a verdict and the words for it."""
-    counts: dict[str, int] = {}
-    for answer in answers:
+    """Turn servers' answers into a verdict and the words for it. `servers[i]` is the
+    `server_key` of whoever gave `answers[i]` (None: every answer from a distinct server)."""
+    keys = servers if servers is not None else [str(i) for i in range(len(answers))]
+    reached_by: dict[str, set[str]] = {}
+    for key, answer in zip(keys, answers, strict=True):
         for addr in set(answer.reached):
-            counts[addr] = counts.get(addr, 0) + 1
-    confirmed = tuple(a for a, n in sorted(counts.items()) if n >= min_servers)
+            reached_by.setdefault(addr, set()).add(key)
+    confirmed = tuple(a for a, by in sorted(reached_by.items()) if len(by) >= min_servers)
     observed = tuple(dict.fromkeys(a.observed for a in answers))
     if confirmed:
         status = "public"
-    elif len(answers) >= min_servers:
+    elif len(set(keys)) >= min_servers:
         status = "private"
     else:
         status = "unknown"
@@ -161,6 +169,15 @@ def verdict_text(
     )
 
 
+def server_key(peer: str, ip: str | None) -> str:
+    """Who a dial-back server counts as: its IP prefix when public (fresh IDs on one prefix
+    are one voice), itself when on loopback, a LAN, or an address we cannot place."""
+    if ip is None:
+        return f"peer:{peer}"
+    address = ipaddress.ip_address(ip)
+    return ip_prefix(ip) if address.is_global else f"peer:{peer}"
+
+
 def _scope(confirmed: tuple[str, ...]) -> str:
     """Who can use these addresses: a loopback or LAN address is no join string for strangers."""
     ips = []
@@ -214,7 +231,7 @@ class ReachabilityCheck:
             DialbackServer(host, psk=psk) if serve else None
         )  # a private network dials back with its key
         self.current = Reachability(status="unknown", text="reachability not checked yet")
-        self._answers: list[DialbackResponse] = []  # of the check that set `current`
+        self._answers: list[tuple[str, DialbackResponse]] = []  # of the check that set `current`
         self._arrivals = _Arrivals()
         self._changed = trio.Event()
 
@@ -264,13 +281,15 @@ class ReachabilityCheck:
         """Ask up to `max_servers` connected peers; update and return the verdict."""
         peers = list(self.host.get_connected_peers())
         random.shuffle(peers)
-        answers: list[DialbackResponse] = []
+        answers: list[tuple[str, DialbackResponse]] = []
 
         async def ask(peer: ID) -> None:
             try:
-                answers.append(await self.ask(peer))
+                answer = await self.ask(peer)
             except PeertrainError as exc:
                 log.debug("dial-back check with %s: %s", peer, exc)
+                return
+            answers.append((server_key(peer.to_base58(), self._ip_of(peer)), answer))
 
         async with trio.open_nursery() as nursery:
             for peer in peers[: self.max_servers]:
@@ -281,9 +300,16 @@ class ReachabilityCheck:
             self._set(verdict, announce=verdict.status != self.current.status)
         return self.current
 
-    def _verdict(self, answers: list[DialbackResponse]) -> Reachability:
+    def _ip_of(self, peer: ID) -> str | None:
+        """The IP we reach `peer` at (a relay's, for a relayed connection)."""
+        conns = self.host.get_network().get_connections(peer)
+        addr = remote_addr((direct_conns(conns) or conns)[0]) if conns else None
+        return value_of(addr, "ip4") or value_of(addr, "ip6") if addr is not None else None
+
+    def _verdict(self, answers: list[tuple[str, DialbackResponse]]) -> Reachability:
         return decide(
-            answers,
+            [answer for _, answer in answers],
+            servers=[key for key, _ in answers],
             peer_id=self.host.get_id().to_base58(),
             listen=[str(a) for a in self.host.get_addrs()],
             min_servers=self.min_servers,

@@ -1,9 +1,11 @@
-"""Concrete, routable addresses to advertise instead of /ip4/0.0.0.0.
+"""Concrete, routable addresses to advertise instead of /ip4/0.0.0.0, and address scope.
 
 py-libp2p advertises a wildcard listen address verbatim, which breaks everything that passes
 addresses around (LIBP2P-NOTES.md). We expand a wildcard into one address per interface and
 order them so that the first one is the best to give other machines: public, then private
 (LAN), then loopback last. Link-local addresses are dropped: they need a zone to be dialed.
+`in_scope` keeps a peer's address hints within the scope we reach that peer in: a stranger on
+the internet must not make us dial our own loopback or LAN.
 """
 
 from __future__ import annotations
@@ -82,6 +84,35 @@ def rank(addr: Multiaddr) -> int:
         if value:
             return _rank_ip(value)[0]
     return 3
+
+
+PUBLIC, PRIVATE, LOOPBACK, UNKNOWN = 0, 1, 2, 3  # what `rank` returns
+
+
+def in_scope(addrs: Iterable[Multiaddr], source: Multiaddr | None) -> list[Multiaddr]:
+    """The addresses among `addrs` a peer we reach at `source` may point us to: public ones
+    always; private ones only from a private or loopback peer, or inside a LAN we are on
+    ourselves; loopback ones only from a loopback peer. An unknown source counts as public."""
+    scope = rank(source) if source is not None else PUBLIC
+    scope = PUBLIC if scope == UNKNOWN else scope
+    out = []
+    for addr in addrs:
+        kind = rank(addr)
+        if kind in (PUBLIC, UNKNOWN) or kind <= scope:  # UNKNOWN: a DNS name, dialed as such
+            out.append(addr)
+        elif kind == PRIVATE and _on_our_lan(addr):
+            out.append(addr)
+    return out
+
+
+def _on_our_lan(addr: Multiaddr) -> bool:
+    """Whether `addr`'s IP shares a /24 (IPv4) or /48 (IPv6) with one of our own addresses."""
+    for family, bits in (("ip4", 24), ("ip6", 48)):
+        value = value_of(addr, family)
+        if value:
+            block = ipaddress.ip_network(f"{value}/{bits}", strict=False)
+            return any(ipaddress.ip_address(ip) in block for ip in interface_ips(family))
+    return False
 
 
 def expand_wildcards(addrs: Iterable[Multiaddr]) -> list[Multiaddr]:

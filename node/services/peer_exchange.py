@@ -4,7 +4,9 @@ A node that joins through one bootstrap peer asks it for its peers and dials the
 those, until it holds `target_peers` connections or learns nothing new. It is the small,
 always-on discovery every daemon needs before the DHT (which finds *specific* things: runs,
 stages, a bare peer ID). Addresses from peers are hints, not facts: Noise proves the peer ID on
-dial, so a lying peer costs one failed dial, and answers are bounded in count and size.
+dial, so a lying peer costs one failed dial, and answers are bounded in count and size; they
+stay within the scope we reach the source in (`in_scope`: no loopback or LAN dials for a
+stranger on the internet).
 
 The same answers reveal a copied identity: a peer listing *our* peer ID at an address that is
 not ours means another machine runs with our key.
@@ -26,8 +28,8 @@ from peertrain.protocol.messages import Message, Request, Response, message
 from peertrain.protocol.schema import IntRange, MaxLen
 
 from ..errors import ConnectError
-from ..net.addresses import MULTIADDR_ERRORS, rank
-from ..net.connections import peerstore_addrs
+from ..net.addresses import MULTIADDR_ERRORS, in_scope, rank
+from ..net.connections import direct_conns, peerstore_addrs, remote_addr
 from ..net.host import connect
 from ..net.peers import DUPLICATE_WARNING
 from ..net.penalties import PeerScoreboard
@@ -122,6 +124,7 @@ class PeerExchange:
     async def _dial_new(self, source: ID, peers: tuple[KnownPeer, ...]) -> int:
         own = self.host.get_id()
         connected = set(self.host.get_connected_peers())
+        source_addr = self.source_address(source)
         new = 0
         for known in peers:
             try:
@@ -135,6 +138,7 @@ class PeerExchange:
             if peer_id == own:
                 self._check_not_ours(addrs, source)
                 continue
+            addrs = in_scope(addrs, source_addr)
             if peer_id in connected or len(connected) >= self.target_peers or not addrs:
                 continue
             if self._failed.get(known.peer_id, 0) >= 3:
@@ -150,6 +154,12 @@ class PeerExchange:
         if len(self._failed) > 4096:
             self._failed.clear()
         return new
+
+    def source_address(self, source: ID) -> Multiaddr | None:
+        """Where we reach `source`: its hints are kept within that address's scope."""
+        conns = self.host.get_network().get_connections(source)
+        direct = direct_conns(conns)
+        return remote_addr((direct or conns)[0]) if conns else None
 
     def _check_not_ours(self, addrs: list[Multiaddr], source: ID) -> None:
         ours = {str(a).split("/p2p/")[0] for a in self.host.get_addrs()}

@@ -4,7 +4,10 @@
 updates for the group, checkpoints), keyed by their root checksum and bounded by total bytes:
 the least recently used unpinned tensor goes first. `TensorService` answers
 `/peertrain/tensor/1.0.0` streams with protocol/tensor_transfer.py, one request per stream,
-with per-peer and total limits; a peer that sends garbage is penalised.
+with per-peer and total limits; a peer that sends garbage is penalised. Serving is fair: a whole
+serve has a deadline (a reader just above the minimum rate cannot hold a slot for hours), and
+the last quarter of the slots goes only to peers holding none (a joiner is served while a few
+peers read slowly).
 
 `fetch_tensor` downloads one tensor from several holders at once: chunk ranges are handed to
 one worker per holder; a holder that fails or lies (a chunk that does not match its digest) is
@@ -26,6 +29,7 @@ import trio
 from libp2p.abc import IHost, INetStream
 from libp2p.peer.id import ID
 from peertrain.protocol.errors import ChecksumMismatch, DecodeError, ProtocolError, RemoteError
+from peertrain.protocol.framing import MIN_WRITE_RATE
 from peertrain.protocol.ids import protocol_id
 from peertrain.protocol.messages import ErrorCode
 from peertrain.protocol.tensor_transfer import fetch_chunks, request_header, serve_tensor_request
@@ -34,6 +38,7 @@ from peertrain.protocol.tensors import PreparedTensor, TensorDownload
 from ..errors import TransferFailed
 from ..net.penalties import PeerScoreboard, is_misbehaviour
 from ..net.stream_limits import StreamSlots
+from ..net.streams import reset_quietly
 
 if TYPE_CHECKING:
     import torch
@@ -47,6 +52,7 @@ BAD_REQUEST_PENALTY = 10.0
 RETRIES = 3  # times a holder whose stream broke is asked again (per download)
 RECONNECT_WAIT = 5.0  # seconds it gets to be connected again (a circuit redial takes < 1 s)
 RETRY_PAUSE = 0.2
+SERVE_DEADLINE = 120.0  # seconds one request may take: CHUNKS_PER_REQUEST chunks at 1 MB/s is ~17 s
 REDIAL_GRACE = 1.0  # seconds left to whoever redials (hole punching) before `reconnect` runs
 
 
@@ -116,11 +122,20 @@ class TensorService:
         max_total: int = 16,
         max_per_peer: int = 4,
         idle_timeout: float = 15.0,
+        serve_deadline: float = SERVE_DEADLINE,
+        min_rate: float = MIN_WRITE_RATE,
     ):
         self.host, self.store, self.scoreboard = host, store, scoreboard
-        self.idle_timeout = idle_timeout
-        self._slots = StreamSlots(scoreboard, max_total=max_total, max_per_peer=max_per_peer)
+        self.idle_timeout, self.serve_deadline, self.min_rate = (
+            idle_timeout,
+            serve_deadline,
+            min_rate,
+        )
+        self._slots = StreamSlots(
+            scoreboard, max_total=max_total, max_per_peer=max_per_peer, keep_free=max_total // 4
+        )
         self.bytes_served = 0
+        self.deadline_cuts = 0  # serves cut by `serve_deadline`
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.host.set_stream_handler(str(TENSOR), self._on_stream)
@@ -131,11 +146,20 @@ class TensorService:
         async with self._slots.admit(stream) as peer:
             if peer is None:
                 return
-            try:
-                await serve_tensor_request(stream, self._lookup, idle_timeout=self.idle_timeout)
-            except ProtocolError as exc:
-                if is_misbehaviour(exc):
-                    self.scoreboard.penalise(peer, BAD_REQUEST_PENALTY, f"tensor request: {exc}")
+            with trio.move_on_after(self.serve_deadline) as deadline:
+                try:
+                    await serve_tensor_request(
+                        stream, self._lookup, idle_timeout=self.idle_timeout, min_rate=self.min_rate
+                    )
+                except ProtocolError as exc:
+                    if is_misbehaviour(exc):
+                        self.scoreboard.penalise(
+                            peer, BAD_REQUEST_PENALTY, f"tensor request: {exc}"
+                        )
+            if deadline.cancelled_caught:  # slow is no misbehaviour: the slot goes, no penalty
+                self.deadline_cuts += 1
+                await reset_quietly(stream)
+                log.info("tensor: serve to %s cut after %.0f s", peer, self.serve_deadline)
 
     def _lookup(self, checksum: bytes) -> PreparedTensor | None:
         prepared = self.store.get(checksum)

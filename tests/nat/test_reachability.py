@@ -8,7 +8,7 @@ import trio
 from libp2p.peer.peerinfo import PeerInfo
 from multiaddr import Multiaddr
 from peertrain.node.nat.dialback import DialbackResponse, dial_targets
-from peertrain.node.nat.reachability import ReachabilityCheck, decide
+from peertrain.node.nat.reachability import ReachabilityCheck, decide, server_key
 from peertrain.node.net.host import build_host
 from peertrain.node.net.identity import Identity
 
@@ -125,3 +125,27 @@ async def test_an_undecided_node_asks_again_when_peers_arrive():
                 verdict = await check.wait_decided()
             assert verdict.status == "public"
             nursery.cancel_scope.cancel()
+
+
+def _answer(reached: tuple[str, ...]) -> DialbackResponse:
+    return DialbackResponse(request_id=1, observed="1.2.3.4", reached=reached, tried=())
+
+
+def test_two_fresh_ids_on_one_prefix_cannot_decide_either_way():
+    # peer IDs are free: two "servers" on one /24 (or /48) are one voice (ranking only: no
+    # traffic goes to these addresses)
+    same = [server_key("A", "8.8.8.7"), server_key("B", "8.8.8.9")]
+    lie_public, lie_private = _answer(("/ip4/1.2.3.4/tcp/1",)), _answer(())
+    assert decide([lie_public] * 2, servers=same, peer_id="P", listen=[]).status == "unknown"
+    assert decide([lie_private] * 2, servers=same, peer_id="P", listen=[]).status == "unknown"
+    six = [server_key("A", "2001:4860:4860::1"), server_key("B", "2001:4860:4860:1::2")]
+    assert decide([lie_private] * 2, servers=six, peer_id="P", listen=[]).status == "unknown"
+    distinct = [server_key("A", "8.8.8.7"), server_key("C", "9.9.9.9")]
+    assert decide([lie_public] * 2, servers=distinct, peer_id="P", listen=[]).status == "public"
+    assert decide([lie_private] * 2, servers=distinct, peer_id="P", listen=[]).status == "private"
+
+
+def test_loopback_and_lan_servers_count_one_per_peer():
+    assert server_key("A", "127.0.0.1") != server_key("B", "127.0.0.1")
+    assert server_key("A", "10.0.0.1") != server_key("B", "10.0.0.2")
+    assert server_key("A", None) != server_key("B", None)
