@@ -2,6 +2,7 @@
 
     with cli_daemons(3, tmp_path) as daemons:        # homes under tmp_path; i > 0 bootstrap from 0
         daemons[1].status()["peers"]
+    peertrain_cli(daemons[0].home, "run", "list", "--json")   # any command, on a daemon's home
 
 What a user runs, process boundary included: the e2e tests and the `daemons` fixture use it.
 Every process is ours (a `DaemonProcess` holding its Popen), stopped by PID on exit.
@@ -10,10 +11,14 @@ Every process is ours (a `DaemonProcess` holding its Popen), stopped by PID on e
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from peertrain.node.cli.local_swarm import DAEMON_ENV
 from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
 
 
@@ -36,3 +41,26 @@ def cli_daemons(
         yield daemons
     finally:
         stop_all(daemons)
+
+
+def peertrain_cli(
+    home: Path, *args: str, check: bool = True, timeout: float = 150.0
+) -> subprocess.CompletedProcess[str]:
+    """`peertrain ARGS --home HOME` as a user types it (one torch thread, as daemons get);
+    with `check`, a failure raises CommandFailed with what the command printed."""
+    done = subprocess.run(
+        [sys.executable, "-m", "peertrain", *args, "--home", str(home)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **DAEMON_ENV},
+    )
+    if check and done.returncode != 0:
+        raise CommandFailed(
+            f"`peertrain {' '.join(args)}` exited {done.returncode}:\n{done.stdout}{done.stderr}"
+        )
+    return done
+
+
+class CommandFailed(AssertionError):
+    """A CLI command a test ran failed; the message holds its output."""

@@ -130,7 +130,14 @@ def _run_options(args: argparse.Namespace) -> dict[str, Any]:
     data = data_params(args).get("data")
     if data is not None and not args.run:
         raise NodeError("--data belongs to a run: give --run too")
-    options: dict[str, Any] = {"run": args.run, "run_role": args.role, "run_data": data}
+    if args.certificate and not args.run:
+        raise NodeError("--certificate belongs to a run: give --run too")
+    options: dict[str, Any] = {
+        "run": args.run,
+        "run_role": args.role,
+        "run_data": data,
+        "run_certificate": args.certificate,
+    }
     if args.model:  # added to the configured ones (PEERTRAIN_TRUSTED_MODELS, config.toml)
         from ..config import load_config
 
@@ -236,12 +243,13 @@ def cmd_run_join(args: argparse.Namespace) -> int:
         "run.join",
         {
             "name": args.name,
-            "timeout": 60,
+            "timeout": args.timeout,
             **({"model": args.model} if args.model else {}),
+            **({"certificate": args.certificate} if args.certificate else {}),
             **role_params(args),
             **data_params(args),
         },
-        timeout=120,
+        timeout=args.timeout + 60,  # the lookup, then building the member
     )
     print(
         json.dumps(result)
@@ -267,6 +275,40 @@ def cmd_run_export(args: argparse.Namespace) -> int:
     else:
         files = ", ".join(result["files"])
         print(f"exported run {result['run']} at round {result['round']} to {out}: {files}")
+    return 0
+
+
+def cmd_run_invite(args: argparse.Namespace) -> int:
+    from ..api.control import call_sync
+    from ..config import NodeConfig
+
+    params = {"run": args.run, "peer": args.peer, "role": args.role, "expires": args.expires}
+    result = call_sync(NodeConfig(home=_home(args)).control_socket, "run.invite", params)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(
+            f"certified {result['peer']} as {result['role']} of run {result['name']} until "
+            f"{_when(result['expires_ms'])}. Give them this command:\n"
+            f"  peertrain join <your address> --run {result['run_id']} "
+            f"--certificate {result['certificate']}"
+        )
+    return 0
+
+
+def _when(ms: int) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ms / 1000))
+
+
+def cmd_run_revoke(args: argparse.Namespace) -> int:
+    from ..api.control import call_sync
+    from ..config import NodeConfig
+
+    params = {"run": args.run, "peer": args.peer}
+    result = call_sync(NodeConfig(home=_home(args)).control_socket, "run.revoke", params)
+    print(json.dumps(result) if args.json else f"revoked {result['peer']}")
     return 0
 
 

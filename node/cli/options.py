@@ -125,6 +125,13 @@ RUN_OPTIONS: dict[str, tuple[str, type, str, tuple[str, ...] | None]] = {
         None,
     ),
     "--stages": ("stages", int, "SWARM pipeline stages (default: 3)", None),
+    "--admission": (
+        "admission",
+        str,
+        "diloco: open (anyone may train; default) or invite (members hold a certificate from "
+        "`peertrain run invite`)",
+        ("open", "invite"),
+    ),
 }
 
 # Env vars of list options: one item per line or separated by ';' (a KEY=VALUE may hold JSON,

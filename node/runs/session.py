@@ -28,6 +28,7 @@ from peertrain.protocol.ids import protocol_id
 from ..net.rpc import request
 from ..services.node_services import NodeServices
 from .context import RunContext
+from .invites import load_certificate
 from .spec_check import local_data
 from .status import DiLoCoRunStatus, RunStatus, SwarmRunStatus
 from .update_exchange import open_update_exchange
@@ -180,6 +181,7 @@ class RunSession:
                 attack=node.attack,
                 checkpoints=CheckpointStore(context.directory / "checkpoints", keep=3),
                 on_penalty=self._blame,  # providers and attesters of a state that fails its checks
+                certificate=load_certificate(context.directory),  # invite runs: `run invite`'s
             )
             await nursery.start(context.replicator.run)
             # joiners need the state; a restarted creator needs its own old slots back too
@@ -196,6 +198,12 @@ class RunSession:
         pipeline = await trio.to_thread.run_sync(lambda: PipelineSession(self.context, **self.role))
         self.pipeline = pipeline
         await pipeline.run()
+
+    def use_certificate(self, raw: bytes) -> None:
+        """A certificate given while the run is on: our next lease announcement carries it."""
+        if self.driver is not None:
+            self.driver.admission.add_certificate(raw)
+            self.driver.certificate = raw
 
     async def sample(self, prompt: str, max_new_tokens: int) -> str:
         if self.driver is None:

@@ -37,6 +37,7 @@ from peertrain.protocol.tensors import prepare_tensor
 from .adoption import StateDownloads, TensorTransport
 from .build import BuiltMember
 from .checkpoint import CheckpointStore
+from .hostile_states import STATE_ATTACKS, HostileStates
 from .member import MemberState, RoundReport, rejection_kind
 from .progress import DriverProgress
 from .replay import RoundReplay
@@ -54,7 +55,7 @@ RETRY_PAUSE = 2.0  # seconds before a failed catch-up is tried again
 
 
 def _build_attack(name: str | None):
-    if not name:
+    if not name or name in STATE_ATTACKS:
         return None
     from ..attacks import build_attack
 
@@ -118,6 +119,8 @@ class DiLoCoDriver:
             thread=self._thread,
             on_penalty=on_penalty,
         )
+        if not self.admission.invite:  # the anchors' norms bound everyone's (validation.py)
+            built.member.norm_reference = self.admission.anchors
         self.roster = self._roster()
         self.group = CountedGroup(self.state, self.admission, self.roster, peer_id)
         # the gossip waits for, and pulls from, the counted group only
@@ -125,6 +128,22 @@ class DiLoCoDriver:
         gossip.is_member = self.group.may_send
         gossip.admits = self.admission.admits  # invite runs: non-members' traffic is dropped
         gossip.records.trusted = lambda peer: peer in self.trust.attesters()
+        self.hostile = self._hostile_states(attack)
+
+    def _hostile_states(self, attack: str | None) -> HostileStates | None:
+        """A hostile member's state claims (hostile_states.py), beside its ordinary work."""
+        if attack not in STATE_ATTACKS:
+            return None
+        return HostileStates(
+            name=attack,
+            writer=self.replicator.writer,
+            gossip=self.gossip,
+            tensors=self.tensors,
+            state_numel=2 * self.member.layout.numel,
+            state_name=STATE_NAME,
+            current_round=lambda: self.member.round,
+            current_checksum=lambda: self._served,
+        )
 
     def _roster(self) -> Roster:
         """Open runs: a rate and a cap, anchors always in; invite runs: certified members only."""
@@ -163,6 +182,8 @@ class DiLoCoDriver:
     ) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._lease_loop)
+            if self.hostile is not None:
+                nursery.start_soon(self.hostile.run)
             await self._catch_up(initial=True)
             task_status.started(self)
             if self.member.round > 0 and self.spec.min_members > 1:
@@ -233,6 +254,8 @@ class DiLoCoDriver:
         round_ = self.member.round
         if self.trust.newest_round() > round_ and not await self._catch_up():
             await trio.sleep(RETRY_PAUSE)  # the trusted state could not be had yet: again later
+            return
+        if self.finished:  # we caught up with the run's last state: no round is left
             return
         round_ = self.member.round
         group = self.group.of_round(round_, salt=self._served or b"")

@@ -99,6 +99,9 @@ class DiLoCoMember:
             codec or ProtocolCodec("fp32"), self.layout.numel, enabled=error_feedback
         )
         self.aggregator = aggregator or build_aggregator("mean")
+        # senders whose update norms set the norm bound (an open run's anchors: a majority of
+        # scaled Sybil updates cannot move it); empty: the median of all
+        self.norm_reference: frozenset[str] = frozenset()
         self.global_params = self.layout.flatten()
         self.round = 0
         self._prepared: tuple[int, InnerReport, int] | None = None  # (round, report, payload bytes)
@@ -167,7 +170,8 @@ class DiLoCoMember:
         if not deltas:
             return None
         try:
-            result = self.aggregator.aggregate(deltas, numel=self.layout.numel)
+            reference = [i for i, sender in enumerate(accepted) if sender in self.norm_reference]
+            result = self.aggregator.aggregate(deltas, numel=self.layout.numel, reference=reference)
             update, verdicts = result.update, result.verdicts
         except NotEnoughUpdates as exc:
             update, verdicts = None, exc.verdicts
