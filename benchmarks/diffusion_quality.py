@@ -8,12 +8,15 @@ Arms (every model is the same compact DiT; S steps each; an expert's batch is B)
   random experts    the same with a balanced random partition (the baseline features must beat).
 
 Each expert set is sampled with every strategy (top1, top2, full, sample1, threshold0.2; the
-random experts with top1 and full) from the same noise as the monolith. Quality: FID in the
+random experts with top1 and full) from the same noise as the monolith, and the feature experts
+again with top1, full and sample1 at 4 sampler steps (Sample-1's draw noise shrinks with the step
+size, so coarse steps show whether its rank is a step-size effect). Quality: FID in the
 64-d penultimate feature space of a small CNN classifier trained on the same data ("classifier
 FID": comparable between arms here, not with published Inception FIDs), plus per-class coverage
 (classes holding at least half a fair share of the samples) and the total-variation distance of
 the samples' class distribution from the reference's. Router top-1 accuracy is measured on held-out
-images noised to t = 0.1, 0.5, 0.9 (their cluster from the partition's stored centroids).
+images noised to t = 0.1, 0.5, 0.9 (their cluster from the partition's stored centroids), with the
+router's mean top probability there (how often Sample-1 draws the Top-1 expert).
 
 Usage: python benchmarks/diffusion_quality.py [--quick] [--threads N] [--out-dir DIR]
 --quick uses sklearn's 8×8 digits (a few minutes); the default, Fashion-MNIST from Debian's
@@ -64,6 +67,8 @@ except ImportError:  # run as a script from the benchmarks folder
 
 STRATEGIES = ("top1", "top2", "full", "sample1", "threshold0.2")
 RANDOM_STRATEGIES = ("top1", "full")
+COARSE_STRATEGIES = ("top1", "full", "sample1")  # again at COARSE_STEPS sampler steps
+COARSE_STEPS = 4
 ROUTER_TIMES = (0.1, 0.5, 0.9)
 
 
@@ -221,13 +226,13 @@ class Scorer:
 def sample_all(
     setup: Setup,
     monolith: torch.nn.Module,
-    expert_arms: dict[str, tuple[dict, Sequence[str]]],
+    expert_arms: dict[str, tuple[dict, Sequence[str], SamplerConfig]],
     noise: torch.Tensor,
     score: Scorer,
 ) -> list[dict]:
     """Every arm from the same noise: the monolith alone, each expert set by each strategy."""
     rows = [score("monolith", "-", functools.partial(integrate, monolith, noise, setup.sampler))]
-    for arm, (trained, strategies) in expert_arms.items():
+    for arm, (trained, strategies, sampler) in expert_arms.items():
         for name in strategies:
             draw = functools.partial(
                 sample,
@@ -235,7 +240,7 @@ def sample_all(
                 trained["router"],
                 noise,
                 strategy=Strategy.parse(name),
-                sampler=setup.sampler,
+                sampler=sampler,
                 seed=setup.seed,
             )
             rows.append(score(arm, name, draw))
@@ -248,6 +253,19 @@ def routers_accuracy(trained: dict, held_out: torch.Tensor, clusters: np.ndarray
         f"t={t:g}": router_accuracy(trained["router"], held_out, labels, t=t, seed=1)
         for t in ROUTER_TIMES
     }
+
+
+@torch.no_grad()
+def router_confidence(trained: dict, held_out: torch.Tensor) -> dict:
+    """Mean largest router probability at each t: how often Sample-1 draws the top expert.
+    Sample-1 departs from Top-1 only where the router is unsure, so this explains its rank."""
+    eps = torch.randn(held_out.shape, generator=torch.Generator().manual_seed(2))
+    out = {}
+    for t in ROUTER_TIMES:
+        times = torch.full((len(held_out),), t)
+        logits = trained["router"]((1 - t) * held_out + t * eps, times)
+        out[f"t={t:g}"] = float(torch.softmax(logits, dim=1).max(dim=1).values.mean())
+    return out
 
 
 def run(setup: Setup, quick: bool, out_dir: Path) -> dict:
@@ -284,7 +302,12 @@ def run(setup: Setup, quick: bool, out_dir: Path) -> dict:
     noise = torch.randn(
         setup.samples, *images.shape[1:], generator=torch.Generator().manual_seed(setup.seed + 7)
     )
-    arms = {"feature": (feature, STRATEGIES), "random": (random, RANDOM_STRATEGIES)}
+    coarse = dataclasses.replace(setup.sampler, steps=COARSE_STEPS)
+    arms = {
+        "feature": (feature, STRATEGIES, setup.sampler),
+        "random": (random, RANDOM_STRATEGIES, setup.sampler),
+        f"feature@{COARSE_STEPS}steps": (feature, COARSE_STRATEGIES, coarse),
+    }
     rows = sample_all(setup, monolith, arms, noise, Scorer(meter, out_dir, setup.grid_scale))
     return {
         "dataset": train.name,
@@ -297,6 +320,7 @@ def run(setup: Setup, quick: bool, out_dir: Path) -> dict:
         "router_accuracy": routers_accuracy(
             feature, held_out, partition.clusters_of(held_out.numpy())
         ),
+        "router_confidence": router_confidence(feature, held_out),
         "seconds": time.perf_counter() - started,
     }
 
@@ -323,8 +347,8 @@ def report(result: dict, setup: Setup, out_dir: Path) -> dict:
     print_table(
         "\nRouter (feature clusters) top-1 accuracy on held-out images noised to t "
         f"(chance {1 / setup.experts:.2f})",
-        ["t", "accuracy"],
-        [[t, a] for t, a in accuracy.items()],
+        ["t", "accuracy", "mean top probability"],
+        [[t, a, result["router_confidence"][t]] for t, a in accuracy.items()],
     )
     fid = {f"{r['arm']}/{r['strategy']}": r["fid"] for r in rows}
     checks = {
@@ -358,6 +382,7 @@ def _figures(result: dict, setup: Setup, fid: dict, checks: dict) -> dict:
         "coverage": {f"{r['arm']}/{r['strategy']}": r["classes_covered"] for r in result["rows"]},
         "class_tv": {f"{r['arm']}/{r['strategy']}": r["class_tv"] for r in result["rows"]},
         "router_accuracy": result["router_accuracy"],
+        "router_confidence": result["router_confidence"],
         "monolith_loss": result["monolith_loss"],
         "feature": arm(result["feature"]),
         "random": arm(result["random"]),

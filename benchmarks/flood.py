@@ -3,9 +3,11 @@
     .venv/bin/python benchmarks/flood.py [--seconds 60] [--inner-steps 20]
 
 Two runs of three daemon processes on loopback (digits, MLP, int8): one quiet, one while an
-attacker in this process throws the whole toolkit (peertrain.testing.attacks: garbage frames on
-every protocol, huge length prefixes, slowloris, stream floods, bulk junk as fast as the link
-takes, a wave of fresh identities) at member 1 for `--seconds`. Reported side by side: honest
+attacker in this process throws the whole toolkit (peertrain.testing.attacks and gossip_attacks:
+garbage frames on every protocol, huge length prefixes, slowloris, stream floods, slow readers
+of the tensor service, bulk junk as fast as the link takes, relay reservation floods and churn,
+update-announcement floods, forged and future-dated CRDT stamps, a wave of fresh identities,
+junk on the control socket) at member 1 for `--seconds`. Reported side by side: honest
 rounds completed in the window (target: attacked ≥ 80% of quiet), the victim's peak RSS growth
 (target ≤ 200 MiB) and open fds, crashes (target 0), honest peers penalised by the victim
 (target 0: read from its log), and the attacker's bytes actually delivered per second.
@@ -27,6 +29,7 @@ import psutil
 import trio
 
 ROOT = Path(__file__).resolve().parents[1]
+TENSOR = "/peertrain/tensor/1.0.0"
 RUN = [
     "--model",
     "mlp",
@@ -122,22 +125,45 @@ class VictimProbe:
             pass
 
 
-async def attack(victim_addr: str, protocols: list[str], seconds: float) -> dict[str, int]:
-    """The toolkit in a loop until `seconds` pass, each attack from a fresh identity (peer IDs are
-    free: a ban costs the attacker one key pair). Bytes the victim accepted, per attack."""
-    toolkit = _toolkit()
-    delivered: dict[str, int] = {}
-    attacks = [
+def _attacks(protocols: list[str], run: dict) -> list:
+    """Each attack of the toolkit as `attack(attacker, victim_id) -> AttackReport`."""
+    from peertrain.protocol.tensor_transfer import TensorRangeRequest
+    from peertrain.testing.gossip_attacks import gossip_attacker
+
+    ask = TensorRangeRequest(checksum=bytes(32), first_chunk=0, count=64)
+
+    async def announcements(a, v):
+        async with gossip_attacker(a, run["run_id"], settle=1.0) as forger:
+            return await forger.announcement_flood(run["run_id"], round_=run["round"], seconds=3)
+
+    async def stamps(a, v):
+        async with gossip_attacker(a, run["run_id"], settle=1.0) as forger:
+            return await forger.stamp_forgeries(run["run_id"], run["peer_id"], seconds=3)
+
+    return [
         lambda a, v: a.bulk_junk(v, protocols[0], streams=4, seconds=3),
         lambda a, v: a.garbage_streams(v, protocols, seconds=3),
         lambda a, v: a.huge_length_prefixes(v, protocols, seconds=2),
         lambda a, v: a.stream_flood(v, protocols[1], streams=100, seconds=2),
         lambda a, v: a.slowloris(v, protocols[1], streams=16, seconds=2),
+        lambda a, v: a.slow_reader(v, TENSOR, ask, streams=8, rate=1.1e6, seconds=2),
+        lambda a, v: a.relay_reservation_flood(v, reservations=100, seconds=2),
+        announcements,
+        stamps,
     ]
+
+
+async def attack(
+    victim_addr: str, protocols: list[str], seconds: float, run: dict
+) -> dict[str, int]:
+    """The toolkit in a loop until `seconds` pass, each attack from a fresh identity (peer IDs are
+    free: a ban costs the attacker one key pair). Bytes the victim accepted, per attack."""
+    toolkit = _toolkit()
+    delivered: dict[str, int] = {}
     deadline = trio.current_time() + seconds
     seed = 0
     while trio.current_time() < deadline:
-        for run_attack in attacks:
+        for run_attack in _attacks(protocols, run):
             seed += 1
             async with toolkit.Attacker.open(seed=seed) as attacker:
                 try:
@@ -147,8 +173,26 @@ async def attack(victim_addr: str, protocols: list[str], seconds: float) -> dict
                 report = await run_attack(attacker, victim)
                 delivered[report.name] = delivered.get(report.name, 0) + report.bytes_delivered
         async with toolkit.Attacker.open(seed=10_000 + seed) as sybils:
-            report = await sybils.connection_flood(victim_addr, identities=20, seconds=2)
+            for report in (
+                await sybils.connection_flood(victim_addr, identities=20, seconds=2),
+                await sybils.relay_reservation_churn(victim_addr, identities=10, seconds=2),
+            ):
+                delivered[report.name] = delivered.get(report.name, 0) + report.bytes_delivered
+        delivered["control junk"] = delivered.get("control junk", 0) + await _control_junk(run)
     return delivered
+
+
+async def _control_junk(run: dict) -> int:
+    """The owner's own shell gone wrong: every junk line of the toolkit on the control socket."""
+    sent = 0
+    for line in _toolkit().control_junk():
+        with trio.move_on_after(5):
+            stream = await trio.open_unix_socket(run["control"])
+            async with stream:
+                await stream.send_all(line)
+                sent += len(line)
+                await stream.receive_some(1 << 16)
+    return sent
 
 
 def measure(base: Path, args, *, attacked: bool) -> dict:
@@ -164,7 +208,14 @@ def measure(base: Path, args, *, attacked: bool) -> dict:
         started = time.monotonic()
         delivered: dict[str, int] = {}
         if attacked:
-            addr = victim.status()["share"]
+            status = victim.status()
+            addr = status["share"]
+            run = {
+                "run_id": status["run"]["run_id"],
+                "round": status["run"]["round"],
+                "peer_id": status["peer_id"],
+                "control": str(victim.control_socket),
+            }
             protocols = [
                 "/meshsub/1.1.0",
                 "/peertrain/dht/1.0.0",
@@ -176,7 +227,7 @@ def measure(base: Path, args, *, attacked: bool) -> dict:
                 nonlocal delivered
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(_sample, probe, args.seconds)
-                    delivered = await attack(addr, protocols, args.seconds)
+                    delivered = await attack(addr, protocols, args.seconds, run)
 
             trio.run(window)
         else:

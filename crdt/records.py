@@ -44,6 +44,7 @@ class MemberInfo:
     throughput: float
     lease_expiry_ms: int
     certificate: bytes = b""  # invite runs: the member's certificate envelope (crdt/certificates)
+    loss: float | None = None  # the member's latest eval loss, where its mode publishes one
 
     def __post_init__(self) -> None:
         if len(self.role) > MAX_ROLE_LEN:
@@ -54,6 +55,8 @@ class MemberInfo:
             raise ValueError(f"a certificate is at most {MAX_CERTIFICATE_LEN} bytes")
         if not 0.0 <= self.throughput < 1e18:
             raise ValueError("throughput must be a non-negative finite number")
+        if self.loss is not None and not 0.0 <= self.loss <= 1e18:
+            raise ValueError("loss must be a non-negative finite number")
 
     @property
     def relay_addrs(self) -> tuple[str, ...]:
@@ -63,21 +66,25 @@ class MemberInfo:
 
 def _encode_member(m: MemberInfo) -> Wire:
     fields: list[Wire] = [m.role, list(m.addrs), float(m.throughput), m.lease_expiry_ms]
+    if m.loss is not None:  # 6 fields: the certificate (maybe empty) and the loss
+        return [*fields, m.certificate, float(m.loss)]
     return [*fields, m.certificate] if m.certificate else fields  # open runs: the old 4 fields
 
 
 def _decode_member(x: Wire) -> MemberInfo:
-    fields = read_list(x, "member record", max_len=5)
-    if len(fields) not in (4, 5):
-        raise DecodeError(f"a member record has 4 or 5 fields, not {len(fields)}")
+    fields = read_list(x, "member record", max_len=6)
+    if len(fields) not in (4, 5, 6):
+        raise DecodeError(f"a member record has 4 to 6 fields, not {len(fields)}")
     role, addrs, throughput, lease = fields[:4]
     certificate = b""
-    if len(fields) == 5:
+    if len(fields) >= 5:
         certificate = read_bytes(fields[4], "member certificate", max_len=MAX_CERTIFICATE_LEN)
-        if not certificate:
+        if not certificate and len(fields) == 5:
             raise DecodeError("an empty certificate is encoded by leaving it out")
+    loss = read_float(fields[5], "member loss") if len(fields) == 6 else None
     addrs = read_list(addrs, "member addresses", max_len=MAX_ADDRS)
     return MemberInfo(
+        loss=loss,
         certificate=certificate,
         role=read_str(role, "member role", max_len=MAX_ROLE_LEN),
         addrs=tuple(read_str(a, "member address", max_len=MAX_ADDR_LEN) for a in addrs),

@@ -48,6 +48,7 @@ class RunWriter:
         throughput: float = 0.0,
         lease_ms: int,
         certificate: bytes = b"",
+        loss: float | None = None,
     ) -> RunDoc:
         """Join or renew: our member record, valid for `lease_ms` from now (with our member
         certificate in invite runs)."""
@@ -60,6 +61,7 @@ class RunWriter:
             throughput=float(throughput),
             lease_expiry_ms=stamp.wall_ms + lease_ms,
             certificate=certificate,
+            loss=loss,
         )
         return self._write(lambda d: RunDoc.of(members=d.members.set(self.peer_id, info, stamp)))
 

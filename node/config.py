@@ -58,6 +58,8 @@ class NodeConfig:
     log_level: str = "info"
     log_format: str = "auto"
     attack: str | None = None  # research/testing: make this node Byzantine (swarm/attacks.py)
+    device: str = "auto"  # where runs train: auto|cpu|cuda[:N]|mps (swarm/devices.py)
+    precision: str = "fp32"  # autocast for forward and loss: fp32|bf16|fp16
     dial_timeout: float = 10.0
     reconnect_interval: float = 2.0
     # NAT traversal (node/nat/relays.py): what a public node grants strangers as a circuit relay v2
@@ -76,6 +78,9 @@ class NodeConfig:
     budget_receive_memory: int = 2 << 30  # bytes of downloads in flight (states, updates)
     budget_receive_memory_per_peer: int = 512 << 20
     budget_disk: int = 20 << 30  # bytes under <home>/runs (checkpoints, manifests)
+    budget_relay_circuits: int = 32  # circuits relayed at once for others, all reservations
+    budget_relay_bandwidth: int = 32_000_000  # bytes/s relayed for others in all (0: no cap)
+    budget_relay_reservations_per_prefix: int = 4  # per IPv4 /24 or IPv6 /48 (not local)
     # HOST:PORT serving Prometheus /metrics and the dashboard (node/api/web.py); None: off
     metrics_listen: str | None = None
 

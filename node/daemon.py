@@ -43,6 +43,7 @@ from .net.budget import BudgetLimits, BudgetUsage, ConnectionGate, ResourceBudge
 from .net.host import build_host, parse_peer_addr
 from .net.identity import Identity
 from .net.inbound_shield import InboundShield, ShieldStatistics
+from .net.latency import PeerLatency
 from .net.names import friendly_name
 from .net.peers import IdentityGuard, PeerKeeper
 from .net.penalties import PeerScoreboard
@@ -67,6 +68,7 @@ class DaemonStatus(TypedDict):
     share: str | None  # the address to give other machines
     peers: list[str]
     peer_names: dict[str, str]
+    peer_latency_ms: dict[str, float]  # smoothed ping round trips of connected peers that answer
     run: RunStatus | ManyRunsStatus | None
     dht: DhtServiceStatus
     reachability: dict[str, Any]  # Reachability.as_dict() and NatStatus, one dict
@@ -102,6 +104,7 @@ class Daemon:
         self.budget = ResourceBudget(BudgetLimits.of(config), home=config.home)
         self.connection_gate = ConnectionGate(self.host, self.budget)
         self.peer_exchange = PeerExchange(self.host, self.scoreboard)
+        self.latency = PeerLatency(self.host)
         self.dht = DhtService(self.host, self.scoreboard, self.bootstrap, connect=self._connect)
         self.gossip = Gossip(
             self.host, self.scoreboard
@@ -117,6 +120,9 @@ class Daemon:
             addrs=self.addrs,
             home=config.home,
             attack=config.attack,
+            device=config.device,
+            precision=config.precision,
+            budget=self.budget,
         )
         self.runs = RunManager(
             self.services,
@@ -132,6 +138,7 @@ class Daemon:
             self.host,
             self.reachability,
             limits=HopLimits.of(config),
+            budget=self.budget,
             relays=config.relays,
             prefer=[p.peer_id for p in self.bootstrap],
             upnp=config.upnp,
@@ -168,6 +175,7 @@ class Daemon:
             ("peer keeper", keeper.run),
             ("dht", self.dht.run),
             ("peer exchange", self.peer_exchange.run),
+            ("latency", self.latency.run),
             ("gossip", self.gossip.run),
             ("tensors", tensors.run),
             ("reachability", self.reachability.run),
@@ -212,6 +220,7 @@ class Daemon:
             share=addrs[0] if addrs else None,
             peers=peers,
             peer_names={p: friendly_name(p) for p in peers},
+            peer_latency_ms=self.latency.status(),
             run=self.runs.status(),
             dht=self.dht.status(),
             reachability={**self.reachability.current.as_dict(), **self.nat.status()},

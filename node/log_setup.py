@@ -6,6 +6,7 @@ not our user's problem, so its loggers are quiet unless `--log-level debug`.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sys
@@ -13,7 +14,8 @@ import time
 
 
 class JsonLines(logging.Formatter):
-    """One JSON object per record: ts, level, logger, msg (+ exc when present)."""
+    """One JSON object per record: ts, level, logger, msg (+ exc when present; + event and
+    its fields for progress events: waiting, download, download_done, inner_steps)."""
 
     def format(self, record: logging.LogRecord) -> str:
         out = {
@@ -22,9 +24,23 @@ class JsonLines(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        event = getattr(record, "event", None)
+        if event is not None:  # a progress event (swarm/progress.py): its figures as fields
+            out["event"] = event
+            for key, value in (getattr(record, "fields", None) or {}).items():
+                out.setdefault(key, value)  # never over ts, level, logger, msg
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out)
+
+
+@functools.cache
+def rich_console():
+    """The terminal console the rich log lines go to; progress bars drawn on it stay below
+    them (node/cli/runner.py)."""
+    from rich.console import Console
+
+    return Console(stderr=True)
 
 
 def setup_logging(level: str = "info", fmt: str = "auto") -> None:
@@ -37,7 +53,7 @@ def setup_logging(level: str = "info", fmt: str = "auto") -> None:
     if fmt == "rich":
         from rich.logging import RichHandler
 
-        handler = RichHandler(show_path=False, rich_tracebacks=False)
+        handler = RichHandler(show_path=False, rich_tracebacks=False, console=rich_console())
         handler.setFormatter(logging.Formatter("%(message)s"))
     else:
         handler = logging.StreamHandler(sys.stderr)

@@ -6,6 +6,7 @@
     bf16       the values, bfloat16                      2
     int8       fp32 block scales, then int8 values       1 + 4/B   (see int8_blockwise.py)
     int8-f16   fp16 block scales, then int8 values       1 + 2/B
+    int4       fp32 block scales, then packed 4-bit values  1/2 + 4/B   (see int4_blockwise.py)
 
 `payload_nbytes` is plain arithmetic, so a receiver checks a header's claimed sizes before it
 allocates anything. `encode` and `decode` are synchronous and may take a second on 100M values:
@@ -21,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from . import int8_blockwise
+from . import int4_blockwise, int8_blockwise
 from .errors import DecodeError
 
 if TYPE_CHECKING:
@@ -31,9 +32,9 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Codec:
     name: str
-    value_bytes: int
+    value_bits: int
     scale_bytes: int  # 0: no block scales
-    wire_dtype: str  # torch dtype name of the values on the wire
+    wire_dtype: str  # torch dtype name of the values on the wire (int4: packed in uint8)
 
     def payload_nbytes(self, numel: int, block_size: int) -> int:
         scales = (
@@ -41,17 +42,18 @@ class Codec:
             if self.scale_bytes
             else 0
         )
-        return scales + numel * self.value_bytes
+        return scales + (numel * self.value_bits + 7) // 8
 
 
 CODECS = {
     c.name: c
     for c in (
-        Codec(name="fp32", value_bytes=4, scale_bytes=0, wire_dtype="float32"),
-        Codec(name="fp16", value_bytes=2, scale_bytes=0, wire_dtype="float16"),
-        Codec(name="bf16", value_bytes=2, scale_bytes=0, wire_dtype="bfloat16"),
-        Codec(name="int8", value_bytes=1, scale_bytes=4, wire_dtype="int8"),
-        Codec(name="int8-f16", value_bytes=1, scale_bytes=2, wire_dtype="int8"),
+        Codec(name="fp32", value_bits=32, scale_bytes=0, wire_dtype="float32"),
+        Codec(name="fp16", value_bits=16, scale_bytes=0, wire_dtype="float16"),
+        Codec(name="bf16", value_bits=16, scale_bytes=0, wire_dtype="bfloat16"),
+        Codec(name="int8", value_bits=8, scale_bytes=4, wire_dtype="int8"),
+        Codec(name="int8-f16", value_bits=8, scale_bytes=2, wire_dtype="int8"),
+        Codec(name="int4", value_bits=4, scale_bytes=4, wire_dtype="uint8"),
     )
 }
 TENSOR_DTYPES = ("float32", "float16", "bfloat16")  # what a decoded tensor may be
@@ -93,7 +95,7 @@ def encode(
 ) -> torch.Tensor:
     """Encode a float tensor into a flat uint8 payload (into `out` if given, else new).
 
-    `residual` (int8 codecs only) enables error feedback: see `error_feedback.py`.
+    `residual` (quantizing codecs: int8, int4) enables error feedback: see `error_feedback.py`.
     For fp32 tensors with the fp32 codec and no `out`, the payload is a view, not a copy.
     """
     import torch
@@ -106,7 +108,7 @@ def encode(
     flat = tensor.detach().reshape(-1)  # a view when contiguous
     numel = flat.numel()
     if residual is not None and (not codec.scale_bytes or residual.shape != flat.shape):
-        raise ValueError("error feedback needs an int8 codec and a residual shaped like the tensor")
+        raise ValueError("error feedback needs a quantizing codec and a residual like the tensor")
     if out is None and codec.wire_dtype == str(flat.dtype).removeprefix("torch."):
         return flat.contiguous().view(torch.uint8)
     nbytes = codec.payload_nbytes(numel, block_size)
@@ -117,6 +119,8 @@ def encode(
     scales, values = _split(codec, out, numel, block_size)
     if scales is None:
         values.copy_(flat)
+    elif codec.value_bits == 4:
+        int4_blockwise.quantize_into(flat, scales, values, block_size=block_size, residual=residual)
     else:
         int8_blockwise.quantize_into(flat, scales, values, block_size=block_size, residual=residual)
     return out
@@ -163,7 +167,8 @@ def decode(
         _copy_checked(values, flat, check=not allow_nonfinite)
     else:
         _check_scales(scales)
-        int8_blockwise.dequantize_into(scales, values, flat, block_size=block_size)
+        quantized = int4_blockwise if codec.value_bits == 4 else int8_blockwise
+        quantized.dequantize_into(scales, values, flat, block_size=block_size)
     return out
 
 

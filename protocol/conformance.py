@@ -142,13 +142,17 @@ def check_codec_roundtrip(
         "wrong shape": lambda: dec(payload, shape=(*shape, 2)),
         "unknown dtype": lambda: dec(payload, dtype="int64"),
         "unknown codec": lambda: codecs.decode(
-            payload, "int4", dtype=dtype, shape=shape, block_size=block_size
+            payload, "int3", dtype=dtype, shape=shape, block_size=block_size
         ),
         "zero block size": lambda: dec(payload, block_size=0),
     }
     for what, call in bad_calls.items():
         if tensor.numel() == 0 and what in ("wrong shape", "short payload"):
             continue  # (*shape, 2) of an empty tensor is still empty; nothing to cut
+        if what == "wrong shape" and codecs.CODECS[codec].payload_nbytes(
+            2 * tensor.numel(), block_size
+        ) == codecs.CODECS[codec].payload_nbytes(tensor.numel(), block_size):
+            continue  # int4 packs 1 and 2 values in one byte: the size cannot tell them apart
         _expect(DecodeError, call, f"{codec} {what}")
 
     rng = random.Random(f"{codec}/{shape}/{block_size}")

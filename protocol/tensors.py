@@ -271,6 +271,7 @@ class TensorDownload:
             raise ValueError("allocate() must return a flat uint8 tensor of the payload's size")
         self._view = memoryview(cast("Buffer", self.payload.numpy()))  # numpy's stubs: 3.12+
         self._verified = bytearray(header.num_chunks)
+        self.verified_nbytes = 0  # read by progress displays while the download runs
 
     def chunk_buffer(self, index: int) -> memoryview:
         """Where chunk `index` goes: read straight into it, then call `verify_chunk`."""
@@ -280,6 +281,8 @@ class TensorDownload:
     def verify_chunk(self, index: int) -> None:
         if blake3_digest(self.chunk_buffer(index)) != self.header.chunk_digest(index):
             raise ChecksumMismatch(f"chunk {index} of {self.header.name} does not match its digest")
+        if not self._verified[index]:
+            self.verified_nbytes += self.header.chunk_span(index)[1]
         self._verified[index] = 1
 
     def missing_chunks(self) -> list[int]:

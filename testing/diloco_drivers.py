@@ -51,7 +51,7 @@ class TensorNetwork:
     def endpoint(self, peer: str) -> MemoryTensors:
         return MemoryTensors(self, peer)
 
-    async def fetch(self, holders: Sequence[str], checksum: bytes, max_nbytes: int):
+    async def fetch(self, holders: Sequence[str], checksum: bytes, max_nbytes: int, on_header=None):
         self.fetches += 1
         await trio.lowlevel.checkpoint()
         for holder in holders:
@@ -61,6 +61,8 @@ class TensorNetwork:
             download = TensorDownload(
                 prepared.header, max_nbytes=max_nbytes, expected_checksum=checksum
             )
+            if on_header is not None:
+                on_header(download)
             raw = memoryview(prepared.payload.numpy())
             for index in range(prepared.header.num_chunks):
                 offset, length = prepared.header.chunk_span(index)
@@ -83,8 +85,8 @@ class MemoryTensors:
     def unpin(self, checksum: bytes) -> None:
         self.network.stores.get(self.peer, {}).pop(checksum, None)
 
-    async def fetch(self, holders: Sequence[str], checksum: bytes, max_nbytes: int):
-        return await self.network.fetch(holders, checksum, max_nbytes)
+    async def fetch(self, holders: Sequence[str], checksum: bytes, max_nbytes: int, on_header=None):
+        return await self.network.fetch(holders, checksum, max_nbytes, on_header)
 
 
 @dataclass

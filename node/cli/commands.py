@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import NodeError
-from .options import data_params, role_params, run_spec_from_args
+from .options import data_params, model_option, role_params, run_spec_from_args
 
 
 def _load(args: argparse.Namespace, **extra: Any):
@@ -31,6 +31,8 @@ def _load(args: argparse.Namespace, **extra: Any):
         "max_params": getattr(args, "max_params", None),
         "max_memory": getattr(args, "max_memory", None),
         "metrics_listen": getattr(args, "metrics_listen", None),
+        "device": getattr(args, "device", None),
+        "precision": getattr(args, "precision", None),
         **extra,
     }
     return load_config(args.home, overrides)
@@ -68,9 +70,20 @@ def cmd_node_start(args: argparse.Namespace, config=None) -> int:
     # when other processes hold the cores (measured: int8 encode 3-5x slower); set before torch
     # loads
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    _check_device(config)
     trio.run(serve_until_signalled, config)
     _exit_now()
     return 0
+
+
+def _check_device(config) -> None:
+    """A named device this machine lacks fails now, with what torch sees, not at the first
+    step of a run (torch is imported only when there is something to check)."""
+    if config.device in ("auto", "cpu") and config.precision == "fp32":
+        return
+    from peertrain.swarm.devices import autocast_dtype, resolve_device
+
+    autocast_dtype(resolve_device(config.device), config.precision)
 
 
 def _exit_now() -> None:
@@ -121,6 +134,7 @@ def _join_by_peer_id(args: argparse.Namespace) -> int:
         )
     setup_logging(config.log_level, config.log_format)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see cmd_node_start
+    _check_device(config)
     trio.run(_serve_and_join, config, args.peer)
     _exit_now()
     return 0
@@ -142,7 +156,7 @@ def _run_options(args: argparse.Namespace) -> dict[str, Any]:
         from ..config import load_config
 
         configured = load_config(args.home).trusted_models
-        options["trusted_models"] = [*configured, args.model]
+        options["trusted_models"] = [*configured, model_option(args.model)]
     return options
 
 
@@ -165,47 +179,12 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     socket = NodeConfig(home=_home(args)).control_socket
     if getattr(args, "watch", None):
-        return _watch_status(socket, args.watch, as_json=args.json)
+        from .watch import watch_status
+
+        return watch_status(socket, args.watch, as_json=args.json)
     status = call_sync(socket, "status")
     print(json.dumps(status, indent=2) if args.json else render_status(status))
     return 0
-
-
-def _watch_status(socket: Path, every: float, *, as_json: bool) -> int:
-    """Redraw the status until Ctrl-C: in place on a terminal, one frame after another in a pipe
-    or log. A daemon that stops answering is said so, and the watch goes on (it may be
-    restarting)."""
-    import time
-
-    from rich.console import Console
-    from rich.live import Live
-    from rich.text import Text
-
-    console = Console()
-    if not console.is_terminal:
-        while True:
-            print(_status_frame(socket, every, as_json=as_json), flush=True)
-            time.sleep(max(every, 0.2))
-    with Live(Text("asking the daemon…"), console=console, auto_refresh=False) as live:
-        while True:
-            live.update(Text(_status_frame(socket, every, as_json=as_json)))
-            live.refresh()
-            time.sleep(max(every, 0.2))
-
-
-def _status_frame(socket: Path, every: float, *, as_json: bool) -> str:
-    import time
-
-    from ..api.control import call_sync
-    from ..errors import ControlError
-    from .status_text import render_status
-
-    try:
-        status = call_sync(socket, "status", timeout=max(every, 2.0))
-        text = json.dumps(status, indent=2) if as_json else render_status(status)
-    except ControlError as exc:
-        text = f"{exc}\n(retrying every {every:g} s)"
-    return f"{text}\n{time.strftime('%H:%M:%S')}  Ctrl-C to stop\n"
 
 
 def cmd_run_create(args: argparse.Namespace) -> int:
@@ -229,9 +208,20 @@ def cmd_run_create(args: argparse.Namespace) -> int:
     else:
         print(
             f"created run {result['name']} ({result['run_id'][:16]}…); "
-            f"others join with --run {result['run_id'][:16]}"
+            f"others join with --run {result['run_id'][:16]}",
+            flush=True,
         )
-    return 0
+    return _follow(args, result["run_id"])
+
+
+def _follow(args: argparse.Namespace, run_id: str) -> int:
+    """`--follow`: the run's progress until it ends (see watch.py)."""
+    if not getattr(args, "follow", False):
+        return 0
+    from ..config import NodeConfig
+    from .watch import follow_run
+
+    return follow_run(NodeConfig(home=_home(args)).control_socket, run_id)
 
 
 def cmd_run_join(args: argparse.Namespace) -> int:
@@ -244,7 +234,7 @@ def cmd_run_join(args: argparse.Namespace) -> int:
         {
             "name": args.name,
             "timeout": args.timeout,
-            **({"model": args.model} if args.model else {}),
+            **({"model": model_option(args.model)} if args.model else {}),
             **({"certificate": args.certificate} if args.certificate else {}),
             **role_params(args),
             **data_params(args),
@@ -254,9 +244,10 @@ def cmd_run_join(args: argparse.Namespace) -> int:
     print(
         json.dumps(result)
         if args.json
-        else f"joined run {result['name']} ({result['run_id'][:16]}…)"
+        else f"joined run {result['name']} ({result['run_id'][:16]}…)",
+        flush=True,
     )
-    return 0
+    return _follow(args, result["run_id"])
 
 
 def cmd_run_export(args: argparse.Namespace) -> int:
@@ -278,37 +269,48 @@ def cmd_run_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_run_invite(args: argparse.Namespace) -> int:
+def cmd_run_leave(args: argparse.Namespace) -> int:
     from ..api.control import call_sync
     from ..config import NodeConfig
 
-    params = {"run": args.run, "peer": args.peer, "role": args.role, "expires": args.expires}
-    result = call_sync(NodeConfig(home=_home(args)).control_socket, "run.invite", params)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print(
-            f"certified {result['peer']} as {result['role']} of run {result['name']} until "
-            f"{_when(result['expires_ms'])}. Give them this command:\n"
-            f"  peertrain join <your address> --run {result['run_id']} "
-            f"--certificate {result['certificate']}"
-        )
+    socket = NodeConfig(home=_home(args)).control_socket
+    result = call_sync(socket, "run.leave", {"run": args.run}, timeout=30)
+    print(
+        json.dumps(result)
+        if args.json
+        else f"left run {result['name']} ({result['run_id'][:16]}…); run join resumes it"
+    )
     return 0
 
 
-def _when(ms: int) -> str:
-    import time
-
-    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ms / 1000))
-
-
-def cmd_run_revoke(args: argparse.Namespace) -> int:
+def cmd_sample(args: argparse.Namespace) -> int:
     from ..api.control import call_sync
     from ..config import NodeConfig
 
-    params = {"run": args.run, "peer": args.peer}
-    result = call_sync(NodeConfig(home=_home(args)).control_socket, "run.revoke", params)
-    print(json.dumps(result) if args.json else f"revoked {result['peer']}")
+    out = Path(args.out).expanduser().absolute()  # the daemon writes it; its folder is not ours
+    result = call_sync(
+        NodeConfig(home=_home(args)).control_socket,
+        "diffusion.sample",
+        {
+            "run": args.run,
+            "n": args.n,
+            "strategy": args.strategy,
+            "steps": args.steps,
+            "seed": args.seed,
+            "out": str(out),
+            "fresh": args.fresh,
+        },
+        timeout=300,
+    )
+    if args.json:
+        print(json.dumps(result))
+    else:
+        rounds = ", ".join(f"{g} round {s['round']}" for g, s in result["groups"].items())
+        print(
+            f"wrote {result['n']} samples ({result['strategy']}, {result['steps']} steps) to "
+            f"{result['out']} in {result['seconds']:.1f} s ({result['bytes_fetched']:,} bytes "
+            f"fetched); {rounds}"
+        )
     return 0
 
 
@@ -334,6 +336,8 @@ def cmd_swarm_local(args: argparse.Namespace) -> int:
         )
     from .swarm_mesh import LocalSwarmOptions, MeshSwarm
 
+    if args.mode == "diffusion" and args.nodes < 2:
+        raise NodeError("--mode diffusion needs at least 2 nodes (an expert and the router)")
     if args.nodes < 1:
         raise NodeError("--nodes must be at least 1")
     options = LocalSwarmOptions(
@@ -346,4 +350,10 @@ def cmd_swarm_local(args: argparse.Namespace) -> int:
         byzantine=args.byzantine,
         attack=args.attack,
     )
+    if args.mode == "diffusion":
+        from .swarm_diffusion import DiffusionSwarm
+
+        return run_local_swarm(
+            lambda base, console: DiffusionSwarm(options, base, console), options.report
+        )
     return run_local_swarm(lambda base, console: MeshSwarm(options, base, console), options.report)

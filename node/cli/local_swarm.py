@@ -84,8 +84,10 @@ def run_local_swarm(make_mode: Callable[[Path, Any], SwarmMode], report_path: Pa
             report["interrupted"] = True
         finally:
             signal.signal(signal.SIGTERM, previous)
-            report.update(mode.report())
-            report["exit_codes"] = stop_all(mode.daemons)
+            try:
+                report.update(mode.report())
+            finally:  # a failed report must not leave the daemons running
+                report["exit_codes"] = stop_all(mode.daemons)
         report["total_s"] = round(time.monotonic() - started, 2)
     mode.summarise(console, report)
     if report_path:

@@ -18,13 +18,14 @@ from .commands import (
     cmd_node_start,
     cmd_run_create,
     cmd_run_export,
-    cmd_run_invite,
     cmd_run_join,
+    cmd_run_leave,
     cmd_run_list,
-    cmd_run_revoke,
+    cmd_sample,
     cmd_status,
     cmd_swarm_local,
 )
+from .invite_commands import cmd_run_invite, cmd_run_revoke
 from .options import add_budget_options, add_role_options, add_run_options
 
 
@@ -73,6 +74,17 @@ def _daemon_options(home: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="serve Prometheus /metrics and the dashboard here, e.g. 127.0.0.1:9464 (default: off)",
     )
     daemon.add_argument("--attack", metavar="NAME", help=argparse.SUPPRESS)  # Byzantine test hook
+    daemon.add_argument(
+        "--device",
+        metavar="auto|cpu|cuda[:N]|mps",
+        help="where this node trains (default auto: a GPU when torch sees one, else the CPU)",
+    )
+    daemon.add_argument(
+        "--precision",
+        choices=["fp32", "bf16", "fp16"],
+        help="autocast for forward and loss (default fp32; bf16 on CPUs and recent GPUs, "
+        "fp16 on CUDA); weights, optimizer and outer updates stay fp32",
+    )
     add_budget_options(daemon)
     return daemon
 
@@ -136,11 +148,12 @@ def _add_run_commands(commands: Any, home: argparse.ArgumentParser) -> None:
     run = commands.add_parser("run", help="training runs").add_subparsers(metavar="ACTION")
     p = run.add_parser("create", parents=[home], help="create a run on the running daemon")
     p.add_argument("--name", required=True, help="the run's name; others join with --run NAME")
-    p.add_argument("--mode", default="diloco", choices=["diloco", "swarm"])
+    p.add_argument("--mode", default="diloco", choices=["diloco", "swarm", "diffusion"])
     add_run_options(p)
     add_role_options(p)
     _add_data_options(p, "the run trains on this file; the spec names it by its digest")
     p.add_argument("--json", action="store_true")
+    _add_follow_option(p)
     p.set_defaults(handler=cmd_run_create)
     p = run.add_parser("join", parents=[home], help="join a run from the running daemon")
     p.add_argument(
@@ -163,6 +176,7 @@ def _add_run_commands(commands: Any, home: argparse.ArgumentParser) -> None:
         help="how long to look for the run's peers (default 60)",
     )
     p.add_argument("--json", action="store_true")
+    _add_follow_option(p)
     p.set_defaults(handler=cmd_run_join)
     _add_invite_commands(run, home)
     p = run.add_parser("export", parents=[home], help="write the run's current model to a folder")
@@ -177,9 +191,46 @@ def _add_run_commands(commands: Any, home: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_run_export)
+    p = run.add_parser("leave", parents=[home], help="stop taking part in a run")
+    p.add_argument("--run", metavar="ID|NAME", default="", help="the run (default: the only one)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_run_leave)
     p = run.add_parser("list", parents=[home], help="runs announced in the DHT")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=cmd_run_list)
+    _add_sample_command(commands, home)
+
+
+def _add_sample_command(commands: Any, home: argparse.ArgumentParser) -> None:
+    p = commands.add_parser(
+        "sample",
+        parents=[home],
+        help="images from a diffusion run's newest experts (any node, member or not)",
+    )
+    p.add_argument("--run", required=True, metavar="ID|NAME", help="the diffusion run")
+    p.add_argument("--n", type=int, default=64, help="images to draw (default 64)")
+    p.add_argument(
+        "--strategy",
+        default="top1",
+        help="how experts mix: top1 (default), top2, full, sample1, threshold0.2",
+    )
+    p.add_argument("--steps", type=int, default=50, help="Euler steps from noise (default 50)")
+    p.add_argument("--seed", type=int, default=0, help="noise seed (default 0)")
+    p.add_argument("--fresh", action="store_true", help=argparse.SUPPRESS)  # refetch (benchmark)
+    p.add_argument(
+        "--out", required=True, type=Path, help="a .png grid or an .npz of the images ([-1, 1])"
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_sample)
+
+
+def _add_follow_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--follow",
+        action="store_true",
+        help="then show the run's progress (rounds, inner steps, state download, waits) until "
+        "it finishes; Ctrl-C stops watching, not the run",
+    )
 
 
 def _add_certificate_option(p: argparse.ArgumentParser) -> None:
@@ -217,9 +268,10 @@ def _add_invite_commands(run: Any, home: argparse.ArgumentParser) -> None:
 def _add_trust_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model",
-        metavar="PACKAGE.MODULE:FACTORY",
+        metavar="PACKAGE.MODULE:FACTORY|hf:DIR",
         help="the run's model, when it is one by import path: this node may import it (peertrain "
-        "imports only code you name; config key trusted_models)",
+        "imports only code you name; config key trusted_models); or your copy of the hf: folder "
+        "whose weights the run starts from (checked against its digest)",
     )
 
 
@@ -240,9 +292,10 @@ def _add_swarm_commands(commands: Any) -> None:
     p.add_argument("--log-format", choices=["auto", "rich", "plain", "json"])
     p.add_argument(
         "--mode",
-        choices=["none", "diloco", "swarm"],
+        choices=["none", "diloco", "swarm", "diffusion"],
         default="none",
-        help="none: daemons only; diloco: train a DiLoCo run together; swarm: a SWARM pipeline",
+        help="none: daemons only; diloco: train a DiLoCo run together; swarm: a SWARM pipeline; "
+        "diffusion: expert groups and a router (--experts K)",
     )
     _add_fault_options(p)
     p.add_argument(

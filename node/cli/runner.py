@@ -24,6 +24,7 @@ from ..net.identity import load_or_create_identity
 log = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE = 4.0
+PROGRESS_EVERY = 0.5
 
 
 async def serve_until_signalled(config: NodeConfig) -> None:
@@ -33,6 +34,8 @@ async def serve_until_signalled(config: NodeConfig) -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(serve_node, daemon)
             print_banner(daemon)
+            if config.log_format in ("auto", "rich") and sys.stderr.isatty():
+                nursery.start_soon(show_progress, daemon)
             async for signum in signals:
                 log.info("received %s, stopping", signal.Signals(signum).name)
                 _arm_watchdog()
@@ -57,6 +60,24 @@ def print_banner(daemon: Daemon) -> None:
         lines.append("  private network: peers need the same --psk")
     lines.append(f"  control       {daemon.config.control_socket}")
     print("\n".join(lines), flush=True)
+
+
+async def show_progress(daemon: Daemon) -> None:
+    """On a terminal: the runs' progress bars (inner steps, downloads, waits) below the log
+    lines, redrawn twice a second on the log's own console so the two never tear."""
+    from rich.live import Live
+    from rich.text import Text
+
+    from ..api.history import runs_of
+    from ..log_setup import rich_console
+    from .progress_view import progress_view
+
+    with Live(Text(""), console=rich_console(), auto_refresh=False, transient=True) as live:
+        while True:
+            status = daemon.status()
+            live.update(progress_view(status) if runs_of(status) else Text(""))
+            live.refresh()
+            await trio.sleep(PROGRESS_EVERY)
 
 
 def _arm_watchdog() -> None:

@@ -21,6 +21,8 @@ def render_status(status: dict[str, Any]) -> str:
         lines.append(f"  run          {run['name']} ({run['mode']}, {run['run_id'][:12]}…)")
         if run["mode"] == "swarm":
             lines.append(f"    {swarm_line(run)}")
+        elif run["mode"] == "diffusion":
+            lines.extend(f"    {line}" for line in diffusion_lines(run))
         else:
             lines.append(
                 f"    round {run['round']}  loss {loss}  members {len(run['members'])}"
@@ -28,8 +30,11 @@ def render_status(status: dict[str, Any]) -> str:
             )
     else:
         lines.append(f"  run          {'-' if not run else len(run['runs'])}")
-    if run and "runs" not in run and run.get("error"):
-        lines.append(f"    error: {run['error']}")
+    if run and "runs" not in run:
+        from .progress_view import progress_lines
+
+        # inner steps, a download, a wait (and the error, if any), under the run's line
+        lines += [f"  {line}" for line in progress_lines({"run": run})[1:]]
     for service in status.get("services", []):
         if service["state"] in ("restarting", "quarantined") or service.get("error"):
             lines.append(
@@ -63,6 +68,23 @@ def swarm_line(run: dict[str, Any]) -> str:
     else:
         what = ""
     return f"{role} ({phase})  {what}  stages {sizes}"
+
+
+def diffusion_lines(run: dict[str, Any]) -> list[str]:
+    """A diffusion run: our group and phase, then one line per group (members, steps, loss)."""
+    accuracy = run.get("router_accuracy")
+    lines = [
+        f"training {run.get('group') or '-'} ({run.get('phase', '?')})  round {run['round']}"
+        + (f"  router top-1 at t=0.1 {accuracy:.2f}" if accuracy is not None else "")
+    ]
+    for group, figures in run.get("groups", {}).items():
+        loss = figures.get("loss")
+        lines.append(
+            f"  {group:10} members {len(figures['members'])}  steps {figures['steps']}"
+            f"  round {'-' if figures['round'] is None else figures['round']}"
+            f"  loss {'-' if loss is None else f'{loss:.4f}'}"
+        )
+    return lines
 
 
 def render_runs(runs: list[dict[str, Any]]) -> str:

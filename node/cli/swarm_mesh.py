@@ -142,9 +142,9 @@ class MeshSwarm:
                 del self._restart_at[index]
         if self._next_kill is not None and now >= self._next_kill:
             killed = self.kill_one()
-            if killed is not None:
+            if killed is not None:  # else asked again at the next poll
                 self._restart_at[killed] = now + RESTART_AFTER
-            self._next_kill = now + self.options.kill_every
+                self._next_kill = now + self.options.kill_every
         self.statuses = self.poll()
         for index in self.notice_deaths():
             died = self.died[index]
@@ -188,9 +188,10 @@ class MeshSwarm:
     def kill_one(self) -> int | None:
         if self.kills_stopped:
             return None
-        candidates = [
-            i for i, d in enumerate(self.daemons) if i > 0 and d.alive() and i not in self.died
-        ]
+        up = [i for i, s in enumerate(self.statuses) if s is not None]  # a restarted member
+        # still starting (slow on a loaded machine) is not in the run yet: killing it again
+        # would keep it out for good
+        candidates = [i for i in up if i > 0 and self.daemons[i].alive() and i not in self.died]
         if not candidates:
             return None
         index = self._rng.choice(candidates)

@@ -25,6 +25,7 @@ from libp2p.peer.id import ID
 from multiaddr import Multiaddr
 
 from ..net.addresses import MULTIADDR_ERRORS
+from ..net.budget import ResourceBudget
 from .hole_punch import HolePunch, QuickDCUtR
 from .reachability import ReachabilityCheck, address_translated
 from .relays import CIRCUIT, Dialer, HopLimits, PacedRelay, ReservationKeeper, connections_by_kind
@@ -53,6 +54,7 @@ class NatTraversal:
         reachability: ReachabilityCheck,
         *,
         limits: HopLimits,
+        budget: ResourceBudget | None = None,
         relays: int = 2,
         prefer: Sequence[ID] = (),
         upnp: bool = True,
@@ -62,6 +64,7 @@ class NatTraversal:
     ):
         self.host, self.reachability = host, reachability
         self.limits, self.want, self.prefer = limits, relays, list(prefer)
+        self.budget = budget
         self.use_upnp, self.publish = upnp, publish
         self.dial_timeout = dial_timeout
         self.dht_server = dht_server
@@ -83,7 +86,7 @@ class NatTraversal:
         from libp2p.relay.circuit_v2.transport import CircuitV2Transport
         from libp2p.tools.anyio_service import background_trio_service
 
-        self.relay = PacedRelay(self.host, limits=self.limits)
+        self.relay = PacedRelay(self.host, limits=self.limits, budget=self.budget)
         dcutr = QuickDCUtR(self.host)
         async with (
             background_trio_service(self.relay),

@@ -10,6 +10,8 @@ under `budget` in `status --json`:
                          download is admitted, before its buffer exists; per peer at most a
                          share, so one peer cannot starve the rest
     disk                 bytes under the home's runs/ folder (checkpoints, manifests)
+    relay                circuits relayed at once and their bytes/s, all reservations together,
+                         and reservations per IP prefix (node/nat/relays/hop.py takes them)
 
 Connections are counted from the host's live table at each arrival rather than by our own
 bookkeeping: py-libp2p misses disconnect events of peers that die abruptly (LIBP2P-NOTES.md), and
@@ -46,6 +48,9 @@ class BudgetLimits:
     receive_memory: int = 2 * GiB
     receive_memory_per_peer: int = 512 * MiB
     disk: int = 20 * GiB
+    relay_circuits: int = 32
+    relay_bandwidth: int = 32_000_000  # bytes/s
+    relay_reservations_per_prefix: int = 4
 
     @classmethod
     def of(cls, config: Any) -> BudgetLimits:
@@ -72,6 +77,7 @@ class ResourceBudget:
         self.limits = limits or BudgetLimits()
         self.home = home
         self._memory: Counter[str] = Counter()  # peer → bytes reserved
+        self.relay_circuits = 0  # circuits relayed now (hop.py counts them)
         self.refused: Counter[str] = Counter()  # resource → refusals
 
     @contextmanager
@@ -127,6 +133,7 @@ class ResourceBudget:
             limits={f: getattr(self.limits, f) for f in self.limits.__dataclass_fields__},
             receive_memory=sum(self._memory.values()),
             receive_memory_peers=len(self._memory),
+            relay_circuits=self.relay_circuits,
             connections=dict(connections or {}),
             refused=dict(self.refused),
         )
@@ -138,6 +145,7 @@ class BudgetUsage(TypedDict):
     limits: dict[str, int]
     receive_memory: int  # bytes reserved by downloads in flight
     receive_memory_peers: int
+    relay_circuits: int  # circuits relayed now
     connections: dict[str, int]  # ConnectionGate.counts()
     refused: dict[str, int]  # by the limit that refused
 
@@ -182,12 +190,12 @@ class ConnectionGate(ConnectionEvents):
         limits = self.budget.limits
         conns = self._connections()
         peer = conn.muxed_conn.peer_id.to_base58()
-        prefix = _prefix_of(conn)
+        prefix = prefix_of(conn)
         if len(conns) > limits.connections:
             return "connections"
         if sum(1 for p, _ in conns if p == peer) > limits.connections_per_peer:
             return "connections_per_peer"
-        if prefix and not _is_local(prefix):
+        if prefix and not is_local(prefix):
             if sum(1 for _, x in conns if x == prefix) > limits.connections_per_prefix:
                 return "connections_per_prefix"
         return None
@@ -196,11 +204,11 @@ class ConnectionGate(ConnectionEvents):
         out = []
         for peer, conns in list(self.host.get_network().connections.items()):
             items = conns if isinstance(conns, list) else [conns]
-            out += [(peer.to_base58(), _prefix_of(c)) for c in items]
+            out += [(peer.to_base58(), prefix_of(c)) for c in items]
         return out
 
 
-def _prefix_of(conn: INetConn) -> str | None:
+def prefix_of(conn: INetConn) -> str | None:
     """The remote IP's prefix, when the connection says where it comes from."""
     try:
         maddr = conn.muxed_conn.secured_conn.get_remote_address()  # type: ignore[attr-defined]
@@ -210,7 +218,7 @@ def _prefix_of(conn: INetConn) -> str | None:
         return None
 
 
-def _is_local(prefix: str) -> bool:
+def is_local(prefix: str) -> bool:
     """Loopback and private blocks are one machine or one LAN: test swarms live there."""
     network = ipaddress.ip_network(prefix)
     return network.is_loopback or network.is_private

@@ -36,6 +36,13 @@ class SessionLifecycle:
         self.sessions, self.node = sessions, node
         self.run_id, self.envelope, self.seeds, self.role = run_id, envelope, seeds, role
         self.member_factory = member_factory
+        self._scope: trio.CancelScope | None = None
+
+    def leave(self) -> None:
+        """Stop the run for good (`run leave`): its session ends as if finished, and the
+        supervisor, seeing a clean end, does not restart it."""
+        if self._scope is not None:
+            self._scope.cancel()
 
     async def run(self, *, task_status: trio.TaskStatus[RunSession] = trio.TASK_STATUS_IGNORED):
         session = RunSession(
@@ -51,7 +58,8 @@ class SessionLifecycle:
             session.restarts = previous.restarts + 1
         self.sessions[self.run_id] = session
         try:
-            await session.run(task_status=task_status)
+            with trio.CancelScope() as self._scope:
+                await session.run(task_status=task_status)
         except Exception as exc:  # noqa: BLE001 - recorded for status, then the supervisor decides
             session.error = describe(exc)
             raise

@@ -8,6 +8,8 @@ gathers every run that QUERY may mean (DHT entries and connected peers, over
 us a forged run), refuses a name that several runs carry, listing them, and checks the spec
 against this node's own limits and data (spec_check.py) before a session builds anything.
 Anti-entropy requests for any of our runs arrive on one protocol and are routed by run ID.
+`run.leave` stops a session for good. Over 400 lines: the control API and the supervised start
+and stop of sessions read best beside each other.
 """
 
 from __future__ import annotations
@@ -30,13 +32,22 @@ from ..net.rpc import RpcServer, refuse
 from ..params import param
 from ..services.node_services import NodeServices
 from ..supervision import ServiceHealthStatus, Supervisor
+from .diffusion_sample import DiffusionSampler
+from .diffusion_session import save_partition
 from .directory import Candidate, RunDirectory, ambiguous, listing_of, matches
 from .invites import check_certificate, invite_methods, save_certificate
 from .lifecycle import SessionLifecycle, quarantine, quarantine_file
 from .run_export import export_run
 from .run_lookup import RUN_LOOKUP, RunFinder, RunFound, RunLookup
 from .session import CRDT_SYNC, RunSession, saved_manifests
-from .spec_check import check_spec, local_data, remember_data, trust_models, with_data_digest
+from .spec_check import (
+    check_spec,
+    local_data,
+    remember_data,
+    trust_models,
+    with_data_digest,
+    with_hf_model,
+)
 from .status import ManyRunsStatus, RunStatus
 
 if TYPE_CHECKING:
@@ -72,10 +83,12 @@ class RunManager:
         self.directory = RunDirectory(node, lambda: [listing_of(s) for s in self._active()])
         self.finder = RunFinder(node, self.directory)
         self.sessions: dict[str, RunSession] = {}
+        self.sampler = DiffusionSampler(node, self.finder, self.sessions)
         # set by a process that holds a user's model (node/api/diloco.py): it alone can take
         # part in `external:` runs
         self.member_factory: MemberFactory | None = None
         self.supervisor = Supervisor(max_failures=3, window=600.0, backoff_min=2.0)
+        self._lifecycles: dict[str, SessionLifecycle] = {}  # run ID → its own; bounded as sessions
         self._nursery: trio.Nursery | None = None
 
     async def run(
@@ -139,6 +152,10 @@ class RunManager:
                 raise ControlError(str(exc)) from None
             return {"text": text}
 
+        async def leave(params: dict[str, Any]) -> dict[str, Any]:
+            session = self.leave(param(params, "run", str, ""))
+            return {"run_id": session.run_id, "name": session.manifest.name}
+
         async def export(params: dict[str, Any]) -> dict[str, Any]:
             session = self.session_named(param(params, "run", str, ""))
             out = param(params, "out", str, "")
@@ -150,8 +167,23 @@ class RunManager:
             "run.list": list_runs,
             "run.sample": sample,
             "run.export": export,
+            "run.leave": leave,
+            "diffusion.sample": self.sampler.sample,
             **invite_methods(self),
         }
+
+    def leave(self, name: str) -> RunSession:
+        """Stop taking part in run `name` (any, when in one): its session stops, its lease runs
+        out (the others count it gone within LEASE_MS), status drops it. Its folder stays:
+        joining again resumes from its checkpoints."""
+        session = self._session_named(name)
+        lifecycle = self._lifecycles.pop(session.run_id, None)
+        if lifecycle is not None:
+            lifecycle.leave()
+        self.sessions.pop(session.run_id, None)
+        self.supervisor.forget(f"run {session.run_id[:16]}")
+        log.info("left run %s (%s)", session.manifest.name, session.run_id[:16])
+        return session
 
     def _trust_model(self, model: Any) -> None:
         """A model import path the local user named on the control socket may be imported."""
@@ -197,7 +229,12 @@ class RunManager:
         if data is not None:
             spec = with_data_digest(spec, data)
         trust_models(self.trusted_models)
-        spec_bytes = _spec_bytes(mode, spec)
+        spec = with_hf_model(spec)
+        artifact = None  # a diffusion run's partition, fitted here and named in its spec
+        if mode == "diffusion":
+            spec_bytes, artifact = await trio.to_thread.run_sync(_diffusion_spec, spec)
+        else:
+            spec_bytes = _spec_bytes(mode, spec)
         manifest = RunManifest(
             creator=self.node.peer_id,
             created_ms=int(time.time() * 1000),
@@ -208,6 +245,8 @@ class RunManager:
         envelope = sign_manifest(self.node.identity.key_pair, manifest)
         check_spec(manifest, budget=budget or self.budget, data=data, own_model=self._own_model)
         remember_data(self._run_directory(manifest.run_id), data)
+        if artifact is not None:
+            save_partition(self._run_directory(manifest.run_id), artifact)
         log.info("created run %s (%s)", name, manifest.run_id[:16])
         session = await self._start(manifest.run_id, envelope, seeds=set(), role=role)
         self.directory.changed()
@@ -324,6 +363,7 @@ class RunManager:
         lifecycle = SessionLifecycle(
             self.sessions, self.node, run_id, envelope, seeds, role, self.member_factory
         )
+        self._lifecycles[run_id] = lifecycle
         try:
             await self.supervisor.start(
                 self._nursery,
@@ -334,6 +374,7 @@ class RunManager:
             )
         except Exception:
             self.sessions.pop(run_id, None)  # the caller hears why; nothing is left running
+            self._lifecycles.pop(run_id, None)
             self.supervisor.forget(f"run {run_id[:16]}")
             raise
         return self.sessions[run_id]
@@ -352,10 +393,11 @@ class RunManager:
         return refuse(req, ErrorCode.NOT_FOUND, f"no run {req.name!r} here")
 
     async def _answer_sync(self, peer: ID, req: SyncRequest):
-        session = self.sessions.get(req.run)
-        if session is None:
+        session = self.sessions.get(req.run.partition("/")[0])  # a run or one of its groups
+        replicator = session.replicator_for(req.run) if session is not None else None
+        if replicator is None:
             return refuse(req, ErrorCode.NOT_FOUND, "not in that run")
-        return session.replicator.handle_sync(peer.to_base58(), req)
+        return replicator.handle_sync(peer.to_base58(), req)
 
     def services(self) -> list[ServiceHealthStatus]:
         return self.supervisor.status()
@@ -368,9 +410,12 @@ class RunManager:
 
 
 def _role(params: dict[str, Any]) -> dict[str, Any] | None:
-    """A swarm run's role from control parameters: {"role", "speed", "stage"} (all optional)."""
+    """A run's role from control parameters: swarm {"role", "speed", "stage"}, diffusion
+    {"group"} (all optional)."""
     out: dict[str, Any] = {}
     try:
+        if params.get("group"):
+            out["group"] = str(params["group"])
         if params.get("role"):
             out["role"] = str(params["role"])
             if out["role"] not in ("server", "trainer"):
@@ -386,9 +431,23 @@ def _role(params: dict[str, Any]) -> dict[str, Any] | None:
     return out or None
 
 
+def _diffusion_spec(spec: dict[str, Any]) -> tuple[bytes, bytes]:
+    """A diffusion run's spec bytes with its partition fitted and named, and the artifact."""
+    from peertrain.swarm.diffusion.run_partition import with_partition
+    from peertrain.swarm.errors import SwarmError
+
+    try:
+        built, artifact = with_partition(spec)
+    except (SwarmError, TypeError, ValueError) as exc:
+        raise ControlError(f"invalid run settings: {exc}") from None
+    return built.to_bytes(), artifact
+
+
 def _spec_bytes(mode: str, spec: dict[str, Any]) -> bytes:
     if mode not in ("diloco", "swarm"):
-        raise ControlError(f"unknown mode {mode!r}; this version trains `diloco` and `swarm` runs")
+        raise ControlError(
+            f"unknown mode {mode!r}; this version trains `diloco`, `swarm` and `diffusion` runs"
+        )
     from peertrain.swarm.diloco.run_spec import DiLoCoSpec
     from peertrain.swarm.models.config import ConfigError
     from peertrain.swarm.pipeline.run_spec import PipelineSpec

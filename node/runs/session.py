@@ -30,7 +30,7 @@ from ..services.node_services import NodeServices
 from .context import RunContext
 from .invites import load_certificate
 from .spec_check import local_data
-from .status import DiLoCoRunStatus, RunStatus, SwarmRunStatus
+from .status import DiffusionRunStatus, DiLoCoRunStatus, RunStatus, SwarmRunStatus
 from .update_exchange import open_update_exchange
 
 if TYPE_CHECKING:
@@ -83,6 +83,7 @@ class RunSession:
         # runs of a user-supplied model (`external:`): builds the member around it
         self.member_factory = member_factory
         self.pipeline = None
+        self.diffusion = None
         state = RunState(run_id)
         state.accept_manifest(manifest_envelope)
         self.seeds = set(seeds)
@@ -140,6 +141,8 @@ class RunSession:
             await self._run_pipeline(task_status)
         elif self.manifest.mode == "diloco":
             await self._run_diloco(task_status)
+        elif self.manifest.mode == "diffusion":
+            await self._run_diffusion(task_status)
         else:
             raise NotImplementedError(f"mode {self.manifest.mode!r} is not served by this node yet")
 
@@ -157,7 +160,9 @@ class RunSession:
         if is_external(spec.model) and self.member_factory is not None:
             factory = self.member_factory
         else:
-            factory = functools.partial(build_member, data=data)
+            factory = functools.partial(
+                build_member, data=data, device=node.device, precision=node.precision
+            )
         built = await trio.to_thread.run_sync(factory, spec, me)
         update_exchange = open_update_exchange(
             node,
@@ -179,7 +184,11 @@ class RunSession:
                 tensors=exchange.tensors,
                 addrs=node.addrs,
                 attack=node.attack,
-                checkpoints=CheckpointStore(context.directory / "checkpoints", keep=3),
+                checkpoints=CheckpointStore(
+                    context.directory / "checkpoints",
+                    keep=3,
+                    room=node.budget.check_disk if node.budget else None,
+                ),
                 on_penalty=self._blame,  # providers and attesters of a state that fails its checks
                 certificate=load_certificate(context.directory),  # invite runs: `run invite`'s
             )
@@ -199,6 +208,21 @@ class RunSession:
         self.pipeline = pipeline
         await pipeline.run()
 
+    async def _run_diffusion(self, task_status: trio.TaskStatus[RunSession]) -> None:
+        # started at once, as a pipeline: the partition and torch may take longer than a
+        # control request may wait; `status` says "starting" meanwhile
+        task_status.started(self)
+        from .diffusion_session import DiffusionSession
+
+        self.diffusion = DiffusionSession(self.context, group=self.role.get("group"))
+        await self.diffusion.run()
+
+    def replicator_for(self, run: str) -> Replicator | None:
+        """The replicator of `run`: this run's, or (diffusion) our expert group's."""
+        if run == self.run_id:
+            return self.replicator
+        return self.diffusion.replicator_for(run) if self.diffusion is not None else None
+
     def use_certificate(self, raw: bytes) -> None:
         """A certificate given while the run is on: our next lease announcement carries it."""
         if self.driver is not None:
@@ -214,6 +238,10 @@ class RunSession:
         if self.manifest.mode == "swarm":
             pipeline = self.pipeline.status() if self.pipeline is not None else {}
             return cast(SwarmRunStatus, {**self._common(), **self.role, **pipeline})
+        if self.manifest.mode == "diffusion":
+            live = sorted(p for p in self.state.members() if self.state.is_live(p))
+            diffusion = self.diffusion.status() if self.diffusion is not None else {}
+            return cast(DiffusionRunStatus, {**self._common(members=live), **diffusion})
         return self._diloco_status()
 
     def _common(
@@ -270,6 +298,7 @@ class RunSession:
             params=driver.member.layout.numel if driver else 0,
             inner_steps=driver.spec.inner_steps if driver else 0,
             model=driver.spec.model if driver else "",
+            progress=driver.progress_status() if driver else None,
         )
 
 

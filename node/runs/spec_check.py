@@ -28,10 +28,11 @@ LOCAL_DATA_FILE = "local-data"
 
 def decode_spec(manifest: RunManifest) -> Any:
     """The manifest's spec as its mode's RunSpec; ControlError when it is not one."""
+    from peertrain.swarm.diffusion.run_spec import DiffusionSpec
     from peertrain.swarm.diloco.run_spec import DiLoCoSpec
     from peertrain.swarm.pipeline.run_spec import PipelineSpec
 
-    kinds = {"diloco": DiLoCoSpec, "swarm": PipelineSpec}
+    kinds = {"diloco": DiLoCoSpec, "swarm": PipelineSpec, "diffusion": DiffusionSpec}
     if manifest.mode not in kinds:
         raise ControlError(f"run mode {manifest.mode!r} is not served by this node")
     try:
@@ -66,6 +67,12 @@ def _is_external(spec: Any) -> bool:
 
 
 def _check_data(spec: Any, data: str | None) -> None:
+    from peertrain.swarm.diffusion.run_spec import DiffusionSpec
+
+    if isinstance(spec, DiffusionSpec):  # its images come by dataset name, never from a file
+        if data is not None:
+            raise SwarmConfigError("a diffusion run trains on a named dataset: leave out --data")
+        return
     config = spec.dataset_config()
     if data is None and not getattr(config, "data_digest", ""):
         return
@@ -77,21 +84,50 @@ def _check_data(spec: Any, data: str | None) -> None:
 def with_data_digest(spec: dict[str, Any], data: str) -> dict[str, Any]:
     """The creator's spec settings naming `data` by its digest; without named `sources`, the
     run trains on that file alone (the stdlib corpus would otherwise fill `max_bytes` first)."""
-    from peertrain.swarm.data import file_digest
+    from peertrain.swarm.data import data_digest
 
-    path = Path(data).expanduser()
-    if not path.is_file():
-        raise ControlError(f"--data {data!r} does not exist or is not a file")
+    dataset = spec.get("dataset") or "text"
     settings = dict(spec.get("dataset_settings") or {})
-    settings["data_digest"] = file_digest(path)
-    settings.setdefault("sources", [])
-    return {**spec, "dataset": spec.get("dataset") or "text", "dataset_settings": settings}
+    try:
+        settings["data_digest"] = data_digest(dataset, data)
+    except SwarmConfigError as exc:
+        raise ControlError(str(exc)) from None
+    if dataset == "text":
+        settings.setdefault("sources", [])
+    return {**spec, "dataset": dataset, "dataset_settings": settings}
+
+
+def with_hf_model(spec: dict[str, Any]) -> dict[str, Any]:
+    """The creator's spec with `--model hf:PATH_OR_CONFIG` read into plain settings (no path
+    travels to peers; swarm/models/hf.py)."""
+    model = spec.get("model")
+    if not isinstance(model, str) or not model.startswith("hf:"):
+        return spec
+    from peertrain.swarm.models.hf import resolve_hf
+
+    try:
+        name, settings = resolve_hf(model, spec.get("model_settings") or {})
+    except SwarmConfigError as exc:
+        raise ControlError(str(exc)) from None
+    return {**spec, "model": name, "model_settings": settings}
+
+
+def offer_hf_folders(paths: Iterable[str]) -> None:
+    """The `--model hf:DIR` folders among `paths` hold weights this node may start from."""
+    from peertrain.swarm.models.hf import WEIGHTS, offer_pretrained
+
+    for path in paths:
+        folder = Path(path.removeprefix("hf:")).expanduser()
+        if path.startswith("hf:") and (folder / WEIGHTS).is_file():
+            offer_pretrained(folder)
 
 
 def trust_models(paths: Iterable[str]) -> None:
     """Let this process import the model factories among `paths` (the local user's choice:
-    `trusted_models`, `--model package.module:factory`) when a run names them."""
-    import_paths = [p for p in paths if ":" in p and not p.startswith("external:")]
+    `trusted_models`, `--model package.module:factory`) when a run names them, and start from
+    the weights of the `--model hf:DIR` folders among them."""
+    offer_hf_folders(paths)
+    import_paths = [p for p in paths if ":" in p and not p.startswith(("external:", "hf:"))]
     if not import_paths:
         return
     from peertrain.swarm.models.registry import is_import_path, trust_import

@@ -41,6 +41,10 @@ class DiLoCoRunStatus(RunStatus):
     params: int
     inner_steps: int
     model: str
+    # phase, round, inner_step/inner_steps, download {what, bytes_done, bytes_total, donors,
+    # elapsed_s, bytes_per_s} | None, waiting {what, have, need, elapsed_s} | None
+    # (swarm/progress.py); None until the driver runs
+    progress: dict[str, Any] | None
 
 
 class SwarmRunStatus(RunStatus):
@@ -53,6 +57,22 @@ class SwarmRunStatus(RunStatus):
     stages: NotRequired[int]
     stage_sizes: NotRequired[list[int]]
     spec: NotRequired[dict[str, Any]]
+
+
+class DiffusionRunStatus(RunStatus):
+    """A diffusion run (node/runs/diffusion_session.py): our group and its DiLoCo figures, every
+    group's members, steps, round and loss, and our group's update traffic by sender's group."""
+
+    group: NotRequired[str | None]
+    experts: NotRequired[int]
+    dataset: NotRequired[str]
+    model: NotRequired[str]
+    groups: NotRequired[dict[str, dict[str, Any]]]
+    traffic: NotRequired[dict[str, Any]]
+    router_accuracy: NotRequired[float | None]
+    initial_loss: NotRequired[float | None]
+    finished: NotRequired[bool]
+    state_checksum: NotRequired[str]
 
 
 class ManyRunsStatus(TypedDict):

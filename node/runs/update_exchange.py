@@ -51,7 +51,9 @@ class NodeTensors:
     def unpin(self, checksum: bytes) -> None:
         self.node.tensors.unpin(checksum)
 
-    async def fetch(self, holders, checksum: bytes, max_nbytes: int, *, allocate=None):
+    async def fetch(
+        self, holders, checksum: bytes, max_nbytes: int, *, allocate=None, on_header=None
+    ):
         ids = [ID.from_base58(h) if isinstance(h, str) else h for h in holders]
         return await fetch_tensor(
             self.node.host,
@@ -60,6 +62,8 @@ class NodeTensors:
             max_nbytes=max_nbytes,
             scoreboard=self.node.scoreboard,
             allocate=allocate,
+            on_header=on_header,
+            budget=self.node.budget,
         )
 
     # update gossip: encoded payloads

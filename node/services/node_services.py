@@ -14,6 +14,7 @@ from pathlib import Path
 
 from libp2p.abc import IHost
 
+from ..net.budget import ResourceBudget
 from ..net.identity import Identity
 from ..net.penalties import PeerScoreboard
 from .dht import DhtService
@@ -32,6 +33,13 @@ class NodeServices:
     addrs: Callable[[], list[str]]  # advertised addresses, best first
     home: Path  # the node's data directory: runs keep manifests and checkpoints under it
     attack: str | None = None  # research/testing: a Byzantine behaviour for runs (swarm/attacks)
+    # where this node trains and in what precision: its own choice, never the run's
+    # (swarm/devices.py: auto|cpu|cuda[:N]|mps; fp32|bf16|fp16)
+    device: str = "auto"
+    precision: str = "fp32"
+    # the daemon's resource budget: downloads are admitted against its receive memory, and
+    # checkpoints against its disk (node/net/budget.py); None: unbounded (tests, tools)
+    budget: ResourceBudget | None = None
 
     @property
     def peer_id(self) -> str:

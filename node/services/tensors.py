@@ -15,6 +15,11 @@ dropped and its range goes back to the queue, so the download resumes from verif
 another holder. Any holder will do, since the checksum, not the holder, is trusted. A holder
 whose connection broke (a relayed connection reset and redialed, a punched one replacing it)
 is asked again once it is connected again: a few times, each within a few seconds.
+
+A download is admitted against the daemon's receive-memory budget (node/net/budget.py) once its
+header has passed every cheap check (size limit, expected checksum), before its buffer exists,
+and gives the memory back when it ends; a fresh buffer's pages are faulted in as chunks land, so
+memory follows the data, not the header's promise.
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ from peertrain.protocol.messages import ErrorCode
 from peertrain.protocol.tensor_transfer import fetch_chunks, request_header, serve_tensor_request
 from peertrain.protocol.tensors import PreparedTensor, TensorDownload
 
-from ..errors import TransferFailed
+from ..errors import BudgetExceeded, TransferFailed
+from ..net.budget import ResourceBudget
 from ..net.penalties import PeerScoreboard, is_misbehaviour
 from ..net.stream_limits import StreamSlots
 from ..net.streams import reset_quietly
@@ -180,6 +186,8 @@ async def fetch_tensor(
     retries: int = RETRIES,
     reconnect_wait: float = RECONNECT_WAIT,
     reconnect: Callable[[ID], Awaitable[Any]] | None = None,
+    on_header: Callable[[TensorDownload], None] | None = None,
+    budget: ResourceBudget | None = None,
 ) -> TensorDownload:
     """Download and verify tensor `checksum` from `holders` in parallel; raise TransferFailed.
 
@@ -187,19 +195,55 @@ async def fetch_tensor(
     redialed) is asked again, up to `retries` times, once a connection to it is back within
     `reconnect_wait` s; `reconnect(holder)` is called when none came back by itself. Verified
     chunks are kept, so the download resumes where it stopped. `allocate(nbytes)` may supply
-    the payload buffer (node/net/receive_buffers.py)."""
+    the payload buffer (node/net/receive_buffers.py). `on_header(download)` is told of the
+    download once its size is known, to follow its `verified_nbytes` (progress displays).
+    `budget` admits the download (module docstring): BudgetExceeded when its memory is spent."""
     holders = [h for h in dict.fromkeys(holders) if h != host.get_id()]
     again = _Retries(host, retries=retries, wait=reconnect_wait, reconnect=reconnect)
-    download, failures = await _first_header(
-        host, holders, checksum, max_nbytes, idle_timeout, allocate, again
-    )
-    ranges = _RangeFetch(host, download, again, failures, scoreboard, idle_timeout)
-    await ranges.run(holders)
+    admission = _Admission(budget, allocate, holders[0].to_base58() if holders else "")
+    try:
+        download, failures = await _first_header(
+            host, holders, checksum, max_nbytes, idle_timeout, admission.allocate, again
+        )
+        if on_header is not None:
+            on_header(download)
+        ranges = _RangeFetch(host, download, again, failures, scoreboard, idle_timeout)
+        await ranges.run(holders)
+    finally:
+        admission.release()
     if not download.complete:
         raise TransferFailed(
             f"could not fetch tensor {checksum.hex()[:16]}: " + "; ".join(failures[-4:])
         )
     return download
+
+
+class _Admission:
+    """Receive memory for one download, reserved when its checked header asks for a buffer."""
+
+    def __init__(
+        self,
+        budget: ResourceBudget | None,
+        allocate: Callable[[int], torch.Tensor] | None,
+        peer: str,
+    ) -> None:
+        self.budget, self._allocate, self.peer = budget, allocate, peer
+        self.reserved = 0
+
+    def allocate(self, nbytes: int) -> torch.Tensor:
+        if self.budget is not None and not self.reserved:
+            self.budget.reserve_memory(self.peer, nbytes)  # raises BudgetExceeded
+            self.reserved = nbytes
+        if self._allocate is not None:
+            return self._allocate(nbytes)
+        import torch
+
+        return torch.empty(nbytes, dtype=torch.uint8)  # pages faulted in as chunks land
+
+    def release(self) -> None:
+        if self.budget is not None and self.reserved:
+            self.budget.release_memory(self.peer, self.reserved)
+            self.reserved = 0
 
 
 class _RangeFetch:
@@ -351,6 +395,8 @@ async def _first_header(
                     return header, failures
                 finally:
                     await stream.close()
+            except BudgetExceeded:
+                raise  # no other holder can change that: the caller hears it at once
             except Exception as exc:  # noqa: BLE001 - NOT_FOUND, dead holder, bad header,
                 # libp2p's own types: try the next one; the reasons go into TransferFailed
                 failures.append(f"{holder}: {exc}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Protocol
 
+import numpy as np
 import torch
 
 from .shards import seeded_int
@@ -26,16 +27,26 @@ class Batches(Protocol):
 
 
 class WindowBatches:
-    """Random windows of `block_size + 1` tokens inside fixed-length chunks, never across them."""
+    """Random windows of `block_size + 1` tokens inside fixed-length chunks, never across them.
+
+    `chunks` is a tensor, or a numpy array that may be a memory map (token files): then only the
+    windows drawn are read, and `rows` (the shard's chunk indices) keeps the shard unread too."""
 
     def __init__(
-        self, chunks: torch.Tensor, *, block_size: int, batch_size: int, seed: int
+        self,
+        chunks: torch.Tensor | np.ndarray,
+        *,
+        block_size: int,
+        batch_size: int,
+        seed: int,
+        rows: torch.Tensor | None = None,
     ) -> None:
-        if chunks.dim() != 2 or chunks.size(1) < block_size + 1:
+        if chunks.ndim != 2 or chunks.shape[1] < block_size + 1:
             raise ValueError(
                 f"chunks of shape {tuple(chunks.shape)} cannot hold {block_size + 1} tokens"
             )
         self.chunks = chunks
+        self.rows = rows
         self.block_size = block_size
         self.batch_size = batch_size
         self.seed = seed
@@ -43,25 +54,46 @@ class WindowBatches:
 
     def batch(self, step: int) -> Batch:
         generator = torch.Generator().manual_seed(seeded_int("windows", self.seed, step))
-        rows = torch.randint(len(self.chunks), (self.batch_size,), generator=generator)
-        last_start = self.chunks.size(1) - self.block_size - 1
+        count = len(self.chunks) if self.rows is None else len(self.rows)
+        rows = torch.randint(count, (self.batch_size,), generator=generator)
+        if self.rows is not None:
+            rows = self.rows[rows]
+        last_start = self.chunks.shape[1] - self.block_size - 1
         starts = torch.randint(last_start + 1, (self.batch_size,), generator=generator)
-        windows = self.chunks[rows[:, None], starts[:, None] + self._offsets].long()
+        columns = starts[:, None] + self._offsets
+        if isinstance(self.chunks, np.ndarray):
+            picked = self.chunks[rows.numpy()[:, None], columns.numpy()]
+            windows = torch.from_numpy(picked.astype(np.int64))
+        else:
+            windows = self.chunks[rows[:, None], columns].long()
         return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
 
 
-class RowBatches:
-    """Random rows of a feature matrix with their labels (sampled with replacement per batch)."""
+def tile_windows(chunks: torch.Tensor, block_size: int, batch_size: int) -> list[Batch]:
+    """Non-overlapping (x, y) windows tiling every chunk, in a fixed order (eval batches)."""
+    block, per_chunk = block_size, (chunks.size(1) - 1) // block_size
+    x = torch.cat([chunks[:, i * block : (i + 1) * block] for i in range(per_chunk)])
+    y = torch.cat([chunks[:, i * block + 1 : (i + 1) * block + 1] for i in range(per_chunk)])
+    return list(zip(x.split(batch_size), y.split(batch_size), strict=True))
 
-    def __init__(self, x: torch.Tensor, y: torch.Tensor, *, batch_size: int, seed: int) -> None:
+
+class RowBatches:
+    """Random rows of a feature matrix with their labels (sampled with replacement per batch);
+    `scale`: uint8 rows (images) become floats x·scale per batch, so the set stays 1 byte/value."""
+
+    def __init__(
+        self, x: torch.Tensor, y: torch.Tensor, *, batch_size: int, seed: int, scale: float = 1.0
+    ) -> None:
         self.x, self.y = x, y
         self.batch_size = batch_size
         self.seed = seed
+        self.scale = scale
 
     def batch(self, step: int) -> Batch:
         generator = torch.Generator().manual_seed(seeded_int("rows", self.seed, step))
         rows = torch.randint(len(self.x), (self.batch_size,), generator=generator)
-        return self.x[rows], self.y[rows]
+        x = self.x[rows]
+        return (x.float() * self.scale if self.scale != 1.0 else x), self.y[rows]
 
 
 class ConcatBatches:

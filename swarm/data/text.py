@@ -17,9 +17,10 @@ from pathlib import Path
 import torch
 
 from ..models.config import ConfigError
-from .batches import Batch, WindowBatches
-from .corpus import corpus_digest, file_digest, load_corpus
+from .batches import Batch, WindowBatches, tile_windows
+from .corpus import corpus_digest, load_corpus
 from .shards import seeded_int, shard_indices, split_eval
+from .user_data import check_user_data, is_digest
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,7 +45,7 @@ class TextDatasetConfig:
             raise ConfigError("a text dataset needs at least one source or user data")
         if self.max_bytes < 1:
             raise ConfigError("max_bytes must be positive")
-        if self.data_digest and not _is_digest(self.data_digest):
+        if self.data_digest and not is_digest(self.data_digest):
             raise ConfigError(f"data_digest {self.data_digest[:80]!r} is not a hex content digest")
 
     def build(self, data: Path | str | None = None) -> TextDataset:
@@ -56,27 +57,7 @@ class TextDatasetConfig:
     def check_data(self, data: Path | str | None) -> str:
         """`data` as a path, if it is the user data this config names; ConfigError otherwise
         (the message names both digests, so a user can tell which file the run expects)."""
-        if not self.data_digest:
-            raise ConfigError("this run trains on no user data: leave out --data")
-        if data is None:
-            raise ConfigError(
-                f"this run trains on user data with digest {self.data_digest}: "
-                "supply the same file with --data PATH"
-            )
-        path = Path(data).expanduser()
-        if not path.is_file():
-            raise ConfigError(f"--data {str(data)!r} does not exist or is not a file")
-        found = file_digest(path)
-        if found != self.data_digest:
-            raise ConfigError(
-                f"{path} has digest {found}, but this run trains on data with digest "
-                f"{self.data_digest}: a member with other data would train on something else"
-            )
-        return str(path)
-
-
-def _is_digest(text: str) -> bool:
-    return 16 <= len(text) <= 128 and all(c in "0123456789abcdef" for c in text)
+        return check_user_data(self.data_digest, data)
 
 
 class TextDataset:
@@ -114,10 +95,5 @@ class TextDataset:
 
     def eval_batches(self, *, batch_size: int, max_batches: int | None = None) -> list[Batch]:
         """Non-overlapping windows tiling the eval chunks, in a fixed order."""
-        block = self.config.block_size
-        per_chunk = (self.config.chunk_bytes - 1) // block
         chunks = self.chunks[self.eval_index].long()
-        x = torch.cat([chunks[:, i * block : (i + 1) * block] for i in range(per_chunk)])
-        y = torch.cat([chunks[:, i * block + 1 : (i + 1) * block + 1] for i in range(per_chunk)])
-        batches = list(zip(x.split(batch_size), y.split(batch_size), strict=True))
-        return batches[:max_batches]
+        return tile_windows(chunks, self.config.block_size, batch_size)[:max_batches]

@@ -9,7 +9,13 @@ Pure torch, no networking:
     analytic.py    exact flows of a finite data set (the ground truth of the tests)
     quality.py     classifier FID and class coverage;  data.py  digits and Fashion-MNIST
     png.py         sample grids as PNG
-A node's diffusion session wraps these; nothing here knows about peers.
+A diffusion run (what node/runs/diffusion_session.py and diffusion_sample.py adapt):
+    run_spec.py      the run's spec: K experts + router as groups, each group's DiLoCo settings
+    run_partition.py the partition artifact, fitted by the creator and named by its address
+    groups.py        which group a joiner takes, each group's newest state and progress
+    group_member.py  a group's DiLoCo member (the DiT behind the inner-loop interface)
+    sampling_job.py  groups' states in, a PNG grid or an .npz out
+Nothing here knows about peers.
 """
 
 from __future__ import annotations

@@ -214,6 +214,9 @@ def _encode(partition: Partition) -> bytes:
         "arrays": {n: [a.dtype.str.lstrip("<>=|")[0], list(a.shape)] for n, a in arrays.items()},
     }
     head = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    # spaces after the JSON align the arrays to 8 bytes (and the artifact to whole float32
+    # words, which is how the tensor service carries it: run_partition.py)
+    head += b" " * (-(len(MAGIC) + 4 + len(head)) % 8)
     body = b"".join(
         a.astype("<f8" if a.dtype.kind == "f" else "<i8").tobytes() for a in arrays.values()
     )

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from .checkpoint import CheckpointInfo, CheckpointStore
 from .compression import ErrorFeedbackEncoder, ProtocolCodec, UpdateCodec
-from .config import InnerConfig, OuterConfig
+from .config import InnerConfig, OuterConfig, StreamingConfig
 from .errors import CheckpointCorrupt, CheckpointError, DiLoCoError, RoundFailed
 from .exchange import Contribution, UpdateExchange
 from .flat import ParamLayout
@@ -26,6 +26,7 @@ from .inner_loop import InnerLoop, InnerReport, evaluate, learning_rate
 from .member import DiLoCoMember, MemberState, RoundReport
 from .outer_step import NesterovOuterOptimizer
 from .state_hash import state_hash
+from .streaming import FragmentReport, StreamingMember
 from .traffic import data_parallel_bytes
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "DiLoCoError",
     "DiLoCoMember",
     "ErrorFeedbackEncoder",
+    "FragmentReport",
     "InnerConfig",
     "InnerLoop",
     "InnerReport",
@@ -47,6 +49,8 @@ __all__ = [
     "ProtocolCodec",
     "RoundFailed",
     "RoundReport",
+    "StreamingConfig",
+    "StreamingMember",
     "UpdateCodec",
     "UpdateExchange",
     "data_parallel_bytes",

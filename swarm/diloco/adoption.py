@@ -19,6 +19,7 @@ from peertrain.crdt.runstate import RunState
 from peertrain.protocol.errors import ProtocolError
 from peertrain.protocol.tensors import PreparedTensor, TensorDownload
 
+from ..progress import MB, Download
 from .member import DiLoCoMember
 from .trust import StateCheck, TrustedStates
 
@@ -33,7 +34,12 @@ class TensorTransport(Protocol):
     def unpin(self, checksum: bytes) -> None: ...
 
     async def fetch(
-        self, holders: list[str], checksum: bytes, max_nbytes: int
+        self,
+        holders: list[str],
+        checksum: bytes,
+        max_nbytes: int,
+        *,
+        on_header: Callable[[TensorDownload], None] | None = None,
     ) -> TensorDownload: ...
 
 
@@ -54,6 +60,7 @@ class StateDownloads:
         self.thread = thread
         self.on_penalty = on_penalty  # (peer, reason)
         self.refused = 0  # downloads that failed or did not pass the checks
+        self.current: Download | None = None  # the one in flight, for status and progress logs
 
     async def fetch_checked(
         self, member: DiLoCoMember, round_: int, checksum: bytes, *, running: bool
@@ -64,14 +71,26 @@ class StateDownloads:
             p for p in self.state.checkpoints().get(round_, {}).get(checksum, ()) if p != self.me
         )
         numel = member.layout.numel
+        what = f"state of round {round_}"
+        if member.round < round_:  # a joiner, or a member the group left behind
+            what += f" (catching up from round {member.round})"
+        self.current = progress = Download(what, donors=len(providers))
         try:
-            download = await self.tensors.fetch(providers, checksum, max_nbytes=8 * numel + 1024)
+            download = await self.tensors.fetch(
+                providers,
+                checksum,
+                max_nbytes=8 * numel + 1024,
+                on_header=lambda transfer: setattr(progress, "transfer", transfer),
+            )
         except Exception as exc:  # noqa: BLE001 - TransferFailed or any transfer error: a peer's doing, never the end of the driver
             self.refused += 1
             log.warning(
                 "state of round %d not fetched from %d provider(s): %r", round_, len(providers), exc
             )
             return None
+        finally:
+            self.current = None
+        _log_done(progress.status())
         check = StateCheck(numel=numel, newest_trusted_round=self.trust.newest_round())
         own = (member.global_params, member.round) if running else None
         checked = await self.thread(_checked, download, round_, check, own)
@@ -82,14 +101,24 @@ class StateDownloads:
             for peer in sorted(set(providers) | attesters):
                 self._penalise(peer, f"attested or served a bad state: {checked}")
             return None
-        log.info(
-            "fetched the trusted state of round %d from %d provider(s)", round_, len(providers)
-        )
         return checked
 
     def _penalise(self, peer: str, reason: str) -> None:
         if peer != self.me and self.on_penalty is not None:
             self.on_penalty(peer, reason)
+
+
+def _log_done(download: dict) -> None:
+    """One line per finished download: size, time, rate, donors (the same as fields in JSON)."""
+    log.info(
+        "fetched the %s: %.1f MB in %.1f s (%.1f MB/s) from %d donor(s)",
+        download["what"],
+        download["bytes_done"] / MB,
+        download["elapsed_s"],
+        download["bytes_per_s"] / MB,
+        download["donors"],
+        extra={"event": "download_done", "fields": download},
+    )
 
 
 def _checked(

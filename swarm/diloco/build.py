@@ -16,10 +16,12 @@ from typing import Any
 import torch
 from peertrain.protocol.packing import pack
 
+from ..devices import resolve_device
 from .compression import ProtocolCodec
 from .config import InnerConfig, OuterConfig
 from .flat import ParamLayout
 from .inner_loop import evaluate
+from .intra_node import DistributedInnerLoop, IntraNode, follow
 from .member import DiLoCoMember
 from .run_spec import DiLoCoSpec
 
@@ -35,9 +37,9 @@ class BuiltMember:
     def use_shard(self, shard: int) -> None:
         """Train on `shard` from now on (batches are addressed by step, so nothing is replayed)."""
         if shard != self.shard:
-            self.member.inner.batches = self.dataset.train_batches(
-                shard, self.spec.num_shards, batch_size=self.spec.batch_size, seed=self.spec.seed
-            )
+            self.member.inner.batches = _shard_batches(self.spec, self.dataset, shard)
+            if isinstance(self.member.inner, DistributedInnerLoop):
+                self.member.inner.shard = shard  # its followers hear of it at the next run
             self.shard = shard
 
     def sample(self, prompt: str, max_new_tokens: int = 160, *, seed: int = 0) -> str:
@@ -64,30 +66,61 @@ class BuiltMember:
 
 
 def build_member(
-    spec: DiLoCoSpec, peer_id: str, *, eval_batches: int = 8, data: str | None = None
+    spec: DiLoCoSpec,
+    peer_id: str,
+    *,
+    eval_batches: int = 8,
+    data: str | None = None,
+    device: str = "cpu",
+    precision: str = "fp32",
+    intra: IntraNode | None = None,
 ) -> BuiltMember:
-    """`data`: the local file of a run that trains on user data (checked against its digest)."""
+    """`data`: the local file of a run that trains on user data (checked against its digest).
+    `device`, `precision`: this member's own choice (swarm/devices.py); the model is built on
+    the CPU from the seed (the same weights everywhere), then moved. `intra`: rank 0 of a node
+    of several ranks (intra_node.py), whose followers run `run_follower`."""
     dataset = _dataset(spec.dataset, pack(dict(sorted(spec.dataset_settings.items()))), data)
-    model = spec.model_config().build(seed=spec.seed)
+    device_of = intra.device if intra is not None else resolve_device(device)
+    model = spec.model_config().build(seed=spec.seed).to(device_of)
     shard = spec.shard_of(peer_id)
-    batches = dataset.train_batches(
-        shard, spec.num_shards, batch_size=spec.batch_size, seed=spec.seed
-    )
-    member = DiLoCoMember(
-        model,
-        batches,
-        inner=InnerConfig(
-            steps=spec.inner_steps,
-            batch_size=spec.batch_size,
-            lr=spec.lr,
-            warmup_steps=spec.warmup_steps,
-        ),
-        **member_settings(spec),
-    )
+    batches = _shard_batches(spec, dataset, shard)
+    inner = inner_config(spec, precision)
+    loop = None
+    if intra is not None:
+        loop = DistributedInnerLoop(model, batches, inner, node=intra, shard=shard)
+    member = DiLoCoMember(model, batches, inner=inner, inner_loop=loop, **member_settings(spec))
     held_out = dataset.eval_batches(batch_size=64, max_batches=eval_batches)
     return BuiltMember(
         member=member, shard=shard, eval_batches=held_out, spec=spec, dataset=dataset
     )
+
+
+def run_follower(
+    spec: DiLoCoSpec, intra: IntraNode, *, data: str | None = None, precision: str = "fp32"
+) -> tuple[int, torch.nn.Module]:
+    """A follower rank of a node (intra_node.py): the run's model on this rank's device, trained
+    as rank 0 commands; returns the rounds it took part in and the model, left at θ_global."""
+    dataset = _dataset(spec.dataset, pack(dict(sorted(spec.dataset_settings.items()))), data)
+    model = spec.model_config().build(seed=spec.seed).to(intra.device)
+    loop = DistributedInnerLoop(
+        model, _shard_batches(spec, dataset, 0), inner_config(spec, precision), node=intra
+    )
+    return follow(loop, lambda shard: _shard_batches(spec, dataset, shard)), model
+
+
+def inner_config(spec: DiLoCoSpec, precision: str = "fp32") -> InnerConfig:
+    return InnerConfig(
+        steps=spec.inner_steps,
+        batch_size=spec.batch_size,
+        lr=spec.lr,
+        warmup_steps=spec.warmup_steps,
+        accumulation=spec.accumulation,
+        precision=precision,
+    )
+
+
+def _shard_batches(spec: DiLoCoSpec, dataset: Any, shard: int):
+    return dataset.train_batches(shard, spec.num_shards, batch_size=spec.batch_size, seed=spec.seed)
 
 
 def member_settings(spec: DiLoCoSpec) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import json
 import logging
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,9 +121,18 @@ def decode_checkpoint(checkpoint_id: str, sidecar_bytes: bytes, tensor_bytes: by
 class CheckpointStore:
     """A directory of checkpoints keeping the newest `keep` rounds."""
 
-    def __init__(self, directory: str | os.PathLike[str], *, keep: int = 3) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        keep: int = 3,
+        room: Callable[[int], None] | None = None,
+    ) -> None:
+        """`room(nbytes)` raises when `nbytes` more may not be written (the node's disk budget):
+        the checkpoint is then refused with CheckpointError before anything is written."""
         if keep < 1:
             raise ValueError("keep must be at least 1")
+        self.room = room
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.keep = keep
@@ -139,11 +148,21 @@ class CheckpointStore:
         """Store a checkpoint received as bytes (e.g. from a peer) once it verifies; then prune."""
         state = decode_checkpoint(checkpoint_id, sidecar, tensors)
         digest = content_hash(tensors)
-        if not self._tensor_path(digest).exists():
+        fresh = not self._tensor_path(digest).exists()
+        self._make_room(len(sidecar) + (len(tensors) if fresh else 0))
+        if fresh:
             _write_atomic(self._tensor_path(digest), tensors)
         _write_atomic(self._sidecar_path(checkpoint_id), sidecar)  # the commit point
         self.prune()
         return state
+
+    def _make_room(self, nbytes: int) -> None:
+        if self.room is None:
+            return
+        try:
+            self.room(nbytes)
+        except Exception as exc:  # noqa: BLE001 - the owner's budget, in its own error type
+            raise CheckpointError(f"no room for a {nbytes}-byte checkpoint: {exc}") from exc
 
     def list(self) -> list[CheckpointInfo]:
         """Committed checkpoints whose sidecar verifies, oldest round first."""

@@ -50,3 +50,32 @@ class OuterConfig:
     def __post_init__(self) -> None:
         if self.lr <= 0 or not 0 <= self.momentum < 1:
             raise ConfigError("outer lr must be positive and momentum in [0, 1)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamingConfig:
+    """Streaming DiLoCo (Douillard et al. 2025): `fragments` P groups of layers syncing in turn,
+    each outer step landing `overlap` τ inner steps after its fragment was sent and merged as
+    θ_local ← mix·θ_local + (1 − mix)·θ_global; `eager` applies the member's own outer gradient
+    to its local fragment at once (Kale et al. 2025). P=1, τ=0, mix=0 is plain DiLoCo."""
+
+    fragments: int = 1
+    overlap: int = 0
+    mix: float = 0.0
+    eager: bool = False
+
+    def __post_init__(self) -> None:
+        if self.fragments < 1 or self.overlap < 0:
+            raise ConfigError("fragments must be at least 1 and overlap non-negative")
+        if not 0 <= self.mix < 1:
+            raise ConfigError(f"mix must be in [0, 1), got {self.mix}")
+
+    def check(self, inner_steps: int) -> None:
+        """The schedule must fit H: whole strides, and an outer step that lands before its
+        fragment's next sync."""
+        if inner_steps % self.fragments:
+            raise ConfigError(
+                f"inner steps ({inner_steps}) must be a multiple of fragments ({self.fragments})"
+            )
+        if self.overlap >= inner_steps:
+            raise ConfigError(f"overlap ({self.overlap}) must be below inner steps ({inner_steps})")

@@ -1,24 +1,13 @@
-"""The DiLoCo loop of one member inside a node: rounds, consistency, joining, checkpoints.
+"""The DiLoCo loop of one member inside a node: rounds, whose updates count, the service.
 
     catch up ──► [ H inner steps (thread) ─► update gossip ─► aggregate + outer step (thread)
                    ─► publish state + round record ─► agree with the trusted state ] × rounds
 
-State is content-addressed. After every outer step a member prepares its state (θ_global and
-outer momentum, fp32) as one tensor, serves it, announces (round → checksum) in RunState's
-checkpoint registry, and publishes a signed round record (start state, the updates it
-aggregated, result: round_record.py). Nothing a stranger announces decides what a member does:
-a state is adopted only when the run's trusted signers attest it (trust.py: the anchors of an
-open run, a majority of certified members of an invite run), and is checked before use. A
-member whose result differs from the trusted one but whose start state matches replays the
-round from the trusted record's update set instead of downloading a state; a joiner (or a
-restarted member) downloads the newest trusted state. A fetch that fails is logged, its
-providers penalised if the state they served was bad, and tried again later: no peer can end
-the driver. Whose updates count is the roster (roster.py): last round's group plus a few
-newcomers per round, so a wave of fresh IDs takes rounds to arrive and never exceeds the cap.
-
-Over 400 lines: this is where a round's phases, the roster and state agreement meet, in order.
-What has a concept of its own lives beside it: trust.py (whom to believe), adoption.py
-(download and check), replay.py (apply a round again), roster.py, round_record.py.
+Each round's phases run here, in order; what has a concept of its own lives beside it:
+state_sync.py (serve our state, agree with the trusted one, replay or adopt, catch up),
+trust.py (whom to believe), roster.py (whose updates count: last round's group plus a few
+newcomers per round, so a wave of fresh IDs takes rounds to arrive and never exceeds the cap),
+round_record.py (the signed statement of a round), byzantine.py (the `--attack` member).
 """
 
 from __future__ import annotations
@@ -27,40 +16,31 @@ import logging
 import time
 from collections.abc import Callable
 
-import torch
 import trio
 from peertrain.crdt.admission import Admission
 from peertrain.crdt.replicator import Replicator
 from peertrain.crdt.runstate import RunState
-from peertrain.protocol.tensors import prepare_tensor
 
+from ..progress import Waiting, log_progress
 from .adoption import StateDownloads, TensorTransport
 from .build import BuiltMember
+from .byzantine import build_forger
 from .checkpoint import CheckpointStore
-from .hostile_states import STATE_ATTACKS, HostileStates
-from .member import MemberState, RoundReport, rejection_kind
+from .errors import CheckpointError
+from .hostile_states import HostileStates, hostile_states
+from .member import DiLoCoMember, RoundReport, rejection_kind
 from .progress import DriverProgress
 from .replay import RoundReplay
 from .roster import CountedGroup, Roster
 from .run_spec import DiLoCoSpec
+from .state_sync import StateSync
 from .trust import TrustedStates
 from .update_gossip import UpdateGossip
 
 log = logging.getLogger(__name__)
 
-STATE_NAME = "diloco/state"
 LEASE_MS = 30_000
-AGREEMENT_WAIT = 3.0
 RETRY_PAUSE = 2.0  # seconds before a failed catch-up is tried again
-
-
-def _build_attack(name: str | None):
-    if not name or name in STATE_ATTACKS:
-        return None
-    from ..attacks import build_attack
-
-    log.warning("this member is Byzantine: its updates go through the %r attack", name)
-    return build_attack(name)
 
 
 def expected_members(state: RunState, me: str, round_: int) -> set[str]:
@@ -101,16 +81,16 @@ class DiLoCoDriver:
         self.on_round = on_round
         self.on_penalty = on_penalty  # (peer, reason): a provider or attester of a bad state
         self.certificate = certificate  # ours, in invite runs
-        self.attack = _build_attack(attack)
+        self.forger = build_forger(attack)
         self.checkpoints = checkpoints
         self.progress = DriverProgress()
         self.built = built
-        self._served: bytes | None = None
-        self._served_round = -1
         self._limiter = trio.CapacityLimiter(1)  # one torch job at a time per member
         self.replay = RoundReplay(gossip, self._thread)
         self.admission = self._install_admission()
         self.trust = TrustedStates(self.state, self.admission, peer_id)
+        self.roster = self._roster()
+        self.group = CountedGroup(self.state, self.admission, self.roster, peer_id)
         self.downloads = StateDownloads(
             me=peer_id,
             state=self.state,
@@ -119,30 +99,31 @@ class DiLoCoDriver:
             thread=self._thread,
             on_penalty=on_penalty,
         )
-        if not self.admission.invite:  # the anchors' norms bound everyone's (validation.py)
-            built.member.norm_reference = self.admission.anchors
-        self.roster = self._roster()
-        self.group = CountedGroup(self.state, self.admission, self.roster, peer_id)
+        self.sync = self._state_sync()
         # the gossip waits for, and pulls from, the counted group only
         gossip.expected = self.group.expected
         gossip.is_member = self.group.may_send
-        gossip.admits = self.admission.admits  # invite runs: non-members' traffic is dropped
         gossip.records.trusted = lambda peer: peer in self.trust.attesters()
-        self.hostile = self._hostile_states(attack)
+        gossip.admits = self.admission.admits  # invite runs: non-members' traffic is dropped
+        if not self.admission.invite:  # the anchors' norms bound everyone's (validation.py)
+            built.member.norm_reference = self.admission.anchors
+        self.hostile: HostileStates | None = hostile_states(attack, self)
 
-    def _hostile_states(self, attack: str | None) -> HostileStates | None:
-        """A hostile member's state claims (hostile_states.py), beside its ordinary work."""
-        if attack not in STATE_ATTACKS:
-            return None
-        return HostileStates(
-            name=attack,
-            writer=self.replicator.writer,
-            gossip=self.gossip,
+    def _state_sync(self) -> StateSync:
+        """Our state against the trusted one, repaired through our downloads and replays."""
+        return StateSync(
+            built=self.built,
+            replicator=self.replicator,
             tensors=self.tensors,
-            state_numel=2 * self.member.layout.numel,
-            state_name=STATE_NAME,
-            current_round=lambda: self.member.round,
-            current_checksum=lambda: self._served,
+            trust=self.trust,
+            downloads=self.downloads,
+            replay=self.replay,
+            roster=self.roster,
+            group=self.group,
+            gossip=self.gossip,
+            progress=self.progress,
+            checkpoints=self.checkpoints,
+            thread=self._thread,
         )
 
     def _roster(self) -> Roster:
@@ -182,9 +163,10 @@ class DiLoCoDriver:
     ) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._lease_loop)
+            nursery.start_soon(log_progress, log, self.progress_status)
             if self.hostile is not None:
                 nursery.start_soon(self.hostile.run)
-            await self._catch_up(initial=True)
+            await self.sync.catch_up(initial=True)
             task_status.started(self)
             if self.member.round > 0 and self.spec.min_members > 1:
                 await self._rejoin_group()
@@ -193,7 +175,7 @@ class DiLoCoDriver:
                 await self._one_round()
             # No next round will repair a divergence in the last one: wait longer for the
             # trusted checksum of it and replay or adopt if ours differs.
-            await self._agree(wait=self.spec.round_timeout)
+            await self.sync.agree(wait=self.spec.round_timeout)
             self.progress.phase = "finished"
             log.info(
                 "run finished after %d rounds, loss %.4f",
@@ -208,7 +190,7 @@ class DiLoCoDriver:
         return bool(self.spec.rounds) and self.progress.round >= self.spec.rounds
 
     @property
-    def member(self):
+    def member(self) -> DiLoCoMember:
         return self.built.member
 
     async def _wait_for_quorum(self) -> None:
@@ -216,22 +198,26 @@ class DiLoCoDriver:
         if self.member.round > 0 or self.spec.min_members <= 1:
             return
         self.progress.phase = f"waiting for {self.spec.min_members} members"
+        waiting = self.progress.waiting = Waiting("members", 1, self.spec.min_members)
         with trio.move_on_after(self.spec.start_timeout):
-            while (  # noqa: ASYNC110 - replicated state and lease expiry change with no event to wait on
-                len(self.group.candidates(0)) < self.spec.min_members
-                and self.trust.newest_round() <= 0
-            ):
-                await trio.sleep(0.2)
+            while self.trust.newest_round() <= 0:
+                waiting.have = len(self.group.candidates(0))
+                if waiting.have >= self.spec.min_members:
+                    break
+                await trio.sleep(0.2)  # replicated state and lease expiry change with no event
+        self.progress.waiting = None
 
     async def _rejoin_group(self) -> None:
         """A member restarted from its own checkpoint reads the group's registry before its next
         round. Its local view stops where it was killed; deciding on it, it would see no live
         peer, expect no update, and race through the remaining rounds alone in milliseconds."""
         self.progress.phase = "rejoining the group"
+        self.progress.waiting = Waiting("peers of the run", 0, 1)
         with trio.move_on_after(self.spec.start_timeout):
             while not (self.replicator.exchange.peers() and await self.replicator.bootstrap()):  # noqa: ASYNC110 - replicated state and lease expiry change with no event to wait on
                 await trio.sleep(0.2)
-        await self._catch_up()
+        self.progress.waiting = None
+        await self.sync.catch_up()
 
     async def _lease_loop(self) -> None:
         while True:
@@ -243,6 +229,18 @@ class DiLoCoDriver:
             )
             await trio.sleep(LEASE_MS / 3000)
 
+    def progress_status(self) -> dict:
+        """The run's `progress` in status (and in the progress log lines)."""
+        waiting = self.progress.waiting
+        if waiting is not None and waiting.what == "members' updates":
+            waiting.have, waiting.need = self.gossip.received(self.member.round)
+        return self.progress.status(
+            rounds=self.spec.rounds,
+            inner_step=self.member.inner.step,
+            inner_steps=self.spec.inner_steps,
+            download=self.downloads.current,
+        )
+
     # -- who counts -----------------------------------------------------------------------------
 
     def expected_members(self, round_: int) -> set[str]:
@@ -252,28 +250,35 @@ class DiLoCoDriver:
 
     async def _one_round(self) -> None:
         round_ = self.member.round
-        if self.trust.newest_round() > round_ and not await self._catch_up():
+        if self.trust.newest_round() > round_ and not await self.sync.catch_up():
             await trio.sleep(RETRY_PAUSE)  # the trusted state could not be had yet: again later
             return
         if self.finished:  # we caught up with the run's last state: no round is left
             return
         round_ = self.member.round
-        group = self.group.of_round(round_, salt=self._served or b"")
+        group = self.group.of_round(round_, salt=self.sync.served or b"")
         self.built.use_shard(self.spec.shard_in(self.peer_id, set(group)))
-        self.progress.phase = "inner steps"
+        self.progress.inner_start, self.progress.phase = self.member.inner.step, "inner steps"
         payload = await self._thread(self.member.prepare_update)
-        if self.attack is not None:
-            payload = await self._thread(self._forge, payload)
+        if self.forger is not None:
+            members = max(len(self.roster.counted), 2)
+            payload = await self._thread(
+                lambda: self.forger.forge(self.member, payload, members=members)
+            )
         if self.trust.newest_round() > round_:
             # the group finished round r without us (we were too slow or partitioned): our
             # update is late; adopt the group's state instead of computing a divergent one
-            await self._catch_up()
+            await self.sync.catch_up()
             return
         self.progress.phase = "exchanging"
-        self.replay.begin(self.member, round_, self._served or b"")
-        contributions = await self.gossip.exchange(
-            round_, payload, deadline=trio.current_time() + self.spec.round_timeout
-        )
+        self.progress.waiting = Waiting("members' updates", *self.gossip.received(round_))
+        self.replay.begin(self.member, round_, self.sync.served or b"")
+        try:
+            contributions = await self.gossip.exchange(
+                round_, payload, deadline=trio.current_time() + self.spec.round_timeout
+            )
+        finally:
+            self.progress.waiting = None
         contributions = [c for c in contributions if c.sender in group]
         self.replay.closed(contributions)
         self.progress.phase = "outer step"
@@ -285,10 +290,10 @@ class DiLoCoDriver:
             for sender in report.accepted:
                 self.state.vouch(sender)  # counted in a round: never evicted from RunState
         self.replicator.writer.add_progress(self.spec.inner_steps)
-        await self._publish_state()
-        assert self._served is not None
-        await self.gossip.publish_record(round_, self.replay.record(report, self._served))
-        await self._agree()
+        await self.sync.publish()
+        assert self.sync.served is not None
+        await self.gossip.publish_record(round_, self.replay.record(report, self.sync.served))
+        await self.sync.agree()
         await self._record(report)
         await self._save_checkpoint()
 
@@ -296,9 +301,12 @@ class DiLoCoDriver:
         """Our own copy of the agreed state (atomic, content-addressed, last K kept)."""
         if self.checkpoints is not None:
             snapshot = self.member.snapshot()
-            await self._thread(
-                lambda: self.checkpoints.save(snapshot, manifest_hash=self.state.run_id)
-            )
+            try:
+                await self._thread(
+                    lambda: self.checkpoints.save(snapshot, manifest_hash=self.state.run_id)
+                )
+            except CheckpointError as exc:  # no room (the disk budget): train on, say so
+                log.warning("round %d: checkpoint not saved: %s", self.member.round, exc)
 
     async def _record(self, report: RoundReport) -> None:
         loss = await self._thread(self.built.eval_loss)
@@ -323,149 +331,6 @@ class DiLoCoDriver:
         )
         if self.on_round is not None:
             self.on_round(report)
-
-    # -- state: publish, agree, replay, catch up ------------------------------------------------
-
-    def _state_tensor(self) -> torch.Tensor:
-        return torch.cat([self.member.global_params, self.member.outer.momentum_buffer]).float()
-
-    async def _publish_state(self) -> None:
-        prepared = await self._thread(lambda: prepare_tensor(STATE_NAME, self._state_tensor()))
-        checksum = prepared.header.checksum
-        self.tensors.put(prepared, pin=True)
-        if self._served is not None and self._served != checksum:
-            self.tensors.unpin(self._served)
-            if self._served_round == self.member.round:  # we adopted another state of this round
-                self.replicator.writer.withdraw_checkpoint(self._served_round, self._served)
-        self._served, self._served_round = checksum, self.member.round
-        self.replicator.writer.provide_checkpoint(self.member.round, checksum)
-        self.progress.state_checksum = checksum.hex()[:16]
-
-    async def _agree(self, *, wait: float = AGREEMENT_WAIT) -> None:
-        """Wait (up to `wait`) for the trusted state of our round; replay or adopt it if ours
-        differs. No trusted attestation: keep ours (anchors may be away; nobody else decides)."""
-        round_ = self.member.round
-        with trio.move_on_after(wait):
-            while not self._settled(round_):  # noqa: ASYNC110 - replicated state and lease expiry change with no event to wait on
-                await trio.sleep(0.1)
-        trusted = self.trust.verdict(round_)
-        if trusted is None or trusted == self._served:
-            return
-        log.warning("state of round %d differs from the trusted one: repairing", round_)
-        if not await self._replay(round_ - 1, trusted):
-            await self._adopt(round_, trusted)
-
-    def _settled(self, round_: int) -> bool:
-        """Every live member of the last group announced its state of `round_` (so the next
-        roster holds them all), and a trusted state of `round_` is known, or no trusted signer
-        is live to attest one (then nobody decides and we keep ours)."""
-        waiting = self.group.live_counted() - self.group.candidates(round_)
-        if waiting:
-            return False
-        return self.trust.verdict(round_) is not None or not self.trust.any_attester_live()
-
-    async def _replay(self, round_: int, trusted: bytes) -> bool:
-        """Repair by applying `round_` again (replay.py); True if we now hold `trusted`."""
-        record = await self.replay.replay(self.member, round_, trusted)
-        if record is None:
-            return False
-        await self._publish_state()
-        if self._served != trusted:
-            log.warning("round %d applied again does not give the trusted state", round_)
-            return False
-        self.roster.seed({u.sender for u in record.updates})  # count as the trusted signer did
-        self.progress.replays += 1
-        self.progress.resyncs += 1
-        return True
-
-    async def _catch_up(self, *, initial: bool = False) -> bool:
-        """Adopt the newest trusted state when it differs from ours; then announce ours.
-        False if a trusted state was there and could not be adopted (try again later)."""
-        if initial:  # give anti-entropy a moment to bring a joiner the registry
-            with trio.move_on_after(5.0):
-                while self.trust.newest_round() < 0 and self.replicator.exchange.peers():  # noqa: ASYNC110 - replicated state and lease expiry change with no event to wait on
-                    await trio.sleep(0.1)
-            await self._resume_local()
-        newest = self.trust.newest_round()
-        trusted = self.trust.verdict(newest) if newest >= self.member.round else None
-        if trusted is not None:
-            if newest > self.member.round or trusted != await self._own_checksum():
-                if await self._adopt(newest, trusted):
-                    if not self.roster.counted:  # a joiner: the group is whoever holds it
-                        self.roster.seed(self.group.candidates(newest))
-                    return True
-                if self.member.round < newest:
-                    return False
-        await self._publish_state()
-        self.progress.round = self.member.round
-        if self.progress.initial_loss is None:
-            self.progress.loss = self.progress.initial_loss = await self._thread(
-                self.built.eval_loss
-            )
-        return True
-
-    async def _resume_local(self) -> None:
-        """A restarted member starts from its own newest checkpoint; peers ahead of it win after."""
-        if self.checkpoints is None:
-            return
-        try:
-            found = await self._thread(self.checkpoints.latest)
-        except Exception as exc:  # a corrupt store must not stop the node: peers have the state
-            log.warning(
-                "local checkpoints unusable (%s); catching up from peers", exc, exc_info=True
-            )
-            return
-        if found is not None and found[1].round > self.member.round:
-            await self._thread(self.member.restore, found[1])
-            log.info("resumed from our own checkpoint of round %d", found[1].round)
-
-    async def _own_checksum(self) -> bytes:
-        prepared = await self._thread(lambda: prepare_tensor(STATE_NAME, self._state_tensor()))
-        return prepared.header.checksum
-
-    async def _adopt(self, round_: int, checksum: bytes) -> bool:
-        """Download the trusted state `checksum` of `round_`, checked (adoption.py), and use it;
-        False if it could not be had or was refused (we try again later)."""
-        self.progress.phase = f"downloading state of round {round_}"
-        running = self.member.round > 0 or self.progress.rounds_completed > 0
-        flat = await self.downloads.fetch_checked(self.member, round_, checksum, running=running)
-        self.progress.refused_states = self.downloads.refused
-        if flat is None:
-            return False
-        await self._use_state(round_, flat)
-        log.info("adopted the trusted state of round %d", round_)
-        return True
-
-    async def _use_state(self, round_: int, flat: torch.Tensor) -> None:
-        numel = self.member.layout.numel
-        params, momentum = flat[:numel].clone(), flat[numel:].clone()
-        state = MemberState(
-            round=round_, params=self.member.layout.named(params), momentum=momentum
-        )
-        await self._thread(self.member.restore, state)
-        self.progress.resyncs += 1
-        self.progress.state_downloads += 1
-        self.gossip.current_round = round_
-        await self._publish_state()
-        self.progress.round = round_
-        if self.progress.initial_loss is None:
-            self.progress.loss = self.progress.initial_loss = await self._thread(
-                self.built.eval_loss
-            )
-
-    def _forge(self, payload: bytes) -> bytes:
-        """A Byzantine member: an ordinary member whose outgoing update goes through an attack."""
-        from ..attacks import AttackContext
-
-        codec, numel = self.member.encoder.codec, self.member.layout.numel
-        honest = codec.decode(payload, numel)
-        members = max(len(self.roster.counted), 2)
-        forged = self.attack(honest, AttackContext(num_workers=members, num_byzantine=1))
-        if not torch.isfinite(forged).all():
-            return bytes([0xFF]) * len(
-                payload
-            )  # what a NaN sender puts on the wire: receivers must refuse it
-        return codec.encode(forged)
 
     async def sample(self, prompt: str, max_new_tokens: int) -> str:
         """Text from the member's model, on its torch thread (never beside a round's work)."""

@@ -7,7 +7,7 @@ peer's vector mean the same thing on every member.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import nn
@@ -26,14 +26,31 @@ class ParamLayout:
 
     @torch.no_grad()
     def flatten(self) -> torch.Tensor:
-        """A new fp32 vector holding the model's current parameters."""
-        return torch.cat([p.detach().reshape(-1) for p in self._params])
+        """A new fp32 vector on the host holding the model's current parameters. The outer
+        state, the codec and checksums live on the host whatever the model's device: one copy
+        per round each way (`load`), against int8 coding and hashing that are host work anyway."""
+        return torch.cat([p.detach().reshape(-1) for p in self._params]).cpu()
 
     @torch.no_grad()
     def load(self, flat: torch.Tensor) -> None:
         """Copy `flat` into the model's parameters in place (optimizers keep their references)."""
         for p, view in zip(self._params, self.split(flat), strict=True):
             p.copy_(view)
+
+    @torch.no_grad()
+    def flatten_some(self, indices: Sequence[int]) -> torch.Tensor:
+        """A new fp32 vector on the host holding the parameters at `indices` (layout
+        positions), in order (on the host as `flatten`)."""
+        return torch.cat([self._params[i].detach().reshape(-1) for i in indices]).cpu()
+
+    @torch.no_grad()
+    def load_some(self, indices: Sequence[int], flat: torch.Tensor) -> None:
+        """The inverse of `flatten_some`, in place."""
+        offset = 0
+        for i in indices:
+            n = self.numels[i]
+            self._params[i].copy_(flat[offset : offset + n].view(self.shapes[i]))
+            offset += n
 
     def split(self, flat: torch.Tensor) -> list[torch.Tensor]:
         """Views of `flat`, one per parameter, in layout order and shape."""

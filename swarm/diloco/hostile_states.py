@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import trio
@@ -25,7 +26,11 @@ from peertrain.crdt.writer import RunWriter
 from peertrain.protocol.tensors import prepare_tensor
 
 from .round_record import RoundRecord
+from .state_sync import STATE_NAME
 from .update_gossip import UpdateGossip
+
+if TYPE_CHECKING:
+    from .driver import DiLoCoDriver
 
 log = logging.getLogger(__name__)
 
@@ -81,3 +86,19 @@ class HostileStates:
         start = self.current_checksum() or bytes(32)
         record = RoundRecord(start=start, updates=(), result=checksum)
         await self.gossip.publish_record(round_, record)
+
+
+def hostile_states(attack: str | None, driver: DiLoCoDriver) -> HostileStates | None:
+    """The state claims of `--attack NAME` for `driver`'s member; None unless NAME is one."""
+    if attack not in STATE_ATTACKS:
+        return None
+    return HostileStates(
+        name=attack,
+        writer=driver.replicator.writer,
+        gossip=driver.gossip,
+        tensors=driver.tensors,
+        state_numel=2 * driver.member.layout.numel,  # parameters and outer momentum
+        state_name=STATE_NAME,
+        current_round=lambda: driver.member.round,
+        current_checksum=lambda: driver.sync.served,
+    )

@@ -104,13 +104,17 @@ class InnerLoop:
             seconds=time.perf_counter() - started,
         )
 
+    def micro_batch(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Micro-batch `index` of this member's shard (a node of several ranks splits them)."""
+        return self.batches.batch(index)
+
     def _accumulate_gradients(self) -> float:
         """Forward and backward over `accumulation` micro-batches (autocast per the config);
         the step's mean loss. Micro-batch k of step s is batch s·A + k, so A=1 is unchanged."""
         parts = self.config.accumulation
         total = 0.0
         for k in range(parts):
-            x, y = self.batches.batch(self.step * parts + k)
+            x, y = self.micro_batch(self.step * parts + k)
             x, y = to_device(x, self.device), to_device(y, self.device)
             with autocast(self.device, self.config.precision):
                 _, loss = self.model(x, y)

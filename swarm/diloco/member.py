@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +45,52 @@ def rejection_kind(reason: str) -> str:
     if head in set(RejectReason):
         return head
     return EQUIVOCATION if reason.startswith("sent ") else UNDECODABLE
+
+
+def decode_contributions(
+    codec: UpdateCodec, numel: int, contributions: Sequence[Contribution]
+) -> tuple[list[str], list[tuple[str, str]], list[torch.Tensor]]:
+    """(accepted senders, rejected (sender, why), decoded Δ) in sender order: equivocators
+    (several updates for one exchange) and undecodable payloads are refused."""
+    accepted: list[str] = []
+    rejected: list[tuple[str, str]] = []
+    deltas: list[torch.Tensor] = []
+    counts = Counter(c.sender for c in contributions)
+    for c in sorted(contributions, key=lambda c: c.sender):
+        if counts[c.sender] > 1:  # equivocation: no order-independent way to pick one
+            rejected.append((c.sender, f"sent {counts[c.sender]} updates for one round"))
+            continue
+        try:
+            deltas.append(codec.decode(c.payload, numel))
+        except DecodeError as exc:
+            rejected.append((c.sender, str(exc)))
+            continue
+        accepted.append(c.sender)
+    return accepted, rejected, deltas
+
+
+def aggregate_deltas(
+    aggregator: Aggregator,
+    numel: int,
+    accepted: list[str],
+    rejected: list[tuple[str, str]],
+    deltas: list[torch.Tensor],
+    norm_reference: Collection[str] = frozenset(),
+) -> torch.Tensor | None:
+    """The rule's update (None if nothing usable); senders it refused move to `rejected`.
+    `norm_reference`: senders whose norms set the norm bound (validation.judge_values)."""
+    if not deltas:
+        return None
+    try:
+        reference = [i for i, sender in enumerate(accepted) if sender in norm_reference]
+        result = aggregator.aggregate(deltas, numel=numel, reference=reference)
+        update, verdicts = result.update, result.verdicts
+    except NotEnoughUpdates as exc:
+        update, verdicts = None, exc.verdicts
+    refused = {v.index: f"{v.reason}: {v.detail}" for v in verdicts if not v.accepted}
+    rejected.extend((accepted[i], why) for i, why in sorted(refused.items()))
+    accepted[:] = [sender for i, sender in enumerate(accepted) if i not in refused]
+    return update
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,8 +165,11 @@ class DiLoCoMember:
 
     def apply_update(self, contributions: Sequence[Contribution]) -> RoundReport:
         """Aggregate the decodable updates, take the outer step, reset the model to θ_global."""
-        accepted, rejected, deltas = self._decode(contributions)
-        update = self._aggregate(accepted, rejected, deltas)
+        codec, numel = self.encoder.codec, self.layout.numel
+        accepted, rejected, deltas = decode_contributions(codec, numel, contributions)
+        update = aggregate_deltas(
+            self.aggregator, numel, accepted, rejected, deltas, self.norm_reference
+        )
         update_norm = math.nan
         if update is not None:
             update_norm = update.norm().item()
@@ -143,42 +192,6 @@ class DiLoCoMember:
 
     def run_round(self, exchange: UpdateExchange) -> RoundReport:
         return self.apply_update(exchange.exchange(self.round, self.prepare_update()))
-
-    def _decode(
-        self, contributions: Sequence[Contribution]
-    ) -> tuple[list[str], list[tuple[str, str]], list[torch.Tensor]]:
-        accepted: list[str] = []
-        rejected: list[tuple[str, str]] = []
-        deltas: list[torch.Tensor] = []
-        counts = Counter(c.sender for c in contributions)
-        for c in sorted(contributions, key=lambda c: c.sender):
-            if counts[c.sender] > 1:  # equivocation: no order-independent way to pick one
-                rejected.append((c.sender, f"sent {counts[c.sender]} updates for one round"))
-                continue
-            try:
-                deltas.append(self.encoder.codec.decode(c.payload, self.layout.numel))
-            except DecodeError as exc:
-                rejected.append((c.sender, str(exc)))
-                continue
-            accepted.append(c.sender)
-        return accepted, rejected, deltas
-
-    def _aggregate(
-        self, accepted: list[str], rejected: list[tuple[str, str]], deltas: list[torch.Tensor]
-    ) -> torch.Tensor | None:
-        """The rule's update (None if nothing usable); senders it refused move to `rejected`."""
-        if not deltas:
-            return None
-        try:
-            reference = [i for i, sender in enumerate(accepted) if sender in self.norm_reference]
-            result = self.aggregator.aggregate(deltas, numel=self.layout.numel, reference=reference)
-            update, verdicts = result.update, result.verdicts
-        except NotEnoughUpdates as exc:
-            update, verdicts = None, exc.verdicts
-        refused = {v.index: f"{v.reason}: {v.detail}" for v in verdicts if not v.accepted}
-        rejected.extend((accepted[i], why) for i, why in sorted(refused.items()))
-        accepted[:] = [sender for i, sender in enumerate(accepted) if i not in refused]
-        return update
 
     # -- state ----------------------------------------------------------------------------------
 

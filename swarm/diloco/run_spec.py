@@ -40,6 +40,7 @@ class DiLoCoSpec(RunSpec):
     dataset_settings: Mapping[str, Any] = field(default_factory=dict)
     inner_steps: int = 50
     batch_size: int = 16
+    accumulation: int = 1  # micro-batches of batch_size per inner step (gradient accumulation)
     lr: float = 4e-4
     warmup_steps: int = 50
     outer_lr: float = 0.7
@@ -62,8 +63,10 @@ class DiLoCoSpec(RunSpec):
     def __post_init__(self) -> None:
         if self.codec not in CODECS:
             raise ConfigError(f"codec must be one of {', '.join(CODECS)}, got {self.codec!r}")
-        if self.inner_steps < 1 or self.batch_size < 1 or self.num_shards < 1:
-            raise ConfigError("inner_steps, batch_size and num_shards must be at least 1")
+        if min(self.inner_steps, self.batch_size, self.num_shards, self.accumulation) < 1:
+            raise ConfigError(
+                "inner_steps, batch_size, accumulation and num_shards must be at least 1"
+            )
         if self.min_members < 1 or self.start_timeout < 0:
             raise ConfigError("min_members must be at least 1 and start_timeout non-negative")
         if self.rounds < 0 or self.round_timeout <= 0:

@@ -103,12 +103,16 @@ class UpdateGossip:
         expected_nbytes: int,
         is_member: Callable[[str], bool],
         expected: Callable[[int], set[str]],
+        nbytes_of: Callable[[int], int] | None = None,
     ):
+        """`expected_nbytes`: the size of every update, or the largest when `nbytes_of(round)`
+        gives each round's own (Streaming DiLoCo: the round is a slot, the size its fragment's)."""
         self.run_id = run_id
         self.key_pair = key_pair
         self.me = ID.from_pubkey(key_pair.public_key).to_base58()
         self.transport = transport
         self.expected_nbytes = expected_nbytes
+        self.nbytes_of = nbytes_of or (lambda round_: expected_nbytes)
         self.is_member = is_member  # may this peer send updates at all (live lease in RunState)
         self.admits: Callable[[str], bool] = lambda peer: True  # invite runs: certified only
         self.dropped: Counter[str] = Counter()  # non-members' announcements and records, by kind
@@ -178,11 +182,12 @@ class UpdateGossip:
         # Membership is not checked here: an honest joiner's lease may reach us after its first
         # announcement (gossip races), and rejecting would penalise it. Non-members' updates
         # are dropped when the round closes instead.
-        if ann.nbytes != self.expected_nbytes:
-            raise ProtocolError(
-                f"update of {ann.nbytes} bytes, the run's updates are {self.expected_nbytes}"
-            )
         assert env.round is not None
+        if ann.nbytes != self.nbytes_of(env.round):
+            raise ProtocolError(
+                f"update of {ann.nbytes} bytes, the run's updates of round {env.round} are "
+                f"{self.nbytes_of(env.round)}"
+            )
         return env.round, ann
 
     def _in_window(self, round_: int) -> bool:
@@ -269,6 +274,12 @@ class UpdateGossip:
 
     async def publish_record(self, round_: int, record: RoundRecord) -> None:
         await self.transport.publish(self.records.seal(round_, record))
+
+    def received(self, round_: int) -> tuple[int, int]:
+        """(updates in, updates round `round_` waits for): what `progress` shows meanwhile."""
+        expected = self.expected(round_)
+        state = self._rounds.get(round_)
+        return len(expected & set(state.payloads) if state else ()), len(expected)
 
     def _complete(self, round_: int, state: _RoundState) -> bool:
         return self.expected(round_) <= set(state.payloads)

@@ -14,6 +14,7 @@ from typing import Any
 
 from .external import ExternalModelConfig
 from .gpt import GPTConfig
+from .hf import HFModelConfig
 from .mlp import MLPConfig
 from .registry import FactoryModelConfig
 
@@ -28,6 +29,8 @@ def parameter_count(config: GPTConfig | MLPConfig | FactoryModelConfig | Any) ->
         return _meta_parameters(config)
     if isinstance(config, ExternalModelConfig):  # counted by its creator, who holds it
         return config.params
+    if isinstance(config, HFModelConfig):
+        return config.meta_parameters()
     raise TypeError(f"cannot size a model from {type(config).__name__}")
 
 

@@ -85,6 +85,7 @@ def test_the_dashboard_shows_the_swarm_and_the_round_advancing_without_a_reload(
                 page = browser.new_page()
                 page.goto(f"http://127.0.0.1:{port}/")
                 watch_round_advance(page)
+                check_sample_grid(page)
                 shot = tmp_path / "dashboard.png"
                 page.screenshot(path=str(shot), full_page=True)
                 assert distinct_colours(browser.new_page(), shot.read_bytes()) > 20
@@ -113,6 +114,20 @@ def watch_round_advance(page) -> None:
     assert page.evaluate("window.__sameDocument === true")
     assert page.inner_text("#peer-count") == "2"
     page.wait_for_selector(".chart.loss path.curve", timeout=60_000)
+    latency = "#peer-graph [data-latency]:not([data-latency=''])"
+    page.wait_for_function(f"document.querySelectorAll({json.dumps(latency)}).length === 2")
+    assert " ms" in page.text_content("#peer-graph")
+
+
+def check_sample_grid(page) -> None:
+    """A diffusion run's grid, when status carries one, is an image of base64 PNG data only."""
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\n").decode()
+    src = page.evaluate(
+        f"sampleGrid({{png: {json.dumps(png)}, round: 4}}).querySelector('img').src"
+    )
+    assert src == f"data:image/png;base64,{png}"
+    assert page.evaluate("sampleGrid({png: 'x\" onerror=\"alert(1)'}) === null")
+    assert page.evaluate("sampleGrid(undefined) === null")
 
 
 def distinct_colours(page, png: bytes) -> int:

@@ -60,6 +60,7 @@ async def test_metrics_follow_a_three_node_run_without_peer_ids_in_labels():
                 await trio.sleep(0.5)
         samples = await scrape(port)
         final = nodes[0].status()
+        api = await api_status_at_round(port, final["run"]["run_id"], 8)
         peer_ids = [n.status()["peer_id"] for n in nodes]
 
     assert rounds_seen == sorted(rounds_seen), "the round counter never goes back"
@@ -78,6 +79,7 @@ async def test_metrics_follow_a_three_node_run_without_peer_ids_in_labels():
         == (final["run"]["bytes_fetched"])
     )
     assert final["run"]["bytes_fetched"] > 0 and final["run"]["bytes_published"] > 0
+    check_bytes_against_the_report(samples, final["run"], api)
     labels = {value for _, pairs in samples for _, value in pairs}
     assert not [v for v in labels if any(p in v or v in p for p in peer_ids)]
     assert not [v for v in labels if PEER_ID_LIKE.search(v)]
@@ -98,6 +100,34 @@ def check_bytes(samples, before, after) -> int:
         assert before[key] <= scraped <= after[key]
         checked += 1
     return checked
+
+
+async def api_status_at_round(port: int, run_id: str, round_: int) -> dict:
+    """/api/status once its history (sampled once a second) has seen `round_` of the run."""
+    with trio.fail_after(15):
+        while True:
+            _, page = await trio.to_thread.run_sync(fetch, f"http://127.0.0.1:{port}/api/status")
+            api = json.loads(page)
+            samples = api["history"]["runs"].get(run_id) or [{"round": -1}]
+            if samples[-1]["round"] >= round_:
+                return api
+            await trio.sleep(0.3)
+
+
+def check_bytes_against_the_report(samples, run, api) -> None:
+    """The byte counters are the run's own figures: each round this node sent one update of
+    the int8 codec's size for the run's parameters and fetched whole updates only, and the
+    dashboard's traffic per round (history) ends at the same total sent."""
+    from peertrain.swarm.diloco.compression import ProtocolCodec
+
+    sent = samples[("peertrain_run_update_bytes_total", (("direction", "out"),) + RUN)]
+    got = samples[("peertrain_run_update_bytes_total", (("direction", "in"),) + RUN)]
+    update = ProtocolCodec("int8").payload_bytes(run["params"])
+    assert sent == update * run["rounds_completed"] == update * 8
+    assert got % update == 0 and got > 0
+    last = api["history"]["runs"][run["run_id"]][-1]
+    assert last["round"] == 8 and last["bytes_published"] == sent
+    assert 0 < last["bytes_fetched"] <= got  # a late copy may still arrive after the round
 
 
 async def test_api_status_is_the_status_with_a_history_and_unknown_paths_are_404():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from peertrain.node.cli.status_text import render_status, swarm_line
+from peertrain.node.cli.status_text import diffusion_lines, render_status, swarm_line
 
 
 def test_a_server_line_names_its_stage_and_speed():
@@ -85,3 +85,21 @@ def test_a_node_without_a_run_says_so():
         "peer_names": {},
     }
     assert "  run          -" in render_status(status).splitlines()
+
+
+def test_a_diffusion_run_shows_every_groups_members_steps_and_loss():
+    run = {
+        "group": "expert-0",
+        "phase": "inner steps",
+        "round": 3,
+        "router_accuracy": None,
+        "groups": {
+            "expert-0": {"members": ["a", "b"], "steps": 48, "round": 3, "loss": 0.51234},
+            "router": {"members": [], "steps": 0, "round": None, "loss": None},
+        },
+    }
+    assert diffusion_lines(run) == [
+        "training expert-0 (inner steps)  round 3",
+        "  expert-0   members 2  steps 48  round 3  loss 0.5123",
+        "  router     members 0  steps 0  round -  loss -",
+    ]

@@ -30,13 +30,27 @@ async def test_status_watch_redraws_until_interrupted_and_exits_cleanly():
             stderr=subprocess.STDOUT,
             env=env,
         )
-        await trio.sleep(3.0)  # the daemon answers from this trio loop meanwhile
+        # two frames first (the daemon answers from this trio loop meanwhile): a Ctrl-C while
+        # the CLI still imports would test Python's start-up, not the watch
+        with trio.fail_after(60):
+            head = await trio.to_thread.run_sync(read_frames, process.stdout, 2)
         process.send_signal(signal.SIGINT)
         out, _ = await trio.to_thread.run_sync(process.communicate)
-    text = out.decode(errors="replace")
+    text = head + out.decode(errors="replace")
     assert process.returncode == 0, text
     assert text.count("Ctrl-C to stop") >= 2  # redrawn, not printed once
     assert node.identity.name in text
+
+
+def read_frames(stream, count: int) -> str:
+    """Lines of `stream` until `count` frames (each ends with its Ctrl-C line) were read."""
+    lines: list[str] = []
+    while sum("Ctrl-C to stop" in line for line in lines) < count:
+        line = stream.readline().decode(errors="replace")
+        if not line:
+            break  # the process ended: the assertions say how
+        lines.append(line)
+    return "".join(lines)
 
 
 def test_a_quarantined_service_and_a_run_error_are_shown():

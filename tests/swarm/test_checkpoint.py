@@ -149,3 +149,16 @@ def test_missing_checkpoint_and_bad_names_are_clear_errors(tmp_path):
     with pytest.raises(CheckpointError, match="not a checkpoint hash"):
         store.load("../../etc/passwd")
     assert store.latest() is None
+
+
+def test_a_checkpoint_over_the_disk_budget_is_refused_before_anything_is_written(tmp_path, digits):
+    from peertrain.node.net.budget import BudgetLimits, ResourceBudget
+
+    budget = ResourceBudget(BudgetLimits(disk=4096), home=tmp_path)  # the node's runs/ folder
+    store = CheckpointStore(tmp_path / "runs" / "r" / "checkpoints", room=budget.check_disk)
+    with pytest.raises(CheckpointError, match="no room"):
+        store.save(trained_group(digits, 1).members[0].snapshot())
+    assert list(store.directory.iterdir()) == [] and budget.refused["disk"] == 1
+    roomy = ResourceBudget(BudgetLimits(disk=1 << 30), home=tmp_path)
+    store.room = roomy.check_disk
+    assert store.save(trained_group(digits, 1).members[0].snapshot()).round == 1

@@ -61,3 +61,53 @@ def test_gradient_accumulation_counts_every_micro_batch():
     _, final = _train("fp32", accumulation=4)
     first, _ = _train("fp32", accumulation=1, steps=1)
     assert final < 0.5 * first
+
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]
+
+
+def _spec(**changes):
+    from peertrain.swarm.diloco.run_spec import DiLoCoSpec
+
+    return DiLoCoSpec(
+        model="mlp", dataset="digits", inner_steps=4, batch_size=16, num_shards=2, **changes
+    )
+
+
+def test_a_member_takes_the_runs_accumulation_and_its_own_device_and_precision():
+    from peertrain.swarm.diloco.build import build_member
+
+    built = build_member(_spec(accumulation=3), "peer-a", device="cpu", precision="bf16")
+    inner = built.member.inner
+    assert (inner.config.accumulation, inner.config.precision) == (3, "bf16")
+    report = inner.run(2)
+    assert report.samples == 2 * 16 * 3
+    with pytest.raises(ConfigError, match="accumulation"):
+        _spec(accumulation=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_members_on_any_device_keep_the_outer_state_on_the_host_and_agree(device):
+    """θ_global, momentum and the codec live on the host (ParamLayout.flatten): a member
+    training on a GPU ends a round with the same state checksum as one on the CPU."""
+    from peertrain.swarm.diloco.build import build_member
+    from peertrain.testing import LocalGroup
+
+    built = [build_member(_spec(), p, device=d) for p, d in (("a", device), ("b", "cpu"))]
+    members = [b.member for b in built]
+    assert next(members[0].model.parameters()).device.type == device
+    reports = LocalGroup(members, names=["a", "b"]).run_round()
+    assert members[0].global_params.device.type == "cpu"
+    assert reports[0].state_hash == reports[1].state_hash
+    assert built[0].eval_loss() == pytest.approx(built[1].eval_loss(), rel=1e-4)
+
+
+@CUDA
+def test_batches_reach_a_cuda_device_through_pinned_memory():
+    from peertrain.swarm.devices import to_device
+
+    x = torch.arange(12).reshape(3, 4)
+    moved = to_device(x, torch.device("cuda"))
+    assert moved.device.type == "cuda" and torch.equal(moved.cpu(), x)
+    assert not x.is_pinned()  # the caller's tensor is left as it was; a pinned copy travels

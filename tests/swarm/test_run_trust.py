@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 import trio
 from peertrain.protocol.tensors import prepare_tensor
-from peertrain.swarm.diloco.driver import STATE_NAME
 from peertrain.swarm.diloco.run_spec import DiLoCoSpec
+from peertrain.swarm.diloco.state_sync import STATE_NAME
 from peertrain.testing.diloco_drivers import open_driver_group
 from peertrain.testing.waiting import wait_until
 

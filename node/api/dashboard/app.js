@@ -74,12 +74,18 @@ function renderNode(status) {
 
 // -- peer graph: this node in the middle, peers on a ring -----------------------------------------
 
+function latency(ms) {
+  if (ms == null) return "";
+  return ms < 10 ? `${ms.toFixed(1)} ms` : `${Math.round(ms)} ms`;
+}
+
 function renderPeers(status) {
   const graph = $("peer-graph");
   const kinds = status.reachability.connections || {};
+  const rtt = status.peer_latency_ms || {};
   const peers = [...status.peers].sort();
   $("peer-count").textContent = String(peers.length);
-  const cx = 160, cy = 110, r = peers.length > 1 ? 78 : 70;
+  const cx = 160, cy = 125, r = peers.length > 1 ? 78 : 70;
   const children = [];
   const spots = peers.map((peer, i) => {
     const angle = -Math.PI / 2 + (2 * Math.PI * i) / Math.max(peers.length, 1);
@@ -96,8 +102,11 @@ function renderPeers(status) {
     const kind = kinds[peer] || "direct";
     group.append(svg("circle", { cx: x, cy: y, r: 10, class: `node ${kind}` }));
     const name = (status.peer_names || {})[peer] || short(peer);
-    group.append(svg("text", { x, y: y + (y >= cy ? 24 : -16), class: "label" }, name));
-    group.append(svg("title", {}, `${name}\n${peer}\n${kind}`));
+    const below = y >= cy;
+    group.append(svg("text", { x, y: y + (below ? 24 : -28), class: "label" }, name));
+    const figure = [kind, latency(rtt[peer])].filter(Boolean).join(" · ");
+    group.append(svg("text", { x, y: y + (below ? 37 : -15), class: "label sub", "data-latency": rtt[peer] ?? "" }, figure));
+    group.append(svg("title", {}, `${name}\n${peer}\n${figure}`));
     children.push(group);
   }
   if (!peers.length) {
@@ -148,6 +157,8 @@ function runCard(run, status) {
     grid.append(cell);
   }
   card.append(grid);
+  const progress = progressBlock(run);
+  if (progress) card.append(progress);
   if (run.error) card.append(el("p", { class: "error" }, run.error));
   card.append(el("h3", {}, "Loss"), el("div", { class: "slot-loss" }));
   card.append(el("h3", {}, "Traffic per round"), el("div", { class: "slot-traffic" }));
@@ -157,7 +168,55 @@ function runCard(run, status) {
     members.append(el("li", { title: m }, m === status.peer_id ? `${status.name} (this node)` : names[m] || short(m)));
   }
   card.append(el("h3", {}, "Members"), members);
+  const samples = sampleGrid(run.sample_grid);
+  if (samples) card.append(el("h3", {}, "Samples"), samples);
   return card;
+}
+
+// What the run waits on now (swarm/progress.py): inner steps i/H, a state download, a wait.
+function progressBlock(run) {
+  const p = run.progress;
+  if (!p || run.finished) return null;
+  const block = el("div", { class: "progress" });
+  if (p.phase === "inner steps" && p.inner_steps) {
+    block.append(bar("inner steps", p.inner_step, p.inner_steps, `${p.inner_step}/${p.inner_steps}`));
+  }
+  const d = p.download;
+  if (d) {
+    const mb = (n) => (n / 1e6).toFixed(1);
+    const size = d.bytes_total ? `${mb(d.bytes_done)}/${mb(d.bytes_total)} MB` : "asking";
+    const figures = `${size} · ${mb(d.bytes_per_s)} MB/s · ${d.donors} donor${d.donors === 1 ? "" : "s"}`;
+    block.append(bar(`download ${d.what}`, d.bytes_done, d.bytes_total || 1, figures));
+  }
+  const w = p.waiting;
+  if (w) {
+    const more = Math.max(w.need - w.have, 0);
+    const text = `waiting for ${more} more ${w.what} (have ${w.have}, need ${w.need}), ${Math.round(w.elapsed_s)} s`;
+    block.append(el("p", { class: "waiting" }, text));
+  }
+  return block.childElementCount ? block : null;
+}
+
+function bar(label, done, total, figures) {
+  const row = el("div", { class: "bar-row" });
+  const track = el("div", { class: "track" });
+  const fill = el("div", { class: "fill" });
+  fill.style.width = `${Math.min(100, (100 * done) / Math.max(total, 1)).toFixed(1)}%`;
+  track.append(fill);
+  row.append(el("span", { class: "bar-label" }, label), track, el("span", { class: "bar-figures" }, figures));
+  return row;
+}
+
+// A diffusion run's newest sample grid, when its status carries one: {png: base64, round, caption}.
+// Only base64 PNG data goes into the image's source; anything else is ignored.
+function sampleGrid(grid) {
+  if (!grid || typeof grid.png !== "string" || !/^[A-Za-z0-9+/=]+$/.test(grid.png)) return null;
+  const figure = el("figure", { class: "samples" });
+  const img = el("img", { alt: "samples of the run's newest model", src: `data:image/png;base64,${grid.png}` });
+  const caption = [grid.round != null ? `round ${grid.round}` : "", grid.caption || ""].filter(Boolean).join(" · ");
+  figure.append(img);
+  if (caption) figure.append(el("figcaption", {}, caption));
+  return figure;
 }
 
 function lossChart(samples, W) {

@@ -9,6 +9,11 @@ streams in a table keyed by *peer*, and a circuit that ends closes whatever that
 for its peer: the streams of another, live circuit to the same peer (a redial after a reset, or
 a second source). Each redial was torn down by the end of the circuit it replaced, and one
 transfer's end cut another's. `PacedRelay` closes each circuit's own streams instead.
+
+Upstream also grants a reservation to whatever peer ID the RESERVE names and keeps it an hour
+after its holder has gone, so one stranger could fill the table. Here a reservation is only for
+the peer asking, lasts while it is connected, and one IP prefix holds a few; circuits at once
+and relayed bytes/s are bounded in total by the daemon's budget (node/net/budget.py).
 """
 
 from __future__ import annotations
@@ -20,9 +25,14 @@ from typing import Any
 
 import trio
 from libp2p.abc import IHost, INetStream
+from libp2p.peer.id import ID
+from libp2p.relay.circuit_v2.pb.circuit_pb2 import HopMessage
 from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID as HOP
 from libp2p.relay.circuit_v2.protocol import CircuitV2Protocol
+from libp2p.relay.circuit_v2.protocol_buffer import StatusCode
 from libp2p.relay.circuit_v2.resources import RelayLimits
+
+from ...net.budget import ResourceBudget, is_local, prefix_of
 
 log = logging.getLogger(__name__)
 
@@ -60,17 +70,69 @@ class HopLimits:
 
 
 class PacedRelay(CircuitV2Protocol):
-    """CircuitV2Protocol whose relayed bytes are paced to `bandwidth` per source stream.
+    """CircuitV2Protocol whose relayed bytes are paced to `bandwidth` per source stream and to the
+    budget's `relay_bandwidth` in all, with bounded reservations and circuits (module docstring).
 
     Upstream reads each direction of a circuit with `_read_stream_with_retry` and has no rate
     limit; sleeping after each read by its share of the budget caps both directions."""
 
-    def __init__(self, host: IHost, *, limits: HopLimits):
+    def __init__(self, host: IHost, *, limits: HopLimits, budget: ResourceBudget | None = None):
         super().__init__(host, limits=limits.relay_limits(), allow_hop=False)
         self.bandwidth = limits.bandwidth
+        self.budget = budget or ResourceBudget()
         self._next: weakref.WeakKeyDictionary[INetStream, float] = weakref.WeakKeyDictionary()
+        self._next_all = 0.0  # when the relay as a whole may pass its next bytes
         self.relayed_bytes = 0
         self._active_relays = _Unshared()  # see the module docstring
+
+    async def _handle_reserve(self, stream: INetStream, msg: HopMessage) -> None:
+        """Upstream's reservation, for the asking peer only, within the per-prefix share."""
+        asker = stream.muxed_conn.peer_id
+        if msg.HasField("peer") and msg.peer.id and ID(msg.peer.id) != asker:
+            self.budget.refused["relay_forged_reservation"] += 1
+            await self._send_status(stream, StatusCode.PERMISSION_DENIED, "reserve for yourself")
+            return
+        self._drop_departed()
+        if not self.resource_manager.has_reservation(asker) and self._prefix_full(asker):
+            self.budget.refused["relay_reservations_per_prefix"] += 1
+            await self._send_status(
+                stream,
+                StatusCode.RESOURCE_LIMIT_EXCEEDED,
+                "too many reservations from your network",
+            )
+            return
+        await super()._handle_reserve(stream, msg)
+
+    def _drop_departed(self) -> None:
+        """Reservations whose holder is gone (a reservation lives only while its holder is
+        connected, per the spec): upstream keeps them for their whole TTL, filling the table."""
+        table = self.resource_manager._reservations  # upstream has no public way to prune
+        for peer in [p for p in table if not self.host.get_network().get_connections(p)]:
+            del table[peer]
+
+    def _prefix_full(self, asker: ID) -> bool:
+        prefix = self._prefix(asker)
+        if prefix is None or is_local(prefix):
+            return False  # one machine or one LAN: the connection budget bounds it
+        same = sum(1 for p in self.resource_manager._reservations if self._prefix(p) == prefix)
+        return same >= self.budget.limits.relay_reservations_per_prefix
+
+    def _prefix(self, peer: ID) -> str | None:
+        conns = self.host.get_network().get_connections(peer)
+        return prefix_of(conns[0]) if conns else None
+
+    async def _handle_connect(self, stream: INetStream, msg: HopMessage) -> None:
+        """Upstream's circuit, within the budget's total of circuits at once."""
+        if self.budget.relay_circuits >= self.budget.limits.relay_circuits:
+            self.budget.refused["relay_circuits"] += 1
+            await self._send_status(stream, StatusCode.RESOURCE_LIMIT_EXCEEDED, "relay is full")
+            await stream.reset()
+            return
+        self.budget.relay_circuits += 1
+        try:
+            await super()._handle_connect(stream, msg)
+        finally:
+            self.budget.relay_circuits -= 1
 
     async def _relay_data(
         self, src_stream: INetStream, dst_stream: INetStream, *args: Any, **kwargs: Any
@@ -99,12 +161,23 @@ class PacedRelay(CircuitV2Protocol):
         data = await super()._read_stream_with_retry(stream, *args, **kwargs)
         if data:
             self.relayed_bytes += len(data)
-        if data and self.bandwidth > 0:
-            now = trio.current_time()
-            due = max(self._next.get(stream, now), now) + len(data) / self.bandwidth
-            self._next[stream] = due
-            await trio.sleep_until(due)
+        if data:
+            await trio.sleep_until(self._due(stream, len(data)))
         return data
+
+    def _due(self, stream: INetStream, nbytes: int) -> float:
+        """When `nbytes` just read may go on: after this stream's share of `bandwidth` and the
+        relay's share of the budget's total, whichever is later."""
+        now = trio.current_time()
+        due = now
+        if self.bandwidth > 0:
+            due = max(self._next.get(stream, now), now) + nbytes / self.bandwidth
+            self._next[stream] = due
+        total = self.budget.limits.relay_bandwidth
+        if total > 0:
+            self._next_all = max(self._next_all, now) + nbytes / total
+            due = max(due, self._next_all)
+        return due
 
 
 class _Unshared(dict):

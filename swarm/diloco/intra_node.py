@@ -1,0 +1,153 @@
+"""A node with several devices: the ranks of one torch.distributed group behind one P2P identity.
+
+Rank 0 is the node: its peer ID, its DiLoCo member, the network exchange, checkpoints. Ranks
+1..N-1 are followers that never touch the network. Inner steps are data parallel inside the node:
+rank r trains on micro-batch `i·N + r` of the member's shard, and one all_reduce per step averages
+the gradients (and the loss), so the node is one member with an N× batch, exactly what
+`accumulation=N` computes in one process (the test checks it). The all_reduce is the same call on
+gloo (CPUs) and NCCL (one GPU per rank: `cuda:rank`), so the GPU path is this code unchanged.
+
+Followers hold no state that matters: each `run(H)` starts with rank 0 broadcasting a command
+(steps, inner step, shard, optimizer generation) and θ, and AdamW's state when rank 0 replaced
+it (a member that adopts a state), so restarts, adoptions and shard moves reach them at the next
+round. Identical gradients on identical parameters keep every rank's AdamW identical meanwhile.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ..data.batches import Batches
+from ..devices import resolve_device
+from .config import InnerConfig
+from .flat import ParamLayout
+from .inner_loop import InnerLoop, InnerReport
+
+_STOP, _RUN = 0, 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IntraNode:
+    """This process's place in its node: rank of world, and the device it trains on."""
+
+    rank: int
+    world: int
+    device: torch.device
+
+    @classmethod
+    def join(
+        cls, *, rank: int, world: int, port: int, device: str = "cpu", address: str = "127.0.0.1"
+    ) -> IntraNode:
+        """Join the node's process group (gloo on CPUs, NCCL on GPUs: cuda:rank)."""
+        resolved = resolve_device(device)
+        if resolved.type == "cuda":
+            resolved = torch.device("cuda", rank % torch.cuda.device_count())
+            torch.cuda.set_device(resolved)
+        dist.init_process_group(
+            "nccl" if resolved.type == "cuda" else "gloo",
+            init_method=f"tcp://{address}:{port}",
+            rank=rank,
+            world_size=world,
+            timeout=datetime.timedelta(minutes=10),
+        )
+        return cls(rank=rank, world=world, device=resolved)
+
+    @property
+    def leads(self) -> bool:
+        return self.rank == 0
+
+    def leave(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class DistributedInnerLoop(InnerLoop):
+    """The inner loop of one rank; rank 0's is the member's (`DiLoCoMember(inner_loop=…)`)."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        batches: Batches,
+        config: InnerConfig,
+        *,
+        node: IntraNode,
+        shard: int = 0,
+    ) -> None:
+        super().__init__(model, batches, config, device=node.device)
+        self.node = node
+        self.shard = shard  # told to followers, who draw from the same shard
+        self.layout = ParamLayout(model)
+        self.generation = 0  # counts optimizer replacements (adoptions)
+        self._sent_generation = 0
+
+    def reset_optimizer(self, state) -> None:
+        super().reset_optimizer(state)
+        self.generation += 1
+
+    def run(self, steps: int) -> InnerReport:
+        if self.node.leads:
+            self._broadcast_command(_RUN, steps)
+        return super().run(steps)
+
+    def close(self) -> None:
+        """Rank 0: release the followers, leaving them at θ (the member's θ_global)."""
+        if self.node.leads:
+            self._broadcast_command(_STOP, 0)
+
+    def micro_batch(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.batches.batch(index * self.node.world + self.node.rank)
+
+    def _accumulate_gradients(self) -> float:
+        """This rank's gradients, then the node's mean of them (and of the loss) in one
+        all_reduce of one flat buffer."""
+        loss = super()._accumulate_gradients()
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in params]
+        flat = torch.cat(
+            [g.reshape(-1) for g in grads] + [torch.tensor([loss], device=self.device)]
+        )
+        dist.all_reduce(flat)
+        flat /= self.node.world
+        for p, view in zip(params, flat[:-1].split([p.numel() for p in params]), strict=True):
+            p.grad = view.view_as(p).clone()
+        return float(flat[-1])
+
+    def _broadcast_command(self, op: int, steps: int) -> None:
+        fields = [op, steps, self.step, self.shard, self.generation]
+        dist.broadcast(torch.tensor(fields, device=self.device), src=0)
+        dist.broadcast(self.layout.flatten().to(self.device), src=0)
+        if self.generation != self._sent_generation:
+            dist.broadcast_object_list([self.optimizer.state_dict()], src=0)
+            self._sent_generation = self.generation
+
+
+def follow(loop: DistributedInnerLoop, batches_of: Callable[[int], Batches]) -> int:
+    """A follower's life: run what rank 0 says until it says stop; the rounds it took part in.
+    `batches_of(shard)`: this member's batches of a shard."""
+    rounds = 0
+    while True:
+        command = torch.zeros(5, dtype=torch.int64, device=loop.device)
+        dist.broadcast(command, src=0)
+        op, steps, step, shard, generation = command.tolist()
+        theta = torch.empty(loop.layout.numel, device=loop.device)
+        dist.broadcast(theta, src=0)
+        loop.layout.load(theta)
+        if generation != loop.generation:
+            state: list[Any] = [None]
+            dist.broadcast_object_list(state, src=0)
+            InnerLoop.reset_optimizer(loop, state[0])
+            loop.generation = generation
+        if op == _STOP:
+            return rounds
+        if shard != loop.shard:
+            loop.batches, loop.shard = batches_of(shard), shard
+        loop.step = step
+        InnerLoop.run(loop, steps)
+        rounds += 1

@@ -1,0 +1,167 @@
+"""A Streaming DiLoCo member: DiLoCo's outer step, one fragment at a time, landing τ steps late.
+
+The member trains the whole model without pause; after each H/P inner steps one fragment is due
+(fragments.py). Its exchange is two calls around whatever carries the payloads:
+
+    slot = member.due()                         # after member.train(k)
+    payload = member.prepare_fragment(slot)     # Δ_p = θ_global[p] − θ_local[p], encoded
+    ... τ more inner steps while the payloads travel ...
+    report = member.apply_fragment(slot, contributions)   # outer step on θ_global[p], then mix
+
+The shared state is kept per fragment (θ_global[p], its outer momentum, its round) and hashed per
+fragment: that is what members must agree on. What the mixing rule and Eager leave in the local
+parameters is each member's own, like its AdamW state.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ..aggregation import Aggregator, build_aggregator
+from ..data.batches import Batches
+from .compression import ErrorFeedbackEncoder, Payload, ProtocolCodec, UpdateCodec
+from .config import InnerConfig, OuterConfig, StreamingConfig
+from .errors import DiLoCoError
+from .exchange import Contribution
+from .flat import ParamLayout
+from .fragments import Fragment, FragmentSchedule, split_fragments
+from .inner_loop import InnerLoop, InnerReport
+from .member import aggregate_deltas, decode_contributions
+from .outer_step import NesterovOuterOptimizer
+from .state_hash import state_hash
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FragmentReport:
+    slot: int
+    fragment: int
+    round: int  # the fragment's round that completed
+    accepted: tuple[str, ...]
+    rejected: tuple[tuple[str, str], ...]
+    update_norm: float  # NaN when nothing was applied
+    state_hash: str  # the fragment's shared state after the outer step
+
+
+class StreamingMember:
+    def __init__(
+        self,
+        model: nn.Module,
+        batches: Batches,
+        *,
+        inner: InnerConfig,
+        streaming: StreamingConfig,
+        outer: OuterConfig | None = None,
+        codec: UpdateCodec | None = None,
+        error_feedback: bool = True,
+        aggregator: Aggregator | None = None,
+    ) -> None:
+        streaming.check(inner.steps)
+        self.model = model
+        self.config = streaming
+        self.layout = ParamLayout(model)
+        self.inner = InnerLoop(model, batches, inner)
+        self.schedule = FragmentSchedule(inner.steps, streaming.fragments)
+        self.fragments = split_fragments(self.layout, streaming.fragments)
+        codec = codec or ProtocolCodec("fp32")
+        self.outer = [
+            NesterovOuterOptimizer(f.numel, outer or OuterConfig()) for f in self.fragments
+        ]
+        self.encoders = [
+            ErrorFeedbackEncoder(codec, f.numel, enabled=error_feedback) for f in self.fragments
+        ]
+        self.aggregator = aggregator or build_aggregator("mean")
+        self.global_params = self.layout.flatten()
+        self.rounds = [0] * len(self.fragments)
+        self._in_flight: dict[int, int] = {}  # fragment → slot sent, outer step not yet applied
+
+    def train(self, steps: int) -> InnerReport:
+        return self.inner.run(steps)
+
+    def slot_nbytes(self, slot: int) -> int:
+        """The size of every member's payload for `slot` (its fragment's, encoded)."""
+        p = self.schedule.fragment(slot)
+        return self.encoders[p].codec.payload_bytes(self.fragments[p].numel)
+
+    def due(self) -> int | None:
+        """The slot due after the inner steps taken so far, if any."""
+        return self.schedule.due(self.inner.step)
+
+    def prepare_fragment(self, slot: int) -> Payload:
+        """Encode the fragment's pseudo-gradient; with Eager, step the local fragment with it."""
+        frag = self._fragment(slot)
+        if frag.index in self._in_flight:
+            raise DiLoCoError(f"fragment {frag.index} sent again before its outer step landed")
+        with torch.no_grad():
+            start = frag.gather(self.global_params)
+            delta = start - self.layout.flatten_some(frag.params)
+        encoder = self.encoders[frag.index]
+        payload = encoder.encode(delta)
+        if self.config.eager:
+            own = encoder.codec.decode(payload, frag.numel)
+            eager = NesterovOuterOptimizer(frag.numel, self.outer[frag.index].config)
+            eager.momentum_buffer = self.outer[frag.index].momentum_buffer.clone()
+            eager.step(start, own)
+            self.layout.load_some(frag.params, start)
+        self._in_flight[frag.index] = slot
+        return payload
+
+    def apply_fragment(self, slot: int, contributions: Sequence[Contribution]) -> FragmentReport:
+        """Aggregate the fragment's updates, step θ_global[p], merge it into the local model."""
+        frag = self._fragment(slot)
+        if self._in_flight.pop(frag.index, slot) != slot:
+            raise DiLoCoError(f"fragment {frag.index}: outer step for slot {slot} out of order")
+        codec = self.encoders[frag.index].codec
+        accepted, rejected, deltas = decode_contributions(codec, frag.numel, contributions)
+        update = aggregate_deltas(self.aggregator, frag.numel, accepted, rejected, deltas)
+        norm = math.nan
+        global_frag = frag.gather(self.global_params)
+        if update is not None:
+            norm = update.norm().item()
+            self.outer[frag.index].step(global_frag, update)
+            frag.scatter(self.global_params, global_frag)
+        self._merge(frag, global_frag)
+        self.rounds[frag.index] += 1
+        return FragmentReport(
+            slot=slot,
+            fragment=frag.index,
+            round=self.rounds[frag.index] - 1,
+            accepted=tuple(accepted),
+            rejected=tuple(rejected),
+            update_norm=norm,
+            state_hash=self.fragment_hash(frag.index),
+        )
+
+    @torch.no_grad()
+    def _merge(self, frag: Fragment, global_frag: torch.Tensor) -> None:
+        """θ_local ← α·θ_local + (1 − α)·θ_global for the fragment (α = 0: take θ_global)."""
+        alpha = self.config.mix
+        if alpha:
+            local = self.layout.flatten_some(frag.params)
+            global_frag = local.mul_(alpha).add_(global_frag, alpha=1 - alpha)
+        self.layout.load_some(frag.params, global_frag)
+
+    def _fragment(self, slot: int) -> Fragment:
+        p = self.schedule.fragment(slot)
+        if self.schedule.fragment_round(slot) != self.rounds[p]:
+            raise DiLoCoError(
+                f"slot {slot} is round {self.schedule.fragment_round(slot)} of fragment {p}, "
+                f"which is at round {self.rounds[p]}"
+            )
+        return self.fragments[p]
+
+    # -- state ----------------------------------------------------------------------------------
+
+    def fragment_hash(self, p: int) -> str:
+        """The shared state of fragment `p`: its round, θ_global values and outer momentum."""
+        frag = self.fragments[p]
+        named = self.layout.named(self.global_params)
+        params = {name: named[name] for name in frag.names}
+        return state_hash(self.rounds[p], params, self.outer[p].momentum_buffer)
+
+    def fragment_hashes(self) -> list[str]:
+        return [self.fragment_hash(p) for p in range(len(self.fragments))]

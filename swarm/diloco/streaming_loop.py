@@ -1,0 +1,138 @@
+"""Streaming DiLoCo with real overlap: inner steps in a worker thread, exchanges on trio.
+
+    compute thread: train a step ─► fragment due? encode it ─► outbox (bounded: P)
+                    step t+τ reached? ─► wait for its contributions ─► outer step, mix
+    trio task:      outbox ─► await exchange(slot, payload) ─► landed (bounded: P)
+
+The thread applies a fragment's outer step exactly τ inner steps after sending it, as the paper
+does and as peertrain.testing.StreamingGroup simulates, so the model does not depend on network
+timing: an exchange done within τ steps costs no compute time, a slower one makes the thread wait
+(counted as idle). At most one exchange per fragment is in flight, so P bounds both queues.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+import trio
+
+from .compression import Payload
+from .errors import DiLoCoError
+from .exchange import Contribution
+from .streaming import FragmentReport, StreamingMember
+
+FragmentExchange = Callable[[int, Payload], Awaitable[Sequence[Contribution]]]
+POLL = 0.2  # seconds between the waiting thread's checks that the network side is still up
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoopStatistics:
+    steps: int
+    exchanges: int
+    compute_seconds: float  # inner steps, encoding and outer steps
+    idle_seconds: float  # waiting for an exchange to land or for the outbox to take a payload
+
+    @property
+    def idle_fraction(self) -> float:
+        total = self.compute_seconds + self.idle_seconds
+        return self.idle_seconds / total if total else 0.0
+
+
+class StreamingLoop:
+    def __init__(
+        self,
+        member: StreamingMember,
+        exchange: FragmentExchange,
+        *,
+        limiter: trio.CapacityLimiter | None = None,
+    ) -> None:
+        """`exchange(slot, payload)`: every member's contributions for `slot`, own included."""
+        self.member = member
+        self.exchange = exchange
+        self.limiter = limiter  # the member's one torch thread, when it has other torch work
+        size = len(member.fragments)
+        self._outbox_send, self._outbox = trio.open_memory_channel[tuple[int, Payload]](size)
+        self._landed: queue.Queue[tuple[int, Sequence[Contribution]]] = queue.Queue(size)
+        self._arrived: dict[int, Sequence[Contribution]] = {}
+        self._stopped = threading.Event()
+        self.reports: list[FragmentReport] = []
+        self._compute = self._idle = 0.0
+        self._steps = 0
+
+    def statistics(self) -> LoopStatistics:
+        return LoopStatistics(
+            steps=self._steps,
+            exchanges=len(self.reports),
+            compute_seconds=self._compute,
+            idle_seconds=self._idle,
+        )
+
+    async def run(self, steps: int) -> LoopStatistics:
+        """`steps` inner steps with every exchange due on the way, then land what is in flight."""
+        self._stopped.clear()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._network)
+            try:
+                await trio.to_thread.run_sync(self._compute_loop, steps, limiter=self.limiter)
+            finally:
+                self._stopped.set()
+                nursery.cancel_scope.cancel()
+        return self.statistics()
+
+    async def _network(self) -> None:
+        try:
+            async for slot, payload in self._outbox:
+                contributions = await self.exchange(slot, payload)
+                self._landed.put_nowait((slot, contributions))  # ≤ P in flight: never full
+        finally:
+            self._stopped.set()  # a waiting compute thread must not wait for nothing
+
+    def _compute_loop(self, steps: int) -> None:
+        member, tau = self.member, self.member.config.overlap
+        lands: dict[int, int] = {}  # slot in flight → the inner step after which it lands
+        end = member.inner.step + steps
+        while member.inner.step < end:
+            started = time.perf_counter()
+            member.train(1)
+            self._steps += 1
+            slot = member.due()
+            payload = member.prepare_fragment(slot) if slot is not None else None
+            self._compute += time.perf_counter() - started
+            if slot is not None and payload is not None:
+                self._send(slot, payload)
+                lands[slot] = member.inner.step + tau
+            self._land(lands, member.inner.step)
+        self._land(lands, None)
+
+    def _send(self, slot: int, payload: Payload) -> None:
+        started = time.perf_counter()
+        trio.from_thread.run(self._outbox_send.send, (slot, payload))
+        self._idle += time.perf_counter() - started
+
+    def _land(self, lands: dict[int, int], step: int | None) -> None:
+        """Apply every fragment whose landing step is `step` or earlier (None: all of them)."""
+        for slot in sorted(s for s, at in lands.items() if step is None or at <= step):
+            contributions = self._wait(slot)
+            started = time.perf_counter()
+            self.reports.append(self.member.apply_fragment(slot, contributions))
+            self._compute += time.perf_counter() - started
+            del lands[slot]
+
+    def _wait(self, slot: int) -> Sequence[Contribution]:
+        started = time.perf_counter()
+        while slot not in self._arrived:
+            try:
+                got, contributions = self._landed.get(timeout=POLL)
+            except queue.Empty:
+                if self._stopped.is_set():
+                    raise DiLoCoError(
+                        f"the exchange of slot {slot} ended without a result"
+                    ) from None
+                continue
+            self._arrived[got] = contributions
+        self._idle += time.perf_counter() - started
+        return self._arrived.pop(slot)

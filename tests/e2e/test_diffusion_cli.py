@@ -1,0 +1,132 @@
+"""Diffusion expert groups end to end through the CLI: daemons as processes create and join a
+diffusion run (K = 2 experts and a router; the bigger expert's group gets two members by need),
+train a few rounds, and a node outside the run samples a PNG from the experts it fetches."""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from peertrain.node.cli.local_swarm import DAEMON_ENV
+from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
+from peertrain.testing import wait_until_sync
+
+pytestmark = pytest.mark.slow
+
+ROUNDS = 4
+# round 0 of each group waits up to start_timeout for a second member: the pair starts
+# together, the single groups start alone after it
+RUN_FLAGS = [
+    "--mode", "diffusion", "--experts", "2", "--dataset", "digits", "--model", "dit-tiny",
+    "--inner-steps", "8", "--batch-size", "16", "--rounds", str(ROUNDS), "--round-timeout", "30",
+    "--min-members", "2", "--set", "start_timeout=90",
+]  # fmt: skip
+
+
+def peertrain(*args: str, timeout: float = 240) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-m", "peertrain", *args, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=True,
+    )
+    return json.loads(out.stdout)
+
+
+def run_of(daemon: DaemonProcess) -> dict:
+    try:
+        return daemon.status(timeout=5)["run"] or {}
+    except Exception:  # noqa: BLE001 - a daemon that does not answer yet has no run; asked again
+        return {}
+
+
+def start_daemons(tmp_path) -> list[DaemonProcess]:
+    """Five daemons: four to train, the last one to stay out of the run and sample."""
+    creator = DaemonProcess(tmp_path / "n0", node_args(), DAEMON_ENV).start()
+    addr = creator.wait_ready()["share"]
+    others = [
+        DaemonProcess(tmp_path / f"n{i}", node_args(bootstrap=[addr]), DAEMON_ENV).start()
+        for i in (1, 2, 3, 4)
+    ]
+    for daemon in others:
+        daemon.wait_ready()
+    return [creator, *others]
+
+
+def start_members(daemons: list[DaemonProcess], name: str) -> None:
+    """The run is created on the first daemon and joined by the others one by one, each once the
+    last one's group is in the creator's view (joiners choose the group with the most need)."""
+    creator = daemons[0]
+    peertrain("run", "create", "--home", str(creator.home), "--name", name, *RUN_FLAGS)
+    for daemon in daemons:
+        if daemon is not creator:
+            peertrain("run", "join", "--home", str(daemon.home), "--run", name)
+        peer = daemon.status()["peer_id"]
+        wait_until_sync(
+            lambda p=peer: any(
+                p in g["members"] for g in run_of(creator).get("groups", {}).values()
+            ),
+            timeout=120,
+            interval=0.5,
+        )
+
+
+def png_size(path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_expert_groups_train_apart_and_a_stranger_samples_their_experts(tmp_path):
+    started = time.monotonic()
+    *daemons, stranger = start_daemons(tmp_path)
+    try:
+        start_members(daemons, "dd")
+        wait_until_sync(
+            lambda: all(run_of(d).get("finished") for d in daemons), timeout=400, interval=1
+        )
+        runs = [run_of(d) for d in daemons]
+        out = tmp_path / "grid.png"
+        sampled = peertrain(
+            "sample", "--home", str(stranger.home), "--run", "dd", "--n", "16",
+            "--steps", "10", "--strategy", "top1", "--out", str(out),
+        )  # fmt: skip
+        assert stranger.status()["run"] is None  # it sampled without joining
+        arrays = tmp_path / "x.npz"  # a member samples too: its own expert from its own store
+        from_member = peertrain(
+            "sample", "--home", str(daemons[0].home), "--run", "dd", "--n", "8",
+            "--steps", "5", "--strategy", "sample1", "--out", str(arrays),
+        )  # fmt: skip
+    finally:
+        codes = stop_all([*daemons, stranger])
+    assert all(code == 0 for code in codes)
+    groups = sorted(r["group"] for r in runs)
+    assert groups == ["expert-0", "expert-0", "expert-1", "router"]  # the pair went by need
+    for run in runs:
+        assert run["round"] == ROUNDS
+        # every update a member aggregated came from its own group: none crossed groups
+        assert set(run["traffic"]["updates_from"]) == {run["group"]}
+        pair = groups.count(run["group"]) == 2
+        assert (run["traffic"]["bytes_fetched"] > 0) == pair
+        counted = run["traffic"]["updates_from"][run["group"]]
+        # a single member counts its own update each round; the pair both, at least once
+        assert counted > ROUNDS if pair else counted == ROUNDS
+    router = next(r for r in runs if r["group"] == "router")
+    assert router["router_accuracy"] is not None
+    columns = 4  # 16 images in a 4×4 grid of 8×8 digits drawn 4× with 1-pixel gaps
+    assert png_size(out) == (columns * 33 + 1, columns * 33 + 1)
+    assert sampled["bytes_fetched"] > 0 and set(sampled["groups"]) == {
+        "expert-0",
+        "expert-1",
+        "router",
+    }
+    with np.load(arrays) as loaded:
+        assert loaded["images"].shape == (8, 1, 8, 8) and np.isfinite(loaded["images"]).all()
+    assert from_member["bytes_fetched"] < sampled["bytes_fetched"]  # its own group's is local
+    print(f"diffusion e2e took {time.monotonic() - started:.0f} s")
