@@ -58,9 +58,9 @@ def join(daemon, run_id: str, *flags: str):
 
 
 def finished(honest, run_id: str, timeout: float) -> list[dict]:
-    def all_done() -> bool:
+    def all_done() -> bool:  # "finished" comes after the last round's agreement, not before
         runs = [run_of(d, run_id) for d in honest]
-        return all(r is not None and r["finished"] for r in runs)
+        return all(r is not None and r["phase"] == "finished" for r in runs)
 
     wait_until_sync(all_done, timeout=timeout, interval=1.0, what=f"run {run_id[:8]} finished")
     return [run_of(d, run_id) for d in honest]

@@ -269,3 +269,53 @@ def test_a_majority_of_scaled_updates_is_held_to_the_anchors_norm():
     anchored = rule.aggregate([*honest, *scaled], reference=[0])  # input 0: the anchor's
     assert [v.accepted for v in anchored.verdicts] == [True] * 4 + [False] * 6
     assert anchored.update.norm() < 2 * max(h.norm() for h in honest)
+
+
+async def test_an_anchor_whose_lease_lapses_during_a_download_costs_nobody_a_penalty():
+    """Seen under load: a 0.1 MB state took 30 s to download, the anchor's lease lapsed
+    meanwhile, and the state its providers served was then "beyond the newest trusted round"
+    (-1): the honest anchor was penalised 50 points. Trust is judged when the download starts."""
+    from libp2p.crypto.ed25519 import create_new_key_pair
+    from libp2p.peer.id import ID
+    from peertrain.crdt.admission import Admission
+    from peertrain.crdt.runstate import RunState
+    from peertrain.crdt.writer import RunWriter
+    from peertrain.swarm.diloco.adoption import StateDownloads
+    from peertrain.swarm.diloco.build import build_member
+    from peertrain.swarm.diloco.trust import TrustedStates
+    from peertrain.testing.crdt_network import new_run
+    from peertrain.testing.diloco_drivers import TensorNetwork
+
+    key = create_new_key_pair()
+    creator = ID.from_pubkey(key.public_key).to_base58()
+    run_id, manifest = new_run(key)
+    state = RunState(run_id)
+    state.accept_manifest(manifest)
+    admission = Admission(run_id=run_id, creator=creator, mode="open")
+    state.install_admission(admission)
+    anchor = RunWriter(state, creator)  # the creator's own slots, as our replica holds them
+    anchor.announce(role="diloco", addrs=[], lease_ms=60_000)
+    member = build_member(SPEC, "joiner").member
+    flat = torch.cat([member.global_params, member.outer.momentum_buffer])
+    prepared = prepare_tensor(STATE_NAME, flat)
+    network = TensorNetwork()
+    network.endpoint(creator).put(prepared)
+    anchor.provide_checkpoint(1, prepared.header.checksum)
+
+    class AnchorLeavesMidway:
+        async def fetch(self, holders, checksum, max_nbytes, on_header=None):
+            anchor.leave()  # its lease ends while the bytes are on their way
+            return await network.fetch(holders, checksum, max_nbytes, on_header)
+
+    penalties: list[str] = []
+    downloads = StateDownloads(
+        me="joiner",
+        state=state,
+        tensors=AnchorLeavesMidway(),  # type: ignore[arg-type]
+        trust=TrustedStates(state, admission, "joiner"),
+        thread=trio.to_thread.run_sync,
+        on_penalty=lambda peer, why: penalties.append(peer),
+    )
+    got = await downloads.fetch_checked(member, 1, prepared.header.checksum, running=False)
+    assert got is not None and torch.equal(got, flat)
+    assert penalties == [] and downloads.refused == 0
