@@ -85,12 +85,7 @@ class MeshSwarm:
         self.first_addr = status["share"]
         self._started(0, status)
         if self.training:
-            spec = {"min_members": self.options.nodes, **self.options.spec}
-            params = {"name": RUN_NAME, "mode": "diloco", "spec": spec}
-            created = call_sync(first.control_socket, "run.create", params, timeout=120)
-            self.console.print(
-                f"created run [bold]{RUN_NAME}[/] ({created['run_id'][:16]}…) on node 0"
-            )
+            self._create_run(first)
         for index in range(1, self.options.nodes):
             home = self.base / f"node{index}"
             args = self._member_args() + self._hostile_or_invited(index, home)
@@ -100,8 +95,11 @@ class MeshSwarm:
         if self.options.kill_every:
             self._next_kill = time.monotonic() + self.options.kill_every
 
-    def _byzantine(self, index: int) -> bool:
-        return index > 0 and index >= self.options.nodes - self.options.byzantine
+    def _create_run(self, first: DaemonProcess) -> None:
+        spec = {"min_members": self.options.nodes, **self.options.spec}
+        params = {"name": RUN_NAME, "mode": "diloco", "spec": spec}
+        created = call_sync(first.control_socket, "run.create", params, timeout=120)
+        self.console.print(f"created run [bold]{RUN_NAME}[/] ({created['run_id'][:16]}…) on node 0")
 
     def attack_of(self, index: int) -> str:
         """The attack of hostile member `index`: the `--attack` names, cycled."""
@@ -122,16 +120,20 @@ class MeshSwarm:
         invited = call_sync(self.daemons[0].control_socket, "run.invite", params, timeout=30)
         return ["--certificate", invited["certificate"]]
 
-    def _member_args(self) -> list[str]:
-        if self.training:
-            return ["join", self.first_addr, "--run", RUN_NAME, *JOIN_TAIL]
-        return node_args(bootstrap=[self.first_addr])
-
     def _started(self, index: int, status: dict[str, Any]) -> None:
+        """Daemon `index` is up (a mode may wait here for what it does in the run)."""
         tag = f" [red](hostile: {self.attack_of(index)})[/]" if self._byzantine(index) else ""
         self.console.print(
             f"started node {index}: [bold]{status['name']}[/] {status['share']}{tag}"
         )
+
+    def _byzantine(self, index: int) -> bool:
+        return index > 0 and index >= self.options.nodes - self.options.byzantine
+
+    def _member_args(self) -> list[str]:
+        if self.training:
+            return ["join", self.first_addr, "--run", RUN_NAME, *JOIN_TAIL]
+        return node_args(bootstrap=[self.first_addr])
 
     # --- watch -----------------------------------------------------------------------------
     def step(self, elapsed: float) -> bool:
