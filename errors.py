@@ -6,6 +6,8 @@
     ├── CRDTError                   crdt/errors.py
     ├── SwarmError                  swarm/errors.py (ConfigError, aggregation, DiLoCo, pipeline)
     └── NodeError                   node/errors.py (and node/net/transport/errors.py)
+
+Each layer raises only its own branch; remote misbehaviour is blamed on the peer inside it.
 """
 
 from peertrain.protocol.errors import PeertrainError

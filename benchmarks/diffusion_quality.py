@@ -61,9 +61,11 @@ from peertrain.swarm.diffusion import (
 )
 
 try:
-    from benchmarks._report import print_json, print_table
+    from benchmarks._diffusion_report import report
+    from benchmarks._report import print_json
 except ImportError:  # run as a script from the benchmarks folder
-    from _report import print_json, print_table
+    from _diffusion_report import report
+    from _report import print_json
 
 STRATEGIES = ("top1", "top2", "full", "sample1", "threshold0.2")
 RANDOM_STRATEGIES = ("top1", "full")
@@ -325,72 +327,6 @@ def run(setup: Setup, quick: bool, out_dir: Path) -> dict:
     }
 
 
-def report(result: dict, setup: Setup, out_dir: Path) -> dict:
-    rows = result["rows"]
-    print_table(
-        f"\nSample quality ({setup.samples} samples; FID in the 64-d feature space of a small CNN "
-        "classifier trained on the same data; lower is better)",
-        ["arm", "strategy", "FID", "classes covered", "class TV", "sample s"],
-        [
-            [
-                r["arm"],
-                r["strategy"],
-                r["fid"],
-                r["classes_covered"],
-                r["class_tv"],
-                r["sample_seconds"],
-            ]
-            for r in rows
-        ],
-    )
-    accuracy = result["router_accuracy"]
-    print_table(
-        "\nRouter (feature clusters) top-1 accuracy on held-out images noised to t "
-        f"(chance {1 / setup.experts:.2f})",
-        ["t", "accuracy", "mean top probability"],
-        [[t, a, result["router_confidence"][t]] for t, a in accuracy.items()],
-    )
-    fid = {f"{r['arm']}/{r['strategy']}": r["fid"] for r in rows}
-    checks = {
-        "top1_experts_le_monolith": fid["feature/top1"] <= fid["monolith/-"],
-        "feature_better_than_random": fid["feature/top1"] < fid["random/top1"],
-        "sample1_worst_of_feature_strategies": fid["feature/sample1"]
-        == max(fid[f"feature/{s}"] for s in STRATEGIES),
-    }
-    print_table("\nTargets (issue 16)", ["target", "met"], [[k, v] for k, v in checks.items()])
-    print(f"\nSample grids: {out_dir}/monolith.png and <arm>-<strategy>.png", flush=True)
-    return _figures(result, setup, fid, checks)
-
-
-def _figures(result: dict, setup: Setup, fid: dict, checks: dict) -> dict:
-    def arm(trained: dict) -> dict:
-        keys = ("expert_losses", "cluster_sizes", "router_loss", "expert_seconds", "router_seconds")
-        return {k: trained[k] for k in keys}
-
-    return {
-        "benchmark": "diffusion_quality",
-        "dataset": result["dataset"],
-        "metric": "FID in the feature space of a small CNN classifier trained on the same data",
-        "experts": setup.experts,
-        "steps": setup.steps,
-        "expert_batch": setup.batch_size,
-        "monolith_batch": setup.experts * setup.batch_size,
-        "samples": setup.samples,
-        "sampler": f"{setup.sampler.method}-{setup.sampler.steps}",
-        "partition_digest": result["partition_digest"],
-        "fid": fid,
-        "coverage": {f"{r['arm']}/{r['strategy']}": r["classes_covered"] for r in result["rows"]},
-        "class_tv": {f"{r['arm']}/{r['strategy']}": r["class_tv"] for r in result["rows"]},
-        "router_accuracy": result["router_accuracy"],
-        "router_confidence": result["router_confidence"],
-        "monolith_loss": result["monolith_loss"],
-        "feature": arm(result["feature"]),
-        "random": arm(result["random"]),
-        "targets": checks,
-        "seconds": result["seconds"],
-    }
-
-
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -416,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     setup = quick_setup(args) if args.quick else fashion_setup(args)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     result = run(setup, args.quick, args.out_dir)
-    print_json(report(result, setup, args.out_dir))
+    print_json(report(result, setup, args.out_dir, STRATEGIES))
     return 0
 
 

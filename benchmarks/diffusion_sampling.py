@@ -19,16 +19,14 @@ The last line printed is one JSON object.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from peertrain.node.cli.local_swarm import DAEMON_ENV
 from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
+from peertrain.testing import cli_json
 
 try:
     from benchmarks._report import print_json, print_table
@@ -38,17 +36,6 @@ except ImportError:  # run as a script from the benchmarks folder
 RUN = "bench"
 SPEC = ["--mode", "diffusion", "--experts", "2", "--dataset", "digits", "--model", "dit-tiny",
         "--inner-steps", "5", "--batch-size", "16", "--rounds", "1"]  # fmt: skip
-
-
-def cli(*args: str, timeout: float = 600) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-m", "peertrain", *args, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=True,
-    )
-    return json.loads(out.stdout)
 
 
 def train(base: Path) -> tuple[list[DaemonProcess], DaemonProcess]:
@@ -62,11 +49,11 @@ def train(base: Path) -> tuple[list[DaemonProcess], DaemonProcess]:
     for daemon in rest:
         daemon.wait_ready()
     *members, stranger = [first, *rest]
-    cli("run", "create", "--home", str(first.home), "--name", RUN, *SPEC)
+    cli_json("run", "create", "--home", str(first.home), "--name", RUN, *SPEC)
     for member in members[1:]:
         _wait(lambda: (first.status()["run"] or {}).get("groups"), 300)
         known = sum(len(g["members"]) for g in first.status()["run"]["groups"].values())
-        cli("run", "join", "--home", str(member.home), "--run", RUN)
+        cli_json("run", "join", "--home", str(member.home), "--run", RUN)
         _wait(lambda k=known: _members(first) > k, 300)
     _wait(lambda: all((m.status()["run"] or {}).get("finished") for m in members), 600)
     return members, stranger
@@ -91,7 +78,7 @@ def _wait(condition, timeout: float) -> None:
 def sample_once(stranger: DaemonProcess, out: Path, args, *, fresh: bool) -> dict:
     flags = ["--fresh"] if fresh else []
     started = time.perf_counter()
-    result = cli(
+    result = cli_json(
         "sample", "--home", str(stranger.home), "--run", RUN, "--n", str(args.n),
         "--steps", str(args.steps), "--strategy", "top1", "--out", str(out), *flags,
     )  # fmt: skip

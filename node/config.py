@@ -60,6 +60,7 @@ class NodeConfig:
     attack: str | None = None  # research/testing: make this node Byzantine (swarm/attacks.py)
     device: str = "auto"  # where runs train: auto|cpu|cuda[:N]|mps (swarm/devices.py)
     precision: str = "fp32"  # autocast for forward and loss: fp32|bf16|fp16
+    ranks: int = 1  # processes (one device each) training as this one node (intra_node.py)
     dial_timeout: float = 10.0
     reconnect_interval: float = 2.0
     # NAT traversal (node/nat/relays.py): what a public node grants strangers as a circuit relay v2
@@ -209,6 +210,8 @@ def _validate(config: NodeConfig) -> None:
         raise ConfigError(f"`run_role` must be server or trainer, got {config.run_role!r}")
     if config.max_params < 1 or config.max_memory < 0:
         raise ConfigError("`max_params` must be positive and `max_memory` ≥ 0 (0: half the RAM)")
+    if not 1 <= config.ranks <= 64:
+        raise ConfigError(f"`ranks` must be 1..64, got {config.ranks}")
     if not config.listen:
         raise ConfigError("`listen` is empty; give at least one address such as /ip4/0.0.0.0/tcp/0")
     for name in (

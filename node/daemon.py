@@ -85,7 +85,8 @@ class DaemonStatus(TypedDict):
 class Daemon:
     """A running node. `await nursery.start(daemon.run)` returns once it listens and serves."""
 
-    def __init__(self, config: NodeConfig, identity: Identity):
+    def __init__(self, config: NodeConfig, identity: Identity, *, ranks: Any = None):
+        """`ranks`: the RankLease of a node of several ranks (`--ranks N`), else None."""
         self.config = config
         self.identity = identity
         self.host = build_host(
@@ -123,6 +124,7 @@ class Daemon:
             device=config.device,
             precision=config.precision,
             budget=self.budget,
+            ranks=ranks,
         )
         self.runs = RunManager(
             self.services,
@@ -134,7 +136,12 @@ class Daemon:
             budget=RunBudget(max_params=config.max_params, max_memory=config.max_memory),
         )
         self.reachability = ReachabilityCheck(self.host, psk=config.psk)
-        self.nat = NatTraversal(
+        self.nat = self._nat_traversal()
+
+    def _nat_traversal(self) -> NatTraversal:
+        """Relays (hop and client), hole punching and UPnP, publishing what we are reachable at."""
+        config = self.config
+        return NatTraversal(
             self.host,
             self.reachability,
             limits=HopLimits.of(config),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Callable
 from typing import Any
 
 from .errors import DecodeError, MessageTooLarge, ProtocolError
@@ -136,6 +137,19 @@ def check_codec_roundtrip(
     out = torch.empty_like(back)
     assert torch.equal(dec(payload, out=out), back), f"{codec}: decoding into out differs"
 
+    _check_refusals(codec, tensor, payload, dec, block_size=block_size)
+    _check_corruptions(codec, payload, dec, seed=f"{codec}/{shape}/{block_size}", count=mutations)
+
+
+def _check_refusals(
+    codec: str, tensor: Any, payload: Any, dec: Callable[..., Any], *, block_size: int
+) -> None:
+    """Payloads of the wrong size and calls with wrong arguments raise DecodeError."""
+    import torch
+
+    from . import codecs
+
+    dtype, shape = str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape)
     bad_calls = {
         "short payload": lambda: dec(payload[:-1]),
         "long payload": lambda: dec(torch.cat([payload, torch.zeros(1, dtype=torch.uint8)])),
@@ -155,8 +169,13 @@ def check_codec_roundtrip(
             continue  # int4 packs 1 and 2 values in one byte: the size cannot tell them apart
         _expect(DecodeError, call, f"{codec} {what}")
 
-    rng = random.Random(f"{codec}/{shape}/{block_size}")
-    for i in range(mutations if payload.numel() else 0):
+
+def _check_corruptions(
+    codec: str, payload: Any, dec: Callable[..., Any], *, seed: str, count: int
+) -> None:
+    """Random corruptions of a valid payload raise only ProtocolError (or decode)."""
+    rng = random.Random(seed)
+    for i in range(count if payload.numel() else 0):
         corrupt = payload.clone()
         for _ in range(rng.randint(1, 8)):
             corrupt[rng.randrange(corrupt.numel())] = rng.randrange(256)

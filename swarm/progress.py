@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-
 MB = 1e6
 LOG_EVERY = 10.0  # seconds between two log lines of the same wait or download
 POLL = 1.0

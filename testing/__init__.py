@@ -5,7 +5,7 @@ May import every layer; no product layer imports it (tests/test_layering.py). Th
 (`peertrain.testing.plugin`, the `peertrain` pytest11 entry point) turns these into fixtures.
 
     swarms.py         open_test_swarm: in-process daemons on loopback; free_tcp_port
-    processes.py      cli_daemons: `peertrain node start` processes; peertrain_cli: one command
+    processes.py      cli_daemons: `peertrain node start` processes; cli_json: a command's JSON
     waiting.py        wait_until / wait_until_sync: one way to wait for a condition
     memory_router.py  MemoryRouter: the CRDT and update-gossip transports in memory, seeded faults
     crdt_network.py   open_memory_swarm: replicators of one run on a MemoryRouter
@@ -13,6 +13,7 @@ May import every layer; no product layer imports it (tests/test_layering.py). Th
     diloco_group.py   LocalGroup, InProcessExchange: a DiLoCo group's rounds in one process
     intra_node.py     one node of two ranks (torch.distributed) as processes: python -m …
     streaming_group.py  StreamingGroup: Streaming DiLoCo's staggered, overlapped exchanges
+    shaped_link.py    TokenBucket: a fixed-rate uplink (MemoryRouter(uplink=...) uses one per peer)
     byte_streams.py   connected in-memory byte streams behind libp2p's stream interface
     netns.py          network-namespace worlds with NAT routers (root only)
     attacks.py        Attacker: garbage frames, floods, slowloris, Sybil waves
@@ -31,7 +32,7 @@ from .waiting import wait_until, wait_until_sync
 _LAZY = {
     "open_test_swarm": ".swarms",
     "cli_daemons": ".processes",
-    "peertrain_cli": ".processes",
+    "cli_json": ".processes",
     "free_tcp_port": ".swarms",
     "MemoryRouter": ".memory_router",
     "Faults": ".memory_router",

@@ -9,6 +9,8 @@ Faults come from `Faults`, drawn from one seeded `random.Random`: each pubsub de
 dropped, duplicated, delayed and held back (so later messages overtake it); a request, its reply
 or a payload fetch may be lost. Messages cross as bytes and requests through the real wire codec,
 so sizes and decoding are real. Inboxes are bounded; a full inbox drops, as gossipsub's queues do.
+With `uplink` (bytes/s) every payload a peer serves leaves through its own TokenBucket
+(shaped_link.py): a home uplink, for measuring what overlapping communication buys.
 One router rather than one fake per interface, so a test can put a CRDT replica and a DiLoCo
 member of the same peer on the same lossy network.
 """
@@ -29,6 +31,8 @@ from peertrain.crdt.sync import SyncReply, SyncRequest
 from peertrain.crdt.transport import Inbound, Validator
 from peertrain.protocol.errors import PeerTimeout
 from peertrain.protocol.messages import ErrorResponse, Response, check_reply, decode, encode
+
+from .shaped_link import TokenBucket
 
 if TYPE_CHECKING:
     from trio_typing import TaskStatus  # trio.TaskStatus (see crdt/replicator.py)
@@ -82,8 +86,17 @@ class MemoryRouter:
     """Routes pubsub messages, requests and payload fetches between `MemoryEndpoint`s; run it
     in a nursery (`await nursery.start(router.run)`, or `open_memory_router()`)."""
 
-    def __init__(self, *, faults: Faults = Faults(), seed: int = 0, queue_size: int = 256) -> None:
+    def __init__(
+        self,
+        *,
+        faults: Faults = Faults(),
+        seed: int = 0,
+        queue_size: int = 256,
+        uplink: float | None = None,
+    ) -> None:
         self.faults = faults
+        self.uplink = uplink
+        self.links: dict[str, TokenBucket] = {}  # peer → its uplink, when shaped
         self.queue_size = queue_size
         self.rng = random.Random(seed)
         self.stats = RouterStatistics()
@@ -174,6 +187,9 @@ class MemoryRouter:
                 continue
             if blake3.blake3(payload).digest() != checksum:  # a lying holder, as the node sees it
                 continue
+            if self.uplink is not None:
+                link = self.links.setdefault(holder, TokenBucket(self.uplink))
+                await link.take(len(payload))
             self.stats.bytes_fetched += len(payload)
             return payload
         raise PeerTimeout(f"no holder of {checksum.hex()[:12]} answered", phase="memory-router")
@@ -181,10 +197,14 @@ class MemoryRouter:
 
 @asynccontextmanager
 async def open_memory_router(
-    *, faults: Faults = Faults(), seed: int = 0, queue_size: int = 256
+    *,
+    faults: Faults = Faults(),
+    seed: int = 0,
+    queue_size: int = 256,
+    uplink: float | None = None,
 ) -> AsyncIterator[MemoryRouter]:
     """A running `MemoryRouter`, stopped on exit."""
-    router = MemoryRouter(faults=faults, seed=seed, queue_size=queue_size)
+    router = MemoryRouter(faults=faults, seed=seed, queue_size=queue_size, uplink=uplink)
     async with trio.open_nursery() as nursery:
         await nursery.start(router.run)
         yield router

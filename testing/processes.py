@@ -2,15 +2,16 @@
 
     with cli_daemons(3, tmp_path) as daemons:        # homes under tmp_path; i > 0 bootstrap from 0
         daemons[1].status()["peers"]
-    peertrain_cli(daemons[0].home, "run", "list", "--json")   # any command, on a daemon's home
 
 What a user runs, process boundary included: the e2e tests and the `daemons` fixture use it.
-Every process is ours (a `DaemonProcess` holding its Popen), stopped by PID on exit.
+Every process is ours (a `DaemonProcess` holding its Popen), stopped by PID on exit;
+`peertrain_cli` runs one CLI command as a user types it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -18,7 +19,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from peertrain.node.cli.local_swarm import DAEMON_ENV
 from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
 
 
@@ -44,23 +44,30 @@ def cli_daemons(
 
 
 def peertrain_cli(
-    home: Path, *args: str, check: bool = True, timeout: float = 150.0
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+    check: bool = True,
 ) -> subprocess.CompletedProcess[str]:
-    """`peertrain ARGS --home HOME` as a user types it (one torch thread, as daemons get);
-    with `check`, a failure raises CommandFailed with what the command printed."""
-    done = subprocess.run(
-        [sys.executable, "-m", "peertrain", *args, "--home", str(home)],
+    """`peertrain ARGS...` in a fresh interpreter, output captured as text; `env` adds to ours."""
+    return subprocess.run(
+        [sys.executable, "-m", "peertrain", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, **DAEMON_ENV},
+        check=check,
+        env={**os.environ, **env} if env is not None else None,
     )
-    if check and done.returncode != 0:
-        raise CommandFailed(
-            f"`peertrain {' '.join(args)}` exited {done.returncode}:\n{done.stdout}{done.stderr}"
-        )
-    return done
 
 
-class CommandFailed(AssertionError):
-    """A CLI command a test ran failed; the message holds its output."""
+def cli_json(*args: str, timeout: float = 240) -> Any:
+    """`peertrain ARGS --json` as a process; its JSON output (CalledProcessError if it fails)."""
+    return json.loads(peertrain_cli(*args, "--json", timeout=timeout).stdout)
+
+
+def run_status(daemon: DaemonProcess) -> dict[str, Any]:
+    """The daemon's run in `status`; {} while it has none or does not answer yet."""
+    try:
+        return daemon.status(timeout=5)["run"] or {}
+    except Exception:  # noqa: BLE001 - a daemon that does not answer yet has no run; asked again
+        return {}

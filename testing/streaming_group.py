@@ -3,7 +3,8 @@
 Members step in lockstep. When a fragment is due every member encodes it; the payloads are held
 back and delivered τ inner steps later (what a network that needs τ steps' time for the exchange
 does), then every member applies the fragment's outer step. Bytes are counted per exchange, so a
-benchmark can read the peak a member's uplink sees at once.
+benchmark can read the peak a member's uplink sees at once. `fragment_gossip` puts a member's
+fragments on real update gossip over a MemoryRouter instead, for a `StreamingLoop`.
 """
 
 from __future__ import annotations
@@ -11,8 +12,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import trio
+from libp2p.crypto.keys import KeyPair
+from libp2p.peer.id import ID
+from peertrain.swarm.diloco.compression import Payload
 from peertrain.swarm.diloco.exchange import Contribution
 from peertrain.swarm.diloco.streaming import FragmentReport, StreamingMember
+from peertrain.swarm.diloco.streaming_loop import FragmentExchange
+from peertrain.swarm.diloco.update_gossip import UpdateGossip
+
+from .memory_router import MemoryRouter
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,3 +85,26 @@ class StreamingGroup:
         self.reports.append(
             [m.apply_fragment(flight.slot, flight.contributions) for m in self.members]
         )
+
+
+def fragment_gossip(
+    router: MemoryRouter, member: StreamingMember, key: KeyPair, peers: set[str], *, topic: str
+) -> tuple[UpdateGossip, FragmentExchange]:
+    """`member`'s update gossip on `router` (every slot's update sized as its fragment's, all of
+    `peers` expected) and the exchange a `StreamingLoop` calls with it."""
+    endpoint = router.endpoint(ID.from_pubkey(key.public_key).to_base58())
+    gossip = UpdateGossip(
+        run_id=topic,
+        key_pair=key,
+        transport=endpoint.group(topic),
+        expected_nbytes=max(member.slot_nbytes(s) for s in range(1, 1 + len(member.fragments))),
+        nbytes_of=member.slot_nbytes,
+        is_member=lambda p: p in peers,
+        expected=lambda slot: peers,
+    )
+    endpoint.validate_only(topic, gossip.validate)
+
+    async def exchange(slot: int, payload: Payload) -> list[Contribution]:
+        return await gossip.exchange(slot, bytes(payload), deadline=trio.current_time() + 600)
+
+    return gossip, exchange

@@ -33,6 +33,7 @@ def _load(args: argparse.Namespace, **extra: Any):
         "metrics_listen": getattr(args, "metrics_listen", None),
         "device": getattr(args, "device", None),
         "precision": getattr(args, "precision", None),
+        "ranks": getattr(args, "ranks", None),
         **extra,
     }
     return load_config(args.home, overrides)
@@ -71,7 +72,11 @@ def cmd_node_start(args: argparse.Namespace, config=None) -> int:
     # loads
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     _check_device(config)
-    trio.run(serve_until_signalled, config)
+    ranks, followers = _start_ranks(config)
+    try:
+        trio.run(serve_until_signalled, config, ranks)
+    finally:
+        _stop_ranks(ranks, followers)
     _exit_now()
     return 0
 
@@ -84,6 +89,22 @@ def _check_device(config) -> None:
     from peertrain.swarm.devices import autocast_dtype, resolve_device
 
     autocast_dtype(resolve_device(config.device), config.precision)
+
+
+def _start_ranks(config) -> tuple[Any, list]:
+    """The ranks of a `--ranks N` node (node/cli/ranks.py); (None, []) for one process."""
+    if config.ranks == 1:
+        return None, []
+    from .ranks import start_ranks
+
+    return start_ranks(config)
+
+
+def _stop_ranks(ranks: Any, followers: list) -> None:
+    if followers:
+        from .ranks import stop_ranks
+
+        stop_ranks(ranks, followers)
 
 
 def _exit_now() -> None:
@@ -287,6 +308,10 @@ def cmd_sample(args: argparse.Namespace) -> int:
     from ..api.control import call_sync
     from ..config import NodeConfig
 
+    if args.prompt is not None:
+        return _sample_text(args)
+    if args.out is None:
+        raise NodeError("give --out FILE.png (diffusion runs) or --prompt TEXT (text runs)")
     out = Path(args.out).expanduser().absolute()  # the daemon writes it; its folder is not ours
     result = call_sync(
         NodeConfig(home=_home(args)).control_socket,
@@ -311,6 +336,18 @@ def cmd_sample(args: argparse.Namespace) -> int:
             f"{result['out']} in {result['seconds']:.1f} s ({result['bytes_fetched']:,} bytes "
             f"fetched); {rounds}"
         )
+    return 0
+
+
+def _sample_text(args: argparse.Namespace) -> int:
+    """`sample --prompt`: the `run.sample` control call on a text run this node is in."""
+    from ..api.control import call_sync
+    from ..config import NodeConfig
+
+    params = {"run": args.run, "prompt": args.prompt, "tokens": args.tokens}
+    socket = NodeConfig(home=_home(args)).control_socket
+    result = call_sync(socket, "run.sample", params, timeout=120)
+    print(json.dumps(result) if args.json else result["text"])
     return 0
 
 

@@ -80,6 +80,13 @@ def _daemon_options(home: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="where this node trains (default auto: a GPU when torch sees one, else the CPU)",
     )
     daemon.add_argument(
+        "--ranks",
+        type=int,
+        metavar="N",
+        help="train as one node of N processes, one device each (torch.distributed inside, one "
+        "peer ID outside; default 1)",
+    )
+    daemon.add_argument(
         "--precision",
         choices=["fp32", "bf16", "fp16"],
         help="autocast for forward and loss (default fp32; bf16 on CPUs and recent GPUs, "
@@ -205,7 +212,8 @@ def _add_sample_command(commands: Any, home: argparse.ArgumentParser) -> None:
     p = commands.add_parser(
         "sample",
         parents=[home],
-        help="images from a diffusion run's newest experts (any node, member or not)",
+        help="images from a diffusion run's newest experts (any node, member or not), or "
+        "text from a text run this node is in (--prompt)",
     )
     p.add_argument("--run", required=True, metavar="ID|NAME", help="the diffusion run")
     p.add_argument("--n", type=int, default=64, help="images to draw (default 64)")
@@ -218,7 +226,14 @@ def _add_sample_command(commands: Any, home: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="noise seed (default 0)")
     p.add_argument("--fresh", action="store_true", help=argparse.SUPPRESS)  # refetch (benchmark)
     p.add_argument(
-        "--out", required=True, type=Path, help="a .png grid or an .npz of the images ([-1, 1])"
+        "--out", type=Path, help="a .png grid or an .npz of the images ([-1, 1]); diffusion runs"
+    )
+    p.add_argument(
+        "--prompt",
+        help="text runs (gpt): continue this prompt from the run's newest model instead",
+    )
+    p.add_argument(
+        "--tokens", type=int, default=160, help="text runs: tokens to write (default 160)"
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_sample)

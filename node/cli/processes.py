@@ -56,8 +56,9 @@ class DaemonProcess:
             )
         return self
 
-    def wait_ready(self, timeout: float = 30.0) -> dict[str, Any]:
-        """Block until the daemon answers `status`; raise with its log tail if it died first."""
+    def wait_ready(self, timeout: float = 120.0) -> dict[str, Any]:
+        """Block until the daemon answers `status`; raise with its log tail if it died first.
+        The bound is generous: on a loaded machine importing torch alone can take 30 s."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:

@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import threading
+from typing import Any
 
 import trio
 
@@ -27,9 +28,10 @@ SHUTDOWN_GRACE = 4.0
 PROGRESS_EVERY = 0.5
 
 
-async def serve_until_signalled(config: NodeConfig) -> None:
+async def serve_until_signalled(config: NodeConfig, ranks: Any = None) -> None:
+    """`ranks`: the RankLease of a node started with `--ranks N` (node/cli/ranks.py)."""
     identity = load_or_create_identity(config.home)
-    daemon = Daemon(config, identity)
+    daemon = Daemon(config, identity, ranks=ranks)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(serve_node, daemon)

@@ -17,8 +17,8 @@ from typing import Any
 
 from ..api.control import call_sync
 from ..errors import ControlError
-from .local_swarm import DAEMON_ENV, RUN_NAME
-from .processes import DaemonProcess, node_args
+from .local_swarm import RUN_NAME
+from .processes import DaemonProcess
 from .swarm_mesh import MeshSwarm
 
 STRATEGIES = ("top1", "top2", "full", "sample1")
@@ -35,26 +35,17 @@ class DiffusionSwarm(MeshSwarm):
     def header(self) -> dict[str, Any]:
         return {**super().header(), "experts": self.options.spec.get("experts", 4)}
 
-    def start(self) -> None:
-        first = DaemonProcess(self.base / "node0", node_args(), DAEMON_ENV).start()
-        self.daemons.append(first)
-        status = first.wait_ready()
-        self.first_addr = status["share"]
-        self._started(0, status)
+    def _create_run(self, first: DaemonProcess) -> None:
         params = {"name": RUN_NAME, "mode": "diffusion", "spec": dict(self.options.spec)}
         created = call_sync(first.control_socket, "run.create", params, timeout=300)
         self.console.print(f"created diffusion run ({created['run_id'][:16]}…) on node 0")
         self._wait_for_group(first)
-        for index in range(1, self.options.nodes):
-            args = self._member_args() + (
-                ["--attack", self.options.attack] if self._byzantine(index) else []
-            )
-            daemon = DaemonProcess(self.base / f"node{index}", args, DAEMON_ENV).start()
-            self.daemons.append(daemon)
-            self._started(index, daemon.wait_ready())
-            self._wait_for_group(daemon)
-        if self.options.kill_every:
-            self._next_kill = time.monotonic() + self.options.kill_every
+
+    def _started(self, index: int, status: dict[str, Any]) -> None:
+        """The next joiner starts once this one's group is known: each chooses by need."""
+        super()._started(index, status)
+        if index > 0:  # node 0 chooses its group once it created the run (_create_run)
+            self._wait_for_group(self.daemons[index])
 
     def _wait_for_group(self, daemon: DaemonProcess) -> None:
         deadline = time.monotonic() + GROUP_WAIT

@@ -52,7 +52,8 @@ class QuickDCUtR(DCUtRProtocol):
             async with trio.open_nursery() as nursery:
                 for addr in addrs:
                     nursery.start_soon(self._dial_peer, peer_id, addr)
-                while not await self._verify_direct_connection(peer_id):
+                # libp2p signals no event when a direct connection appears: poll it
+                while not await self._verify_direct_connection(peer_id):  # noqa: ASYNC110
                     await trio.sleep(0.05)
                 nursery.cancel_scope.cancel()
         return await self._verify_direct_connection(peer_id)

@@ -23,7 +23,7 @@ from peertrain.protocol.errors import PeertrainError
 from ..errors import ControlError
 from ..params import param
 from ..services.node_services import NodeServices
-from ..services.tensors import fetch_tensor
+from ..services.tensor_fetch import fetch_tensor
 from .directory import matches
 from .peer_addrs import reach
 from .session import RunSession, SyncExchange

@@ -21,8 +21,8 @@ from libp2p.abc import IHost
 from peertrain.crdt.replicator import Replicator
 from peertrain.crdt.runstate import RunState
 
-from ..services.tensors import fetch_tensor
-from .update_exchange import open_update_exchange
+from ..services.tensor_fetch import fetch_tensor
+from .update_exchange import open_member_exchange
 
 if TYPE_CHECKING:
     from peertrain.swarm.diffusion.run_spec import DiffusionSpec
@@ -167,7 +167,7 @@ class DiffusionSession:
         from peertrain.swarm.diffusion.group_member import build_group_member
         from peertrain.swarm.diffusion.run_partition import images_of
         from peertrain.swarm.diloco.checkpoint import CheckpointStore
-        from peertrain.swarm.diloco.driver import DiLoCoDriver, expected_members
+        from peertrain.swarm.diloco.driver import DiLoCoDriver
 
         context, node, me, group = (
             self.context,
@@ -182,15 +182,7 @@ class DiffusionSession:
         )
         replicator = self.group_replicator = self._group_replicator()
         gstate, dspec = replicator.state, built.spec
-        exchange_cm = open_update_exchange(
-            node,
-            run_id=gstate.run_id,
-            codec=built.member.encoder.codec,
-            numel=built.member.layout.numel,
-            is_member=lambda peer: gstate.is_live(peer) or peer == me,
-            expected=lambda round_: expected_members(gstate, me, round_),
-            reserve_updates=dspec.min_members - 1,
-        )
+        exchange_cm = open_member_exchange(node, gstate, built, dspec.min_members)
         async with exchange_cm as exchange, trio.open_nursery() as nursery:
             self.driver = DiLoCoDriver(
                 spec=dspec,
@@ -202,7 +194,12 @@ class DiffusionSession:
                 addrs=node.addrs,
                 attack=node.attack,
                 on_round=self._on_round,
-                checkpoints=CheckpointStore(context.directory / "checkpoints" / group, keep=2),
+                checkpoints=CheckpointStore(
+                    context.directory / "checkpoints" / group,
+                    keep=2,
+                    room=node.budget.check_disk if node.budget else None,
+                ),
+                on_penalty=self._blame,  # providers and attesters of a state that fails checks
             )
             await nursery.start(replicator.run)
             await replicator.bootstrap()
@@ -211,6 +208,14 @@ class DiffusionSession:
             nursery.start_soon(self._mirror_loop)
             if group == "router":
                 nursery.start_soon(self._router_accuracy_loop, images, partition)
+
+    def _blame(self, peer: str, reason: str) -> None:
+        from .session import STATE_PENALTY
+
+        board = self.context.node.scoreboard
+        board.penalise(
+            peer, STATE_PENALTY, f"run {self.context.run_id[:12]}/{self.group}: {reason}"
+        )
 
     def _on_round(self, report) -> None:
         from peertrain.swarm.diffusion.groups import group_members

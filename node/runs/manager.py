@@ -8,8 +8,10 @@ gathers every run that QUERY may mean (DHT entries and connected peers, over
 us a forged run), refuses a name that several runs carry, listing them, and checks the spec
 against this node's own limits and data (spec_check.py) before a session builds anything.
 Anti-entropy requests for any of our runs arrive on one protocol and are routed by run ID.
-`run.leave` stops a session for good. Over 400 lines: the control API and the supervised start
-and stop of sessions read best beside each other.
+`run.leave` stops a session for good.
+
+Why this module is long: the control API and the supervised start and stop of sessions read best
+beside each other.
 """
 
 from __future__ import annotations
@@ -141,9 +143,7 @@ class RunManager:
             }
 
         async def sample(params: dict[str, Any]) -> dict[str, Any]:
-            if not self.sessions:
-                raise ControlError("this node takes part in no run")
-            session = next(iter(self.sessions.values()))
+            session = self._session_named(param(params, "run", str, ""))
             try:
                 text = await session.sample(
                     param(params, "prompt", str, ""), min(param(params, "tokens", int, 160), 2000)

@@ -29,9 +29,10 @@ from ..net.rpc import request
 from ..services.node_services import NodeServices
 from .context import RunContext
 from .invites import load_certificate
+from .ranks import lend_ranks, return_ranks
 from .spec_check import local_data
 from .status import DiffusionRunStatus, DiLoCoRunStatus, RunStatus, SwarmRunStatus
-from .update_exchange import open_update_exchange
+from .update_exchange import open_member_exchange
 
 if TYPE_CHECKING:
     from peertrain.swarm.diloco.build import BuiltMember
@@ -148,8 +149,6 @@ class RunSession:
 
     async def _run_diloco(self, task_status: trio.TaskStatus[RunSession]) -> None:
         from peertrain.swarm.diloco.build import build_member
-        from peertrain.swarm.diloco.checkpoint import CheckpointStore
-        from peertrain.swarm.diloco.driver import DiLoCoDriver, expected_members
         from peertrain.swarm.diloco.run_spec import DiLoCoSpec
         from peertrain.swarm.models.external import is_external
 
@@ -157,27 +156,31 @@ class RunSession:
         spec = DiLoCoSpec.from_bytes(self.manifest.spec)
         me = node.peer_id
         data = local_data(context.directory)  # the user's file, checked against the spec's digest
+        intra = None
         if is_external(spec.model) and self.member_factory is not None:
             factory = self.member_factory
         else:
+            intra = await lend_ranks(node, self.run_id, self.manifest.spec, data)
             factory = functools.partial(
-                build_member, data=data, device=node.device, precision=node.precision
+                build_member, data=data, device=node.device, precision=node.precision, intra=intra
             )
-        built = await trio.to_thread.run_sync(factory, spec, me)
-        update_exchange = open_update_exchange(
-            node,
-            run_id=self.run_id,
-            codec=built.member.encoder.codec,
-            numel=built.member.layout.numel,
-            is_member=lambda peer: context.state.is_live(peer) or peer == me,
-            expected=lambda round_: expected_members(context.state, me, round_),
-            # a quorum's updates, faulted in while the first inner steps run
-            reserve_updates=spec.min_members - 1,
-        )
+        built = None
+        try:
+            built = await trio.to_thread.run_sync(factory, spec, me)
+            await self._drive_diloco(spec, built, task_status)
+        finally:
+            await return_ranks(node, self.run_id, intra, built and built.member.inner)
+
+    async def _drive_diloco(self, spec, built, task_status: trio.TaskStatus[RunSession]) -> None:
+        from peertrain.swarm.diloco.checkpoint import CheckpointStore
+        from peertrain.swarm.diloco.driver import DiLoCoDriver
+
+        context, node = self.context, self.context.node
+        update_exchange = open_member_exchange(node, context.state, built, spec.min_members)
         async with update_exchange as exchange, trio.open_nursery() as nursery:
             self.driver = DiLoCoDriver(
                 spec=spec,
-                peer_id=me,
+                peer_id=node.peer_id,
                 built=built,
                 replicator=context.replicator,
                 gossip=exchange.gossip,
@@ -276,6 +279,7 @@ class RunSession:
 
     def _diloco_status(self) -> DiLoCoRunStatus:
         driver, progress = self.driver, self.driver.progress if self.driver else None
+        inner = driver.member.inner if driver else None
         live = [p for p in self.state.members() if self.state.is_live(p)]
         common = self._common(
             members=sorted(live),
@@ -298,6 +302,8 @@ class RunSession:
             params=driver.member.layout.numel if driver else 0,
             inner_steps=driver.spec.inner_steps if driver else 0,
             model=driver.spec.model if driver else "",
+            device=str(getattr(inner, "device", "")),
+            ranks=getattr(getattr(inner, "node", None), "world", 1),
             progress=driver.progress_status() if driver else None,
         )
 

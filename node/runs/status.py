@@ -41,6 +41,8 @@ class DiLoCoRunStatus(RunStatus):
     params: int
     inner_steps: int
     model: str
+    device: str  # where this member trains ("" until built)
+    ranks: int  # processes this member trains on (`--ranks N`: intra_node.py)
     # phase, round, inner_step/inner_steps, download {what, bytes_done, bytes_total, donors,
     # elapsed_s, bytes_per_s} | None, waiting {what, have, need, elapsed_s} | None
     # (swarm/progress.py); None until the driver runs

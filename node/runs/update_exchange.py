@@ -19,9 +19,11 @@ from libp2p.peer.id import ID
 
 from ..net.receive_buffers import ReceiveBuffers
 from ..services.node_services import NodeServices
-from ..services.tensors import fetch_tensor
+from ..services.tensor_fetch import fetch_tensor
 
 if TYPE_CHECKING:
+    from peertrain.crdt.runstate import RunState
+    from peertrain.swarm.diloco.build import BuiltMember
     from peertrain.swarm.diloco.compression import ProtocolCodec
     from peertrain.swarm.diloco.update_gossip import GroupTransport, UpdateGossip
 
@@ -166,6 +168,24 @@ async def open_update_exchange(
         nursery.start_soon(reserve)
         yield UpdateExchange(tensors=tensors, gossip=gossip, reserved=reserved)
         nursery.cancel_scope.cancel()
+
+
+def open_member_exchange(node: NodeServices, state: RunState, built: BuiltMember, min_members: int):
+    """The update exchange of a DiLoCo member of the group `state` replicates (a run, or one
+    expert group of a diffusion run): its members are the live ones there; a quorum's receive
+    buffers are faulted in while the first inner steps run."""
+    from peertrain.swarm.diloco.driver import expected_members
+
+    me = node.peer_id
+    return open_update_exchange(
+        node,
+        run_id=state.run_id,
+        codec=built.member.encoder.codec,
+        numel=built.member.layout.numel,
+        is_member=lambda peer: state.is_live(peer) or peer == me,
+        expected=lambda round_: expected_members(state, me, round_),
+        reserve_updates=min_members - 1,
+    )
 
 
 async def _drain(inbox: trio.MemoryReceiveChannel) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from libp2p.abc import IHost
 
@@ -20,6 +21,9 @@ from ..net.penalties import PeerScoreboard
 from .dht import DhtService
 from .gossip import Gossip
 from .tensors import TensorStore
+
+if TYPE_CHECKING:  # at run time a node without --ranks never imports torch.distributed here
+    from peertrain.swarm.diloco.intra_node import RankLease
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,6 +41,8 @@ class NodeServices:
     # (swarm/devices.py: auto|cpu|cuda[:N]|mps; fp32|bf16|fp16)
     device: str = "auto"
     precision: str = "fp32"
+    # the ranks of a multi-GPU node (`--ranks N`; swarm/diloco/intra_node.py), lent to one run
+    ranks: RankLease | None = None
     # the daemon's resource budget: downloads are admitted against its receive memory, and
     # checkpoints against its disk (node/net/budget.py); None: unbounded (tests, tools)
     budget: ResourceBudget | None = None

@@ -21,11 +21,11 @@ from typing import Any
 import trio
 from libp2p.peer.id import ID
 
-from ..errors import ControlError
+from ..errors import ControlError, TransferFailed
 from ..nat.relays import connection_kind
 from ..params import param
 from .node_services import NodeServices
-from .tensors import TransferFailed, fetch_tensor
+from .tensor_fetch import fetch_tensor
 
 MAX_MIB = 256
 

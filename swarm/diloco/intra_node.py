@@ -11,6 +11,8 @@ Followers hold no state that matters: each `run(H)` starts with rank 0 broadcast
 (steps, inner step, shard, optimizer generation) and θ, and AdamW's state when rank 0 replaced
 it (a member that adopts a state), so restarts, adoptions and shard moves reach them at the next
 round. Identical gradients on identical parameters keep every rank's AdamW identical meanwhile.
+A daemon started with `--ranks N` is rank 0 (node/cli/ranks.py starts the followers); it lends
+its ranks to one DiLoCo run at a time (`RankLease`), sending each follower the run (`send_job`).
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ class IntraNode:
             init_method=f"tcp://{address}:{port}",
             rank=rank,
             world_size=world,
-            timeout=datetime.timedelta(minutes=10),
+            # followers wait between runs for as long as the node lives
+            timeout=datetime.timedelta(days=7),
         )
         return cls(rank=rank, world=world, device=resolved)
 
@@ -151,3 +154,38 @@ def follow(loop: DistributedInnerLoop, batches_of: Callable[[int], Batches]) -> 
         loop.step = step
         InnerLoop.run(loop, steps)
         rounds += 1
+
+
+class RankLease:
+    """A node's ranks, lent to one run at a time (a second run trains on rank 0 alone)."""
+
+    def __init__(self, node: IntraNode) -> None:
+        self.node = node
+        self.holder: str | None = None
+
+    def take(self, run_id: str) -> IntraNode | None:
+        if self.holder not in (None, run_id):
+            return None
+        self.holder = run_id
+        return self.node
+
+    def give_back(self, run_id: str) -> None:
+        if self.holder == run_id:
+            self.holder = None
+
+
+def send_job(node: IntraNode, job: dict[str, Any] | None) -> None:
+    """Rank 0: tell the followers which run to follow next (a spec's bytes and the data path),
+    or, with None, that the node stops."""
+    dist.broadcast_object_list([job], src=0)
+
+
+def serve_jobs(node: IntraNode, run: Callable[[dict[str, Any]], None]) -> None:
+    """A follower process: take part in each run rank 0 sends, one after another, until rank 0
+    says the node stops."""
+    while True:
+        job: list[Any] = [None]
+        dist.broadcast_object_list(job, src=0)
+        if job[0] is None:
+            return
+        run(job[0])

@@ -10,7 +10,8 @@ The member trains the whole model without pause; after each H/P inner steps one 
 
 The shared state is kept per fragment (θ_global[p], its outer momentum, its round) and hashed per
 fragment: that is what members must agree on. What the mixing rule and Eager leave in the local
-parameters is each member's own, like its AdamW state.
+parameters is each member's own, like its AdamW state. Each update carries the samples it stands
+for (sample_weights.py), so members of unequal speed count by the data they saw.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from torch import nn
 
 from ..aggregation import Aggregator, build_aggregator
 from ..data.batches import Batches
-from .compression import ErrorFeedbackEncoder, Payload, ProtocolCodec, UpdateCodec
+from .compression import ErrorFeedbackEncoder, ProtocolCodec, UpdateCodec
 from .config import InnerConfig, OuterConfig, StreamingConfig
 from .errors import DiLoCoError
 from .exchange import Contribution
@@ -33,6 +34,7 @@ from .fragments import Fragment, FragmentSchedule, split_fragments
 from .inner_loop import InnerLoop, InnerReport
 from .member import aggregate_deltas, decode_contributions
 from .outer_step import NesterovOuterOptimizer
+from .sample_weights import HEADER, split_samples, weigh, with_samples
 from .state_hash import state_hash
 
 
@@ -45,6 +47,7 @@ class FragmentReport:
     rejected: tuple[tuple[str, str], ...]
     update_norm: float  # NaN when nothing was applied
     state_hash: str  # the fragment's shared state after the outer step
+    weights: tuple[float, ...] = ()  # shares by clipped sample claim, as given to the rule
 
 
 class StreamingMember:
@@ -59,7 +62,10 @@ class StreamingMember:
         codec: UpdateCodec | None = None,
         error_feedback: bool = True,
         aggregator: Aggregator | None = None,
+        max_samples: int | None = None,
     ) -> None:
+        """`max_samples`: the most one update counts for (default: H steps of the run's batch,
+        a fragment round at the nominal pace)."""
         streaming.check(inner.steps)
         self.model = model
         self.config = streaming
@@ -77,6 +83,9 @@ class StreamingMember:
         self.aggregator = aggregator or build_aggregator("mean")
         self.global_params = self.layout.flatten()
         self.rounds = [0] * len(self.fragments)
+        self.samples_per_step = batches.batch_size * inner.accumulation
+        self.max_samples = max_samples or inner.steps * self.samples_per_step
+        self._synced_at = [0] * len(self.fragments)  # inner step of each fragment's last sync
         self._in_flight: dict[int, int] = {}  # fragment → slot sent, outer step not yet applied
 
     def train(self, steps: int) -> InnerReport:
@@ -85,14 +94,15 @@ class StreamingMember:
     def slot_nbytes(self, slot: int) -> int:
         """The size of every member's payload for `slot` (its fragment's, encoded)."""
         p = self.schedule.fragment(slot)
-        return self.encoders[p].codec.payload_bytes(self.fragments[p].numel)
+        return HEADER.size + self.encoders[p].codec.payload_bytes(self.fragments[p].numel)
 
     def due(self) -> int | None:
         """The slot due after the inner steps taken so far, if any."""
         return self.schedule.due(self.inner.step)
 
-    def prepare_fragment(self, slot: int) -> Payload:
-        """Encode the fragment's pseudo-gradient; with Eager, step the local fragment with it."""
+    def prepare_fragment(self, slot: int) -> bytes:
+        """Encode the fragment's pseudo-gradient after the samples it stands for; with Eager,
+        step the local fragment with it."""
         frag = self._fragment(slot)
         if frag.index in self._in_flight:
             raise DiLoCoError(f"fragment {frag.index} sent again before its outer step landed")
@@ -108,7 +118,9 @@ class StreamingMember:
             eager.step(start, own)
             self.layout.load_some(frag.params, start)
         self._in_flight[frag.index] = slot
-        return payload
+        samples = (self.inner.step - self._synced_at[frag.index]) * self.samples_per_step
+        self._synced_at[frag.index] = self.inner.step
+        return with_samples(samples, payload)
 
     def apply_fragment(self, slot: int, contributions: Sequence[Contribution]) -> FragmentReport:
         """Aggregate the fragment's updates, step θ_global[p], merge it into the local model."""
@@ -116,7 +128,10 @@ class StreamingMember:
         if self._in_flight.pop(frag.index, slot) != slot:
             raise DiLoCoError(f"fragment {frag.index}: outer step for slot {slot} out of order")
         codec = self.encoders[frag.index].codec
-        accepted, rejected, deltas = decode_contributions(codec, frag.numel, contributions)
+        stripped, claims, refused = split_samples(contributions, self.max_samples)
+        accepted, rejected, deltas = decode_contributions(codec, frag.numel, stripped)
+        rejected[:0] = refused
+        weights = weigh(deltas, [claims[sender] for sender in accepted])
         update = aggregate_deltas(self.aggregator, frag.numel, accepted, rejected, deltas)
         norm = math.nan
         global_frag = frag.gather(self.global_params)
@@ -134,6 +149,7 @@ class StreamingMember:
             rejected=tuple(rejected),
             update_norm=norm,
             state_hash=self.fragment_hash(frag.index),
+            weights=weights,
         )
 
     @torch.no_grad()

@@ -8,6 +8,10 @@ The thread applies a fragment's outer step exactly τ inner steps after sending 
 does and as peertrain.testing.StreamingGroup simulates, so the model does not depend on network
 timing: an exchange done within τ steps costs no compute time, a slower one makes the thread wait
 (counted as idle). At most one exchange per fragment is in flight, so P bounds both queues.
+
+Members of unequal speed (`run_timed`): a slot is due every `stride_seconds` of wall time rather
+than every H/P steps, so each member takes as many inner steps as fit, and a slow volunteer's
+smaller update arrives with everyone else's instead of holding the exchange to its deadline.
 """
 
 from __future__ import annotations
@@ -73,11 +77,19 @@ class StreamingLoop:
 
     async def run(self, steps: int) -> LoopStatistics:
         """`steps` inner steps with every exchange due on the way, then land what is in flight."""
+        return await self._run(self._compute_loop, steps)
+
+    async def run_timed(self, slots: int, *, stride_seconds: float) -> LoopStatistics:
+        """`slots` exchanges, one due every `stride_seconds` from now, as many inner steps
+        between them as this member's speed allows; then land what is in flight."""
+        return await self._run(self._timed_loop, slots, stride_seconds)
+
+    async def _run(self, loop: Callable[..., None], *args: float) -> LoopStatistics:
         self._stopped.clear()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._network)
             try:
-                await trio.to_thread.run_sync(self._compute_loop, steps, limiter=self.limiter)
+                await trio.to_thread.run_sync(loop, *args, limiter=self.limiter)
             finally:
                 self._stopped.set()
                 nursery.cancel_scope.cancel()
@@ -92,21 +104,41 @@ class StreamingLoop:
             self._stopped.set()  # a waiting compute thread must not wait for nothing
 
     def _compute_loop(self, steps: int) -> None:
-        member, tau = self.member, self.member.config.overlap
+        member = self.member
         lands: dict[int, int] = {}  # slot in flight → the inner step after which it lands
         end = member.inner.step + steps
         while member.inner.step < end:
-            started = time.perf_counter()
-            member.train(1)
-            self._steps += 1
+            self._step()
             slot = member.due()
-            payload = member.prepare_fragment(slot) if slot is not None else None
-            self._compute += time.perf_counter() - started
-            if slot is not None and payload is not None:
-                self._send(slot, payload)
-                lands[slot] = member.inner.step + tau
+            if slot is not None:
+                self._sync(slot, lands)
             self._land(lands, member.inner.step)
         self._land(lands, None)
+
+    def _timed_loop(self, slots: int, stride_seconds: float) -> None:
+        lands: dict[int, int] = {}
+        start, slot = time.monotonic(), 1
+        while slot <= slots:
+            self._step()
+            if time.monotonic() >= start + slot * stride_seconds:
+                self._sync(slot, lands)
+                slot += 1
+            self._land(lands, self.member.inner.step)
+        self._land(lands, None)
+
+    def _step(self) -> None:
+        started = time.perf_counter()
+        self.member.train(1)
+        self._steps += 1
+        self._compute += time.perf_counter() - started
+
+    def _sync(self, slot: int, lands: dict[int, int]) -> None:
+        """Encode the slot's fragment, hand it to the network, note when it lands."""
+        started = time.perf_counter()
+        payload = self.member.prepare_fragment(slot)
+        self._compute += time.perf_counter() - started
+        self._send(slot, payload)
+        lands[slot] = self.member.inner.step + self.member.config.overlap
 
     def _send(self, slot: int, payload: Payload) -> None:
         started = time.perf_counter()

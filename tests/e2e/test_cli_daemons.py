@@ -4,25 +4,14 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 from peertrain.node.cli.processes import DaemonProcess, node_args
 from peertrain.testing import wait_until_sync
+from peertrain.testing.processes import peertrain_cli as peertrain
 
 pytestmark = pytest.mark.slow
-
-
-def peertrain(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "peertrain", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=check,
-    )
 
 
 def status_json(daemon: DaemonProcess) -> dict:

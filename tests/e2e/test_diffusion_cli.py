@@ -4,17 +4,14 @@ train a few rounds, and a node outside the run samples a PNG from the experts it
 
 from __future__ import annotations
 
-import json
 import struct
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 from peertrain.node.cli.local_swarm import DAEMON_ENV
 from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
-from peertrain.testing import wait_until_sync
+from peertrain.testing import cli_json, wait_until_sync
 
 pytestmark = pytest.mark.slow
 
@@ -26,17 +23,6 @@ RUN_FLAGS = [
     "--inner-steps", "8", "--batch-size", "16", "--rounds", str(ROUNDS), "--round-timeout", "30",
     "--min-members", "2", "--set", "start_timeout=90",
 ]  # fmt: skip
-
-
-def peertrain(*args: str, timeout: float = 240) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-m", "peertrain", *args, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=True,
-    )
-    return json.loads(out.stdout)
 
 
 def run_of(daemon: DaemonProcess) -> dict:
@@ -63,10 +49,10 @@ def start_members(daemons: list[DaemonProcess], name: str) -> None:
     """The run is created on the first daemon and joined by the others one by one, each once the
     last one's group is in the creator's view (joiners choose the group with the most need)."""
     creator = daemons[0]
-    peertrain("run", "create", "--home", str(creator.home), "--name", name, *RUN_FLAGS)
+    cli_json("run", "create", "--home", str(creator.home), "--name", name, *RUN_FLAGS)
     for daemon in daemons:
         if daemon is not creator:
-            peertrain("run", "join", "--home", str(daemon.home), "--run", name)
+            cli_json("run", "join", "--home", str(daemon.home), "--run", name)
         peer = daemon.status()["peer_id"]
         wait_until_sync(
             lambda p=peer: any(
@@ -93,13 +79,13 @@ def test_expert_groups_train_apart_and_a_stranger_samples_their_experts(tmp_path
         )
         runs = [run_of(d) for d in daemons]
         out = tmp_path / "grid.png"
-        sampled = peertrain(
+        sampled = cli_json(
             "sample", "--home", str(stranger.home), "--run", "dd", "--n", "16",
             "--steps", "10", "--strategy", "top1", "--out", str(out),
         )  # fmt: skip
         assert stranger.status()["run"] is None  # it sampled without joining
         arrays = tmp_path / "x.npz"  # a member samples too: its own expert from its own store
-        from_member = peertrain(
+        from_member = cli_json(
             "sample", "--home", str(daemons[0].home), "--run", "dd", "--n", "8",
             "--steps", "5", "--strategy", "sample1", "--out", str(arrays),
         )  # fmt: skip

@@ -19,6 +19,7 @@ from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
 from peertrain.swarm.diloco.checkpoint import CheckpointStore
 from peertrain.swarm.models import model_config
 from peertrain.testing import wait_until_sync
+from peertrain.testing.processes import peertrain_cli, run_status
 
 pytest.importorskip("transformers", reason="transformers is not installed (peertrain[hf])")
 pytestmark = pytest.mark.slow
@@ -49,16 +50,7 @@ print(json.dumps({"hf": out[0], "safetensors": out[1], "peertrain": "peertrain" 
 
 
 def cli(home: Path, *args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "peertrain", *args, "--home", str(home)]
-    return subprocess.run(command, env={**os.environ, **ENV}, capture_output=True, text=True,
-                          timeout=300, check=True)  # fmt: skip
-
-
-def run_of(daemon: DaemonProcess) -> dict:
-    try:
-        return daemon.status(timeout=5)["run"] or {}
-    except Exception:  # noqa: BLE001 - a daemon that does not answer yet has no run; asked again
-        return {}
+    return peertrain_cli(*args, "--home", str(home), env=ENV, timeout=300)
 
 
 def start_three(tmp_path: Path) -> list[DaemonProcess]:
@@ -93,9 +85,9 @@ def test_a_transformers_model_from_a_config_trains_and_exports_for_transformers(
     hf_out, plain_out = tmp_path / "export-hf", tmp_path / "export-st"
     try:
         wait_until_sync(
-            lambda: all(run_of(d).get("finished") for d in daemons), timeout=240, interval=1
+            lambda: all(run_status(d).get("finished") for d in daemons), timeout=240, interval=1
         )
-        runs = [run_of(d) for d in daemons]
+        runs = [run_status(d) for d in daemons]
         cli(daemons[0].home, "run", "export", "--run", "hf", "--out", str(hf_out), "--format", "hf")
         cli(daemons[1].home, "run", "export", "--run", "hf", "--out", str(plain_out))
     finally:

@@ -11,24 +11,13 @@ DHT, and its status says how the DHT knew the owner ("record": the owner's signe
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
 from peertrain.testing import wait_until_sync
+from peertrain.testing.processes import peertrain_cli as peertrain
 
 pytestmark = pytest.mark.slow
-
-
-def peertrain(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "peertrain", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=check,
-    )
 
 
 def status_json(daemon: DaemonProcess) -> dict:

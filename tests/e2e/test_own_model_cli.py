@@ -17,6 +17,7 @@ from peertrain.node.cli.local_swarm import DAEMON_ENV
 from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
 from peertrain.swarm.diloco.checkpoint import CheckpointStore
 from peertrain.testing import wait_until_sync
+from peertrain.testing.processes import peertrain_cli, run_status
 
 pytestmark = pytest.mark.slow
 
@@ -46,16 +47,7 @@ print(json.dumps({"logits": logits.tolist(), "peertrain": "peertrain" in sys.mod
 
 
 def cli(home: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "peertrain", *args, "--home", str(home)]
-    return subprocess.run(command, env={**os.environ, **ENV}, capture_output=True, text=True,
-                          timeout=300, check=check)  # fmt: skip
-
-
-def run_of(daemon: DaemonProcess) -> dict:
-    try:
-        return daemon.status(timeout=5)["run"] or {}
-    except Exception:  # noqa: BLE001 - a daemon that does not answer yet has no run; asked again
-        return {}
+    return peertrain_cli(*args, "--home", str(home), env=ENV, timeout=300, check=check)
 
 
 def start_three(tmp_path: Path) -> list[DaemonProcess]:
@@ -92,9 +84,9 @@ def test_an_own_model_trains_by_import_path_and_exports_for_plain_torch(tmp_path
     daemons = start_three(tmp_path)
     try:
         wait_until_sync(
-            lambda: all(run_of(d).get("finished") for d in daemons), timeout=240, interval=1
+            lambda: all(run_status(d).get("finished") for d in daemons), timeout=240, interval=1
         )
-        runs = [run_of(d) for d in daemons]
+        runs = [run_status(d) for d in daemons]
         exports = [tmp_path / "export0", tmp_path / "export1"]
         for daemon, out in zip(daemons, exports, strict=False):
             cli(daemon.home, "run", "export", "--run", "own", "--out", str(out))

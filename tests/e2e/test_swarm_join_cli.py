@@ -4,13 +4,11 @@ does."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 from peertrain.node.cli.local_swarm import DAEMON_ENV
 from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
 from peertrain.testing import wait_until_sync
+from peertrain.testing.processes import peertrain_cli
 
 pytestmark = pytest.mark.slow
 
@@ -41,30 +39,9 @@ def test_a_server_and_a_trainer_join_a_two_stage_run_by_the_creators_address(tmp
     daemons = [creator]
     try:
         addr = creator.wait_ready()["share"]
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "peertrain",
-                "run",
-                "create",
-                "--home",
-                str(creator.home),
-                "--name",
-                "P",
-                "--mode",
-                "swarm",
-                "--stages",
-                "2",
-                "--model",
-                "mlp",
-                "--dataset",
-                "digits",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=True,
+        create = ["run", "create", "--home", str(creator.home), "--name", "P", "--mode", "swarm"]
+        peertrain_cli(
+            *create, "--stages", "2", "--model", "mlp", "--dataset", "digits", timeout=120
         )
         server = DaemonProcess(tmp_path / "server", join_args(addr), DAEMON_ENV).start()
         trainer = DaemonProcess(
@@ -78,13 +55,7 @@ def test_a_server_and_a_trainer_join_a_two_stage_run_by_the_creators_address(tmp
             name: run_of(d)
             for name, d in (("creator", creator), ("server", server), ("trainer", trainer))
         }
-        human = subprocess.run(
-            [sys.executable, "-m", "peertrain", "status", "--home", str(trainer.home)],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout
+        human = peertrain_cli("status", "--home", str(trainer.home), timeout=30).stdout
     finally:
         codes = stop_all(daemons)
     assert codes == [0, 0, 0]

@@ -21,7 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from peertrain.node.cli.local_swarm import DAEMON_ENV
 from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
-from peertrain.testing import peertrain_cli, wait_until_sync
+from peertrain.testing import wait_until_sync
+from peertrain.testing.processes import peertrain_cli
 
 pytestmark = pytest.mark.slow
 
@@ -44,19 +45,25 @@ def at_once(*calls):
         return [f.result() for f in [pool.submit(call) for call in calls]]
 
 
+def cli(home, *args: str, timeout: float = 150.0) -> str:
+    """`peertrain ARGS --home HOME` as a user types it; its output, or a failure that says it."""
+    done = peertrain_cli(*args, "--home", str(home), env=DAEMON_ENV, timeout=timeout, check=False)
+    assert done.returncode == 0, f"peertrain {' '.join(args)}: {done.stdout}{done.stderr}"
+    return done.stdout
+
+
 def run_of(daemon, run_id: str) -> dict | None:
     run = daemon.status(timeout=10.0).get("run") or {}
     return next((r for r in run.get("runs", [run]) if r.get("run_id") == run_id), None)
 
 
 def create(daemon, name: str, *flags: str) -> str:
-    made = peertrain_cli(daemon.home, "run", "create", "--name", name, "--json", *flags)
-    return json.loads(made.stdout)["run_id"]
+    return json.loads(cli(daemon.home, "run", "create", "--name", name, "--json", *flags))["run_id"]
 
 
 def join(daemon, run_id: str, *flags: str):
     args = ["run", "join", "--run", run_id, "--timeout", "180", *flags]
-    return lambda: peertrain_cli(daemon.home, *args, timeout=300)
+    return lambda: cli(daemon.home, *args, timeout=300)
 
 
 def finished(honest, run_id: str, timeout: float) -> list[dict]:
@@ -113,8 +120,8 @@ def test_sybils_cannot_take_over_an_open_run_and_are_dropped_unseen_by_an_invite
 
 
 def invite_cli(creator, run_id: str, peer: str) -> str:
-    made = peertrain_cli(creator.home, "run", "invite", peer, "--run", run_id, "--json")
-    return json.loads(made.stdout)["certificate"]
+    made = cli(creator.home, "run", "invite", peer, "--run", run_id, "--json")
+    return json.loads(made)["certificate"]
 
 
 def check_open_run(baseline: list[dict], attacked: list[dict]) -> None:

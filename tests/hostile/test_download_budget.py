@@ -8,7 +8,8 @@ import torch
 from peertrain.node.api.control import call
 from peertrain.node.errors import BudgetExceeded
 from peertrain.node.net.budget import BudgetLimits, ResourceBudget
-from peertrain.node.services.tensors import TensorService, fetch_tensor
+from peertrain.node.services.tensor_fetch import fetch_tensor
+from peertrain.node.services.tensors import TensorService
 from peertrain.protocol.tensors import prepare_tensor
 from peertrain.testing import open_test_swarm, wait_until
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 import trio
 from peertrain.node.api.control import call
-from peertrain.node.services.tensors import TensorService, fetch_tensor
+from peertrain.node.services.tensor_fetch import fetch_tensor
+from peertrain.node.services.tensors import TensorService
 from peertrain.protocol.tensor_transfer import TensorRangeRequest
 from peertrain.protocol.tensors import prepare_tensor
 from peertrain.testing import open_test_swarm, wait_until

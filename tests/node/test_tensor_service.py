@@ -8,7 +8,9 @@ import torch
 import trio
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
-from peertrain.node.services.tensors import TensorService, TensorStore, TransferFailed, fetch_tensor
+from peertrain.node.errors import TransferFailed
+from peertrain.node.services.tensor_fetch import fetch_tensor
+from peertrain.node.services.tensors import TensorService, TensorStore
 from peertrain.protocol.tensors import PreparedTensor, prepare_tensor
 from peertrain.testing import open_test_swarm, wait_until
 

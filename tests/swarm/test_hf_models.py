@@ -90,3 +90,20 @@ def test_hf_export_is_a_save_pretrained_folder_that_transformers_loads(tmp_path)
     again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
     x = torch.arange(8).reshape(1, 8)
     assert torch.equal(again(input_ids=x).logits, model(x)[0])
+
+
+def test_a_joiner_offers_its_copy_of_the_folder_with_its_model_option(tmp_path):
+    """`join --model hf:DIR` reaches the daemon as a trusted model; the folder's weights are then
+    what this process builds the run's model from (node/runs/spec_check.py)."""
+    from peertrain.node.runs.spec_check import trust_models
+    from peertrain.swarm.models import hf
+
+    _, _, config = tiny()
+    export_model(config.build(seed=7), tmp_path / "ckpt", fmt="hf")
+    name, settings = resolve_hf(f"hf:{tmp_path / 'ckpt'}")
+    hf._pretrained.clear()  # a fresh daemon: nobody offered the folder yet
+    with pytest.raises(ConfigError, match="name your copy"):
+        model_config(name, settings).build()
+    trust_models([f"hf:{tmp_path / 'ckpt'}"])
+    built = model_config(name, settings).build(seed=0)
+    assert torch.equal(built.hf_model.lm_head.weight, config.build(seed=7).hf_model.lm_head.weight)

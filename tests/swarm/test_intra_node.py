@@ -54,3 +54,16 @@ def test_two_gpus_on_nccl_train_as_one_member(tmp_path):
     results = run_node(tmp_path, "cuda")
     assert [r["device"] for r in results] == ["cuda:0", "cuda:1"]
     check_node(results, atol=1e-4)  # reference on the CPU, the node on GPUs
+
+
+def test_a_nodes_ranks_are_lent_to_one_run_at_a_time():
+    from peertrain.swarm.diloco.intra_node import IntraNode, RankLease
+
+    node = IntraNode(rank=0, world=2, device=torch.device("cpu"))
+    lease = RankLease(node)
+    assert lease.take("run-a") is node and lease.take("run-a") is node  # a restarted session
+    assert lease.take("run-b") is None  # trains on rank 0 alone meanwhile
+    lease.give_back("run-b")  # not its to give
+    assert lease.holder == "run-a"
+    lease.give_back("run-a")
+    assert lease.take("run-b") is node

@@ -8,23 +8,12 @@ import dataclasses
 import logging
 
 import trio
-from peertrain.swarm.diloco.run_spec import DiLoCoSpec
 from peertrain.testing.diloco_drivers import open_driver_group
 from peertrain.testing.waiting import wait_until
 
-SPEC = DiLoCoSpec(
-    model="mlp",
-    dataset="digits",
-    inner_steps=4,
-    batch_size=32,
-    lr=3e-3,
-    warmup_steps=2,
-    rounds=2,
-    round_timeout=10,
-    codec="int8",
-    min_members=2,
-    start_timeout=30,
-)
+from .test_run_trust import SPEC as TRUST_SPEC
+
+SPEC = dataclasses.replace(TRUST_SPEC, rounds=2, start_timeout=30)  # the trust tests' small run
 
 
 def events(caplog, name: str) -> list[logging.LogRecord]:

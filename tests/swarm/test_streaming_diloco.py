@@ -152,7 +152,7 @@ def test_a_bad_update_is_refused_in_its_fragment_only(text):
         slot = m.due()
     assert slot == 1
     payloads = [bytes(m.prepare_fragment(slot)) for m in members]
-    forged = bytes([0xFF]) * 8 + payloads[2][8:]  # NaN block scales
+    forged = payloads[2][:8] + bytes([0xFF]) * 8 + payloads[2][16:]  # NaN block scales
     contributions = [
         Contribution(sender="a", payload=payloads[0]),
         Contribution(sender="b", payload=payloads[1]),
@@ -164,6 +164,31 @@ def test_a_bad_update_is_refused_in_its_fragment_only(text):
     assert [m.rounds for m in members] == [[0, 1]] * 3
     with pytest.raises(DiLoCoError, match="round 0 of fragment 1, which is at round 1"):
         members[0].apply_fragment(slot, contributions)
+
+
+def test_updates_count_by_their_sample_claims_clipped_to_the_runs_pace(text):
+    members = streaming_members(text, 3, StreamingConfig(fragments=2))
+    for m, steps in zip(members, (4, 4, 2), strict=True):  # the third is half as fast
+        m.train(steps)
+    payloads = [bytes(m.prepare_fragment(1)) for m in members]
+    per_step = INNER.batch_size
+    assert [int.from_bytes(p[:8], "little") for p in payloads] == [4 * per_step] * 2 + [
+        2 * per_step
+    ]
+    boasted = (2**40).to_bytes(8, "little") + payloads[1][8:]  # clipped to H steps' samples
+    contributions = [
+        Contribution(sender=s, payload=p)
+        for s, p in zip("abc", (payloads[0], boasted, payloads[2]), strict=True)
+    ]
+    reports = [m.apply_fragment(1, contributions) for m in members]
+    assert reports[0].weights == pytest.approx((32 / 112, 64 / 112, 16 / 112))
+    assert len({r.state_hash for r in reports}) == 1
+    short = [Contribution(sender="d", payload=b"1234")]
+    other = streaming_members(text, 1, StreamingConfig(fragments=2))[0]
+    other.train(4)
+    assert other.apply_fragment(1, short).rejected == (
+        ("d", "payload too short for its sample count"),
+    )
 
 
 def test_the_run_must_fit_its_schedule():

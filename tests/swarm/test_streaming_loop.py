@@ -1,8 +1,12 @@
 """Streaming DiLoCo's overlap for real: inner steps in a worker thread while trio exchanges the
 fragments over update gossip; the outer step lands τ steps late, so the result is the lockstep
-harness's bit for bit, and a fragment is an ordinary update-gossip item checked for its size."""
+harness's bit for bit, a fragment is an ordinary update-gossip item checked for its size, and
+with slots by wall time a slow member contributes what it can without stalling the others."""
 
 from __future__ import annotations
+
+import time
+from functools import partial
 
 import pytest
 import torch
@@ -21,15 +25,16 @@ from peertrain.swarm.diloco import (
     StreamingMember,
 )
 from peertrain.swarm.diloco.streaming_loop import StreamingLoop
-from peertrain.swarm.diloco.update_gossip import DOMAIN, UpdateAnnouncement, UpdateGossip
+from peertrain.swarm.diloco.update_gossip import DOMAIN, UpdateAnnouncement
 from peertrain.swarm.models import GPTConfig
 from peertrain.testing import StreamingGroup
 from peertrain.testing.memory_router import open_memory_router
+from peertrain.testing.streaming_group import fragment_gossip
 
 MODEL = GPTConfig(block_size=16, n_layer=2, n_head=2, n_embd=16)
 INNER = InnerConfig(steps=8, batch_size=8, lr=3e-3, warmup_steps=4)
 CONFIG = StreamingConfig(fragments=2, overlap=2, mix=0.5)
-TOPIC = "/peertrain/run-s/updates"
+RUN = "run-s"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -58,51 +63,24 @@ def members(text, n: int, config: StreamingConfig = CONFIG) -> list[StreamingMem
     ]
 
 
-def gossip_for(router, member: StreamingMember, peers: set[str], key) -> UpdateGossip:
-    me = ID.from_pubkey(key.public_key).to_base58()
-    endpoint = router.endpoint(me)
-    gossip = UpdateGossip(
-        run_id="run-s",
-        key_pair=key,
-        transport=endpoint.group(TOPIC),
-        expected_nbytes=max(member.slot_nbytes(s) for s in range(1, 3)),
-        nbytes_of=member.slot_nbytes,
-        is_member=lambda p: p in peers,
-        expected=lambda slot: peers,
-    )
-    endpoint.validate_only(TOPIC, gossip.validate)
-    return gossip
-
-
 async def test_threads_over_update_gossip_give_the_lockstep_result_bit_for_bit(text):
     keys = [create_new_key_pair() for _ in range(3)]
     names = [ID.from_pubkey(k.public_key).to_base58() for k in keys]
     threaded = members(text, 3)
     async with open_memory_router() as router:
-        gossips = [
-            gossip_for(router, m, set(names), k) for m, k in zip(threaded, keys, strict=True)
-        ]
-
-        async def one(member, gossip):
-            async def exchange(slot, payload):
-                deadline = trio.current_time() + 60
-                return await gossip.exchange(slot, bytes(payload), deadline=deadline)
-
-            await StreamingLoop(member, exchange).run(3 * INNER.steps)
-
         with trio.fail_after(240):
             async with trio.open_nursery() as nursery:
-                for member, gossip in zip(threaded, gossips, strict=True):
-                    nursery.start_soon(one, member, gossip)
+                for member, key in zip(threaded, keys, strict=True):
+                    _, exchange = fragment_gossip(router, member, key, set(names), topic=RUN)
+                    nursery.start_soon(StreamingLoop(member, exchange).run, 3 * INNER.steps)
     lockstep = StreamingGroup(members(text, 3), names)
     lockstep.run(3 * INNER.steps)
     lockstep.finish()
     expected = lockstep.members[0].fragment_hashes()
     assert all(m.fragment_hashes() == expected for m in threaded)
     assert threaded[0].rounds == [3, 3]
-    for mine, theirs in zip(
-        threaded, lockstep.members, strict=True
-    ):  # local models too: τ is exact
+    # local models too: τ is exact
+    for mine, theirs in zip(threaded, lockstep.members, strict=True):
         assert torch.equal(mine.layout.flatten(), theirs.layout.flatten())
     assert router.stats.invalid == 0
 
@@ -146,7 +124,7 @@ async def test_a_fragment_update_of_another_fragments_size_is_refused(text):
     key, other = create_new_key_pair(), create_new_key_pair()
     sender = ID.from_pubkey(other.public_key).to_base58()
     async with open_memory_router() as router:
-        gossip = gossip_for(router, member, {sender}, key)
+        gossip, _ = fragment_gossip(router, member, key, {sender}, topic=RUN)
 
         def announce(slot: int, nbytes: int) -> bytes:
             ann = UpdateAnnouncement(sender=sender, nbytes=nbytes, checksum=bytes(32))
@@ -157,3 +135,48 @@ async def test_a_fragment_update_of_another_fragments_size_is_refused(text):
         assert gossip.validate(sender, announce(1, member.slot_nbytes(1)))
         assert not gossip.validate(sender, announce(2, member.slot_nbytes(1)))
         assert gossip.validate(sender, announce(2, member.slot_nbytes(2)))
+
+
+class SlowedMember(StreamingMember):
+    """A volunteer three times slower: every inner step takes twice its own time again."""
+
+    def train(self, steps):
+        started = time.perf_counter()
+        report = super().train(steps)
+        time.sleep(2 * (time.perf_counter() - started))
+        return report
+
+
+async def test_a_member_three_times_slower_contributes_without_stalling_the_group(text):
+    keys = [create_new_key_pair() for _ in range(3)]
+    names = {ID.from_pubkey(k.public_key).to_base58() for k in keys}
+    group = members(text, 2, StreamingConfig(fragments=2, overlap=1)) + [
+        SlowedMember(
+            MODEL.build(seed=0),
+            text.train_batches(2, 3, batch_size=INNER.batch_size, seed=0),
+            inner=INNER,
+            streaming=StreamingConfig(fragments=2, overlap=1),
+            codec=ProtocolCodec("int8"),
+        )
+    ]
+    for m in group:  # slots by time: no nominal pace to clip claims to
+        m.max_samples = 10**6
+    loops = []
+    async with open_memory_router() as router:
+        # the gossip's deadline is 600 s: a round that waited for it would fail this test
+        with trio.fail_after(120):
+            async with trio.open_nursery() as nursery:
+                for member, key in zip(group, keys, strict=True):
+                    _, exchange = fragment_gossip(router, member, key, names, topic=RUN)
+                    loops.append(StreamingLoop(member, exchange))
+                    nursery.start_soon(partial(loops[-1].run_timed, 4, stride_seconds=1.0))
+    assert len({tuple(m.fragment_hashes()) for m in group}) == 1
+    assert all(m.rounds == [2, 2] for m in group)
+    for loop in loops:  # every exchange counted all three updates, the slow one's included
+        assert [len(r.accepted) for r in loop.reports] == [3, 3, 3, 3]
+    fast, slow = min(group[0].inner.step, group[1].inner.step), group[2].inner.step
+    assert 4 <= slow < 0.6 * fast  # it took the steps it could, the others did not wait
+    slowest = sorted(names).index(ID.from_pubkey(keys[2].public_key).to_base58())
+    for report in loops[0].reports:  # and its update counts by the samples it saw
+        others = [w for i, w in enumerate(report.weights) if i != slowest]
+        assert report.weights[slowest] < 0.8 * min(others)

@@ -312,3 +312,25 @@ async def test_an_invite_run_rejects_non_members_announcements_and_records_befor
     assert b._rounds == {} and b.records.matching(10**9, start=bytes(32), result=bytes(32)) is None
     b.admits = lambda peer: True  # the same bytes from a member are taken
     assert b.validate(sybil, announcement) is True and sybil in b._rounds[0].announced
+
+
+async def test_a_shaped_uplink_paces_payloads_at_its_rate(autojump_clock):
+    """The benchmark seam: 100 kB/s per peer, three members fetching one 64 kB update each
+    from one sender whose uplink carries them one after another."""
+    from peertrain.testing.shaped_link import TokenBucket
+
+    link = TokenBucket(100_000)
+    started = trio.current_time()
+    await link.take(200_000)
+    await link.take(100_000)
+    assert 2.9 <= trio.current_time() - started <= 3.1
+    assert link.bytes == 300_000
+    async with open_memory_router(uplink=100_000) as router:
+        endpoints = [router.endpoint(f"peer-{i}").group(TOPIC) for i in range(4)]
+        checksum = await endpoints[0].serve("peer-0", bytes(64_000))
+        started = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            for ep in endpoints[1:]:
+                nursery.start_soon(ep.fetch, ["peer-0"], checksum, 64_000)
+        assert 1.8 <= trio.current_time() - started <= 2.1  # 192 kB through one 100 kB/s link
+        assert router.links["peer-0"].bytes == 192_000

@@ -1,0 +1,165 @@
+"""Streaming DiLoCo's overlap on a shaped uplink, in one process: idle compute and wall time.
+
+W members (threads for torch, trio for the network) exchange over update gossip on an in-memory
+network whose every peer has a token-bucket uplink of --mbit Mbit/s (peertrain.testing's
+shaped_link). Arms, each T inner steps per member from the same weights:
+
+  local       no communication: every member trains alone (the wall-time floor);
+  diloco      P=1, τ=0: the whole model's update every H steps, compute waits for it;
+  stream      P fragments every H/P steps, each landing τ steps later: compute goes on.
+
+"idle" is the fraction of a member's time its compute thread waited for the network (mean of
+members). On a shared CPU the members' compute contends too; every arm runs in this process with
+the same members, so the ratios compare like with like. Not the daemons of issue 19's target: a
+link scaled down with the model (a 50 Mbit/s uplink and a 100M-parameter model become a slower
+link and a small model, keeping one full update at several seconds).
+
+Usage: python benchmarks/streaming_overlap.py [--quick] [--steps T] [--mbit M]
+The last line printed is one JSON object with all figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+import trio
+from _report import print_json, print_table
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.peer.id import ID
+from peertrain.swarm.data import TextDatasetConfig
+from peertrain.swarm.diloco import (
+    Contribution,
+    InnerConfig,
+    ProtocolCodec,
+    StreamingConfig,
+    StreamingMember,
+)
+from peertrain.swarm.diloco.streaming_loop import StreamingLoop
+from peertrain.swarm.models import GPTConfig, count_parameters
+from peertrain.testing.memory_router import open_memory_router
+from peertrain.testing.streaming_group import fragment_gossip
+
+
+def build_members(args, dataset, config: StreamingConfig) -> list[StreamingMember]:
+    model = GPTConfig(n_layer=args.layers, n_embd=args.width)
+    inner = InnerConfig(steps=args.h, batch_size=args.batch_size, lr=3e-3, warmup_steps=20)
+    return [
+        StreamingMember(
+            model.build(seed=0),
+            dataset.train_batches(i, args.workers, batch_size=args.batch_size, seed=0),
+            inner=inner,
+            streaming=config,
+            codec=ProtocolCodec("int8"),
+        )
+        for i in range(args.workers)
+    ]
+
+
+async def run_arm(args, dataset, name: str, config: StreamingConfig, shared: bool) -> dict:
+    """Every member's StreamingLoop at once; wall time, idle fraction, bytes per exchange."""
+    members = build_members(args, dataset, config)
+    keys = [create_new_key_pair() for _ in members]
+    peers = {ID.from_pubkey(k.public_key).to_base58() for k in keys}
+    loops: list[StreamingLoop] = []
+    rate = args.mbit * 1e6 / 8
+    started = time.perf_counter()
+    async with open_memory_router(uplink=rate) as router, trio.open_nursery() as nursery:
+        for member, key in zip(members, keys, strict=True):
+            exchange = (
+                fragment_gossip(router, member, key, peers, topic="overlap")[1]
+                if shared
+                else _alone(member)
+            )
+            loops.append(StreamingLoop(member, exchange))
+            nursery.start_soon(loops[-1].run, args.steps)
+    wall = time.perf_counter() - started
+    stats = [loop.statistics() for loop in loops]
+    if shared and len({tuple(m.fragment_hashes()) for m in members}) != 1:
+        raise AssertionError(f"{name}: members ended with different fragment states")
+    return {
+        "arm": name,
+        "wall_per_100_steps": round(wall * 100 / args.steps, 2),
+        "idle_fraction": round(sum(s.idle_fraction for s in stats) / len(stats), 4),
+        "peak_exchange_bytes": max(
+            members[0].slot_nbytes(s) for s in range(1, 1 + config.fragments)
+        ),
+        "uplink_bytes": sum(link.bytes for link in router.links.values()),
+        "exchanges": stats[0].exchanges,
+        "wall_seconds": round(wall, 1),
+    }
+
+
+def _alone(member: StreamingMember):
+    async def exchange(slot, payload):
+        return [Contribution(sender="me", payload=bytes(payload))]
+
+    return exchange
+
+
+async def amain(args) -> dict:
+    dataset = TextDatasetConfig(max_bytes=args.max_bytes, block_size=64).build()
+    n = count_parameters(GPTConfig(n_layer=args.layers, n_embd=args.width).build())
+    full = ProtocolCodec("int8").payload_bytes(n)
+    print(
+        f"{args.workers} members, GPT {n:,} params (int8 update {full:,} B: "
+        f"{full * 8 / (args.mbit * 1e6):.1f} s per copy on a {args.mbit} Mbit/s uplink, "
+        f"{args.workers - 1} copies), {args.steps} inner steps, H {args.h}, "
+        f"P {args.fragments}, tau {args.overlap}"
+    )
+    arms = [
+        ("local", StreamingConfig(), False),
+        ("diloco", StreamingConfig(), True),
+        (
+            f"stream-P{args.fragments}T{args.overlap}",
+            StreamingConfig(fragments=args.fragments, overlap=args.overlap, mix=0.5),
+            True,
+        ),
+    ]
+    results = [await run_arm(args, dataset, *arm) for arm in arms]
+    local = results[0]["wall_per_100_steps"]
+    for r in results:
+        r["wall_vs_local"] = round(r["wall_per_100_steps"] / local, 3)
+    header = ["arm", "wall/100 steps", "vs local", "idle", "peak B/exchange", "uplink B"]
+    rows = [
+        [r["arm"], f"{r['wall_per_100_steps']:.1f}s", r["wall_vs_local"], r["idle_fraction"],
+         f"{r['peak_exchange_bytes']:,}", f"{r['uplink_bytes']:,}"]
+        for r in results
+    ]  # fmt: skip
+    print_table("", header, rows)
+    stream = results[2]
+    targets = {
+        "stream_idle_below_10pct": stream["idle_fraction"] < 0.10,
+        "stream_wall_within_1.1x_of_local": stream["wall_vs_local"] <= 1.1,
+    }
+    print("targets: " + ", ".join(f"{k}={v}" for k, v in targets.items()))
+    return {"arms": results, "targets": targets, "params": n, "mbit": args.mbit,
+            "steps": args.steps, "workers": args.workers}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--h", type=int, default=100)
+    parser.add_argument("--fragments", type=int, default=4)
+    parser.add_argument("--overlap", type=int, default=20)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--width", type=int, default=64)
+    parser.add_argument("--mbit", type=float, default=1.5, help="uplink per member, Mbit/s")
+    parser.add_argument("--max-bytes", type=int, default=1_000_000)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.steps, args.h, args.overlap, args.width = 40, 20, 4, 32
+    torch.set_num_threads(1)
+    print_json(trio.run(amain, args))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
