@@ -113,16 +113,29 @@ class TimedTransport(UpdateTransport):
 # ---------------------------------------------------------------- one node's part
 
 
-def encode_update(numel: int, seed: int) -> tuple[bytes, float]:
-    """A random pseudo-gradient, int8 + error feedback encoded as a member does; (payload, s)."""
+def encode_update(numel: int, seed: int) -> tuple[bytes, dict[str, float]]:
+    """A random pseudo-gradient, int8 + error feedback encoded as a member does; (payload, s).
+
+    Seconds: "build_s" to build the encoder (which loads the compiled kernel: before it did, that
+    load was inside the first encode), "encode_s" the member's encode, and "kernel_s" the same
+    encode as benchmarks/codec.py times it (into a payload already faulted in), for comparison.
+    """
     import torch
+    from peertrain.protocol.error_feedback import ErrorFeedback
     from peertrain.swarm.diloco.compression import ErrorFeedbackEncoder, ProtocolCodec
 
     delta = torch.randn(numel, generator=torch.Generator().manual_seed(seed)).mul_(1e-3)
-    encoder = ErrorFeedbackEncoder(ProtocolCodec(CODEC), numel)
     t0 = time.perf_counter()
+    encoder = ErrorFeedbackEncoder(ProtocolCodec(CODEC), numel)
+    t1 = time.perf_counter()
     payload = encoder.encode(delta)
-    return payload, time.perf_counter() - t0
+    t2 = time.perf_counter()
+    feedback, out = ErrorFeedback(codec=CODEC), torch.empty(len(payload), dtype=torch.uint8)
+    feedback.encode("delta", delta, out=out)
+    t3 = time.perf_counter()
+    feedback.encode("delta", delta, out=out)
+    seconds = {"build_s": t1 - t0, "encode_s": t2 - t1, "kernel_s": time.perf_counter() - t3}
+    return payload, seconds
 
 
 def decode_check(payload: bytes, numel: int) -> tuple[float, bool]:
@@ -144,6 +157,7 @@ class BenchNode:
         self.members: set[str] = {self.me}
         self.payload: bytes | None = None
         self.encode_s = 0.0
+        self.encode_times: dict[str, float] = {}
         self.received: dict[str, bytes] = {}
 
     def listen_port(self) -> int:
@@ -188,7 +202,10 @@ class BenchNode:
         )
 
     async def encode(self, seed: int) -> None:
-        self.payload, self.encode_s = await trio.to_thread.run_sync(encode_update, self.numel, seed)
+        self.payload, self.encode_times = await trio.to_thread.run_sync(
+            encode_update, self.numel, seed
+        )
+        self.encode_s = self.encode_times["encode_s"]
 
     async def exchange(self, start_at: float, deadline_s: float) -> dict[str, Any]:
         await trio.sleep(max(0.0, start_at - time.monotonic()))
@@ -203,7 +220,7 @@ class BenchNode:
             "peer": self.me,
             "done_s": done,
             "got": len(contributions),
-            "encode_s": self.encode_s,
+            **self.encode_times,
             "events": list(self.transport.events),
             "bytes_fetched": self.gossip.bytes_fetched,
             "rejected": self.gossip.rejected,

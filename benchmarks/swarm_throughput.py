@@ -19,6 +19,11 @@ once the moves are done, vs the 2/2/2 ideal.
 Then the same number of microbatches with fp32 and with int8 boundaries, one microbatch in flight
 so the two runs see the same data in the same order: eval accuracy on the digits eval split.
 
+The GPT (`gpt_*` figures): a tiny byte-level GPT cut into the same 3 stages (embeddings with the
+first, final norm + head + loss with the last) on the standard-library text, the same
+swarm/static/ideal comparison at speeds 1:2:4, and fp32 vs int8 boundaries: eval loss on held-out
+text after the same microbatches (`gpt_int8_loss_gap`: int8 minus fp32).
+
 With `--daemons SECONDS`: the same heterogeneous case over the network, 6 server daemons and 2
 trainer daemons as processes (`peertrain swarm local --mode swarm --speeds 1,2,4`), SECONDS of
 SWARM phase after a static-pipeline phase measured by the same trainers; its report's figures are
@@ -31,11 +36,13 @@ Last line: one JSON object with the figures.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import trio
@@ -45,6 +52,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import print_json, print_table  # noqa: E402
 from peertrain.swarm.data.batches import Batches  # noqa: E402
 from peertrain.swarm.data.digits import DigitsDatasetConfig  # noqa: E402
+from peertrain.swarm.data.text import TextDatasetConfig  # noqa: E402
+from peertrain.swarm.models.gpt import GPTConfig  # noqa: E402
+from peertrain.swarm.models.mlp import MLPConfig  # noqa: E402
 from peertrain.swarm.pipeline.harness import SwarmSpec, evaluate, open_in_process_swarm  # noqa: E402
 from peertrain.swarm.pipeline.trainer import PipelineTrainer  # noqa: E402
 from peertrain.swarm.pipeline.wiring import BACKWARD_COST  # noqa: E402
@@ -52,6 +62,38 @@ from peertrain.swarm.pipeline.wiring import BACKWARD_COST  # noqa: E402
 STAGES = 3
 SPEEDS = (1.0, 2.0, 4.0)
 BATCH = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A model the pipeline cuts into `STAGES` stages and the data it trains on."""
+
+    name: str
+    model: MLPConfig | GPTConfig
+
+    def data(self):
+        return _dataset(self)
+
+    def batches(self, seed: int) -> Batches:
+        return self.data().train_batches(0, 1, batch_size=BATCH, seed=seed)
+
+    def eval_batch(self):
+        data = self.data()
+        if isinstance(self.model, GPTConfig):
+            return data.eval_batches(batch_size=64, max_batches=1)[0]
+        return data.x[data.eval_index], data.y[data.eval_index]
+
+
+@functools.cache
+def _dataset(workload: Workload):
+    if isinstance(workload.model, GPTConfig):  # the stdlib text, cut to the GPT's context
+        return TextDatasetConfig(block_size=workload.model.block_size, max_bytes=1 << 20).build()
+    return DigitsDatasetConfig().build()
+
+
+MLP = Workload("mlp", MLPConfig(hidden=64, depth=2))
+# a tiny GPT, one block per stage: embeddings with stage 0, final norm + head + loss with stage 2
+GPT = Workload("gpt", GPTConfig(n_layer=3, n_embd=32, n_head=2, block_size=32))
 
 
 def ideal_throughput(speeds: tuple[float, ...], base: float) -> float:
@@ -64,14 +106,12 @@ def ideal_throughput(speeds: tuple[float, ...], base: float) -> float:
 
 
 async def measure(
-    *, static: bool, microbatches: int, in_flight: int, base: float
+    *, static: bool, microbatches: int, in_flight: int, base: float, workload: Workload = MLP
 ) -> tuple[float, int]:
     """(samples/s, lost microbatches) of one trainer through the swarm or the static pipeline."""
-    data = DigitsDatasetConfig().build()
-    batches = data.train_batches(0, 1, batch_size=BATCH, seed=0)
-    async with open_in_process_swarm(
-        SwarmSpec(speeds=(SPEEDS,) * STAGES, base_seconds=base)
-    ) as swarm:
+    batches = workload.batches(seed=0)
+    spec = SwarmSpec(speeds=(SPEEDS,) * STAGES, base_seconds=base, model=workload.model)
+    async with open_in_process_swarm(spec) as swarm:
         fastest = {f"s{stage}-{len(SPEEDS) - 1}" for stage in range(STAGES)}
         trainer = swarm.new_trainer(in_flight=in_flight, only=fastest if static else None)
         return await steady_throughput(trainer, batches, microbatches), trainer.statistics().lost
@@ -125,14 +165,18 @@ async def rebalancing(
         return rate, swarm.stage_sizes, trainer.statistics().lost
 
 
-async def accuracy(codec: str, microbatches: int) -> tuple[float, float, float]:
-    """(initial loss, final loss, eval accuracy) after `microbatches` with `codec` boundaries."""
-    data = DigitsDatasetConfig().build()
-    batches = data.train_batches(0, 1, batch_size=BATCH, seed=1)
-    spec = SwarmSpec(speeds=((1.0, 1.0),) * STAGES, codec=codec, target_batch=4 * BATCH)
+async def accuracy(
+    codec: str, microbatches: int, workload: Workload = MLP
+) -> tuple[float, float, float]:
+    """(initial loss, final loss, eval accuracy) after `microbatches` with `codec` boundaries
+    (the GPT's accuracy: of its next-byte predictions)."""
+    batches = workload.batches(seed=1)
+    spec = SwarmSpec(
+        speeds=((1.0, 1.0),) * STAGES, codec=codec, target_batch=4 * BATCH, model=workload.model
+    )
     async with open_in_process_swarm(spec) as swarm:
         trainer = swarm.new_trainer(seed=1, in_flight=1)
-        x, y = data.x[data.eval_index], data.y[data.eval_index]
+        x, y = workload.eval_batch()
         initial, _ = evaluate(swarm, x, y)
         await trainer.train(batches, steps=microbatches)
         await swarm.settle()
@@ -144,24 +188,22 @@ async def main(args: argparse.Namespace) -> None:
     in_process = await _in_process(args)
     rebalanced = await _rebalancing(args)
     figures = await _boundaries(args)
+    gpt = await _in_process(args, GPT), await _boundaries(args, GPT)
     daemons = run_daemons(args.daemons, args.base) if args.daemons else {}
     moving = run_daemons(args.daemons, args.base, rebalance=5.0) if args.daemons else {}
     if daemons:
         _print_daemons(daemons, moving)
-    print_json(_figures(in_process, rebalanced, figures, daemons, moving))
+    print_json({**_figures(in_process, rebalanced, figures, daemons, moving), **_gpt_figures(*gpt)})
 
 
-async def _in_process(args: argparse.Namespace) -> dict:
+async def _in_process(args: argparse.Namespace, workload: Workload = MLP) -> dict:
     ideal = ideal_throughput(SPEEDS, args.base)
-    swarm_tp, swarm_lost = await measure(
-        static=False, microbatches=args.microbatches, in_flight=args.in_flight, base=args.base
-    )
-    static_tp, _ = await measure(
-        static=True, microbatches=args.microbatches // 2, in_flight=args.in_flight, base=args.base
-    )
+    settings = {"in_flight": args.in_flight, "base": args.base, "workload": workload}
+    swarm_tp, swarm_lost = await measure(static=False, microbatches=args.microbatches, **settings)
+    static_tp, _ = await measure(static=True, microbatches=args.microbatches // 2, **settings)
     print_table(
-        f"SWARM throughput, {STAGES} stages x speeds {SPEEDS}, microbatch {BATCH}, "
-        f"{args.in_flight} in flight",
+        f"SWARM throughput, {workload.name} in {STAGES} stages x speeds {SPEEDS}, "
+        f"microbatch {BATCH}, {args.in_flight} in flight",
         ["pipeline", "samples/s", "vs ideal", "vs static"],
         [
             ["ideal", ideal, 1.0, ideal / static_tp],
@@ -188,14 +230,15 @@ async def _rebalancing(args: argparse.Namespace) -> dict:
     return {"fixed": fixed, "moved": moved, "sizes": sizes, "lost": lost_fixed + lost_moved}
 
 
-async def _boundaries(args: argparse.Namespace) -> dict:
+async def _boundaries(args: argparse.Namespace, workload: Workload = MLP) -> dict:
     rows, figures = [], {}
     for codec in ("fp32", "int8"):
-        initial, final, acc = await accuracy(codec, args.accuracy_microbatches)
+        initial, final, acc = await accuracy(codec, args.accuracy_microbatches, workload)
         rows.append([codec, initial, final, acc])
         figures[codec] = {"initial_loss": initial, "final_loss": final, "accuracy": acc}
     print_table(
-        f"boundaries: {args.accuracy_microbatches} microbatches of {BATCH}, same data and order",
+        f"{workload.name} boundaries: {args.accuracy_microbatches} microbatches of {BATCH}, "
+        "same data and order",
         ["codec", "initial loss", "final loss", "eval accuracy"],
         rows,
     )
@@ -263,6 +306,22 @@ def _figures(in_process: dict, rebalanced: dict, figures: dict, daemons: dict, m
         "accuracy_gap_points": 100 * (fp32["accuracy"] - int8["accuracy"]),
         "final_loss_fp32": fp32["final_loss"],
         "final_loss_int8": int8["final_loss"],
+    }
+
+
+def _gpt_figures(in_process: dict, figures: dict) -> dict:
+    fp32, int8 = figures["fp32"], figures["int8"]
+    return {
+        "gpt_throughput": in_process["swarm"],
+        "gpt_ideal_throughput": in_process["ideal"],
+        "gpt_static_throughput": in_process["static"],
+        "gpt_throughput_vs_ideal": in_process["swarm"] / in_process["ideal"],
+        "gpt_throughput_vs_static": in_process["swarm"] / in_process["static"],
+        "gpt_lost_microbatches": in_process["lost"],
+        "gpt_initial_loss": fp32["initial_loss"],
+        "gpt_final_loss_fp32": fp32["final_loss"],
+        "gpt_final_loss_int8": int8["final_loss"],
+        "gpt_int8_loss_gap": int8["final_loss"] - fp32["final_loss"],
     }
 
 

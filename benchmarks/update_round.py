@@ -90,6 +90,11 @@ def node_process(index: int, numel: int, peers: int, home: str, conn, profile: s
     """Child: one daemon; commands from the parent over `conn` (see `run_processes`)."""
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger().addHandler(TALLY)
+    # torch and the update gossip load before the roster, as a session's node has them when its
+    # run starts: imported on the event loop while the others dial us, they stall the handshakes
+    # for seconds, and a pubsub hello lost then leaves the mesh unformed (the setup never ends)
+    import peertrain.swarm.diloco.update_gossip  # noqa: F401
+
     try:
         trio.run(_node_main, index, numel, peers, Path(home), conn, profile)
     except BaseException as exc:  # noqa: BLE001 - a child process: the parent reports it

@@ -84,6 +84,8 @@ class NodeConfig:
     budget_relay_reservations_per_prefix: int = 4  # per IPv4 /24 or IPv6 /48 (not local)
     # HOST:PORT serving Prometheus /metrics and the dashboard (node/api/web.py); None: off
     metrics_listen: str | None = None
+    # rounds between the sample grids a diffusion member shows on its dashboard; 0: none
+    sample_grid_every: int = 5
 
     @property
     def control_socket(self) -> Path:
@@ -210,6 +212,8 @@ def _validate(config: NodeConfig) -> None:
         raise ConfigError(f"`run_role` must be server or trainer, got {config.run_role!r}")
     if config.max_params < 1 or config.max_memory < 0:
         raise ConfigError("`max_params` must be positive and `max_memory` ≥ 0 (0: half the RAM)")
+    if config.sample_grid_every < 0:
+        raise ConfigError("`sample_grid_every` must be ≥ 0 (0: no sample grids)")
     if not 1 <= config.ranks <= 64:
         raise ConfigError(f"`ranks` must be 1..64, got {config.ranks}")
     if not config.listen:

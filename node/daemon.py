@@ -123,6 +123,7 @@ class Daemon:
             attack=config.attack,
             device=config.device,
             precision=config.precision,
+            sample_grid_every=config.sample_grid_every,
             budget=self.budget,
             ranks=ranks,
         )

@@ -6,52 +6,48 @@ is non-negative and drops its negative-index wraparound, which otherwise turns l
 gathers and defeats vectorisation.
 """
 
+from collections.abc import Callable
+
 import numpy as np
 
 SIGN_OFF = 0x7FFFFFFF
 TINY = 1e-30  # as in int8_blockwise: an all-zero block still gets a finite 1/scale
 
 
-def fused(x, xi, scales, scales_bits, values, block_size):  # pragma: no cover - compiled
-    n = x.size
-    for b in range(scales.size):
-        base = b * block_size
-        length = min(block_size, n - base)
-        bits = xi[base : base + length]
-        top = 0
-        for i in range(length):
-            v = bits[i] & SIGN_OFF
-            top = v if v > top else top
-        scales_bits[b] = top
-        scale = max(scales[b], np.float32(TINY)) / np.float32(127.0)
-        scales[b] = scale
-        inv = np.float32(1.0) / scale
-        xb = x[base : base + length]
-        vb = values[base : base + length]
-        for i in range(length):
-            vb[i] = np.int32(np.rint(xb[i] * inv))
+def block_quantizer(feedback: bool) -> Callable[..., None]:
+    """The one-pass kernel, with error feedback or without: `feedback` is a closure constant, so
+    numba compiles the branch away in each of the two kernels. A plain argument instead left one
+    kernel that costs the feedback path about 10% more CPU (20M floats: 8.5 ms against 7.7)."""
 
+    def kernel(x, r, ri, scales, scales_bits, values, block_size):  # pragma: no cover - compiled
+        """Without feedback the caller passes x and its int32 view as `r`, `ri` (never written);
+        with it, x + r is quantized in r's memory and r keeps what the receiver will not see."""
+        n = x.size
+        for b in range(scales.size):
+            base = b * block_size
+            length = min(block_size, n - base)
+            src = r[base : base + length]
+            if feedback:
+                xb = x[base : base + length]
+                for i in range(length):
+                    src[i] += xb[i]
+            bits = ri[base : base + length]
+            top = 0
+            for i in range(length):
+                v = bits[i] & SIGN_OFF
+                top = v if v > top else top
+            scales_bits[b] = top
+            scale = max(scales[b], np.float32(TINY)) / np.float32(127.0)
+            scales[b] = scale
+            inv = np.float32(1.0) / scale
+            vb = values[base : base + length]
+            if feedback:
+                for i in range(length):
+                    q = np.rint(src[i] * inv)
+                    vb[i] = np.int32(q)
+                    src[i] -= q * scale  # (x + r) - q * scale
+            else:
+                for i in range(length):
+                    vb[i] = np.int32(np.rint(src[i] * inv))
 
-def fused_feedback(x, r, ri, scales, scales_bits, values, block_size):  # pragma: no cover
-    n = x.size
-    for b in range(scales.size):
-        base = b * block_size
-        length = min(block_size, n - base)
-        xb = x[base : base + length]
-        rb = r[base : base + length]
-        for i in range(length):  # quantize x + residual, computed in the residual's memory
-            rb[i] += xb[i]
-        bits = ri[base : base + length]
-        top = 0
-        for i in range(length):
-            v = bits[i] & SIGN_OFF
-            top = v if v > top else top
-        scales_bits[b] = top
-        scale = max(scales[b], np.float32(TINY)) / np.float32(127.0)
-        scales[b] = scale
-        inv = np.float32(1.0) / scale
-        vb = values[base : base + length]
-        for i in range(length):
-            q = np.rint(rb[i] * inv)
-            vb[i] = np.int32(q)
-            rb[i] -= q * scale  # what the receiver will not see: (x + r) - q * scale
+    return kernel

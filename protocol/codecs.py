@@ -126,6 +126,14 @@ def encode(
     return out
 
 
+def warm(codec_name: str, numel: int) -> None:
+    """Load now what encoding `numel` fp32 values with this codec will need (the compiled int8
+    kernel), so that an encoder built ahead of time pays for it here, not in its first encode."""
+    codec = CODECS[codec_name]
+    if codec.value_bits == 8 and codec.scale_bytes == 4:
+        int8_blockwise.warm(numel)
+
+
 def decode(
     payload: torch.Tensor,
     codec_name: str,

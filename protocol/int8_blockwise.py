@@ -100,6 +100,14 @@ def quantize_into(
 FUSED_MIN_NUMEL = 1 << 22
 
 
+def warm(numel: int) -> None:
+    """Load the compiled kernel now if encoding `numel` fp32 values will use it, so that an
+    encoder built ahead of its first encode (a DiLoCo member at join) does not pay numba's load
+    inside that encode, on the round's critical path."""
+    if numel >= FUSED_MIN_NUMEL and int8_fused.available():
+        int8_fused.warm()
+
+
 def _fused_applies(x: torch.Tensor, scales: torch.Tensor, residual: torch.Tensor | None) -> bool:
     """The compiled one-pass kernel covers the common large case: fp32 in, fp32 scales."""
     import torch

@@ -17,7 +17,9 @@ Two choices keep LLVM's vectoriser working without fast-math (which would change
 
 Scope: fp32 input and fp32 scales (the `int8` codec), with or without error feedback. Other
 cases (fp16 scales, fp16/bf16 input) and machines without numba use the torch tiles.
-numba compiles each kernel on first use (about a second) and caches it beside this file.
+numba compiles each kernel on first use (about a second) and caches it beside this file; loading
+numba and that cache still costs ~1 s per process (3-4 s on a busy machine), so an encoder that
+knows it will use the kernel calls `warm()` when it is built, not inside its first encode.
 """
 
 from __future__ import annotations
@@ -53,10 +55,26 @@ def quantize_fp32(
     fused, fused_feedback = cast("tuple[Any, Any]", _kernels())
     xs, sc, vs = x.numpy(), scales.numpy(), values.numpy()
     if residual is None:
-        fused(xs, xs.view(np.int32), sc, sc.view(np.int32), vs, block_size)
+        fused(xs, xs, xs.view(np.int32), sc, sc.view(np.int32), vs, block_size)
     else:
         rs = residual.numpy()
         fused_feedback(xs, rs, rs.view(np.int32), sc, sc.view(np.int32), vs, block_size)
+
+
+@functools.cache
+def warm() -> None:
+    """Load numba and both kernels now, for the argument types every real call passes (1-D
+    C-contiguous aligned arrays): the first encode in a process then runs at kernel speed."""
+    import torch
+
+    x = torch.zeros(2 * WARM_BLOCK)
+    scales = torch.empty(2)
+    values = torch.empty(2 * WARM_BLOCK, dtype=torch.int8)
+    quantize_fp32(x, scales, values, block_size=WARM_BLOCK)
+    quantize_fp32(x, scales, values, block_size=WARM_BLOCK, residual=torch.zeros(2 * WARM_BLOCK))
+
+
+WARM_BLOCK = 128
 
 
 @functools.cache
@@ -69,4 +87,5 @@ def _kernels() -> tuple[Any, Any] | None:
     except ImportError:  # pragma: no cover - exercised only where numba is missing
         return None
     njit = numba.njit(nogil=True, cache=True, boundscheck=False, error_model="numpy")
-    return njit(_int8_kernels.fused), njit(_int8_kernels.fused_feedback)
+    quantizer = _int8_kernels.block_quantizer
+    return njit(quantizer(feedback=False)), njit(quantizer(feedback=True))

@@ -132,8 +132,9 @@ def check_header(
         raise DecodeError(f"unknown tensor dtype {header.dtype!r}")
     if header.nbytes > max_nbytes:
         raise MessageTooLarge(f"tensor payload of {header.nbytes} bytes, limit {max_nbytes}")
-    numel = _numel(header.shape, max_nbytes)
-    if numel > max_nbytes or header.nbytes != codec.payload_nbytes(numel, header.block_size):
+    most = 2 * max_nbytes + 1  # values a payload can hold: int4 packs two a byte
+    numel = _numel(header.shape, most)
+    if numel > most or header.nbytes != codec.payload_nbytes(numel, header.block_size):
         raise DecodeError(
             f"{header.codec} payload size {header.nbytes} does not fit shape {header.shape}"
         )

@@ -17,6 +17,7 @@ May import every layer; no product layer imports it (tests/test_layering.py). Th
     byte_streams.py   connected in-memory byte streams behind libp2p's stream interface
     netns.py          network-namespace worlds with NAT routers (root only)
     attacks.py        Attacker: garbage frames, floods, slowloris, Sybil waves
+    pipelines.py      through_stages: one microbatch through stage servers by hand
     plugin.py         the pytest fixtures
 """
 
@@ -43,6 +44,7 @@ _LAZY = {
     "InProcessExchange": ".diloco_group",
     "StreamingGroup": ".streaming_group",
     "Attacker": ".attacks",
+    "through_stages": ".pipelines",
 }
 
 

@@ -133,7 +133,7 @@ RUN_OPTIONS: dict[str, tuple[str, type, str, tuple[str, ...] | None]] = {
         "codec",
         str,
         "outer-update codec (default: int8)",
-        ("fp32", "fp16", "bf16", "int8"),
+        ("fp32", "fp16", "bf16", "int8", "int4"),
     ),
     "--aggregator": (
         "aggregator",

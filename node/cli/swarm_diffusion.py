@@ -25,6 +25,7 @@ STRATEGIES = ("top1", "top2", "full", "sample1")
 SAMPLES = 512
 SAMPLE_STEPS = 20
 GROUP_WAIT = 120.0  # seconds a joiner may take to choose its group
+START_TIMEOUT = 60.0
 
 
 class DiffusionSwarm(MeshSwarm):
@@ -36,7 +37,15 @@ class DiffusionSwarm(MeshSwarm):
         return {**super().header(), "experts": self.options.spec.get("experts", 4)}
 
     def _create_run(self, first: DaemonProcess) -> None:
-        params = {"name": RUN_NAME, "mode": "diffusion", "spec": dict(self.options.spec)}
+        # joiners come one at a time: a group's round 0 waits (up to START_TIMEOUT) for as many
+        # members as the largest group will get, so a group of two trains together from the start
+        experts = self.options.spec.get("experts", 4)
+        spec = {
+            "min_members": -(-self.options.nodes // (experts + 1)),
+            "start_timeout": START_TIMEOUT,
+            **self.options.spec,
+        }
+        params = {"name": RUN_NAME, "mode": "diffusion", "spec": spec}
         created = call_sync(first.control_socket, "run.create", params, timeout=300)
         self.console.print(f"created diffusion run ({created['run_id'][:16]}…) on node 0")
         self._wait_for_group(first)
@@ -97,9 +106,7 @@ class DiffusionSwarm(MeshSwarm):
             },
             "expert_loss": {g: v["loss"] for g, v in groups.items() if g != "router"},
             "router_accuracy": router.get("router_accuracy"),
-            "traffic": {
-                r.get("group") or "?": r.get("traffic", {}).get("updates_from", {}) for r in runs
-            },
+            "traffic": _traffic(runs),
             "quality": getattr(self, "quality", None),
             "byzantine": self.options.byzantine,
             "attack": self.options.attack if self.options.byzantine else None,
@@ -127,6 +134,16 @@ class DiffusionSwarm(MeshSwarm):
         clean = all(code in (0, None) for code in report["exit_codes"])
         ok = report.get("rounds_completed", 0) > 0 and bool(report.get("quality"))
         return clean and ok and not self.died and not report.get("interrupted")
+
+
+def _traffic(runs: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per group: the updates its members aggregated, by the sender's group, summed."""
+    out: dict[str, dict[str, int]] = {}
+    for run in runs:
+        counts = out.setdefault(run.get("group") or "?", {})
+        for sender, n in run.get("traffic", {}).get("updates_from", {}).items():
+            counts[sender] = counts.get(sender, 0) + n
+    return out
 
 
 def score_samples(dataset: str, arrays: dict[str, Path]) -> dict[str, Any]:

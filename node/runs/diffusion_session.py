@@ -22,7 +22,7 @@ from peertrain.crdt.replicator import Replicator
 from peertrain.crdt.runstate import RunState
 
 from ..services.tensor_fetch import fetch_tensor
-from .update_exchange import open_member_exchange
+from .update_exchange import member_driver, open_member_exchange
 
 if TYPE_CHECKING:
     from peertrain.swarm.diffusion.run_spec import DiffusionSpec
@@ -77,6 +77,8 @@ class DiffusionSession:
         self.group_replicator: Replicator | None = None
         self.updates_from: Counter[str] = Counter()  # updates aggregated, by the sender's group
         self.router_accuracy: float | None = None
+        self.sample_grid: dict[str, Any] | None = None  # SampleGrid.as_status() of the newest
+        self._diagnostics = trio.CapacityLimiter(1)  # router accuracy and grids: one at a time
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         from peertrain.swarm.diffusion.groups import choose_group
@@ -166,8 +168,6 @@ class DiffusionSession:
     async def _train(self, partition) -> None:
         from peertrain.swarm.diffusion.group_member import build_group_member
         from peertrain.swarm.diffusion.run_partition import images_of
-        from peertrain.swarm.diloco.checkpoint import CheckpointStore
-        from peertrain.swarm.diloco.driver import DiLoCoDriver
 
         context, node, me, group = (
             self.context,
@@ -184,28 +184,23 @@ class DiffusionSession:
         gstate, dspec = replicator.state, built.spec
         exchange_cm = open_member_exchange(node, gstate, built, dspec.min_members)
         async with exchange_cm as exchange, trio.open_nursery() as nursery:
-            self.driver = DiLoCoDriver(
+            self.driver = member_driver(
+                node,
+                exchange,
                 spec=dspec,
-                peer_id=me,
                 built=built,
                 replicator=replicator,
-                gossip=exchange.gossip,
-                tensors=exchange.tensors,
-                addrs=node.addrs,
-                attack=node.attack,
+                checkpoints=context.directory / "checkpoints" / group,
+                keep=2,
+                on_penalty=self._blame,
                 on_round=self._on_round,
-                checkpoints=CheckpointStore(
-                    context.directory / "checkpoints" / group,
-                    keep=2,
-                    room=node.budget.check_disk if node.budget else None,
-                ),
-                on_penalty=self._blame,  # providers and attesters of a state that fails checks
             )
             await nursery.start(replicator.run)
             await replicator.bootstrap()
             self.phase = "training"
             await nursery.start(self.driver.run)
             nursery.start_soon(self._mirror_loop)
+            nursery.start_soon(self._sample_grid_loop)
             if group == "router":
                 nursery.start_soon(self._router_accuracy_loop, images, partition)
 
@@ -281,8 +276,26 @@ class DiffusionSession:
             self.router_accuracy = await trio.to_thread.run_sync(
                 functools.partial(
                     router_accuracy, objective.dit, images[subset], clusters[subset], t=0.1
-                )
+                ),
+                limiter=self._diagnostics,
             )
+
+    async def _sample_grid_loop(self) -> None:
+        """A sample grid from our group's θ_global when swarm/diffusion/sample_grid.py says so."""
+        from peertrain.swarm.diffusion.sample_grid import grid_due, render_grid
+
+        every, last = self.context.node.sample_grid_every, None
+        while True:
+            await trio.sleep(MIRROR_EVERY)
+            if not grid_due(self.driver.member.round, last, every, finished=self.driver.finished):
+                continue
+            last, objective = await self.driver.global_model()
+            grid = await trio.to_thread.run_sync(
+                render_grid, self.spec, {self.group: objective.dit}, last, limiter=self._diagnostics
+            )
+            if grid is None:
+                return  # a router alone draws nothing, now or later
+            self.sample_grid = grid.as_status()
 
     # -- status ---------------------------------------------------------------------------------
 
@@ -302,7 +315,11 @@ class DiffusionSession:
                 "bytes_fetched": gossip.bytes_fetched if gossip else 0,
                 "updates_from": dict(self.updates_from),
             },
+            # as a DiLoCo run names them (the local-swarm table and churn accounting read them)
+            "bytes_published": gossip.bytes_published if gossip else 0,
+            "bytes_fetched": gossip.bytes_fetched if gossip else 0,
             "router_accuracy": self.router_accuracy,
+            "sample_grid": self.sample_grid,  # {png: base64, round, caption} | None
             "round": progress.round if progress else 0,
             "phase": progress.phase if progress else self.phase,
             "loss": progress.loss if progress else None,

@@ -5,10 +5,10 @@ need, or `stage` if given) or `trainer`. The run's RunState replica comes first 
 from the peer that told us of the run), because both roles decide from it: a server picks its
 stage and its state donor, a trainer its wiring. The policy is swarm/pipeline/'s
 (`StageService`, `TrainerLoop`); this adapter hands them the node's libp2p transport, its
-RunState replica and writer, and adds what only a node does: the stream handler and the DHT
-stage key (discovery from outside the run; decisions use RunState). Torch and the pipeline
-modules are imported here, when a swarm run starts, never at daemon start
-(tests/node/test_lightweight_daemon.py).
+RunState replica and writer, a folder for its stage checkpoints (`<run dir>/stages/<stage>`),
+and adds what only a node does: the stream handler and the DHT stage key (discovery from
+outside the run; decisions use RunState). Torch and the pipeline modules are imported here,
+when a swarm run starts, never at daemon start (tests/node/test_lightweight_daemon.py).
 """
 
 from __future__ import annotations
@@ -77,6 +77,7 @@ class PipelineSession:
     def _stage_service(self) -> StageService:
         """Our `StageService`, answering the pipeline protocol as soon as it exists (a peer
         may ask for a round or a state while we still download ours: `NotServing`)."""
+        from peertrain.swarm.pipeline.checkpoint import StageCheckpoints
         from peertrain.swarm.pipeline.stage_service import StageService
         from peertrain.swarm.pipeline.wire import PIPELINE
 
@@ -91,6 +92,9 @@ class PipelineSession:
             creator=context.manifest.creator,
             speed=self.speed,
             stage=self.stage,
+            checkpoints=StageCheckpoints(
+                context.directory / "stages", manifest_hash=context.run_id
+            ),
         )
         me = node.peer_id
         handler = PipelineHandler(

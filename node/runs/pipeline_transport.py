@@ -95,7 +95,8 @@ class NetworkStageTransport:
     async def loss_backward(
         self, peer, *, stage: int, x: BoundaryTensor, targets: torch.Tensor
     ) -> tuple[float, BoundaryTensor | None]:
-        labels = tuple(int(v) for v in targets.tolist())
+        # flat: a language model's labels are (rows, seq); the last stage reshapes them
+        labels = tuple(int(v) for v in targets.reshape(-1).tolist())
         reply, tensors = await self._stage_call(peer, "loss", stage, (x,), targets=labels)
         return reply.loss, boundary_of(reply.tensors[0], tensors[0]) if reply.tensors else None
 

@@ -32,7 +32,7 @@ from .invites import load_certificate
 from .ranks import lend_ranks, return_ranks
 from .spec_check import local_data
 from .status import DiffusionRunStatus, DiLoCoRunStatus, RunStatus, SwarmRunStatus
-from .update_exchange import open_member_exchange
+from .update_exchange import member_driver, open_member_exchange
 
 if TYPE_CHECKING:
     from peertrain.swarm.diloco.build import BuiltMember
@@ -172,27 +172,18 @@ class RunSession:
             await return_ranks(node, self.run_id, intra, built and built.member.inner)
 
     async def _drive_diloco(self, spec, built, task_status: trio.TaskStatus[RunSession]) -> None:
-        from peertrain.swarm.diloco.checkpoint import CheckpointStore
-        from peertrain.swarm.diloco.driver import DiLoCoDriver
-
         context, node = self.context, self.context.node
         update_exchange = open_member_exchange(node, context.state, built, spec.min_members)
         async with update_exchange as exchange, trio.open_nursery() as nursery:
-            self.driver = DiLoCoDriver(
+            self.driver = member_driver(
+                node,
+                exchange,
                 spec=spec,
-                peer_id=node.peer_id,
                 built=built,
                 replicator=context.replicator,
-                gossip=exchange.gossip,
-                tensors=exchange.tensors,
-                addrs=node.addrs,
-                attack=node.attack,
-                checkpoints=CheckpointStore(
-                    context.directory / "checkpoints",
-                    keep=3,
-                    room=node.budget.check_disk if node.budget else None,
-                ),
-                on_penalty=self._blame,  # providers and attesters of a state that fails its checks
+                checkpoints=context.directory / "checkpoints",
+                keep=3,
+                on_penalty=self._blame,
                 certificate=load_certificate(context.directory),  # invite runs: `run invite`'s
             )
             await nursery.start(context.replicator.run)

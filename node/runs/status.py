@@ -71,7 +71,10 @@ class DiffusionRunStatus(RunStatus):
     model: NotRequired[str]
     groups: NotRequired[dict[str, dict[str, Any]]]
     traffic: NotRequired[dict[str, Any]]
+    bytes_published: NotRequired[int]
+    bytes_fetched: NotRequired[int]
     router_accuracy: NotRequired[float | None]
+    sample_grid: NotRequired[dict[str, Any] | None]  # {png: base64 PNG, round, caption}
     initial_loss: NotRequired[float | None]
     finished: NotRequired[bool]
     state_checksum: NotRequired[str]

@@ -41,6 +41,7 @@ class NodeServices:
     # (swarm/devices.py: auto|cpu|cuda[:N]|mps; fp32|bf16|fp16)
     device: str = "auto"
     precision: str = "fp32"
+    sample_grid_every: int = 5  # rounds between a diffusion member's sample grids; 0: none
     # the ranks of a multi-GPU node (`--ranks N`; swarm/diloco/intra_node.py), lent to one run
     ranks: RankLease | None = None
     # the daemon's resource budget: downloads are admitted against its receive memory, and

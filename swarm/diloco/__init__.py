@@ -1,6 +1,7 @@
 """DiLoCo groups: H local AdamW steps per member, then an outer Nesterov step on the group's
-aggregated pseudo-gradients (Douillard et al. 2023). Torch-side only and synchronous; the daemon
-supplies the exchange of encoded updates and runs the torch phases in worker threads::
+aggregated pseudo-gradients (Douillard et al. 2023). The member is torch-side and synchronous;
+the driver (driver.py, with state_sync.py, trust.py, roster.py) runs it in a node under trio
+against transport interfaces, and runs its torch phases in worker threads::
 
     member = DiLoCoMember(model, dataset.train_batches(shard, n, batch_size=B, seed=seed),
                           inner=InnerConfig(steps=H), codec=ProtocolCodec("int8"),

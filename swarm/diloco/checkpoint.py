@@ -14,11 +14,9 @@ both files and recomputes the state hash from the loaded tensors. Nothing is eve
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,17 +26,13 @@ import torch
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
+from ..checkpoint_files import content_hash, is_hash, remove_temporaries, write_atomic
 from .errors import CheckpointCorrupt, CheckpointError
 from .member import MemberState
 
 log = logging.getLogger(__name__)
 
 FORMAT = "peertrain/diloco-checkpoint/1"
-_TMP_PREFIX = ".tmp-"
-
-
-def content_hash(data: bytes) -> str:
-    return hashlib.blake2b(data, digest_size=32).hexdigest()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -136,8 +130,7 @@ class CheckpointStore:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.keep = keep
-        for stale in self.directory.glob(_TMP_PREFIX + "*"):  # left by a crash mid-write
-            stale.unlink(missing_ok=True)
+        remove_temporaries(self.directory)
 
     def save(self, state: MemberState, *, manifest_hash: str = "") -> CheckpointInfo:
         encoded = encode_checkpoint(state, manifest_hash=manifest_hash)
@@ -151,8 +144,8 @@ class CheckpointStore:
         fresh = not self._tensor_path(digest).exists()
         self._make_room(len(sidecar) + (len(tensors) if fresh else 0))
         if fresh:
-            _write_atomic(self._tensor_path(digest), tensors)
-        _write_atomic(self._sidecar_path(checkpoint_id), sidecar)  # the commit point
+            write_atomic(self._tensor_path(digest), tensors)
+        write_atomic(self._sidecar_path(checkpoint_id), sidecar)  # the commit point
         self.prune()
         return state
 
@@ -216,25 +209,8 @@ class CheckpointStore:
         return self.directory / f"{_checked_hex(digest)}.safetensors"
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f"{_TMP_PREFIX}{secrets.token_hex(8)}-{path.name}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
 def _checked_hex(name: str) -> str:
-    if len(name) != 64 or any(c not in "0123456789abcdef" for c in name):
+    if not is_hash(name):
         raise CheckpointError(f"{name!r} is not a checkpoint hash")
     return name
 

@@ -51,6 +51,9 @@ class UpdateCodec(Protocol):
 
     def payload_bytes(self, numel: int) -> int: ...
 
+    def warm(self, numel: int) -> None:
+        """Load what encoding `numel` values needs now (called when an encoder is built)."""
+
 
 class ProtocolCodec:
     """One of `peertrain.protocol.codecs.CODECS` (fp32, fp16, bf16, int8, int8-f16)."""
@@ -79,19 +82,25 @@ class ProtocolCodec:
     def payload_bytes(self, numel: int) -> int:
         return codecs.CODECS[self.name].payload_nbytes(numel, self.block_size)
 
+    def warm(self, numel: int) -> None:
+        codecs.warm(self.name, numel)
+
 
 class ErrorFeedbackEncoder:
     """Encodes pseudo-gradients, carrying the quantization residual from round to round.
 
     Error feedback is on when asked for and the codec supports it (int8); with a lossless codec the
     residual stays zero. The residual is member-local: it is checkpointed with the member but never
-    part of the shared state hash.
+    part of the shared state hash. Built ahead of the first round (a member is built when it joins,
+    in a worker thread), it loads the codec's compiled kernel then: that load (~1 s, numba) used
+    to land inside the first round's encode.
     """
 
     def __init__(self, codec: UpdateCodec, numel: int, *, enabled: bool = True) -> None:
         self.codec = codec
         self.enabled = enabled and codec.supports_error_feedback
         self.residual = torch.zeros(numel, dtype=torch.float32)
+        codec.warm(numel)
 
     def encode(self, delta: torch.Tensor) -> Payload:
         return self.codec.encode(delta, residual=self.residual if self.enabled else None)

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 from ..models.config import ConfigError
 from ..run_spec import RunSpec
 
-CODECS = ("fp32", "fp16", "bf16", "int8")
+CODECS = ("fp32", "fp16", "bf16", "int8", "int4")
 ADMISSIONS = ("open", "invite")
 MAX_ANCHORS = 16
 

@@ -37,13 +37,13 @@ from typing import Annotated, Protocol
 import trio
 from libp2p.crypto.keys import KeyPair
 from libp2p.peer.id import ID
-from peertrain.protocol.envelope import open_envelope, seal
+from peertrain.protocol.envelope import seal
 from peertrain.protocol.errors import ProtocolError
 from peertrain.protocol.messages import Message, decode, encode, message
 from peertrain.protocol.schema import IntRange, MaxLen
 
 from .exchange import Contribution
-from .round_record import RoundRecord, RoundRecords, is_record
+from .round_record import RoundRecord, RoundRecords, is_record, open_from_origin
 
 log = logging.getLogger(__name__)
 
@@ -168,13 +168,8 @@ class UpdateGossip:
         state.changed.set()
 
     def _open(self, origin: str, raw: bytes) -> tuple[int, UpdateAnnouncement]:
-        env = open_envelope(
-            raw,
-            expected_domain=DOMAIN,
-            expected_run=self.run_id,
-            expected_round=range(0, 2**62),
-            expected_sender=ID.from_base58(origin).to_bytes(),
-            max_size=MAX_ENVELOPE,
+        env = open_from_origin(
+            raw, domain=DOMAIN, run_id=self.run_id, origin=origin, max_size=MAX_ENVELOPE
         )
         ann = decode(env.payload, UpdateAnnouncement)
         if ann.holds == (ann.sender == origin):

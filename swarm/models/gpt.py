@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ConfigError
+from .pipeline_parts import SEQ, Boundary, PipelineParts
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,6 +43,11 @@ class GPTConfig:
 
     def build(self, *, seed: int = 0) -> GPT:
         return GPT(self, seed=seed)
+
+    @property
+    def pipeline_blocks(self) -> int:
+        """How many blocks a SWARM pipeline may cut between (swarm/pipeline/slices.py)."""
+        return self.n_layer
 
 
 class CausalSelfAttention(nn.Module):
@@ -85,6 +91,18 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
+class Embedding(nn.Module):
+    """Token plus position embeddings: what the first pipeline stage runs before its blocks."""
+
+    def __init__(self, wte: nn.Embedding, wpe: nn.Embedding, drop: nn.Module) -> None:
+        super().__init__()
+        self.wte, self.wpe, self.drop = wte, wpe, drop
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        return self.drop(self.wte(idx) + self.wpe(pos))
+
+
 class GPT(nn.Module):
     """`forward(idx, targets)` returns `(logits, loss)`; loss is None without targets."""
 
@@ -120,8 +138,7 @@ class GPT(nn.Module):
         _, t = idx.shape
         if t > self.config.block_size:
             raise ValueError(f"sequence of {t} tokens exceeds block_size {self.config.block_size}")
-        pos = torch.arange(t, device=idx.device)
-        x = self.drop(self.wte(idx) + self.wpe(pos))
+        x = Embedding(self.wte, self.wpe, self.drop)(idx)
         for block in self.blocks:
             x = block(x)
         logits = self.lm_head(self.ln_f(x))
@@ -129,6 +146,26 @@ class GPT(nn.Module):
             return logits, None
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
         return logits, loss
+
+    def pipeline_parts(self) -> PipelineParts:
+        """The model as a SWARM pipeline cuts it: embeddings, the blocks, final norm + head.
+
+        The head is untied from the token embedding (they live on different stages, so one
+        tensor cannot serve both); it starts from a copy of it and trains on its own."""
+        c = self.config
+        with torch.device("meta"):  # no default init drawing from the global RNG
+            lm_head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
+        lm_head.weight = nn.Parameter(self.lm_head.weight.detach().clone())
+        hidden = Boundary(tail=(SEQ, c.n_embd))
+        return PipelineParts(
+            stem=Embedding(self.wte, self.wpe, self.drop),
+            blocks=list(self.blocks),
+            head=nn.Sequential(self.ln_f, lm_head),
+            input=Boundary(tail=(SEQ,), tokens=c.vocab_size),
+            boundaries=[hidden] * (c.n_layer + 1),
+            output=Boundary(tail=(SEQ, c.vocab_size)),
+            max_seq=c.block_size,
+        )
 
     @torch.no_grad()
     def generate(

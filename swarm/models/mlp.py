@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ConfigError
+from .pipeline_parts import Boundary, PipelineParts
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -28,6 +29,11 @@ class MLPConfig:
 
     def build(self, *, seed: int = 0) -> MLPClassifier:
         return MLPClassifier(self, seed=seed)
+
+    @property
+    def pipeline_blocks(self) -> int:
+        """How many blocks a SWARM pipeline may cut between: every layer, the head included."""
+        return self.depth + 1
 
 
 class MLPClassifier(nn.Module):
@@ -56,3 +62,18 @@ class MLPClassifier(nn.Module):
         logits = self.head(x)
         loss = None if targets is None else F.cross_entropy(logits, targets)
         return logits, loss
+
+    def pipeline_parts(self) -> PipelineParts:
+        """Every layer a block (hidden ones with their ReLU, the head last), no stem."""
+        c = self.config
+        blocks: list[nn.Module] = [nn.Sequential(layer, nn.ReLU()) for layer in self.hidden]
+        widths = [c.in_features] + [c.hidden] * c.depth + [c.num_classes]
+        boundaries = [Boundary(tail=(w,)) for w in widths]
+        return PipelineParts(
+            stem=None,
+            blocks=[*blocks, self.head],
+            head=None,
+            input=boundaries[0],
+            boundaries=boundaries,
+            output=boundaries[-1],
+        )

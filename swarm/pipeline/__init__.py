@@ -10,7 +10,9 @@ Modules, each one concept:
     migration.py   a stage's state (parameters + Adam moments) as one flat tensor, for movers
     membership.py  who serves which stage, read from RunState: the view everyone decides from
     boundary.py    tensors crossing stage boundaries (fp32 / fp16 / int8 blockwise payloads)
-    slices.py      cutting a model (the digits MLP) into stage slices
+    slices.py      cutting a model into stage slices of contiguous blocks (the GPT: embeddings
+                   first, norm + head last), each knowing what may cross its boundaries
+    checkpoint.py  a stage's state on disk: safetensors + sidecar, atomic, verified on load
     run_spec.py    what a swarm run trains: the manifest's spec (stages, model, data, knobs)
     transport.py   THE interfaces: StageTransport (trainer -> servers), StagePeerTransport
                    (a server -> its stage's other servers)
@@ -20,6 +22,8 @@ Modules, each one concept:
     stage_service.py  a stage server of a run: serve, measure, announce in RunState, average
                    within the stage, repair drift, answer rounds and state downloads
     stage_moves.py the joiner's stage and the settled-view rebalancing loop of a stage service
+    stage_checkpointing.py  a stage service's checkpoints every few rounds; resuming from them
+                   when no live server of the stage can hand its state
     trainer_loop.py   a trainer of a run: wiring kept in step with RunState, static phase, steps
     memory.py      both transports in one process: callers reach StageServices directly
     harness.py     a whole swarm in one process: the real services and loops on memory.py

@@ -70,7 +70,8 @@ class StageAverager:
     """The step rounds of one server in one stage; see the module docstring.
 
     `fetch_state(peer)` downloads a peer's stage state (None: drift is counted, never repaired);
-    `may_repair()` says whether a repair may run now (False while the server moves)."""
+    `may_repair()` says whether a repair may run now (False while the server moves);
+    `applied(round)` is called on the event loop after each round this server applied."""
 
     def __init__(
         self,
@@ -86,6 +87,7 @@ class StageAverager:
         may_repair: Callable[[], bool] = lambda: True,
         max_samples: int | None = None,
         max_norm_ratio: float | None = RUN_MAX_NORM_RATIO,
+        applied: Callable[[int], None] = lambda round_: None,
     ) -> None:
         self.server = server
         self.me = me
@@ -99,6 +101,7 @@ class StageAverager:
         self.may_repair = may_repair
         self.max_samples = max_samples  # the run's batch: no contribution counts for more
         self.max_norm_ratio = max_norm_ratio
+        self.applied = applied  # told each round applied (the service checkpoints after some)
         self.refused = 0  # contributions left out by validation
         self.drift = DriftGuard()
         self._own: OrderedDict[int, Contribution] = OrderedDict()
@@ -114,7 +117,16 @@ class StageAverager:
         """Start the next round if this server's pending samples reached `share`."""
         if self.taken == self.completed and self.server.pending_samples >= max(1, share):
             await self._take(self.taken + 1)
-            nursery.start_soon(self._round, self.taken)
+            self._start_round(nursery, self.taken)
+
+    def _start_round(self, nursery: trio.Nursery, step: int) -> None:
+        try:
+            nursery.start_soon(self._round, step)
+        except RuntimeError:  # trio: "Nursery is closed to new arrivals"
+            # The stage service stopped (killed, or moved to another stage) while a late call
+            # took this round: a round started now would be cancelled at once, and whoever
+            # serves the stage next averages it. Not our bug, not the caller's.
+            log.info("stage averaging: round %d not started, the service has stopped", step)
 
     async def contribution(
         self, nursery: trio.Nursery, step: int, asker: str
@@ -123,7 +135,7 @@ class StageAverager:
         None: a round we no longer keep, or one more than one ahead of us."""
         if step == self.taken + 1:
             await self._take(step)
-            nursery.start_soon(self._round, step)
+            self._start_round(nursery, step)
         self._askers.setdefault(step, set()).add(asker)
         while len(self._askers) > 2 * self.keep:
             self._askers.pop(min(self._askers))
@@ -196,6 +208,7 @@ class StageAverager:
                 self.completed = step
                 self._remember(step, checksum)
             self.contributors = [*self.contributors[-15:], len(parts)]
+            self.applied(step)
 
     def _validated(self, step: int, parts: dict[str, Contribution]) -> dict[str, Contribution]:
         """The contributions that pass validation: finite, per-sample norm within bounds."""

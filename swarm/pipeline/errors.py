@@ -8,7 +8,8 @@ PeertrainError
         │                        the task on another server of the same stage
         ├── MicrobatchLost       a microbatch ran out of retries (counted, never silent)
         ├── WrongStage           a server was asked for a stage it does not serve (now)
-        └── NotServing           a server still starting was asked for its round or state
+        ├── NotServing           a server still starting was asked for its round or state
+        └── StageCheckpointError a stage checkpoint is missing, unreadable or fails verification
 """
 
 from __future__ import annotations
@@ -46,3 +47,7 @@ class WrongStage(PipelineError):
 
 class NotServing(PipelineError):
     """The server has not finished starting (no stage state yet); ask again later."""
+
+
+class StageCheckpointError(PipelineError):
+    """A stage checkpoint is missing, unreadable, or does not match its hashes."""

@@ -11,10 +11,11 @@ what gossip gives the daemons a moment later). Trainers are a `PipelineTrainer` 
 
 `kill(peer)` ends a server's tasks and fails its current and future calls, exactly as a dead
 peer looks to the others (`ServerUnavailable`); its member record stays until its lease ends,
-as on the network. `rebalance(period)` lets every live server renew its record and evaluate
-that period's move on the same view (one of them moves: downloads its new stage's state and
-switches); `rebalance_every(s)` runs every server's own rebalancing loop, with its settled-view
-rule.
+as on the network; `restart(peer)` brings it back with its own checkpoints (given a
+`checkpoints` folder), as a daemon restarted on its home. `rebalance(period)` lets every live
+server renew its record and evaluate that period's move on the same view (one of them moves:
+downloads its new stage's state and switches); `rebalance_every(s)` runs every server's own
+rebalancing loop, with its settled-view rule.
 """
 
 from __future__ import annotations
@@ -22,13 +23,17 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import trio
 from peertrain.crdt.runstate import RunState
 from peertrain.crdt.writer import RunWriter
+from peertrain.swarm.models.config import config_to_dict
+from peertrain.swarm.models.gpt import GPTConfig
 from peertrain.swarm.models.mlp import MLPConfig
 
+from .checkpoint import StageCheckpoints
 from .membership import PipelinePeer, servers
 from .memory import MemoryStageNetwork
 from .rebalance import Move, StageView
@@ -49,13 +54,14 @@ class SwarmSpec:
     rest is the run's `PipelineSpec` (`trainer_spec` adds the trainers' settings)."""
 
     speeds: tuple[tuple[float, ...], ...]
-    model: MLPConfig = MLPConfig(hidden=64, depth=2)
+    model: MLPConfig | GPTConfig = MLPConfig(hidden=64, depth=2)  # a GPT trains on text
     seed: int = 0
     codec: str = "fp32"
     target_batch: int = 256  # samples per stage step, summed over the stage's servers
     base_seconds: float = 0.0  # per forward sample at speed 1; 0: no artificial slowdown
     batch_size: int = 16
     rebalance_period: float = 0.0  # servers' own rebalancing loops; 0: only `rebalance()`
+    checkpoint_every: int = 0  # rounds between stage checkpoints (with a `checkpoints` folder)
 
     @property
     def num_stages(self) -> int:
@@ -63,14 +69,19 @@ class SwarmSpec:
 
     def pipeline_spec(self, **trainer_settings: object) -> PipelineSpec:
         model = self.model
+        gpt = isinstance(model, GPTConfig)
         return PipelineSpec(
-            model_settings={"hidden": model.hidden, "depth": model.depth},
+            model="gpt" if gpt else "mlp",
+            model_settings=config_to_dict(model),
+            dataset="text" if gpt else "digits",
+            dataset_settings={"block_size": model.block_size} if gpt else {},
             stages=self.num_stages,
             batch_size=self.batch_size,
             target_batch=self.target_batch,
             codec=self.codec,
             rebalance_period=self.rebalance_period,
             base_seconds=self.base_seconds,
+            checkpoint_every=self.checkpoint_every,
             seed=self.seed,
             **trainer_settings,  # type: ignore[arg-type]
         )
@@ -101,8 +112,10 @@ class ServerHost:
 class InProcessSwarm:
     """Stage services on one memory network; open it with `open_in_process_swarm`."""
 
-    def __init__(self, spec: SwarmSpec, nursery: trio.Nursery) -> None:
-        self.spec, self._nursery = spec, nursery
+    def __init__(
+        self, spec: SwarmSpec, nursery: trio.Nursery, checkpoints: Path | None = None
+    ) -> None:
+        self.spec, self._nursery, self.checkpoints = spec, nursery, checkpoints
         self.run_spec = spec.pipeline_spec()
         self.state = RunState(RUN_ID)
         self.network = MemoryStageNetwork()
@@ -119,6 +132,9 @@ class InProcessSwarm:
             creator="s0-0",
             speed=speed,
             stage=stage,
+            checkpoints=None
+            if self.checkpoints is None
+            else StageCheckpoints(self.checkpoints / peer),
         )
         self.network.register(peer, service)
         host = ServerHost(peer, service)
@@ -181,6 +197,15 @@ class InProcessSwarm:
         host.alive = False
         self.network.kill(peer)
         host.scope.cancel()
+
+    async def restart(self, peer: str) -> ServerHost:
+        """A killed server comes back under its name, with its own checkpoints (a daemon
+        restarted on its home); it serves its old stage with whatever state it finds."""
+        old = self.hosts[peer]
+        assert not old.alive, "kill a server before restarting it"
+        host = await self._start_server(peer, stage=old.stage, speed=old.speed)
+        self._changed()
+        return host
 
     async def join(self, speed: float) -> str:
         """A new server joins the stage with the most need, with that stage's current state."""
@@ -259,10 +284,13 @@ class InProcessSwarm:
 
 
 @asynccontextmanager
-async def open_in_process_swarm(spec: SwarmSpec) -> AsyncIterator[InProcessSwarm]:
-    """The servers of `spec.speeds` (peer IDs `s<stage>-<index>`), serving; ended on exit."""
+async def open_in_process_swarm(
+    spec: SwarmSpec, *, checkpoints: Path | None = None
+) -> AsyncIterator[InProcessSwarm]:
+    """The servers of `spec.speeds` (peer IDs `s<stage>-<index>`), serving; ended on exit.
+    `checkpoints`: a folder where each server keeps its stage checkpoints (`<folder>/<peer>`)."""
     async with trio.open_nursery() as nursery:
-        swarm = InProcessSwarm(spec, nursery)
+        swarm = InProcessSwarm(spec, nursery, checkpoints)
         for stage, speeds in enumerate(spec.speeds):
             for index, speed in enumerate(speeds):
                 await swarm._start_server(f"s{stage}-{index}", stage=stage, speed=speed)
@@ -279,5 +307,6 @@ def evaluate(swarm: InProcessSwarm, x: torch.Tensor, y: torch.Tensor) -> tuple[f
         h = x
         for stage in range(swarm.spec.num_stages):
             h = swarm.members(stage)[0].server.module(h)
-        loss = torch.nn.functional.cross_entropy(h, y)
-        return float(loss), float((h.argmax(-1) == y).float().mean())
+        logits, labels = h.reshape(-1, h.shape[-1]), y.reshape(-1)
+        loss = torch.nn.functional.cross_entropy(logits, labels)
+        return float(loss), float((logits.argmax(-1) == labels).float().mean())

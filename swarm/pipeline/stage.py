@@ -24,6 +24,7 @@ All methods are synchronous and hold the server's lock: call them from a worker 
 from __future__ import annotations
 
 import copy
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from peertrain.protocol.errors import DecodeError
 from torch import nn
 
 from .boundary import BoundaryTensor, pack, unpack
+from .slices import StageSlice
 
 Average = Callable[[torch.Tensor, int], tuple[torch.Tensor, int]]
 OptimizerFactory = Callable[[list[nn.Parameter]], torch.optim.Optimizer]
@@ -57,7 +59,7 @@ class StageServer:
 
     def __init__(
         self,
-        module: nn.Module,
+        module: StageSlice,
         *,
         stage: int,
         is_last: bool,
@@ -65,10 +67,6 @@ class StageServer:
         optimizer: OptimizerFactory = default_optimizer,
         max_rows: int = 4096,
     ) -> None:
-        linears = [m for m in module.modules() if isinstance(m, nn.Linear)]
-        if not linears:
-            raise ValueError("a stage slice needs a Linear layer: it fixes the input/output widths")
-        self.in_features, self.out_features = linears[0].in_features, linears[-1].out_features
         self.max_rows = max_rows
         self.stage = stage
         self.is_last = is_last
@@ -83,7 +81,7 @@ class StageServer:
 
     # --- serving --------------------------------------------------------------------------
     def forward(self, x: BoundaryTensor) -> BoundaryTensor:
-        inputs = self._checked(x, self.in_features, "input")
+        inputs, _ = self._input(x)
         with self._lock, torch.no_grad():
             out = self.module(inputs)
             self._forwards += 1
@@ -91,8 +89,14 @@ class StageServer:
 
     def backward(self, x: BoundaryTensor, grad_out: BoundaryTensor) -> BoundaryTensor | None:
         """Recompute the forward on `x`, backpropagate `grad_out`; the input's gradient or None."""
-        inputs = self._checked(x, self.in_features, "input")
-        grad = self._checked(grad_out, self.out_features, "output gradient", rows=x.shape[0])
+        inputs, seq = self._input(x)
+        expected = self.module.output_shape(inputs.shape[0], seq)
+        if tuple(grad_out.shape) != expected:
+            raise DecodeError(
+                f"stage {self.stage} output gradient has shape {tuple(grad_out.shape)}, "
+                f"not {expected}"
+            )
+        grad = unpack(grad_out)
         with self._lock:
             grad_in = self._backprop(
                 inputs, lambda out: (out, grad), need_input_grad=self.stage > 0
@@ -102,19 +106,22 @@ class StageServer:
     def loss_backward(
         self, x: BoundaryTensor, targets: torch.Tensor
     ) -> tuple[float, BoundaryTensor | None]:
-        """Last stage: forward, mean cross-entropy, backward; (loss, input gradient)."""
+        """Last stage: forward, mean cross-entropy over every position, backward;
+        (loss, input gradient). `targets` may come flat (the wire's list of labels)."""
         if not self.is_last:
             raise ValueError(f"stage {self.stage} is not the last stage")
-        inputs = self._checked(x, self.in_features, "input")
-        if targets.dtype != torch.int64 or tuple(targets.shape) != (x.shape[0],):
-            raise DecodeError(f"targets must be {x.shape[0]} int64 labels")
-        classes = self.out_features
+        inputs, seq = self._input(x)
+        classes = self.module.classes
+        positions = self.module.output_shape(inputs.shape[0], seq)[:-1]
+        if targets.dtype != torch.int64 or targets.numel() != math.prod(positions):
+            raise DecodeError(f"targets must be {math.prod(positions)} int64 labels")
         if targets.numel() and not 0 <= int(targets.min()) <= int(targets.max()) < classes:
-            raise DecodeError(f"targets must be class indices below {self.out_features}")
+            raise DecodeError(f"targets must be class indices below {classes}")
+        labels = targets.reshape(-1)
         losses: list[float] = []
 
         def loss_of(out: torch.Tensor) -> tuple[torch.Tensor, None]:
-            loss = F.cross_entropy(out, targets)
+            loss = F.cross_entropy(out.reshape(-1, classes), labels)
             losses.append(float(loss.detach()))
             return loss, None
 
@@ -122,17 +129,18 @@ class StageServer:
             grad_in = self._backprop(inputs, loss_of, need_input_grad=self.stage > 0)
         return losses[0], None if grad_in is None else pack(grad_in, self.codec)
 
-    def _checked(
-        self, tensor: BoundaryTensor, width: int, what: str, *, rows: int | None = None
-    ) -> torch.Tensor:
-        """Decode a tensor from the network, refusing shapes this slice cannot take (DecodeError:
-        the sender is to blame) instead of failing inside torch."""
+    def _input(self, tensor: BoundaryTensor) -> tuple[torch.Tensor, int]:
+        """Decode a stage input from the network and check it fits this slice (DecodeError: the
+        sender is to blame), instead of failing inside torch; (input, sequence length)."""
         shape = tuple(tensor.shape)
-        if len(shape) != 2 or shape[1] != width or not 0 < shape[0] <= self.max_rows:
-            raise DecodeError(f"stage {self.stage} {what} has shape {shape}, not (rows, {width})")
-        if rows is not None and shape[0] != rows:
-            raise DecodeError(f"stage {self.stage} {what} has {shape[0]} rows, input has {rows}")
-        return unpack(tensor)
+        if not shape or not 0 < shape[0] <= self.max_rows:
+            raise DecodeError(f"stage {self.stage} input has shape {shape}")
+        inputs = unpack(tensor)
+        try:
+            seq = self.module.check_input(inputs, self.max_rows)
+        except DecodeError as exc:
+            raise DecodeError(f"stage {self.stage}: {exc}") from None
+        return inputs, seq
 
     def _backprop(self, inputs, head, *, need_input_grad: bool) -> torch.Tensor | None:
         inputs = inputs.detach().requires_grad_(need_input_grad)

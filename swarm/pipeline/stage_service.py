@@ -12,6 +12,8 @@ What it does, each piece from this package:
 - **average** within the stage and step (`StageAverager`: numbered rounds, all-gather of
   sample-weighted gradient sums among the stage's live servers), and **repair drift**: a copy
   whose state checksum loses to the stage's majority re-syncs from a winner (`resyncs`);
+- **checkpoint** its stage every `checkpoint_every` rounds, and start a stage nobody serves
+  from its own newest checkpoint of it rather than the seed (stage_checkpointing.py);
 - **rebalance** (stage_moves.py): every `rebalance_period` one deterministic move, decided on a
   settled view; a joiner takes the stage with the most need, the same way.
 
@@ -34,12 +36,14 @@ import trio
 
 from .averaging import Contribution, StageAverager, StageState
 from .boundary import BoundaryTensor, pack
+from .checkpoint import StageCheckpoints
 from .errors import NotServing, ServerUnavailable, WrongStage
 from .membership import PipelinePeer, server_role, servers
 from .migration import import_state
 from .run_spec import PipelineSpec
-from .slices import mlp_stage_module
+from .slices import stage_slice
 from .stage import StageServer
+from .stage_checkpointing import StageCheckpointing
 from .stage_moves import StageMoves
 from .transport import StagePeerTransport
 from .wiring import BACKWARD_COST, ThroughputEMA
@@ -51,7 +55,7 @@ ANNOUNCE_EVERY = 3.0
 DONORS_TRIED = 3  # servers of a stage asked in turn for its state when we start serving it
 
 
-class StageService(StageMoves):
+class StageService(StageMoves, StageCheckpointing):
     """This peer's stage server in one run. `await nursery.start(service.run)`.
 
     `creator`: the run creator's peer ID (a joiner waits for a first claim before choosing)."""
@@ -65,6 +69,7 @@ class StageService(StageMoves):
         creator: str,
         speed: float = 1.0,
         stage: int | None = None,
+        checkpoints: StageCheckpoints | None = None,
     ) -> None:
         if speed <= 0:
             raise ValueError("a server's speed must be positive")
@@ -82,6 +87,7 @@ class StageService(StageMoves):
         self.calls = self.refused = 0
         self.moving = False  # building or downloading a stage: drift repairs wait
         self._past_resyncs = 0  # of the averagers of stages we served before
+        StageCheckpointing.__init__(self, checkpoints)
 
     # --- lifecycle -------------------------------------------------------------------------
     async def run(
@@ -102,7 +108,7 @@ class StageService(StageMoves):
     def _build(self, stage: int) -> StageServer:
         """A fresh server of `stage` from the run's config and seed (sync: call in a thread)."""
         spec = self.spec
-        module = mlp_stage_module(spec.model_config(), spec.stages, stage, seed=spec.seed)
+        module = stage_slice(spec.model_config(), spec.stages, stage, seed=spec.seed)
         return StageServer(
             module,
             stage=stage,
@@ -137,18 +143,19 @@ class StageService(StageMoves):
         log.info("%s serves stage %d (round %d)", self.me[:12], stage, completed)
 
     async def _download(self, stage: int, server: StageServer) -> int:
-        """Load `stage`'s state from one of its servers into `server`; the round it is after
-        (0: nobody serves it yet, or no donor delivered: the seeded initial state)."""
+        """Load `stage`'s state into `server` from one of its servers, or else from our own
+        newest checkpoint of it; the round it is after (0: the seeded initial state)."""
         for donor in self.peers_in(stage)[:DONORS_TRIED]:
             try:
                 flat, adam_step, completed = await self.peers.state(donor, stage=stage)
                 await trio.to_thread.run_sync(
                     import_state, server, flat, adam_step, limiter=self._thread
                 )
+                self.resumed = {"from": "peer", "round": completed}
                 return completed
             except (ServerUnavailable, ValueError) as exc:  # gone, moved, or a misfit state
                 log.info("stage %d state from %s failed: %s", stage, donor, exc)
-        return 0
+        return await self._resume_from_disk(stage, server)
 
     def _averager(self, server: StageServer, stage: int, completed: int) -> StageAverager:
         """The averager of this server in `stage`; every call it makes asks for that stage (a
@@ -163,6 +170,7 @@ class StageService(StageMoves):
             fetch_state=lambda peer: peers.state(peer, stage=stage),
             may_repair=lambda: not self.moving and self.stage == stage,
             max_samples=self.spec.target_batch,  # a claim beyond the run's batch counts as that
+            applied=lambda round_: self._round_applied(stage, round_),
         )
 
     async def _measure_once(self, server: StageServer, calls: int = 3) -> None:
@@ -170,7 +178,7 @@ class StageService(StageMoves):
         random inputs, timed (and padded) as served calls are. Announced at once, so wiring,
         rebalancing and the static baseline's choice of the fastest server start from a
         measurement instead of a guess. Forwards keep nothing, so the stage's state is untouched."""
-        x = pack(torch.randn(self.spec.batch_size, server.in_features))
+        x = pack(server.module.example_input(self.spec.batch_size))
         for _ in range(calls):
             started = trio.current_time()
             await trio.to_thread.run_sync(server.forward, x, limiter=self._thread)
@@ -284,4 +292,6 @@ class StageService(StageMoves):
             "round_sizes": list(averager.contributors) if averager else [],
             "moves": list(self.moves),
             "resyncs": self._past_resyncs + (averager.drift.resyncs if averager else 0),
+            "resumed": dict(self.resumed),
+            "checkpoint_round": self.saved_round,
         }

@@ -4,8 +4,9 @@ Forward: stage 0 … S-2 `forward`, then the last stage's `loss_backward`; backw
 `backward`, each sent to whichever server of the stage the wiring picks (servers recompute, so it
 need not be the server that ran the forward). The trainer keeps every stage's input of a
 microbatch in flight, so a failed call is simply re-sent to another server of the same stage: a
-dying server costs a retry, not a microbatch. A microbatch is lost only when a stage has no live
-server left or a call failed `max_attempts` times; lost microbatches are counted, never hidden.
+dying server costs a retry, not a microbatch. A microbatch is lost only when a stage has had no
+live server for `server_wait` seconds or a call failed `max_attempts` times; lost microbatches
+are counted, never hidden.
 
 Many microbatches are in flight at once (`in_flight`), which is what keeps every server of every
 stage busy; the wiring spreads them by measured throughput.
@@ -35,6 +36,9 @@ class TrainerConfig:
     in_flight: int = 16  # microbatches in flight at once
     max_attempts: int = 8  # per call, across servers of the stage
     retry_delay: float = 0.01  # seconds before retrying when the stage has no live server
+    # seconds a call waits for a stage with no live server (all restarting) before its tries
+    # count: servers that come back resume the stage from their checkpoints
+    server_wait: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -128,12 +132,16 @@ class PipelineTrainer:
         self, stage: int, rows: int, backward: bool, send: Callable[[PeerKey], Awaitable[T]]
     ) -> T:
         wiring = self.wiring[stage]
-        for _ in range(self.config.max_attempts):
+        patience = trio.current_time() + self.config.server_wait
+        attempts = 0
+        while attempts < self.config.max_attempts:
             try:
                 peer = wiring.choose(rows, backward=backward)
             except NoServerAvailable:
+                attempts += trio.current_time() >= patience
                 await trio.sleep(self.config.retry_delay)  # servers may re-announce meanwhile
                 continue
+            attempts += 1
             started = self.clock()
             try:
                 result = await send(peer)

@@ -54,6 +54,7 @@ LEASE_MS = 10_000
 ANNOUNCE_EVERY = 3.0
 LOSS_WINDOW = 20
 SHARDS = 4
+STAGE_WAIT = 180.0  # a stage whose servers all restart is waited for (they resume from disk)
 
 
 class WiringSync:
@@ -139,7 +140,9 @@ class TrainerLoop:
         batches = data.train_batches(
             seed % SHARDS, SHARDS, batch_size=spec.batch_size, seed=spec.seed
         )
-        config = TrainerConfig(in_flight=spec.in_flight, max_attempts=12, retry_delay=0.2)
+        config = TrainerConfig(
+            in_flight=spec.in_flight, max_attempts=12, retry_delay=0.2, server_wait=STAGE_WAIT
+        )
         step = 0
         if spec.static_seconds > 0:
             fixed = PipelineWiring(spec.stages, seed=seed % 1_000_003)

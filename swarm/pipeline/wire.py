@@ -13,7 +13,8 @@ as length-prefixed frames, read straight into a buffer preallocated from the che
 (`TensorDownload`), each verified against its digest. A boundary tensor is small (rows × width),
 so each fits one chunk; a stage's state may take several. Limits: a header whose payload exceeds
 the receiver's `max_nbytes` is refused before anything is allocated. Labels of a microbatch are a
-short list of ints in the message (control-sized, not a tensor).
+short list of ints in the message (control-sized, not a tensor; a language model's (rows, seq)
+labels go flat, at most MAX_ROWS of them, and the last stage reshapes them).
 """
 
 from __future__ import annotations

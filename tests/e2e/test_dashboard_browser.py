@@ -37,6 +37,9 @@ RUN_FLAGS = [
     "--set", "num_shards=3",
 ]  # fmt: skip
 ROUND = "[data-run] [data-field=round] .value"
+# the next poll redraws the charts in the narrower card, one SVG unit to a pixel
+CHARTS_AT_SIZE = """[...document.querySelectorAll("svg.chart")].every(
+    (chart) => Math.abs(chart.viewBox.baseVal.width - chart.clientWidth) < 2)"""
 
 
 def sync_playwright():
@@ -86,9 +89,16 @@ def test_the_dashboard_shows_the_swarm_and_the_round_advancing_without_a_reload(
                 page.goto(f"http://127.0.0.1:{port}/")
                 watch_round_advance(page)
                 check_sample_grid(page)
+                show_a_diffusion_grid(page)
                 shot = tmp_path / "dashboard.png"
                 page.screenshot(path=str(shot), full_page=True)
                 assert distinct_colours(browser.new_page(), shot.read_bytes()) > 20
+                narrow = tmp_path / "dashboard-400.png"  # the issue: readable on a narrow window
+                page.set_viewport_size({"width": 400, "height": 800})
+                page.wait_for_function(CHARTS_AT_SIZE)  # redrawn for the width: text not shrunk
+                page.screenshot(path=str(narrow), full_page=True)
+                assert png_width(narrow.read_bytes()) == 400
+                assert distinct_colours(browser.new_page(), narrow.read_bytes()) > 20
                 page.set_viewport_size({"width": 380, "height": 800})
                 assert page.evaluate("document.documentElement.scrollWidth") <= 380
             finally:
@@ -128,6 +138,36 @@ def check_sample_grid(page) -> None:
     assert src == f"data:image/png;base64,{png}"
     assert page.evaluate("sampleGrid({png: 'x\" onerror=\"alert(1)'}) === null")
     assert page.evaluate("sampleGrid(undefined) === null")
+
+
+def show_a_diffusion_grid(page) -> None:
+    """The run card draws the grid a diffusion member renders (swarm/diffusion/sample_grid.py),
+    here added to this DiLoCo run's real status on its way to the page: the browser decodes the
+    PNG at its size (16 digits of 8×8 with 1-pixel gaps) and shows its round and caption."""
+    from peertrain.swarm.diffusion.group_member import objective_of
+    from peertrain.swarm.diffusion.run_spec import DiffusionSpec
+    from peertrain.swarm.diffusion.sample_grid import render_grid
+
+    spec = DiffusionSpec(experts=2)
+    grid = render_grid(spec, {"expert-0": objective_of(spec, "expert-0").dit.eval()}, 7)
+
+    def with_grid(route) -> None:
+        response = route.fetch()
+        body = response.json()
+        body["run"]["sample_grid"] = grid.as_status()
+        route.fulfill(response=response, json=body)
+
+    page.route("**/api/status", with_grid)
+    image = "[data-run] figure.samples img"
+    page.wait_for_function(f"document.querySelector({json.dumps(image)})?.naturalWidth === 37")
+    assert page.evaluate(f"document.querySelector({json.dumps(image)}).naturalHeight") == 37
+    caption = page.inner_text("[data-run] figure.samples figcaption")
+    assert caption.startswith("round 7 · expert-0 alone")
+
+
+def png_width(png: bytes) -> int:
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(png[16:20], "big")
 
 
 def distinct_colours(page, png: bytes) -> int:

@@ -4,6 +4,7 @@ train a few rounds, and a node outside the run samples a PNG from the experts it
 
 from __future__ import annotations
 
+import base64
 import struct
 import time
 
@@ -12,6 +13,7 @@ import pytest
 from peertrain.node.cli.local_swarm import DAEMON_ENV
 from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
 from peertrain.testing import cli_json, wait_until_sync
+from peertrain.testing.processes import run_status
 
 pytestmark = pytest.mark.slow
 
@@ -23,13 +25,6 @@ RUN_FLAGS = [
     "--inner-steps", "8", "--batch-size", "16", "--rounds", str(ROUNDS), "--round-timeout", "30",
     "--min-members", "2", "--set", "start_timeout=90",
 ]  # fmt: skip
-
-
-def run_of(daemon: DaemonProcess) -> dict:
-    try:
-        return daemon.status(timeout=5)["run"] or {}
-    except Exception:  # noqa: BLE001 - a daemon that does not answer yet has no run; asked again
-        return {}
 
 
 def start_daemons(tmp_path) -> list[DaemonProcess]:
@@ -56,17 +51,23 @@ def start_members(daemons: list[DaemonProcess], name: str) -> None:
         peer = daemon.status()["peer_id"]
         wait_until_sync(
             lambda p=peer: any(
-                p in g["members"] for g in run_of(creator).get("groups", {}).values()
+                p in g["members"] for g in run_status(creator).get("groups", {}).values()
             ),
             timeout=120,
             interval=0.5,
         )
 
 
-def png_size(path) -> tuple[int, int]:
-    data = path.read_bytes()
+def png_size(png) -> tuple[int, int]:
+    data = png if isinstance(png, bytes) else png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     return struct.unpack(">II", data[16:24])
+
+
+def final_grid_drawn(run: dict) -> bool:
+    """An expert member's dashboard grid is of its final state; a router draws none."""
+    grid = run.get("sample_grid")
+    return grid is None if run.get("group") == "router" else bool(grid and grid["round"] == ROUNDS)
 
 
 def test_expert_groups_train_apart_and_a_stranger_samples_their_experts(tmp_path):
@@ -75,9 +76,10 @@ def test_expert_groups_train_apart_and_a_stranger_samples_their_experts(tmp_path
     try:
         start_members(daemons, "dd")
         wait_until_sync(
-            lambda: all(run_of(d).get("finished") for d in daemons), timeout=400, interval=1
+            lambda: all(run_status(d).get("finished") for d in daemons), timeout=400, interval=1
         )
-        runs = [run_of(d) for d in daemons]
+        wait_until_sync(lambda: all(final_grid_drawn(run_status(d)) for d in daemons), timeout=120)
+        runs = [run_status(d) for d in daemons]
         out = tmp_path / "grid.png"
         sampled = cli_json(
             "sample", "--home", str(stranger.home), "--run", "dd", "--n", "16",
@@ -103,6 +105,10 @@ def test_expert_groups_train_apart_and_a_stranger_samples_their_experts(tmp_path
         counted = run["traffic"]["updates_from"][run["group"]]
         # a single member counts its own update each round; the pair both, at least once
         assert counted > ROUNDS if pair else counted == ROUNDS
+        if run["group"] != "router":  # its dashboard's grid: 16 of its expert's 8×8 digits
+            grid = base64.b64decode(run["sample_grid"]["png"])
+            assert png_size(grid) == (4 * 9 + 1, 4 * 9 + 1) and len(grid) < 16 << 10
+            assert run["sample_grid"]["caption"].startswith(f"{run['group']} alone")
     router = next(r for r in runs if r["group"] == "router")
     assert router["router_accuracy"] is not None
     columns = 4  # 16 images in a 4×4 grid of 8×8 digits drawn 4× with 1-pixel gaps

@@ -38,6 +38,24 @@ async def test_three_nodes_train_together_and_end_with_one_model():
     assert all(len(r["members"]) == 3 and r["rejected_updates"] == 0 for r in runs)
 
 
+async def test_int4_updates_cross_real_nodes_and_the_model_still_learns():
+    """4-bit outer updates (two values a byte, error feedback) through the node's tensor
+    transfer, whose header checks must admit a payload half the size of its values."""
+    spec = SPEC | dict(codec="int4", min_members=2, rounds=3)
+    async with open_test_swarm(2) as nodes:
+        await wait_until(lambda: all(len(n.status()["peers"]) == 1 for n in nodes))
+        await nodes[0].runs.create(name="digits4", mode="diloco", spec=spec)
+        await nodes[1].runs.join("digits4", timeout=20)
+        with trio.fail_after(120):
+            await wait_until(lambda: all(n.status()["run"]["finished"] for n in nodes), timeout=120)
+        runs = [n.status()["run"] for n in nodes]
+    assert runs[0]["state_checksum"] == runs[1]["state_checksum"]
+    summary = [(r["round"], r["rounds_completed"], r["rejected_updates"]) for r in runs]
+    assert all(r["rejected_updates"] == 0 for r in runs), summary  # no int4 update refused
+    assert all(r["round"] == 3 for r in runs), summary
+    assert runs[0]["loss"] < 0.8 * runs[0]["initial_loss"]
+
+
 async def test_joining_an_unknown_run_fails_clearly():
     from peertrain.node.errors import ControlError
 

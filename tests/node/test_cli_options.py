@@ -54,7 +54,7 @@ def test_every_run_option_has_help_with_its_default():
         text=True,
         check=True,
     ).stdout
-    assert "{fp32,fp16,bf16,int8}" in out and "rule for outer updates" in out
+    assert "{fp32,fp16,bf16,int8,int4}" in out and "rule for outer updates" in out
 
 
 def test_version():

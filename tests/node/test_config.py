@@ -67,6 +67,7 @@ def test_invalid_toml_says_which_file(tmp_path):
         ({"bootstrap": ["/ip4/127.0.0.1/tcp/4001"]}, "lacks the peer ID"),
         ({"log_format": "xml"}, "log_format"),
         ({"dial_timeout": "soon"}, "number of seconds"),
+        ({"sample_grid_every": -1}, "sample_grid_every"),
     ],
 )
 def test_bad_values_name_the_key(tmp_path, overrides, message):

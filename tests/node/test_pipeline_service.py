@@ -143,3 +143,30 @@ async def test_stage_calls_from_a_non_member_are_refused_before_their_tensors_ar
         status = run_status(stage0)
         assert status["dropped"]["stage_calls"] == 3 and status["calls"] == calls
         assert stage0.scoreboard.score(stranger.identity.peer_id.to_base58()) > 0
+
+
+GPT_SPEC = {
+    "model": "gpt",
+    "stages": 3,
+    "model_settings": {"n_layer": 3, "n_embd": 32, "n_head": 2, "block_size": 16},
+    "dataset_settings": {"max_bytes": 200_000},
+    "batch_size": 8,
+    "target_batch": 16,
+    "in_flight": 4,
+    "lr": 0.003,
+}
+
+
+async def test_a_gpt_cut_into_three_stages_trains_over_the_network():
+    # token ids into stage 0, (rows, seq, n_embd) activations across the cuts, (rows, seq)
+    # labels flat in the last stage's call: nothing refused, nothing lost, the loss falls
+    async with open_test_swarm(4) as nodes:
+        await start_pipeline(nodes, spec=GPT_SPEC)
+        trainer = nodes[3]
+        await wait_until(
+            lambda: run_status(trainer).get("completed", 0) >= 60, timeout=120, interval=0.2
+        )
+        status = run_status(trainer)
+        assert status["lost_microbatches"] == 0 and status["retries"] == 0
+        assert [run_status(n)["refused"] for n in nodes[:3]] == [0, 0, 0]
+        assert status["initial_loss"] > 4.0 and status["loss"] < status["initial_loss"] - 0.5

@@ -63,6 +63,13 @@ def test_a_header_claiming_a_terabyte_is_refused_before_allocating():
         TensorDownload(hostile, max_nbytes=MAX)
 
 
+def test_an_int4_tensor_passes_the_checks_of_its_own_size():
+    """Two values a byte: a header limited to its payload's size still fits."""
+    prepared = _prepared("int4")
+    assert prepared.header.nbytes < UPDATE.numel()
+    check_header(prepared.header, max_nbytes=prepared.header.nbytes)
+
+
 @pytest.mark.parametrize(
     "changes",
     [

@@ -11,7 +11,7 @@ from peertrain.swarm.pipeline.averaging import StageAverager
 from peertrain.swarm.pipeline.boundary import pack
 from peertrain.swarm.pipeline.errors import ServerUnavailable
 from peertrain.swarm.pipeline.migration import export_state, import_state
-from peertrain.swarm.pipeline.slices import mlp_stage_module
+from peertrain.swarm.pipeline.slices import stage_slice
 from peertrain.swarm.pipeline.stage import StageServer
 
 CONFIG = MLPConfig(hidden=32, depth=2)
@@ -23,9 +23,7 @@ def server(optimizer: str = "adam") -> StageServer:
         if optimizer == "sgd"
         else (lambda ps: torch.optim.Adam(ps, lr=3e-3))
     )
-    return StageServer(
-        mlp_stage_module(CONFIG, 3, 2, seed=0), stage=2, is_last=True, optimizer=make
-    )
+    return StageServer(stage_slice(CONFIG, 3, 2, seed=0), stage=2, is_last=True, optimizer=make)
 
 
 def feed(s: StageServer, rows: int, seed: int) -> None:
@@ -122,6 +120,18 @@ async def test_a_server_below_its_share_does_not_start_a_round():
         averager = StageAverager(s, me="p0", fetch=None, peers=list)  # type: ignore[arg-type]
         await averager.maybe_start(nursery, share=8)
         assert averager.taken == 0 and s.pending_samples == 4
+
+
+async def test_a_late_call_after_the_service_stopped_starts_no_round_and_raises_nothing():
+    # A call that finishes after its stage service stopped (killed, or moved) reaches the
+    # averager with the service's nursery already closed: nothing to run the round in.
+    s = server()
+    feed(s, 8, seed=0)
+    async with trio.open_nursery() as closed:
+        pass
+    averager = StageAverager(s, me="p0", fetch=None, peers=list)  # type: ignore[arg-type]
+    await averager.maybe_start(closed, share=8)
+    assert averager.taken == 1 and averager.completed == 0 and s.statistics().steps == 0
 
 
 def test_a_movers_state_download_reproduces_its_donor():

@@ -13,14 +13,14 @@ from peertrain.swarm.pipeline.boundary import pack
 from peertrain.swarm.pipeline.drift import flat_checksum, majority, state_checksum
 from peertrain.swarm.pipeline.errors import ServerUnavailable
 from peertrain.swarm.pipeline.migration import export_state
-from peertrain.swarm.pipeline.slices import mlp_stage_module
+from peertrain.swarm.pipeline.slices import stage_slice
 from peertrain.swarm.pipeline.stage import StageServer
 
 CONFIG = MLPConfig(hidden=32, depth=2)
 
 
 def server() -> StageServer:
-    module = mlp_stage_module(CONFIG, 3, 2, seed=0)
+    module = stage_slice(CONFIG, 3, 2, seed=0)
     return StageServer(
         module, stage=2, is_last=True, optimizer=lambda ps: torch.optim.Adam(ps, lr=3e-3)
     )

@@ -8,26 +8,16 @@ import torch.nn.functional as F
 from peertrain.protocol.errors import DecodeError
 from peertrain.swarm.models.mlp import MLPConfig
 from peertrain.swarm.pipeline.boundary import pack, unpack
-from peertrain.swarm.pipeline.slices import mlp_stage_modules
+from peertrain.swarm.pipeline.slices import stage_slices
 from peertrain.swarm.pipeline.stage import StageServer
+from peertrain.testing import through_stages
 
 CONFIG = MLPConfig(hidden=32, depth=2)
 
 
 def _servers(codec: str = "fp32", seed: int = 0) -> list[StageServer]:
-    modules = mlp_stage_modules(CONFIG, 3, seed=seed)
+    modules = stage_slices(CONFIG.build(seed=seed).pipeline_parts(), 3)
     return [StageServer(m, stage=i, is_last=i == 2, codec=codec) for i, m in enumerate(modules)]
-
-
-def _through(servers: list[StageServer], x: torch.Tensor, y: torch.Tensor) -> float:
-    inputs = [pack(x)]
-    for server in servers[:-1]:
-        inputs.append(server.forward(inputs[-1]))
-    loss, grad = servers[-1].loss_backward(inputs[-1], y)
-    for server, stage_input in zip(reversed(servers[:-1]), reversed(inputs[:-1]), strict=True):
-        grad = server.backward(stage_input, grad)
-    assert grad is None  # the first stage does not send a gradient for the data
-    return loss
 
 
 def _sum(servers: list[StageServer]) -> list[torch.Tensor]:
@@ -53,7 +43,7 @@ def test_pipeline_of_slices_matches_the_whole_model() -> None:
     _, loss = model(x, y)
     loss.backward()
     servers = _servers()
-    assert abs(_through(servers, x, y) - float(loss.detach())) < 1e-6
+    assert abs(through_stages(servers, x, y) - float(loss.detach())) < 1e-6
     expected = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
     got = torch.cat(_sum(servers))
     assert torch.allclose(got, expected, atol=1e-6)
@@ -77,9 +67,9 @@ def test_step_averages_by_samples_across_the_stage() -> None:
     x, y = _batch(32, 4)
     split = [_servers(seed=5), _servers(seed=5)]
     whole = _servers(seed=5)
-    _through(split[0], x[:8], y[:8])
-    _through(split[1], x[8:], y[8:])
-    _through(whole, x, y)
+    through_stages(split[0], x[:8], y[:8])
+    through_stages(split[1], x[8:], y[8:])
+    through_stages(whole, x, y)
     for stage in range(3):
         pair = [split[0][stage], split[1][stage]]
         total = sum(s.pending_samples for s in pair)
@@ -96,7 +86,7 @@ def test_step_averages_by_samples_across_the_stage() -> None:
 def test_int8_boundaries_approximate_fp32() -> None:
     x, y = _batch(32, 6)
     exact, int8 = _servers("fp32", seed=7), _servers("int8", seed=7)
-    loss_exact, loss_int8 = _through(exact, x, y), _through(int8, x, y)
+    loss_exact, loss_int8 = through_stages(exact, x, y), through_stages(int8, x, y)
     assert abs(loss_exact - loss_int8) < 1e-2
     ge, gi = torch.cat(_sum(exact)), torch.cat(_sum(int8))
     assert not torch.equal(ge, gi)  # compression really happened

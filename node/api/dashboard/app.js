@@ -146,6 +146,7 @@ function runCard(run, status) {
     ["members", run.members.length],
     ["loss", run.loss == null ? "–" : run.loss.toFixed(4)],
   ];
+  if (run.group) figures.push(["group", run.group]);  // a diffusion member's expert group
   if (run.bytes_published !== undefined) {
     figures.push(["sent", bytes(run.bytes_published)], ["received", bytes(run.bytes_fetched)]);
     figures.push(["re-syncs", run.resyncs], ["rejected", run.rejected_updates]);
