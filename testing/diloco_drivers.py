@@ -172,8 +172,15 @@ class DriverGroup:
         await self.nursery.start(replicator.run)
         return Peer(peer_id=peer_id, key_pair=key_pair, replicator=replicator)
 
-    async def member(self, key_pair: KeyPair | None = None, *, certificate: bytes = b"") -> Peer:
-        """An honest member with a running driver."""
+    async def member(
+        self,
+        key_pair: KeyPair | None = None,
+        *,
+        certificate: bytes = b"",
+        attack: str | None = None,
+    ) -> Peer:
+        """A member with a running driver: honest, or with one `attack` on (swarm/attacks.py,
+        swarm/diloco/hostile_states.py)."""
         peer = await self._replica(key_pair or create_new_key_pair())
         built = await trio.to_thread.run_sync(lambda: build_member(self.spec, peer.peer_id))
         gossip = UpdateGossip(
@@ -195,6 +202,7 @@ class DriverGroup:
             addrs=lambda: [],
             on_penalty=lambda p, why: self.penalties.append((p, why)),
             certificate=certificate,
+            attack=attack,
         )
         self.members.append(peer)
         await peer.replicator.bootstrap()

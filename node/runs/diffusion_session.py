@@ -22,7 +22,7 @@ from peertrain.crdt.replicator import Replicator
 from peertrain.crdt.runstate import RunState
 
 from ..services.tensor_fetch import fetch_tensor
-from .update_exchange import open_member_exchange
+from .update_exchange import member_driver, open_member_exchange
 
 if TYPE_CHECKING:
     from peertrain.swarm.diffusion.run_spec import DiffusionSpec
@@ -168,8 +168,6 @@ class DiffusionSession:
     async def _train(self, partition) -> None:
         from peertrain.swarm.diffusion.group_member import build_group_member
         from peertrain.swarm.diffusion.run_partition import images_of
-        from peertrain.swarm.diloco.checkpoint import CheckpointStore
-        from peertrain.swarm.diloco.driver import DiLoCoDriver
 
         context, node, me, group = (
             self.context,
@@ -186,22 +184,16 @@ class DiffusionSession:
         gstate, dspec = replicator.state, built.spec
         exchange_cm = open_member_exchange(node, gstate, built, dspec.min_members)
         async with exchange_cm as exchange, trio.open_nursery() as nursery:
-            self.driver = DiLoCoDriver(
+            self.driver = member_driver(
+                node,
+                exchange,
                 spec=dspec,
-                peer_id=me,
                 built=built,
                 replicator=replicator,
-                gossip=exchange.gossip,
-                tensors=exchange.tensors,
-                addrs=node.addrs,
-                attack=node.attack,
+                checkpoints=context.directory / "checkpoints" / group,
+                keep=2,
+                on_penalty=self._blame,
                 on_round=self._on_round,
-                checkpoints=CheckpointStore(
-                    context.directory / "checkpoints" / group,
-                    keep=2,
-                    room=node.budget.check_disk if node.budget else None,
-                ),
-                on_penalty=self._blame,  # providers and attesters of a state that fails checks
             )
             await nursery.start(replicator.run)
             await replicator.bootstrap()

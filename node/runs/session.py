@@ -28,10 +28,11 @@ from peertrain.protocol.ids import protocol_id
 from ..net.rpc import request
 from ..services.node_services import NodeServices
 from .context import RunContext
+from .invites import load_certificate
 from .ranks import lend_ranks, return_ranks
 from .spec_check import local_data
 from .status import DiffusionRunStatus, DiLoCoRunStatus, RunStatus, SwarmRunStatus
-from .update_exchange import open_member_exchange
+from .update_exchange import member_driver, open_member_exchange
 
 if TYPE_CHECKING:
     from peertrain.swarm.diloco.build import BuiltMember
@@ -171,27 +172,19 @@ class RunSession:
             await return_ranks(node, self.run_id, intra, built and built.member.inner)
 
     async def _drive_diloco(self, spec, built, task_status: trio.TaskStatus[RunSession]) -> None:
-        from peertrain.swarm.diloco.checkpoint import CheckpointStore
-        from peertrain.swarm.diloco.driver import DiLoCoDriver
-
         context, node = self.context, self.context.node
         update_exchange = open_member_exchange(node, context.state, built, spec.min_members)
         async with update_exchange as exchange, trio.open_nursery() as nursery:
-            self.driver = DiLoCoDriver(
+            self.driver = member_driver(
+                node,
+                exchange,
                 spec=spec,
-                peer_id=node.peer_id,
                 built=built,
                 replicator=context.replicator,
-                gossip=exchange.gossip,
-                tensors=exchange.tensors,
-                addrs=node.addrs,
-                attack=node.attack,
-                checkpoints=CheckpointStore(
-                    context.directory / "checkpoints",
-                    keep=3,
-                    room=node.budget.check_disk if node.budget else None,
-                ),
-                on_penalty=self._blame,  # providers and attesters of a state that fails its checks
+                checkpoints=context.directory / "checkpoints",
+                keep=3,
+                on_penalty=self._blame,
+                certificate=load_certificate(context.directory),  # invite runs: `run invite`'s
             )
             await nursery.start(context.replicator.run)
             # joiners need the state; a restarted creator needs its own old slots back too
@@ -223,6 +216,12 @@ class RunSession:
         if run == self.run_id:
             return self.replicator
         return self.diffusion.replicator_for(run) if self.diffusion is not None else None
+
+    def use_certificate(self, raw: bytes) -> None:
+        """A certificate given while the run is on: our next lease announcement carries it."""
+        if self.driver is not None:
+            self.driver.admission.add_certificate(raw)
+            self.driver.certificate = raw
 
     async def sample(self, prompt: str, max_new_tokens: int) -> str:
         if self.driver is None:
@@ -257,7 +256,17 @@ class RunSession:
             phase=phase,
             loss=loss,
             error=self.error,
+            dropped=self._dropped(),
         )
+
+    def _dropped(self) -> dict[str, int]:
+        """Non-members' traffic dropped before it was stored, forwarded or downloaded."""
+        dropped = {"deltas": self.replicator.intake.counts.non_members}
+        if self.driver is not None:
+            dropped.update(self.driver.gossip.dropped)
+        if self.pipeline is not None:
+            dropped.update(self.pipeline.dropped())
+        return dropped
 
     def _diloco_status(self) -> DiLoCoRunStatus:
         driver, progress = self.driver, self.driver.progress if self.driver else None
@@ -275,6 +284,7 @@ class RunSession:
             rounds_completed=progress.rounds_completed if progress else 0,
             state_checksum=progress.state_checksum if progress else "",
             resyncs=progress.resyncs if progress else 0,
+            state_downloads=progress.state_downloads if progress else 0,
             rejected_updates=progress.rejected_updates if progress else 0,
             rejected_by_reason=dict(progress.rejected_by_reason) if progress else {},
             bytes_published=driver.gossip.bytes_published if driver else 0,

@@ -22,9 +22,15 @@ from ..services.node_services import NodeServices
 from ..services.tensor_fetch import fetch_tensor
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from peertrain.crdt.replicator import Replicator
     from peertrain.crdt.runstate import RunState
     from peertrain.swarm.diloco.build import BuiltMember
     from peertrain.swarm.diloco.compression import ProtocolCodec
+    from peertrain.swarm.diloco.driver import DiLoCoDriver
+    from peertrain.swarm.diloco.member import RoundReport
+    from peertrain.swarm.diloco.run_spec import DiLoCoSpec
     from peertrain.swarm.diloco.update_gossip import GroupTransport, UpdateGossip
 
 
@@ -185,6 +191,44 @@ def open_member_exchange(node: NodeServices, state: RunState, built: BuiltMember
         is_member=lambda peer: state.is_live(peer) or peer == me,
         expected=lambda round_: expected_members(state, me, round_),
         reserve_updates=min_members - 1,
+    )
+
+
+def member_driver(
+    node: NodeServices,
+    exchange: UpdateExchange,
+    *,
+    spec: DiLoCoSpec,
+    built: BuiltMember,
+    replicator: Replicator,
+    checkpoints: Path,
+    keep: int,
+    on_penalty: Callable[[str, str], None],
+    on_round: Callable[[RoundReport], None] | None = None,
+    certificate: bytes = b"",
+) -> DiLoCoDriver:
+    """The DiLoCo driver of a member on the node's services and its `open_member_exchange`; its
+    last `keep` checkpoints in `checkpoints`, within the node's disk budget. `on_penalty` hears
+    of providers and attesters of a state that fails its checks; `certificate`: our member
+    certificate of an invite run (`run invite`'s token, node/runs/invites.py)."""
+    from peertrain.swarm.diloco.checkpoint import CheckpointStore
+    from peertrain.swarm.diloco.driver import DiLoCoDriver
+
+    return DiLoCoDriver(
+        spec=spec,
+        peer_id=node.peer_id,
+        built=built,
+        replicator=replicator,
+        gossip=exchange.gossip,
+        tensors=exchange.tensors,
+        addrs=node.addrs,
+        attack=node.attack,
+        on_round=on_round,
+        checkpoints=CheckpointStore(
+            checkpoints, keep=keep, room=node.budget.check_disk if node.budget else None
+        ),
+        on_penalty=on_penalty,
+        certificate=certificate,  # ours, in an invite run
     )
 
 

@@ -21,7 +21,7 @@ from typing import Annotated
 
 from libp2p.crypto.keys import KeyPair
 from libp2p.peer.id import ID
-from peertrain.protocol.envelope import open_envelope, seal
+from peertrain.protocol.envelope import Envelope, open_envelope, seal
 from peertrain.protocol.errors import ProtocolError
 from peertrain.protocol.messages import Message, decode, encode, message
 from peertrain.protocol.packing import unpack
@@ -64,6 +64,21 @@ def is_record(raw: bytes) -> bool:
     return isinstance(fields, list) and len(fields) > 1 and fields[1] == RECORD_DOMAIN
 
 
+def open_from_origin(
+    raw: bytes, *, domain: str, run_id: str, origin: str, max_size: int
+) -> Envelope:
+    """A run's gossip envelope (any round) that `origin`, the peer that published it, sealed
+    itself: a forwarder cannot pass off another's message. ProtocolError otherwise."""
+    return open_envelope(
+        raw,
+        expected_domain=domain,
+        expected_run=run_id,
+        expected_round=range(0, 2**62),
+        expected_sender=ID.from_base58(origin).to_bytes(),
+        max_size=max_size,
+    )
+
+
 class RoundRecords:
     """Trusted signers' records of the last rounds, as they arrive."""
 
@@ -86,12 +101,11 @@ class RoundRecords:
     def validate(self, origin: str, raw: bytes) -> bool:
         """Gossip validator for records: False (penalise) if it is no valid record of `origin`."""
         try:
-            env = open_envelope(
+            env = open_from_origin(
                 raw,
-                expected_domain=RECORD_DOMAIN,
-                expected_run=self.run_id,
-                expected_round=range(0, 2**62),
-                expected_sender=ID.from_base58(origin).to_bytes(),
+                domain=RECORD_DOMAIN,
+                run_id=self.run_id,
+                origin=origin,
                 max_size=MAX_RECORD_ENVELOPE,
             )
             record = decode(env.payload, RoundRecord)

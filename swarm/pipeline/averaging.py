@@ -117,7 +117,16 @@ class StageAverager:
         """Start the next round if this server's pending samples reached `share`."""
         if self.taken == self.completed and self.server.pending_samples >= max(1, share):
             await self._take(self.taken + 1)
-            nursery.start_soon(self._round, self.taken)
+            self._start_round(nursery, self.taken)
+
+    def _start_round(self, nursery: trio.Nursery, step: int) -> None:
+        try:
+            nursery.start_soon(self._round, step)
+        except RuntimeError:  # trio: "Nursery is closed to new arrivals"
+            # The stage service stopped (killed, or moved to another stage) while a late call
+            # took this round: a round started now would be cancelled at once, and whoever
+            # serves the stage next averages it. Not our bug, not the caller's.
+            log.info("stage averaging: round %d not started, the service has stopped", step)
 
     async def contribution(
         self, nursery: trio.Nursery, step: int, asker: str
@@ -126,7 +135,7 @@ class StageAverager:
         None: a round we no longer keep, or one more than one ahead of us."""
         if step == self.taken + 1:
             await self._take(step)
-            nursery.start_soon(self._round, step)
+            self._start_round(nursery, step)
         self._askers.setdefault(step, set()).add(asker)
         while len(self._askers) > 2 * self.keep:
             self._askers.pop(min(self._askers))

@@ -122,6 +122,18 @@ async def test_a_server_below_its_share_does_not_start_a_round():
         assert averager.taken == 0 and s.pending_samples == 4
 
 
+async def test_a_late_call_after_the_service_stopped_starts_no_round_and_raises_nothing():
+    # A call that finishes after its stage service stopped (killed, or moved) reaches the
+    # averager with the service's nursery already closed: nothing to run the round in.
+    s = server()
+    feed(s, 8, seed=0)
+    async with trio.open_nursery() as closed:
+        pass
+    averager = StageAverager(s, me="p0", fetch=None, peers=list)  # type: ignore[arg-type]
+    await averager.maybe_start(closed, share=8)
+    assert averager.taken == 1 and averager.completed == 0 and s.statistics().steps == 0
+
+
 def test_a_movers_state_download_reproduces_its_donor():
     donor, mover = server(), server()
     with torch.no_grad():
