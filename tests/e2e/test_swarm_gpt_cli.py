@@ -17,6 +17,7 @@ import pytest
 from peertrain.node.cli.local_swarm import DAEMON_ENV
 from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
 from peertrain.testing import wait_until_sync
+from peertrain.testing.processes import run_status
 
 pytestmark = pytest.mark.slow
 
@@ -56,29 +57,22 @@ def join(daemon: DaemonProcess, index: int) -> subprocess.Popen:
     return cli(daemon, "run", "join", "--run", "G", *role)
 
 
-def run_of(daemon: DaemonProcess) -> dict:
-    try:
-        return daemon.status(timeout=5)["run"] or {}
-    except Exception:  # noqa: BLE001 - a daemon that does not answer yet has no run; asked again
-        return {}
-
-
 def trained(trainers: list[DaemonProcess], more_than: int) -> list[dict]:
     """The trainers' statuses once each has completed more than `more_than` microbatches."""
-    runs = [run_of(t) for t in trainers]
+    runs = [run_status(t) for t in trainers]
     return runs if all(r.get("completed", 0) > more_than for r in runs) else []
 
 
 def learned(trainers: list[DaemonProcess], below: float) -> list[dict]:
     """The trainers' statuses once their mean recent loss is below `below`."""
-    runs = [run_of(t) for t in trainers]
+    runs = [run_status(t) for t in trainers]
     ok = all(r.get("loss") is not None for r in runs) and mean_loss(runs) < below
     return runs if ok else []
 
 
 def resumed_from(servers: list[DaemonProcess]) -> list[dict]:
     """Where each server's stage state came from, once every one of them says."""
-    found = [run_of(d).get("resumed") for d in servers]
+    found = [run_status(d).get("resumed") for d in servers]
     return found if all(found) else []
 
 
@@ -104,7 +98,7 @@ def test_a_gpt_in_three_stages_survives_a_kill_and_resumes_a_restarted_stage(tmp
         trainers = daemons[6:]
         early = wait_until_sync(lambda: trained(trainers, 16), timeout=600, interval=1)
         # the stage-1 server the trainers favour so far (they would call it again): killed
-        victim = max((1, 4), key=lambda i: run_of(daemons[i]).get("calls", 0))
+        victim = max((1, 4), key=lambda i: run_status(daemons[i]).get("calls", 0))
         daemons[victim].stop(signal.SIGKILL)
         killed_at = max(r["completed"] for r in early)
         after_kill = wait_until_sync(
@@ -112,7 +106,7 @@ def test_a_gpt_in_three_stages_survives_a_kill_and_resumes_a_restarted_stage(tmp
         )
         last_stage = [daemons[2], daemons[5]]
         wait_until_sync(
-            lambda: all(run_of(d).get("checkpoint_round", 0) >= 4 for d in last_stage),
+            lambda: all(run_status(d).get("checkpoint_round", 0) >= 4 for d in last_stage),
             timeout=120,
             interval=0.5,
         )
