@@ -10,6 +10,7 @@ only wire.
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 import os
 from collections.abc import Callable
@@ -64,6 +65,20 @@ class SyncExchange:
         return await request(
             self.host, ID.from_base58(peer), CRDT_SYNC, req, SyncReply, timeout=10.0
         )
+
+
+# The training code imports torch: seconds of CPU. Imported on the event loop, it stalls the
+# whole daemon meanwhile, and under load a joining node then loses pubsub hellos and times out
+# handshakes with the very peers it joins. A worker thread leaves the loop running.
+DILOCO_MODULES = (
+    "peertrain.swarm.diloco.build",
+    "peertrain.swarm.diloco.driver",
+    "peertrain.swarm.diloco.update_gossip",
+)
+
+
+async def import_off_the_loop(modules: tuple[str, ...]) -> None:
+    await trio.to_thread.run_sync(lambda: [importlib.import_module(name) for name in modules])
 
 
 class RunSession:
@@ -148,6 +163,7 @@ class RunSession:
             raise NotImplementedError(f"mode {self.manifest.mode!r} is not served by this node yet")
 
     async def _run_diloco(self, task_status: trio.TaskStatus[RunSession]) -> None:
+        await import_off_the_loop(DILOCO_MODULES)
         from peertrain.swarm.diloco.build import build_member
         from peertrain.swarm.diloco.run_spec import DiLoCoSpec
         from peertrain.swarm.models.external import is_external
@@ -196,6 +212,7 @@ class RunSession:
         # started at once: importing torch and fetching a stage's state may take longer than a
         # control request may wait; `status` says "starting" meanwhile
         task_status.started(self)
+        await import_off_the_loop(("peertrain.node.runs.pipeline_session",))
         from .pipeline_session import PipelineSession
 
         pipeline = await trio.to_thread.run_sync(lambda: PipelineSession(self.context, **self.role))
@@ -206,6 +223,7 @@ class RunSession:
         # started at once, as a pipeline: the partition and torch may take longer than a
         # control request may wait; `status` says "starting" meanwhile
         task_status.started(self)
+        await import_off_the_loop(("peertrain.node.runs.diffusion_session", *DILOCO_MODULES))
         from .diffusion_session import DiffusionSession
 
         self.diffusion = DiffusionSession(self.context, group=self.role.get("group"))
