@@ -16,6 +16,7 @@ the training layer's business (rate-limited rosters, trusted attestations: swarm
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 
 from .certificates import MemberCertificate, open_certificate, open_revocation
@@ -25,6 +26,13 @@ from .hlc import wall_clock_ms
 MAX_CERTIFICATES = 4096  # certified peers remembered (an invite run's member count is far lower)
 MAX_REVOCATIONS = 4096
 ISSUER_ROLES = ("admin",)
+
+
+def revocation_evidence(run_id: str, peer: str) -> bytes:
+    """The evidence of a ban vote that revokes `peer` from `run_id` (nothing else hashes so)."""
+    return hashlib.blake2b(
+        f"peertrain/revocation\0{run_id}\0{peer}".encode(), digest_size=32
+    ).digest()
 
 
 class Admission:
@@ -70,15 +78,23 @@ class Admission:
     def revoke(self, raw: bytes) -> str:
         """Verify a revocation and apply it; the revoked peer's ID. `ProtocolError` if invalid."""
         revocation = open_revocation(raw, self.run_id)
-        if not self._may_issue(revocation.issuer):
-            raise NotAdmitted(f"{revocation.issuer} may not revoke members of this run")
-        if revocation.peer == self.creator:
+        return self.revoke_by(revocation.issuer, revocation.peer)
+
+    def revoke_by(self, issuer: str, peer: str) -> str:
+        """`issuer` (whose signature the caller checked) revokes `peer`; NotAdmitted if it may
+        not. Returns `peer`."""
+        if not self._may_issue(issuer):
+            raise NotAdmitted(f"{issuer} may not revoke members of this run")
+        if peer == self.creator:
             raise NotAdmitted("nobody revokes a run's creator")
-        if len(self._revoked) >= MAX_REVOCATIONS:
+        if peer not in self._revoked and len(self._revoked) >= MAX_REVOCATIONS:
             raise NotAdmitted("this run's revocation table is full")
-        self._revoked.add(revocation.peer)
-        self._certificates.pop(revocation.peer, None)
-        return revocation.peer
+        self._revoked.add(peer)
+        self._certificates.pop(peer, None)
+        return peer
+
+    def revoked(self, peer: str) -> bool:
+        return peer in self._revoked
 
     def _may_issue(self, issuer: str) -> bool:
         if issuer == self.creator:

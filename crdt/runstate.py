@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from peertrain.protocol.errors import ProtocolError
 from peertrain.protocol.packing import pack
 
-from .admission import Admission
+from .admission import Admission, revocation_evidence
 from .errors import ClockDrift, ForbiddenWrite, NotAdmitted, StateFull
 from .hlc import Stamp, wall_clock_ms
 from .manifest import RunManifest, open_manifest
@@ -149,6 +149,7 @@ class RunState:
             self._forget(victim)
             self._evicted.append(victim)
         self._joined(signer, delta)
+        self._apply_revocations(delta)
 
     def install_admission(self, admission: Admission) -> list[str]:
         """Guard this replica with `admission` from now on. In an invite run, owners stored
@@ -163,11 +164,29 @@ class RunState:
                     admission.add_certificate(record.certificate)
                 except ProtocolError:
                     pass  # no valid certificate: forgotten below
+        self._apply_revocations(self._doc)
         strangers = [o for o in self._owners if not admission.admits(o)]
         for owner in strangers:
             self._forget(owner)
         self._evicted.extend(strangers)
         return strangers
+
+    def _apply_revocations(self, delta: RunDoc) -> None:
+        """Invite runs: a ban vote whose evidence is `revocation_evidence` and whose voter may
+        issue certificates revokes its peer; the revoked member's slots are forgotten."""
+        admission = self.admission
+        if admission is None or not admission.invite:
+            return
+        for voter, _, vote in delta.bans.entries():
+            if vote.evidence != revocation_evidence(self.run_id, vote.peer):
+                continue
+            try:
+                admission.revoke_by(voter, vote.peer)
+            except NotAdmitted:
+                continue  # the voter may not revoke (yet: its certificate may come later)
+            if vote.peer in self._owners:
+                self._forget(vote.peer)
+                self._evicted.append(vote.peer)
 
     # -- eviction (open runs): who may be pushed out when the table is full
 
@@ -190,6 +209,7 @@ class RunState:
         delta = mutate(self._doc)
         self._vouched.add(owner)  # we never evict ourselves
         self._note(owner)
+        self._apply_revocations(delta)
         return delta
 
     def _joined(self, owner: str, delta: RunDoc) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .admission import revocation_evidence
 from .hlc import HybridClock
 from .orset import AWORSet
 from .records import BanVote, CheckpointRef, MemberInfo
@@ -101,6 +102,11 @@ class RunWriter:
         return self._write(
             lambda d: RunDoc.of(bans=d.bans.add(self.peer_id, vote, **self._fresh(d.bans)))
         )
+
+    def revoke(self, peer: str) -> RunDoc:
+        """Invite runs: end `peer`'s membership (we must be the creator or an admin; replicas
+        check that, crdt/admission.py). It travels as our ban vote with revocation evidence."""
+        return self.vote_ban(peer, revocation_evidence(self.state.run_id, peer))
 
     def withdraw_ban(self, peer: str) -> RunDoc:
         votes = [

@@ -48,6 +48,7 @@ class NodeConfig:
     run: str | None = None
     run_role: str | None = None  # SWARM runs: "server" (default) or "trainer"
     run_data: str | None = None  # the user's data file for `run` (checked against its digest)
+    run_certificate: str | None = None  # invite runs: the token `peertrain run invite` printed
     # model factories by import path (package.module:factory) this node may import when a run
     # names them: importing runs code, so only what the local user lists (swarm/models/registry)
     trusted_models: tuple[str, ...] = ()

@@ -132,6 +132,7 @@ class Daemon:
             join_at_start=config.run,
             role_at_start=config.run_role,
             data_at_start=config.run_data,
+            certificate_at_start=config.run_certificate,
             trusted_models=config.trusted_models,
             budget=RunBudget(max_params=config.max_params, max_memory=config.max_memory),
         )

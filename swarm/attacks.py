@@ -9,6 +9,7 @@ read `context.honest` when the caller can supply it and fall back to the node's 
     name          sends
     sign-flip     −g
     sign-flip-10  −10·g
+    scaled        1000·g (a mean follows it: validation's norm bound must refuse it)
     noise         g + N(0, (scale·rms(g))²), scale = 100 by default (norm ≈ 100·‖g‖)
     alie          μ − z·σ per coordinate (Baruch et al. 2019), z from n and f (see `alie_z`)
     ipm           −ε · mean(honest), ε = 0.1 (Xie et al. 2019, inner-product manipulation)
@@ -125,9 +126,20 @@ class NaNUpdate:
         return torch.full_like(update, float("nan"))
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scaled:
+    """Send factor·g: the right way, far too long (a mean is dragged wherever it points)."""
+
+    factor: float = 1000.0
+
+    def __call__(self, update: torch.Tensor, context: AttackContext) -> torch.Tensor:
+        return update * self.factor
+
+
 ATTACKS: dict[str, Callable[..., Attack]] = {
     "sign-flip": SignFlip,
     "sign-flip-10": lambda **options: SignFlip(**{"scale": 10.0, **options}),
+    "scaled": Scaled,
     "noise": GaussianNoise,
     "alie": ALittleIsEnough,
     "ipm": InnerProductManipulation,

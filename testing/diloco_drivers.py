@@ -178,10 +178,12 @@ class DriverGroup:
         key_pair: KeyPair | None = None,
         *,
         certificate: bytes = b"",
+        attack: str | None = None,
         checkpoints: CheckpointStore | None = None,
     ) -> Peer:
-        """An honest member with a running driver (keeping its checkpoints in `checkpoints`: a
-        new member on an old member's store is that member restarted)."""
+        """A member with a running driver: honest, or with one `attack` on (swarm/attacks.py,
+        swarm/diloco/hostile_states.py); its checkpoints in `checkpoints` (a new member on an
+        old member's store is that member restarted)."""
         peer = await self._replica(key_pair or create_new_key_pair())
         built = await trio.to_thread.run_sync(lambda: build_member(self.spec, peer.peer_id))
         gossip = UpdateGossip(
@@ -203,6 +205,7 @@ class DriverGroup:
             addrs=lambda: [],
             on_penalty=lambda p, why: self.penalties.append((p, why)),
             certificate=certificate,
+            attack=attack,
             checkpoints=checkpoints,
         )
         self.members.append(peer)

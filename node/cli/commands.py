@@ -165,7 +165,14 @@ def _run_options(args: argparse.Namespace) -> dict[str, Any]:
     data = data_params(args).get("data")
     if data is not None and not args.run:
         raise NodeError("--data belongs to a run: give --run too")
-    options: dict[str, Any] = {"run": args.run, "run_role": args.role, "run_data": data}
+    if args.certificate and not args.run:
+        raise NodeError("--certificate belongs to a run: give --run too")
+    options: dict[str, Any] = {
+        "run": args.run,
+        "run_role": args.role,
+        "run_data": data,
+        "run_certificate": args.certificate,
+    }
     if args.model:  # added to the configured ones (PEERTRAIN_TRUSTED_MODELS, config.toml)
         from ..config import load_config
 
@@ -247,12 +254,13 @@ def cmd_run_join(args: argparse.Namespace) -> int:
         "run.join",
         {
             "name": args.name,
-            "timeout": 60,
+            "timeout": args.timeout,
             **({"model": model_option(args.model)} if args.model else {}),
+            **({"certificate": args.certificate} if args.certificate else {}),
             **role_params(args),
             **data_params(args),
         },
-        timeout=120,
+        timeout=args.timeout + 60,  # the lookup, then building the member
     )
     print(
         json.dumps(result)

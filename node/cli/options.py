@@ -162,6 +162,13 @@ RUN_OPTIONS: dict[str, tuple[str, type, str, tuple[str, ...] | None]] = {
         None,
     ),
     "--stages": ("stages", int, "SWARM pipeline stages (default: 3)", None),
+    "--admission": (
+        "admission",
+        str,
+        "diloco: open (anyone may train; default) or invite (members hold a certificate from "
+        "`peertrain run invite`)",
+        ("open", "invite"),
+    ),
     "--experts": (
         "experts",
         int,

@@ -25,6 +25,7 @@ from .commands import (
     cmd_status,
     cmd_swarm_local,
 )
+from .invite_commands import cmd_run_invite, cmd_run_revoke
 from .options import add_budget_options, add_role_options, add_run_options
 
 
@@ -131,6 +132,7 @@ def _add_node_commands(
         default=None,
         help="SWARM runs: serve a stage (default) or feed microbatches",
     )
+    _add_certificate_option(p)
     _add_trust_option(p)
     p.set_defaults(handler=cmd_join)
 
@@ -149,7 +151,7 @@ def _add_node_commands(
 
 
 def _add_run_commands(commands: Any, home: argparse.ArgumentParser) -> None:
-    """run create, run join, run list: ask the daemon of this home."""
+    """run create, join, export, list, invite, revoke: ask the daemon of this home."""
     run = commands.add_parser("run", help="training runs").add_subparsers(metavar="ACTION")
     p = run.add_parser("create", parents=[home], help="create a run on the running daemon")
     p.add_argument("--name", required=True, help="the run's name; others join with --run NAME")
@@ -171,10 +173,19 @@ def _add_run_commands(commands: Any, home: argparse.ArgumentParser) -> None:
     )
     add_role_options(p)
     _add_data_options(p, "your copy of the run's data (checked against its digest)")
+    _add_certificate_option(p)
     _add_trust_option(p)
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long to look for the run's peers (default 60)",
+    )
     p.add_argument("--json", action="store_true")
     _add_follow_option(p)
     p.set_defaults(handler=cmd_run_join)
+    _add_invite_commands(run, home)
     p = run.add_parser("export", parents=[home], help="write the run's current model to a folder")
     p.add_argument("--run", metavar="ID|NAME", default="", help="the run (default: the only one)")
     p.add_argument("--out", required=True, type=Path, metavar="DIR", help="folder to write")
@@ -237,6 +248,38 @@ def _add_follow_option(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_certificate_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--certificate",
+        metavar="TOKEN",
+        help="invite runs: the certificate token the run's creator (or an admin) gave you",
+    )
+
+
+def _add_invite_commands(run: Any, home: argparse.ArgumentParser) -> None:
+    """run invite, run revoke: members of an invite run, by its creator or an admin."""
+    p = run.add_parser("invite", parents=[home], help="certify a peer as a member of an invite run")
+    p.add_argument("peer", metavar="PEER_ID", help="the invitee's peer ID (`peertrain id`)")
+    p.add_argument("--run", metavar="ID|NAME", default="", help="the run (default: the only one)")
+    p.add_argument(
+        "--role",
+        choices=["member", "admin", "anchor"],
+        default="member",
+        help="member trains; admin may also invite and revoke; anchor: a member whose state "
+        "attestations count (default: member)",
+    )
+    p.add_argument(
+        "--expires", default="30d", metavar="DURATION", help="e.g. 12h, 30d (default: 30d)"
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_run_invite)
+    p = run.add_parser("revoke", parents=[home], help="end a member's part in an invite run")
+    p.add_argument("peer", metavar="PEER_ID")
+    p.add_argument("--run", metavar="ID|NAME", default="", help="the run (default: the only one)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_run_revoke)
+
+
 def _add_trust_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model",
@@ -297,10 +340,18 @@ def _add_fault_options(p: argparse.ArgumentParser) -> None:
         help="kill a random member (not the creator) this often, and restart it",
     )
     p.add_argument(
-        "--byzantine", type=int, default=0, metavar="K", help="make the last K members Byzantine"
+        "--hostile",
+        "--byzantine",
+        dest="byzantine",
+        type=int,
+        default=0,
+        metavar="K",
+        help="make the last K members hostile (fresh IDs, each an ordinary daemon with an attack)",
     )
     p.add_argument(
         "--attack",
         default="sign-flip",
-        help="their attack: sign-flip, sign-flip-10, noise, alie, ipm, random, nan",
+        metavar="NAME[,NAME…]",
+        help="their attack, cycled over them: updates: sign-flip, sign-flip-10, scaled, noise, "
+        "alie, ipm, random, nan; states: future-round, poisoned-state",
     )

@@ -3,7 +3,10 @@
 Every daemon bootstraps from the first one only; peer exchange then meshes the swarm, as it
 would on the internet. With `--mode diloco` the first daemon creates a run through its control
 API and the others start as `peertrain join <first> --run local`, exactly the commands a user
-types; the last `--byzantine` K of them send attacked updates. `--kill-every` kills a random
+types; the last `--hostile` K of them run an attack (`--attack a,b`: cycled over them), on their
+updates or on state agreement. In an invite run (`--admission invite`) the first daemon certifies
+every honest member before it joins (`run invite`, then `join --certificate`), never a hostile
+one. `--kill-every` kills a random
 member (SIGKILL) and restarts it 3 s later, until a member finished the run (its end is not the
 time to inject churn); a daemon that dies by itself is reported (exit code, last error line),
 never restarted, and fails the run. The run is over after `--duration`, or once every member
@@ -84,10 +87,9 @@ class MeshSwarm:
         if self.training:
             self._create_run(first)
         for index in range(1, self.options.nodes):
-            args = self._member_args() + (
-                ["--attack", self.options.attack] if self._byzantine(index) else []
-            )
-            daemon = DaemonProcess(self.base / f"node{index}", args, DAEMON_ENV).start()
+            home = self.base / f"node{index}"
+            args = self._member_args() + self._hostile_or_invited(index, home)
+            daemon = DaemonProcess(home, args, DAEMON_ENV).start()
             self.daemons.append(daemon)
             self._started(index, daemon.wait_ready())
         if self.options.kill_every:
@@ -99,9 +101,28 @@ class MeshSwarm:
         created = call_sync(first.control_socket, "run.create", params, timeout=120)
         self.console.print(f"created run [bold]{RUN_NAME}[/] ({created['run_id'][:16]}…) on node 0")
 
+    def attack_of(self, index: int) -> str:
+        """The attack of hostile member `index`: the `--attack` names, cycled."""
+        names = [n for n in self.options.attack.split(",") if n]
+        return names[(index - (self.options.nodes - self.options.byzantine)) % len(names)]
+
+    def _hostile_or_invited(self, index: int, home: Path) -> list[str]:
+        """A hostile member's `--attack`; an honest member of an invite run's certificate,
+        asked of the creator for the peer ID the member's home will have (`peertrain id`)."""
+        if self._byzantine(index):
+            return ["--attack", self.attack_of(index)]
+        if not self.training or self.options.spec.get("admission") != "invite":
+            return []
+        from ..net.identity import load_or_create_identity
+
+        peer = load_or_create_identity(home).peer_id.to_base58()
+        params = {"run": RUN_NAME, "peer": peer}
+        invited = call_sync(self.daemons[0].control_socket, "run.invite", params, timeout=30)
+        return ["--certificate", invited["certificate"]]
+
     def _started(self, index: int, status: dict[str, Any]) -> None:
         """Daemon `index` is up (a mode may wait here for what it does in the run)."""
-        tag = f" [red](Byzantine: {self.options.attack})[/]" if self._byzantine(index) else ""
+        tag = f" [red](hostile: {self.attack_of(index)})[/]" if self._byzantine(index) else ""
         self.console.print(
             f"started node {index}: [bold]{status['name']}[/] {status['share']}{tag}"
         )
@@ -252,6 +273,8 @@ class MeshSwarm:
             ),
             "params": first["params"],
             "resyncs": sum(r["resyncs"] for r in runs),
+            "state_downloads": sum(r.get("state_downloads", 0) for r in runs),
+            "dropped": _summed(r.get("dropped", {}) for r in runs),
             "rejected_updates": sum(r["rejected_updates"] for r in runs),
             "byzantine": self.options.byzantine,
             "attack": self.options.attack if self.options.byzantine else None,
@@ -277,6 +300,14 @@ class MeshSwarm:
         else:
             ok = report.get("mesh_s") is not None
         return clean and ok and not self.died and not report.get("interrupted")
+
+
+def _summed(counts) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for one in counts:
+        for kind, n in one.items():
+            total[kind] = total.get(kind, 0) + n
+    return total
 
 
 def _full_mesh(statuses: list[dict[str, Any] | None]) -> bool:

@@ -251,8 +251,19 @@ class RunDirectory:
                 listing["creator"]
             ]:
                 found[candidate.run_id] = candidate
-        for peer in [p.to_base58() for p in self.node.host.get_connected_peers()][:MAX_PEERS_ASKED]:
-            answer = await fetch(peer, query)
+        peers = [p.to_base58() for p in self.node.host.get_connected_peers()][:MAX_PEERS_ASKED]
+        answers: dict[str, tuple[str, bytes] | None] = {}
+
+        async def ask(peer: str) -> None:
+            answers[peer] = await fetch(peer, query)
+
+        # at once: a peer busy starting (torch loading) holds its answer to the deadline, and
+        # asking sixteen of those in turn took longer than a join waits
+        async with trio.open_nursery() as nursery:
+            for peer in peers:
+                nursery.start_soon(ask, peer)
+        for peer in peers:
+            answer = answers.get(peer)
             if answer is None or answer[0] in found and found[answer[0]].envelope is not None:
                 continue
             candidate = found.get(answer[0]) or Candidate(answer[0], "", "", "")

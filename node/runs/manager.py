@@ -37,6 +37,7 @@ from ..supervision import ServiceHealthStatus, Supervisor
 from .diffusion_sample import DiffusionSampler
 from .diffusion_session import save_partition
 from .directory import Candidate, RunDirectory, ambiguous, listing_of, matches
+from .invites import check_certificate, invite_methods, save_certificate
 from .lifecycle import SessionLifecycle, quarantine, quarantine_file
 from .run_export import export_run
 from .run_lookup import RUN_LOOKUP, RunFinder, RunFound, RunLookup
@@ -61,7 +62,8 @@ MAX_RUNS = 8
 
 class RunManager:
     """The daemon's runs, at most `MAX_RUNS`. `join_at_start`: a run to join once serving (the
-    `run` option), as `role_at_start` (`run_role`), with `data_at_start` (`run_data`).
+    `run` option), as `role_at_start` (`run_role`), with `data_at_start` (`run_data`) and
+    `certificate_at_start` (`run_certificate`: invite runs).
     `budget`: what this node agrees to hold for a run (`max_params`, `max_memory`)."""
 
     def __init__(
@@ -71,13 +73,14 @@ class RunManager:
         join_at_start: str | None = None,
         role_at_start: str | None = None,
         data_at_start: str | None = None,
+        certificate_at_start: str | None = None,
         budget: RunBudget | None = None,
         trusted_models: tuple[str, ...] = (),
     ) -> None:
         self.node = node
         self.trusted_models = set(trusted_models)  # import paths the local user chose
         self.join_at_start, self.role_at_start = join_at_start, role_at_start
-        self.data_at_start = data_at_start
+        self.data_at_start, self.certificate_at_start = data_at_start, certificate_at_start
         self.budget = budget or RunBudget()
         self.directory = RunDirectory(node, lambda: [listing_of(s) for s in self._active()])
         self.finder = RunFinder(node, self.directory)
@@ -130,6 +133,7 @@ class RunManager:
                 role=_role(params),
                 data=param(params, "data", str, None),
                 budget=self._budget(params),
+                certificate=param(params, "certificate", str, None),
             )
             return {"run_id": session.run_id, "name": session.manifest.name}
 
@@ -153,7 +157,7 @@ class RunManager:
             return {"run_id": session.run_id, "name": session.manifest.name}
 
         async def export(params: dict[str, Any]) -> dict[str, Any]:
-            session = self._session_named(param(params, "run", str, ""))
+            session = self.session_named(param(params, "run", str, ""))
             out = param(params, "out", str, "")
             return await export_run(session, out, param(params, "format", str, "safetensors"))
 
@@ -165,6 +169,7 @@ class RunManager:
             "run.export": export,
             "run.leave": leave,
             "diffusion.sample": self.sampler.sample,
+            **invite_methods(self),
         }
 
     def leave(self, name: str) -> RunSession:
@@ -185,7 +190,7 @@ class RunManager:
         if isinstance(model, str) and model:
             self.trusted_models.add(model)
 
-    def _session_named(self, name: str) -> RunSession:
+    def session_named(self, name: str) -> RunSession:
         """Our run that `name` means (any, when we are in one run and `name` is empty)."""
         found = [
             s
@@ -255,12 +260,14 @@ class RunManager:
         role: dict[str, Any] | None = None,
         data: str | None = None,
         budget: RunBudget | None = None,
+        certificate: str | None = None,
     ) -> RunSession:
         """Join the run `name` means: a run ID, an ID prefix (≥ 8 hex) or a name that exactly
         one run carries. Its spec is checked against `budget` and `data` before anything is
-        built."""
+        built. `certificate`: the token `run invite` printed for us (invite runs)."""
         ours = [s for s in self.sessions.values() if matches(name, s.run_id, s.manifest.name)]
         if len(ours) == 1:
+            self._keep_certificate(ours[0].run_id, certificate, ours[0])
             return ours[0]
         if len(ours) > 1:  # this node is in several runs of that name
             raise ambiguous(name, [Candidate.of(s.run_id, s.manifest) for s in ours])
@@ -279,9 +286,21 @@ class RunManager:
             own_model=self._own_model,
         )
         remember_data(self._run_directory(run_id), data)
+        self._keep_certificate(run_id, certificate)
         session = await self._start(run_id, envelope, seeds=seeds, role=role)
         self.directory.changed()
         return session
+
+    def _keep_certificate(
+        self, run_id: str, token: str | None, session: RunSession | None = None
+    ) -> None:
+        """Check and keep our certificate for `run_id`; a running session carries it at once."""
+        if token is None:
+            return
+        raw = check_certificate(token, run_id, self.node.peer_id)
+        save_certificate(self._run_directory(run_id), raw)
+        if session is not None:
+            session.use_certificate(raw)
 
     @property
     def _own_model(self) -> bool:
@@ -317,6 +336,7 @@ class RunManager:
                 timeout=120.0,
                 role={"role": role} if role else None,
                 data=self.data_at_start,
+                certificate=self.certificate_at_start,
             )
         except NodeError as exc:
             log.error("%s", exc)

@@ -51,6 +51,11 @@ class PipelineSession:
         if stage is not None and not 0 <= stage < self.spec.stages:
             raise ValueError(f"stage must be in 0..{self.spec.stages - 1}")
         self.service: Any = None
+        self.handler: Any = None  # a server's PipelineHandler
+
+    def dropped(self) -> dict[str, int]:
+        """Stage calls from non-members, refused before their tensors were read."""
+        return {"stage_calls": self.handler.dropped_calls if self.handler is not None else 0}
 
     async def run(
         self, *, task_status: trio.TaskStatus[PipelineSession] = trio.TASK_STATUS_IGNORED
@@ -91,8 +96,15 @@ class PipelineSession:
                 context.directory / "stages", manifest_hash=context.run_id
             ),
         )
-        handler = PipelineHandler(service, context.run_id, node.scoreboard)
+        me = node.peer_id
+        handler = PipelineHandler(
+            service,
+            context.run_id,
+            node.scoreboard,
+            is_member=lambda peer: peer == me or context.state.is_live(peer),
+        )
         node.host.set_stream_handler(str(PIPELINE), handler.on_stream)
+        self.handler = handler
         return service
 
     def _trainer_loop(self) -> Any:

@@ -17,12 +17,16 @@ Server (`PipelineHandler`): decodes a request at the edge and calls this node's 
 misbehaviour never stops the server: a request for a run we are not in, or for a stage we do
 not serve, is refused (`ErrorResponse`; a small penalty for the wrong stage: an honest trainer
 may lag a move by a second); an undecodable, oversized, non-finite or mis-shaped tensor, or a
-forged digest, is refused with a penalty (`PeerScoreboard`), and the server goes on.
+forged digest, is refused with a penalty (`PeerScoreboard`), and the server goes on. A call
+from a peer with no live member record in the run's RunState is refused before its tensors are
+read (`dropped_calls`), with a small penalty: an honest trainer's record may trail its first
+call by a moment (it retries elsewhere until we see it), a stranger's never arrives.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import torch
 import trio
@@ -62,6 +66,8 @@ log = logging.getLogger(__name__)
 WRONG_STAGE = 101  # ErrorResponse code: the server serves another stage (it may just have moved)
 BAD_INPUT_PENALTY = 25.0
 WRONG_STAGE_PENALTY = 1.0
+NON_MEMBER_PENALTY = 2.0
+MEMBER_GRACE = 3.0  # seconds a call waits for its caller's member record (anti-entropy: 2 s)
 IDLE_TIMEOUT = 10.0
 ANSWER_TIMEOUT = 120.0
 
@@ -194,8 +200,17 @@ class PipelineHandler:
 
     Set as the host's stream handler by the pipeline session (node/runs/pipeline_session.py)."""
 
-    def __init__(self, service: StageService, run_id: str, scoreboard: PeerScoreboard) -> None:
+    def __init__(
+        self,
+        service: StageService,
+        run_id: str,
+        scoreboard: PeerScoreboard,
+        *,
+        is_member: Callable[[str], bool],
+    ) -> None:
         self.service, self.run_id, self.scoreboard = service, run_id, scoreboard
+        self.is_member = is_member  # a live member record in the run's RunState
+        self.dropped_calls = 0
         self._slots = StreamSlots(scoreboard, max_total=64, max_per_peer=24)
 
     async def on_stream(self, stream: INetStream) -> None:
@@ -212,6 +227,13 @@ class PipelineHandler:
             )
         except ProtocolError as exc:
             self._penalise_if_bad(peer, exc)
+            return
+        if req.run == self.run_id and not await self._member(peer):
+            self.dropped_calls += 1  # before its tensors are read or anything is computed
+            self.scoreboard.penalise(peer, NON_MEMBER_PENALTY, "pipeline: call from a non-member")
+            self.service.refused += 1
+            reply = refuse(req, ErrorCode.NOT_FOUND, "you are no member of this run")
+            await self._send(peer, stream, reply, ())
             return
         try:
             reply, prepared = await self._dispatch(peer, req, stream)
@@ -231,6 +253,16 @@ class PipelineHandler:
             reply, prepared = refuse(req, ErrorCode.INTERNAL, "internal error"), ()
         if isinstance(reply, ErrorResponse):
             self.service.refused += 1
+        await self._send(peer, stream, reply, prepared)
+
+    async def _member(self, peer: str) -> bool:
+        with trio.move_on_after(MEMBER_GRACE):
+            while not self.is_member(peer):  # noqa: ASYNC110 - RunState has no event to wait on
+                await trio.sleep(0.1)
+            return True
+        return False
+
+    async def _send(self, peer: str, stream: INetStream, reply, prepared) -> None:
         try:
             await write_message(stream, reply, idle_timeout=IDLE_TIMEOUT)
             await write_payloads(stream, prepared, idle_timeout=IDLE_TIMEOUT)

@@ -10,6 +10,7 @@ only wire.
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 import os
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from peertrain.protocol.ids import protocol_id
 from ..net.rpc import request
 from ..services.node_services import NodeServices
 from .context import RunContext
+from .invites import load_certificate
 from .ranks import lend_ranks, return_ranks
 from .spec_check import local_data
 from .status import DiffusionRunStatus, DiLoCoRunStatus, RunStatus, SwarmRunStatus
@@ -63,6 +65,20 @@ class SyncExchange:
         return await request(
             self.host, ID.from_base58(peer), CRDT_SYNC, req, SyncReply, timeout=10.0
         )
+
+
+# The training code imports torch: seconds of CPU. Imported on the event loop, it stalls the
+# whole daemon meanwhile, and under load a joining node then loses pubsub hellos and times out
+# handshakes with the very peers it joins. A worker thread leaves the loop running.
+DILOCO_MODULES = (
+    "peertrain.swarm.diloco.build",
+    "peertrain.swarm.diloco.driver",
+    "peertrain.swarm.diloco.update_gossip",
+)
+
+
+async def import_off_the_loop(modules: tuple[str, ...]) -> None:
+    await trio.to_thread.run_sync(lambda: [importlib.import_module(name) for name in modules])
 
 
 class RunSession:
@@ -147,6 +163,7 @@ class RunSession:
             raise NotImplementedError(f"mode {self.manifest.mode!r} is not served by this node yet")
 
     async def _run_diloco(self, task_status: trio.TaskStatus[RunSession]) -> None:
+        await import_off_the_loop(DILOCO_MODULES)
         from peertrain.swarm.diloco.build import build_member
         from peertrain.swarm.diloco.run_spec import DiLoCoSpec
         from peertrain.swarm.models.external import is_external
@@ -183,6 +200,7 @@ class RunSession:
                 checkpoints=context.directory / "checkpoints",
                 keep=3,
                 on_penalty=self._blame,
+                certificate=load_certificate(context.directory),  # invite runs: `run invite`'s
             )
             await nursery.start(context.replicator.run)
             # joiners need the state; a restarted creator needs its own old slots back too
@@ -194,6 +212,7 @@ class RunSession:
         # started at once: importing torch and fetching a stage's state may take longer than a
         # control request may wait; `status` says "starting" meanwhile
         task_status.started(self)
+        await import_off_the_loop(("peertrain.node.runs.pipeline_session",))
         from .pipeline_session import PipelineSession
 
         pipeline = await trio.to_thread.run_sync(lambda: PipelineSession(self.context, **self.role))
@@ -204,6 +223,7 @@ class RunSession:
         # started at once, as a pipeline: the partition and torch may take longer than a
         # control request may wait; `status` says "starting" meanwhile
         task_status.started(self)
+        await import_off_the_loop(("peertrain.node.runs.diffusion_session", *DILOCO_MODULES))
         from .diffusion_session import DiffusionSession
 
         self.diffusion = DiffusionSession(self.context, group=self.role.get("group"))
@@ -214,6 +234,12 @@ class RunSession:
         if run == self.run_id:
             return self.replicator
         return self.diffusion.replicator_for(run) if self.diffusion is not None else None
+
+    def use_certificate(self, raw: bytes) -> None:
+        """A certificate given while the run is on: our next lease announcement carries it."""
+        if self.driver is not None:
+            self.driver.admission.add_certificate(raw)
+            self.driver.certificate = raw
 
     async def sample(self, prompt: str, max_new_tokens: int) -> str:
         if self.driver is None:
@@ -248,7 +274,17 @@ class RunSession:
             phase=phase,
             loss=loss,
             error=self.error,
+            dropped=self._dropped(),
         )
+
+    def _dropped(self) -> dict[str, int]:
+        """Non-members' traffic dropped before it was stored, forwarded or downloaded."""
+        dropped = {"deltas": self.replicator.intake.counts.non_members}
+        if self.driver is not None:
+            dropped.update(self.driver.gossip.dropped)
+        if self.pipeline is not None:
+            dropped.update(self.pipeline.dropped())
+        return dropped
 
     def _diloco_status(self) -> DiLoCoRunStatus:
         driver, progress = self.driver, self.driver.progress if self.driver else None
@@ -266,6 +302,7 @@ class RunSession:
             rounds_completed=progress.rounds_completed if progress else 0,
             state_checksum=progress.state_checksum if progress else "",
             resyncs=progress.resyncs if progress else 0,
+            state_downloads=progress.state_downloads if progress else 0,
             rejected_updates=progress.rejected_updates if progress else 0,
             rejected_by_reason=dict(progress.rejected_by_reason) if progress else {},
             bytes_published=driver.gossip.bytes_published if driver else 0,

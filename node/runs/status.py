@@ -21,6 +21,10 @@ class RunStatus(TypedDict):
     phase: str  # "starting" until the driver or pipeline service runs
     loss: float | None
     error: str | None
+    # what non-members of an invite run sent and we dropped unseen, by kind: "deltas" (run
+    # state, checkpoint announcements included), "announcements" and "records" (update gossip),
+    # "stage_calls" (SWARM pipeline); open runs drop nothing here
+    dropped: dict[str, int]
 
 
 class DiLoCoRunStatus(RunStatus):
@@ -28,6 +32,7 @@ class DiLoCoRunStatus(RunStatus):
     rounds_completed: int
     state_checksum: str
     resyncs: int
+    state_downloads: int  # states adopted by download (a replay costs none)
     rejected_updates: int
     rejected_by_reason: dict[str, int]  # swarm/diloco/member.py rejection_kind → count
     bytes_published: int

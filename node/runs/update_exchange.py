@@ -205,10 +205,12 @@ def member_driver(
     keep: int,
     on_penalty: Callable[[str, str], None],
     on_round: Callable[[RoundReport], None] | None = None,
+    certificate: bytes = b"",
 ) -> DiLoCoDriver:
     """The DiLoCo driver of a member on the node's services and its `open_member_exchange`; its
     last `keep` checkpoints in `checkpoints`, within the node's disk budget. `on_penalty` hears
-    of providers and attesters of a state that fails its checks."""
+    of providers and attesters of a state that fails its checks; `certificate`: our member
+    certificate of an invite run (`run invite`'s token, node/runs/invites.py)."""
     from peertrain.swarm.diloco.checkpoint import CheckpointStore
     from peertrain.swarm.diloco.driver import DiLoCoDriver
 
@@ -226,6 +228,7 @@ def member_driver(
             checkpoints, keep=keep, room=node.budget.check_disk if node.budget else None
         ),
         on_penalty=on_penalty,
+        certificate=certificate,  # ours, in an invite run
     )
 
 

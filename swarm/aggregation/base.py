@@ -13,7 +13,7 @@ Subclasses implement `_combine`, which sees only accepted inputs, and may set `n
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -95,11 +95,13 @@ class Aggregator(ABC):
         *,
         numel: int | None = None,
         out: torch.Tensor | None = None,
+        reference: Collection[int] = (),
     ) -> AggregateResult:
-        """Aggregate flat fp32 tensors; `numel=None` expects the most common length."""
+        """Aggregate flat fp32 tensors; `numel=None` expects the most common length.
+        `reference`: inputs whose norms set the norm bound (validation.judge_values)."""
         verdicts = check_structure(updates, numel=numel)
         sources = {v.index: TensorSource(updates[v.index]) for v in verdicts if v.accepted}
-        return self._run(verdicts, sources, out)  # type: ignore[arg-type]
+        return self._run(verdicts, sources, out, reference)  # type: ignore[arg-type]
 
     def aggregate_streaming(
         self,
@@ -107,6 +109,7 @@ class Aggregator(ABC):
         *,
         numel: int | None = None,
         out: torch.Tensor | None = None,
+        reference: Collection[int] = (),
     ) -> AggregateResult:
         """Aggregate sources read in chunks; `out` (numel fp32) is the only full-size buffer."""
         if numel is None:
@@ -118,20 +121,24 @@ class Aggregator(ABC):
             else Verdict(index=i, reason=RejectReason.SHAPE, detail=f"{s.numel} != {numel}")
             for i, s in enumerate(sources)
         ]
-        return self._run(verdicts, {v.index: sources[v.index] for v in verdicts if v.accepted}, out)
+        chosen = {v.index: sources[v.index] for v in verdicts if v.accepted}
+        return self._run(verdicts, chosen, out, reference)
 
     def _run(
         self,
         verdicts: list[Verdict],
         sources: dict[int, UpdateSource],
         out: torch.Tensor | None,
+        reference: Collection[int] = (),
     ) -> AggregateResult:
         if sources:
             indices = list(sources)
             stats = accumulate_statistics(
                 list(sources.values()), chunk_size=self.chunk_size, with_gram=self.needs_gram
             )
-            judged = judge_values(indices, stats.sq_norms, max_norm_ratio=self.max_norm_ratio)
+            judged = judge_values(
+                indices, stats.sq_norms, max_norm_ratio=self.max_norm_ratio, reference=reference
+            )
             for verdict in judged:
                 verdicts[verdict.index] = verdict
             keep = [k for k, i in enumerate(indices) if verdicts[i].accepted]

@@ -22,6 +22,12 @@ who scales its update is held to a few honest updates' worth; with fewer than ha
 Byzantine the median is an honest norm. (Runs used 1000× too, which let one update at 990× the
 median dominate a mean.) The pipeline's gradient averaging applies the same bound
 (swarm/pipeline/averaging.py).
+
+The median of everyone is an honest norm only while fewer than half the inputs are Byzantine.
+A caller that knows whose word it trusts passes `reference` (inputs whose norms set the scale:
+an open run's anchors, swarm/diloco/member.py); the median is then taken over those alone, and
+any number of scaled inputs is held to `max_norm_ratio` × a trusted norm. With no finite
+reference input present, the median of all stands in.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from __future__ import annotations
 import enum
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -91,14 +97,21 @@ def _structure_verdict(
 
 
 def judge_values(
-    indices: Sequence[int], sq_norms: torch.Tensor, *, max_norm_ratio: float | None
+    indices: Sequence[int],
+    sq_norms: torch.Tensor,
+    *,
+    max_norm_ratio: float | None,
+    reference: Collection[int] = (),
 ) -> list[Verdict]:
-    """Verdicts for inputs `indices` (structurally sound) from their squared norms."""
+    """Verdicts for inputs `indices` (structurally sound) from their squared norms; the norm
+    bound is relative to the median of the `reference` inputs' norms (of all, without any)."""
     # past float32 range the rules' fp32 arithmetic would overflow: treat as non-finite
     sq_norms = torch.where(sq_norms > _FLOAT32_MAX, float("inf"), sq_norms)
     norms = sq_norms.sqrt().tolist()
     finite = [n for n in norms if math.isfinite(n)]
-    median = statistics.median(finite) if finite else 0.0
+    trusted = [n for i, n in zip(indices, norms, strict=True) if i in reference]
+    trusted = [n for n in trusted if math.isfinite(n)]
+    median = statistics.median(trusted or finite) if finite else 0.0
     verdicts = []
     for index, norm in zip(indices, norms, strict=True):
         if not math.isfinite(norm):

@@ -75,6 +75,9 @@ class StateDownloads:
         if member.round < round_:  # a joiner, or a member the group left behind
             what += f" (catching up from round {member.round})"
         self.current = progress = Download(what, donors=len(providers))
+        # trusted when we chose it: an anchor whose lease lapses while a slow download runs
+        # makes nobody's state "beyond the newest trusted one", least of all its providers'
+        trusted_before = self.trust.newest_round()
         try:
             download = await self.tensors.fetch(
                 providers,
@@ -91,7 +94,8 @@ class StateDownloads:
         finally:
             self.current = None
         _log_done(progress.status())
-        check = StateCheck(numel=numel, newest_trusted_round=self.trust.newest_round())
+        newest = max(trusted_before, self.trust.newest_round())
+        check = StateCheck(numel=numel, newest_trusted_round=newest)
         own = (member.global_params, member.round) if running else None
         checked = await self.thread(_checked, download, round_, check, own)
         if isinstance(checked, str):

@@ -37,5 +37,8 @@ class Forger:
 
 
 def build_forger(name: str | None) -> Forger | None:
-    """The forger of `--attack NAME`; None for an honest member."""
-    return Forger(name) if name else None
+    """The forger of `--attack NAME`; None for an honest member, or one whose attack is on
+    state agreement, not on its updates (hostile_states.py)."""
+    from .hostile_states import STATE_ATTACKS
+
+    return Forger(name) if name and name not in STATE_ATTACKS else None

@@ -27,6 +27,7 @@ from .build import BuiltMember
 from .byzantine import build_forger
 from .checkpoint import CheckpointStore
 from .errors import CheckpointError
+from .hostile_states import HostileStates, hostile_states
 from .member import DiLoCoMember, RoundReport, rejection_kind
 from .progress import DriverProgress
 from .replay import RoundReplay
@@ -103,6 +104,10 @@ class DiLoCoDriver:
         gossip.expected = self.group.expected
         gossip.is_member = self.group.may_send
         gossip.records.trusted = lambda peer: peer in self.trust.attesters()
+        gossip.admits = self.admission.admits  # invite runs: non-members' traffic is dropped
+        if not self.admission.invite:  # the anchors' norms bound everyone's (validation.py)
+            built.member.norm_reference = self.admission.anchors
+        self.hostile: HostileStates | None = hostile_states(attack, self)
 
     def _state_sync(self) -> StateSync:
         """Our state against the trusted one, repaired through our downloads and replays."""
@@ -159,6 +164,8 @@ class DiLoCoDriver:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._lease_loop)
             nursery.start_soon(log_progress, log, self.progress_status)
+            if self.hostile is not None:
+                nursery.start_soon(self.hostile.run)
             await self.sync.catch_up(initial=True)
             task_status.started(self)
             if self.member.round > 0 and self.spec.min_members > 1:
@@ -245,6 +252,8 @@ class DiLoCoDriver:
         round_ = self.member.round
         if self.trust.newest_round() > round_ and not await self.sync.catch_up():
             await trio.sleep(RETRY_PAUSE)  # the trusted state could not be had yet: again later
+            return
+        if self.finished:  # we caught up with the run's last state: no round is left
             return
         round_ = self.member.round
         group = self.group.of_round(round_, salt=self.sync.served or b"")

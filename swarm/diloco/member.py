@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,12 +75,15 @@ def aggregate_deltas(
     accepted: list[str],
     rejected: list[tuple[str, str]],
     deltas: list[torch.Tensor],
+    norm_reference: Collection[str] = frozenset(),
 ) -> torch.Tensor | None:
-    """The rule's update (None if nothing usable); senders it refused move to `rejected`."""
+    """The rule's update (None if nothing usable); senders it refused move to `rejected`.
+    `norm_reference`: senders whose norms set the norm bound (validation.judge_values)."""
     if not deltas:
         return None
     try:
-        result = aggregator.aggregate(deltas, numel=numel)
+        reference = [i for i, sender in enumerate(accepted) if sender in norm_reference]
+        result = aggregator.aggregate(deltas, numel=numel, reference=reference)
         update, verdicts = result.update, result.verdicts
     except NotEnoughUpdates as exc:
         update, verdicts = None, exc.verdicts
@@ -142,6 +145,9 @@ class DiLoCoMember:
             codec or ProtocolCodec("fp32"), self.layout.numel, enabled=error_feedback
         )
         self.aggregator = aggregator or build_aggregator("mean")
+        # senders whose update norms set the norm bound (an open run's anchors: a majority of
+        # scaled Sybil updates cannot move it); empty: the median of all
+        self.norm_reference: frozenset[str] = frozenset()
         self.global_params = self.layout.flatten()
         self.round = 0
         self._prepared: tuple[int, InnerReport, int] | None = None  # (round, report, payload bytes)
@@ -161,7 +167,9 @@ class DiLoCoMember:
         """Aggregate the decodable updates, take the outer step, reset the model to θ_global."""
         codec, numel = self.encoder.codec, self.layout.numel
         accepted, rejected, deltas = decode_contributions(codec, numel, contributions)
-        update = aggregate_deltas(self.aggregator, numel, accepted, rejected, deltas)
+        update = aggregate_deltas(
+            self.aggregator, numel, accepted, rejected, deltas, self.norm_reference
+        )
         update_norm = math.nan
         if update is not None:
             update_norm = update.norm().item()

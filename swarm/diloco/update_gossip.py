@@ -21,12 +21,15 @@ whose lease arrives late is pulled as soon as it does: the round re-checks every
 from holders that are members themselves, at most `MAX_PULLS` at once. What a round records is
 bounded too: `MAX_SENDERS` announced senders and `MAX_HOLDERS` holders per payload, and a
 "holds" note only for a payload its sender announced. Two hundred fresh IDs announcing 100 MB
-updates used to start two hundred downloads at once.
+updates used to start two hundred downloads at once. In an invite run (`admits`: the run's
+admission) an announcement or round record signed by a non-member is rejected at the validator,
+before it is recorded or forwarded; its publisher is penalised and `dropped` counts it.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Protocol
@@ -111,6 +114,8 @@ class UpdateGossip:
         self.expected_nbytes = expected_nbytes
         self.nbytes_of = nbytes_of or (lambda round_: expected_nbytes)
         self.is_member = is_member  # may this peer send updates at all (live lease in RunState)
+        self.admits: Callable[[str], bool] = lambda peer: True  # invite runs: certified only
+        self.dropped: Counter[str] = Counter()  # non-members' announcements and records, by kind
         self.expected = expected  # whose updates round r waits for
         self.current_round = 0
         self._rounds: dict[int, _RoundState] = {}
@@ -125,6 +130,9 @@ class UpdateGossip:
     def validate(self, origin: str, raw: bytes) -> bool:
         """Gossip validator: verify and record an announcement (or a round record); False
         rejects (and penalises)."""
+        if not self.admits(origin):  # invite runs: before anything is opened, kept or forwarded
+            self.dropped["records" if is_record(raw) else "announcements"] += 1
+            return False
         if is_record(raw):
             return self.records.validate(origin, raw)
         try:

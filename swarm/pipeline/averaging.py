@@ -71,7 +71,8 @@ class StageAverager:
 
     `fetch_state(peer)` downloads a peer's stage state (None: drift is counted, never repaired);
     `may_repair()` says whether a repair may run now (False while the server moves);
-    `applied(round)` is called on the event loop after each round this server applied."""
+    `applied(round)` is called on the event loop after each round this server applied, and
+    after a re-sync with the round of the state it adopted."""
 
     def __init__(
         self,
@@ -283,6 +284,7 @@ class StageAverager:
         self.drift.repaired(ok)
         if ok:
             log.info("stage drift at round %d: re-synced from the majority", repair.round)
+            self.applied(self.completed)  # an adopted state is as good a checkpoint as one applied
         return ok
 
     async def _adopt_from(self, donor: str, repair: Repair) -> bool:

@@ -1,11 +1,12 @@
 """A stage server's checkpoints: written every few rounds, read when nobody serves its stage.
 
 The policy half of stage checkpoints (the files are checkpoint.py's). A server writes the state
-it would hand a mover every `checkpoint_every` averaging rounds, in the background, one write
-at a time. A server that takes a stage (at start, after a move) downloads its state from a live
-server of it first, since the stage has moved on since any checkpoint; only when none answers
-(all its servers died and restart, or nobody served it yet) it loads its own newest checkpoint
-of that stage, so the stage resumes where it was instead of at its seed. `resumed` says which.
+it would hand a mover once `checkpoint_every` averaging rounds have passed since its last write,
+in the background, one write at a time. A server that takes a stage (at start, after a move)
+downloads its state from a live server of it first, since the stage has moved on since any
+checkpoint; only when none answers (all its servers died and restart, or nobody served it yet)
+it loads its own newest checkpoint of that stage, so the stage resumes where it was instead of
+at its seed. `resumed` says which.
 """
 
 from __future__ import annotations
@@ -60,13 +61,16 @@ class StageCheckpointing:
                 log.warning("stage %d checkpoint of round %d unusable: %s", stage, found.round, exc)
                 return 0
             self.resumed = {"from": "checkpoint", "round": found.round}
+            self.saved_round = found.round
             log.info("stage %d resumed from our checkpoint of round %d", stage, found.round)
             return found.round
         return 0
 
     def _round_applied(self, stage: int, round_: int) -> None:
+        # `every` rounds since our last save, not rounds divisible by it: a copy that re-syncs
+        # from its stage jumps rounds and would miss every multiple while it keeps re-syncing
         every = self.spec.checkpoint_every
-        due = every > 0 and round_ % every == 0 and self.checkpoints is not None
+        due = every > 0 and round_ >= self.saved_round + every and self.checkpoints is not None
         if due and self._nursery is not None and not self._saving:
             self._saving = True  # one save at a time: a slow disk skips rounds, never piles up
             self._nursery.start_soon(self._save_checkpoint, stage)

@@ -173,3 +173,36 @@ def test_installing_an_invite_policy_forgets_the_non_members_stored_before():
     assert run.state.owners() == {member}
     assert run.state.checkpoints()[2] == {b"\x01" * 32: frozenset({member})}
     assert stranger in run.state.collect()  # so the replicator drops its proofs too
+
+
+def test_a_revocation_travels_as_the_issuers_signed_delta_and_forgets_the_member():
+    """`run revoke`: the creator's writer revokes; a replica that receives the creator's delta
+    forgets the member and drops what it signs next. A stranger's revocation vote does nothing."""
+    run = Replica("invite")
+    key, member = _peer()
+    assert run.send(key, member, certificate=run.certify(member), checkpoint=2)
+    stranger_key, stranger = _peer()
+    run.send(stranger_key, stranger)  # refused: a non-member's votes never reach the state
+    creator = RunWriter(RunState(run.run_id), run.creator)  # the creator revokes
+    doc = creator.announce(role="diloco", addrs=[], lease_ms=60_000)
+    doc.merge(creator.revoke(member))
+    raw = seal_delta(run.creator_key, run.creator, run_id=run.run_id, seq=wall_clock_ms(), doc=doc)
+    assert run.replicator.handle_gossip(run.creator, raw.raw)
+    assert member not in run.state.owners() and run.state.checkpoints() == {}
+    assert not run.state.admission.admits(member)
+    assert not run.send(key, member, certificate=run.certify(member), checkpoint=3)
+    assert member in run.penalties
+
+
+def test_a_revocation_signed_by_a_plain_member_revokes_nobody():
+    run = Replica("invite")
+    key, member = _peer()
+    other_key, other = _peer()
+    assert run.send(key, member, certificate=run.certify(member))
+    assert run.send(other_key, other, certificate=run.certify(other))
+    writer = RunWriter(RunState(run.run_id), member)
+    doc = writer.announce(role="diloco", addrs=[], lease_ms=60_000)
+    doc.merge(writer.revoke(other))
+    raw = seal_delta(key, member, run_id=run.run_id, seq=wall_clock_ms() + 1, doc=doc)
+    assert run.replicator.handle_gossip(member, raw.raw)
+    assert other in run.state.members() and run.state.admission.admits(other)

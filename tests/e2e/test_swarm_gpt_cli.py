@@ -17,6 +17,7 @@ import pytest
 from peertrain.node.cli.local_swarm import DAEMON_ENV
 from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
 from peertrain.testing import wait_until_sync
+from peertrain.testing.processes import run_status
 
 pytestmark = pytest.mark.slow
 
@@ -56,29 +57,22 @@ def join(daemon: DaemonProcess, index: int) -> subprocess.Popen:
     return cli(daemon, "run", "join", "--run", "G", *role)
 
 
-def run_of(daemon: DaemonProcess) -> dict:
-    try:
-        return daemon.status(timeout=5)["run"] or {}
-    except Exception:  # noqa: BLE001 - a daemon that does not answer yet has no run; asked again
-        return {}
-
-
 def trained(trainers: list[DaemonProcess], more_than: int) -> list[dict]:
     """The trainers' statuses once each has completed more than `more_than` microbatches."""
-    runs = [run_of(t) for t in trainers]
+    runs = [run_status(t) for t in trainers]
     return runs if all(r.get("completed", 0) > more_than for r in runs) else []
 
 
 def learned(trainers: list[DaemonProcess], below: float) -> list[dict]:
     """The trainers' statuses once their mean recent loss is below `below`."""
-    runs = [run_of(t) for t in trainers]
+    runs = [run_status(t) for t in trainers]
     ok = all(r.get("loss") is not None for r in runs) and mean_loss(runs) < below
     return runs if ok else []
 
 
 def resumed_from(servers: list[DaemonProcess]) -> list[dict]:
     """Where each server's stage state came from, once every one of them says."""
-    found = [run_of(d).get("resumed") for d in servers]
+    found = [run_status(d).get("resumed") for d in servers]
     return found if all(found) else []
 
 
@@ -103,14 +97,16 @@ def test_a_gpt_in_three_stages_survives_a_kill_and_resumes_a_restarted_stage(tmp
         finish(*[join(d, i) for i, d in enumerate(daemons[1:], start=1)])
         trainers = daemons[6:]
         early = wait_until_sync(lambda: trained(trainers, 16), timeout=600, interval=1)
-        daemons[1].stop(signal.SIGKILL)  # a server of stage 1
+        # the stage-1 server the trainers favour so far (they would call it again): killed
+        victim = max((1, 4), key=lambda i: run_status(daemons[i]).get("calls", 0))
+        daemons[victim].stop(signal.SIGKILL)
         killed_at = max(r["completed"] for r in early)
         after_kill = wait_until_sync(
             lambda: trained(trainers, killed_at + 12), timeout=600, interval=1
         )
         last_stage = [daemons[2], daemons[5]]
         wait_until_sync(
-            lambda: all(run_of(d).get("checkpoint_round", 0) >= 4 for d in last_stage),
+            lambda: all(run_status(d).get("checkpoint_round", 0) >= 4 for d in last_stage),
             timeout=120,
             interval=0.5,
         )
@@ -127,13 +123,13 @@ def test_a_gpt_in_three_stages_survives_a_kill_and_resumes_a_restarted_stage(tmp
         resumed = wait_until_sync(lambda: resumed_from(last_stage), timeout=60, interval=0.5)
         after = wait_until_sync(lambda: trained(trainers, restart_at + 22), timeout=600, interval=1)
     finally:
-        codes = stop_all([d for i, d in enumerate(daemons) if i != 1])
+        codes = stop_all([d for d in daemons if d.process and d.process.returncode is None])
     print(
         f"wall {time.monotonic() - started:.1f} s; initial {mean_loss(early, 'initial_loss'):.3f}"
         f" before {mean_loss(before):.3f} after {mean_loss(after):.3f}; resumed {resumed}"
     )
-    assert codes == [0] * 7
-    assert initial > 4.0  # the first 20 microbatches; bytes at random: ln 256 ≈ 5.55
+    assert codes == [0] * 7  # every daemon but the killed one stopped cleanly
+    assert initial > 3.5  # the mean of the first 20 microbatches; at random: ln 256 ≈ 5.55
     assert mean_loss(before) < initial - 1.0  # it learned
     assert all(r["lost_microbatches"] == 0 for r in after_kill)  # the kill cost retries only
     assert sum(r["retries"] for r in after_kill) >= 1

@@ -124,6 +124,27 @@ async def oversized_call(client, peer: str, run_id: str):
         await stream.close()
 
 
+async def test_stage_calls_from_a_non_member_are_refused_before_their_tensors_are_read():
+    """Issue 14: a peer with no member record in the run (a stranger that never joined) gets
+    nothing computed: refused, penalised, and counted in the server's `dropped`."""
+    async with open_test_swarm(4) as nodes:
+        session = await start_pipeline(nodes[:3], trainers=0)
+        stranger = nodes[3]
+        await wait_until(
+            lambda: all(run_status(n)["phase"] == "serving" for n in nodes[:3]), timeout=20
+        )
+        stage0 = next(n for n in nodes[:3] if run_status(n)["stage"] == 0)
+        peer = stage0.identity.peer_id.to_base58()
+        transport = NetworkStageTransport(stranger.host, session.run_id, timeout=5)
+        calls = run_status(stage0)["calls"]
+        for _ in range(3):
+            with pytest.raises(ServerUnavailable, match="no member of this run"):
+                await transport.forward(peer, stage=0, x=pack(torch.randn(4, 64)))
+        status = run_status(stage0)
+        assert status["dropped"]["stage_calls"] == 3 and status["calls"] == calls
+        assert stage0.scoreboard.score(stranger.identity.peer_id.to_base58()) > 0
+
+
 GPT_SPEC = {
     "model": "gpt",
     "stages": 3,

@@ -231,3 +231,91 @@ async def test_a_wave_of_fresh_ids_enters_the_counted_group_one_per_round_only()
         # ten fresh IDs knocked every round; the two members and one newcomer a round got in
         assert max(sizes) == 2 + 1
         assert len(_checksums(group)) == 1
+
+
+async def test_members_claiming_future_and_poisoned_states_change_nothing_for_the_honest():
+    """The hostile library's state attacks (hostile_states.py) on full members of an open run:
+    they train, and keep announcing and attesting round 10^9 and a served NaN state."""
+    import dataclasses
+
+    spec = dataclasses.replace(SPEC, min_members=4)
+    async with open_driver_group(spec) as group:
+        honest = [await group.member(group.creator), await group.member()]
+        hostile = [await group.member(attack=a) for a in ("future-round", "poisoned-state")]
+        with trio.fail_after(120):
+            await group.finished()
+        drivers = [m.driver for m in honest]
+        assert {d.progress.state_checksum for d in drivers} == {drivers[0].progress.state_checksum}
+        assert all(d.progress.round == spec.rounds for d in drivers)
+        assert [d.progress.state_downloads for d in drivers] == [0, 0]
+        assert all(torch.isfinite(d.member.global_params).all() for d in drivers)
+        rounds = {r for d in drivers for r in d.state.checkpoints()}
+        assert 10**9 in rounds  # the claims did arrive: they were refused, not missed
+        assert hostile[1].driver.hostile is not None
+
+
+def test_a_majority_of_scaled_updates_is_held_to_the_anchors_norm():
+    """Six Sybils scaling their updates 1000× outnumber four honest ones: the median of all is
+    theirs and lets every scaled update in; measured against the anchor's norm, none passes."""
+    from peertrain.swarm.aggregation import build_aggregator
+    from peertrain.swarm.aggregation.validation import RUN_MAX_NORM_RATIO
+
+    gen = torch.Generator().manual_seed(5)
+    honest = [torch.randn(2000, generator=gen) for _ in range(4)]
+    scaled = [1000 * torch.randn(2000, generator=gen) for _ in range(6)]
+    rule = build_aggregator("flag", max_norm_ratio=RUN_MAX_NORM_RATIO, r=None)
+    plain = rule.aggregate([*honest, *scaled])
+    assert sum(v.accepted for v in plain.verdicts) == 10  # the median norm is a scaled one
+    anchored = rule.aggregate([*honest, *scaled], reference=[0])  # input 0: the anchor's
+    assert [v.accepted for v in anchored.verdicts] == [True] * 4 + [False] * 6
+    assert anchored.update.norm() < 2 * max(h.norm() for h in honest)
+
+
+async def test_an_anchor_whose_lease_lapses_during_a_download_costs_nobody_a_penalty():
+    """Seen under load: a 0.1 MB state took 30 s to download, the anchor's lease lapsed
+    meanwhile, and the state its providers served was then "beyond the newest trusted round"
+    (-1): the honest anchor was penalised 50 points. Trust is judged when the download starts."""
+    from libp2p.crypto.ed25519 import create_new_key_pair
+    from libp2p.peer.id import ID
+    from peertrain.crdt.admission import Admission
+    from peertrain.crdt.runstate import RunState
+    from peertrain.crdt.writer import RunWriter
+    from peertrain.swarm.diloco.adoption import StateDownloads
+    from peertrain.swarm.diloco.build import build_member
+    from peertrain.swarm.diloco.trust import TrustedStates
+    from peertrain.testing.crdt_network import new_run
+    from peertrain.testing.diloco_drivers import TensorNetwork
+
+    key = create_new_key_pair()
+    creator = ID.from_pubkey(key.public_key).to_base58()
+    run_id, manifest = new_run(key)
+    state = RunState(run_id)
+    state.accept_manifest(manifest)
+    admission = Admission(run_id=run_id, creator=creator, mode="open")
+    state.install_admission(admission)
+    anchor = RunWriter(state, creator)  # the creator's own slots, as our replica holds them
+    anchor.announce(role="diloco", addrs=[], lease_ms=60_000)
+    member = build_member(SPEC, "joiner").member
+    flat = torch.cat([member.global_params, member.outer.momentum_buffer])
+    prepared = prepare_tensor(STATE_NAME, flat)
+    network = TensorNetwork()
+    network.endpoint(creator).put(prepared)
+    anchor.provide_checkpoint(1, prepared.header.checksum)
+
+    class AnchorLeavesMidway:
+        async def fetch(self, holders, checksum, max_nbytes, on_header=None):
+            anchor.leave()  # its lease ends while the bytes are on their way
+            return await network.fetch(holders, checksum, max_nbytes, on_header)
+
+    penalties: list[str] = []
+    downloads = StateDownloads(
+        me="joiner",
+        state=state,
+        tensors=AnchorLeavesMidway(),  # type: ignore[arg-type]
+        trust=TrustedStates(state, admission, "joiner"),
+        thread=trio.to_thread.run_sync,
+        on_penalty=lambda peer, why: penalties.append(peer),
+    )
+    got = await downloads.fetch_checked(member, 1, prepared.header.checksum, running=False)
+    assert got is not None and torch.equal(got, flat)
+    assert penalties == [] and downloads.refused == 0

@@ -289,6 +289,31 @@ def _empty():
     return _RoundState()
 
 
+async def test_an_invite_run_rejects_non_members_announcements_and_records_before_keeping_any(
+    group,
+):
+    """Invite runs (issue 14): what a non-member signs is refused at the validator (so never
+    forwarded, and its publisher is penalised), counted by kind, and nothing of it is recorded."""
+    from peertrain.swarm.diloco.round_record import RoundRecord, RoundRecords
+
+    b = group.add()
+    key = create_new_key_pair()
+    sybil = ID.from_pubkey(key.public_key).to_base58()
+    b.admits = lambda peer: peer != sybil
+    b.records.trusted = lambda peer: True  # even a record that would be trusted is dropped
+    ann = UpdateAnnouncement(sender=sybil, nbytes=NBYTES, checksum=bytes(32))
+    announcement = seal(key, domain=DOMAIN, run=RUN, round=0, payload=encode(ann)).to_bytes()
+    record = RoundRecords(run_id=RUN, key_pair=key).seal(
+        10**9, RoundRecord(start=bytes(32), updates=(), result=bytes(32))
+    )
+    assert b.validate(sybil, announcement) is False
+    assert b.validate(sybil, record) is False
+    assert dict(b.dropped) == {"announcements": 1, "records": 1}
+    assert b._rounds == {} and b.records.matching(10**9, start=bytes(32), result=bytes(32)) is None
+    b.admits = lambda peer: True  # the same bytes from a member are taken
+    assert b.validate(sybil, announcement) is True and sybil in b._rounds[0].announced
+
+
 async def test_a_shaped_uplink_paces_payloads_at_its_rate(autojump_clock):
     """The benchmark seam: 100 kB/s per peer, three members fetching one 64 kB update each
     from one sender whose uplink carries them one after another."""
