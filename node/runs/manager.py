@@ -143,7 +143,7 @@ class RunManager:
             }
 
         async def sample(params: dict[str, Any]) -> dict[str, Any]:
-            session = self._session_named(param(params, "run", str, ""))
+            session = self.session_named(param(params, "run", str, ""))
             try:
                 text = await session.sample(
                     param(params, "prompt", str, ""), min(param(params, "tokens", int, 160), 2000)
@@ -176,7 +176,7 @@ class RunManager:
         """Stop taking part in run `name` (any, when in one): its session stops, its lease runs
         out (the others count it gone within LEASE_MS), status drops it. Its folder stays:
         joining again resumes from its checkpoints."""
-        session = self._session_named(name)
+        session = self.session_named(name)
         lifecycle = self._lifecycles.pop(session.run_id, None)
         if lifecycle is not None:
             lifecycle.leave()

@@ -23,7 +23,16 @@ def _round(n: int = 15, f: int = 3, seed: int = 0) -> tuple[list[torch.Tensor], 
 
 
 def test_the_cli_names_are_all_there():
-    assert set(ATTACKS) == {"sign-flip", "sign-flip-10", "noise", "alie", "ipm", "random", "nan"}
+    assert set(ATTACKS) == {
+        "sign-flip",
+        "sign-flip-10",
+        "noise",
+        "alie",
+        "ipm",
+        "random",
+        "nan",
+        "scaled",
+    }
     with pytest.raises(UnknownAttack, match="choose one of"):
         build_attack("flip")
     with pytest.raises(UnknownAttack, match="attack 'noise'"):
