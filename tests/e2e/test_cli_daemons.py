@@ -28,7 +28,9 @@ def test_three_daemons_joined_to_the_first_all_see_each_other_within_10s(daemons
         def meshed() -> bool:
             for i, d in enumerate(nodes):
                 seen[ids[i]] = status_json(d)["peers"]
-            return all(set(seen[me]) == set(ids) - {me} for me in ids)
+            # each sees the other two; a peer's reachability check may add a throwaway dial-back
+            # identity for a moment (node/nat/dialback.py), which is no member of the mesh
+            return all(set(ids) - {me} <= set(seen[me]) for me in ids)
 
         try:
             wait_until_sync(meshed, timeout=10)
