@@ -54,6 +54,7 @@ from .announce import keep_announced
 from .bootstrap import Bootstrapper
 from .channels import Links, Server
 from .config import DEFAULT_CONFIG, DhtConfig, DhtMode
+from .dialer import Dialer
 from .errors import RecordRejected
 from .keyspace import record_key
 from .messages import DHT_PROTOCOL, REQUEST_TYPES, RESPONSE_TYPES, Ping, Pong
@@ -108,7 +109,9 @@ class Dht:
         penalise: Penalise | None = None,
         is_banned: Callable[[str], bool] = lambda _peer: False,
         clock: Callable[[], float] = time.time,
+        dial_slots: trio.CapacityLimiter | None = None,
     ) -> None:
+        """`dial_slots`: handshakes in flight, shared by nodes that share a CPU (dialer.py)."""
         self.host = host
         self.config = config
         self.own = host.get_id()
@@ -121,6 +124,7 @@ class Dht:
         self.store = RecordStore(max_entries=config.max_records, max_bytes=config.max_record_bytes)
         self.signatures = SignatureCache()
         self.book = PeerBook(host)
+        self.dialer = Dialer(host, timeout=2 * config.request_timeout, slots=dial_slots)
         self.feed = TableFeed(self.table, self.book)
         self.connected_keys: dict[int, ID] = {}
         self.extra_addrs: list[str] = []  # e.g. relay circuit addresses, for our peer record
@@ -134,7 +138,12 @@ class Dht:
         """The stream side: our requests (`links`), answers to others (`server`), and the
         connection watcher that feeds the routing table."""
         self.links = Links(
-            self.host, DHT_PROTOCOL, RESPONSE_TYPES, on_bad_peer=self._bad_peer, connect=self._dial
+            self.host,
+            DHT_PROTOCOL,
+            RESPONSE_TYPES,
+            on_bad_peer=self._bad_peer,
+            connect=self._dial,
+            open_timeout=self.dialer.timeout,
         )
         self.responder = Responder(
             is_server=self.is_server,
@@ -204,6 +213,7 @@ class Dht:
             table=self.table,
             walker=self.walker,
             feed=self.feed,
+            dialer=self.dialer,
             peers=bootstrap,
         )
 
@@ -218,6 +228,7 @@ class Dht:
         try:
             async with trio.open_nursery() as nursery:
                 self.links.attach(nursery)
+                self.dialer.attach(nursery)
                 await nursery.start(self.watcher.run)
                 nursery.start_soon(self.joining.maintain)
                 nursery.start_soon(self._housekeeping)
@@ -338,7 +349,7 @@ class Dht:
         return pong.server
 
     async def _dial(self, peer: ID) -> None:
-        await self.host.connect(PeerInfo(peer, self.book.dial_addrs(peer)))
+        await self.dialer.connect(PeerInfo(peer, self.book.dial_addrs(peer)))
 
     def _bad_peer(self, peer: ID, exc: ProtocolError) -> None:
         points = exc.reason.penalty if isinstance(exc, RecordRejected) else BAD_ANSWER_PENALTY
