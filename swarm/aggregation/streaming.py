@@ -46,7 +46,8 @@ class UpdateSource(Protocol):
     def numel(self) -> int: ...
 
     def read(self, start: int, stop: int) -> torch.Tensor:
-        """Values [start, stop) as a 1-D fp32 tensor (a view is fine; it is copied at once)."""
+        """Values [start, stop) as a 1-D fp32 tensor. It may be a view of the source's own
+        buffer, valid only until the source's next `read`: the passes use or copy it at once."""
         ...
 
 
@@ -145,7 +146,14 @@ def _read_window(source: UpdateSource, start: int, stop: int, chunk_size: int) -
     """source[start:stop], read in pieces of at most `chunk_size`."""
     if stop - start <= chunk_size:
         return _read(source, start, stop)
-    return torch.cat([_read(source, a, b) for a, b in _pieces(start, stop, chunk_size)])
+    window = None
+    for a, b in _pieces(start, stop, chunk_size):  # each piece copied before the next read
+        piece = _read(source, a, b)
+        if window is None:
+            window = torch.empty(stop - start, device=piece.device)
+        window[a - start : b - start].copy_(piece)
+    assert window is not None
+    return window
 
 
 def _pieces(start: int, stop: int, chunk_size: int) -> Iterator[tuple[int, int]]:

@@ -18,7 +18,10 @@ import torch
 from peertrain.protocol import codecs
 from peertrain.protocol.int8_blockwise import DEFAULT_BLOCK_SIZE
 
+from ..aggregation.streaming import TensorSource, UpdateSource
 from ..models.config import ConfigError
+from . import payload_source
+from .payload_source import QuantizedSource
 
 # A payload is any bytes-like object. Ours are writable memoryviews over the encoder's output
 # tensor: 100M int8 values are not copied into a `bytes` on the way to the wire (nor back out on
@@ -49,6 +52,10 @@ class UpdateCodec(Protocol):
 
     def decode(self, payload: Payload, numel: int) -> torch.Tensor: ...
 
+    def source(self, payload: Payload, numel: int) -> UpdateSource:
+        """The payload as an aggregation input, checked as `decode` checks it (DecodeError)."""
+        ...
+
     def payload_bytes(self, numel: int) -> int: ...
 
     def warm(self, numel: int) -> None:
@@ -78,6 +85,12 @@ class ProtocolCodec:
             shape=(numel,),
             block_size=self.block_size,
         )
+
+    def source(self, payload: Payload, numel: int) -> UpdateSource:
+        """int8: read in place, a chunk at a time (payload_source.py); others: decoded whole."""
+        if payload_source.applies(self.name, numel):
+            return QuantizedSource(payload_tensor(payload), numel, block_size=self.block_size)
+        return TensorSource(self.decode(payload, numel))
 
     def payload_bytes(self, numel: int) -> int:
         return codecs.CODECS[self.name].payload_nbytes(numel, self.block_size)
