@@ -285,7 +285,8 @@ def _summary_rows(
         ("CPU floor (unavoidable compute, this machine)", f["compute_floor_s"],
          f"max(one node alone, {f['floor_cpu_s']:.2f} CPU s of all nodes / {cpus} CPUs)"),
         ("  one node alone: encode + aggregate + step", f["floor_node_s"],
-         f"best node; median encode {f['encode_s']:.3f} s, aggregate + step {f['apply_floor_s']:.3f} s"),
+         f"best node; median encode {f['encode_s']:.3f} s,"
+         f" aggregate + step {f['apply_floor_s']:.3f} s"),
         ("  the same encode as codec.py times it", f["encode_kernel_s"],
          "bare kernel into a payload already faulted in"),
         ("  building the encoder (numba load)", f["encoder_build_s"], "at join, not timed"),
