@@ -3,8 +3,6 @@ state that members agree on, checkpoints that restore every fragment, members of
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from peertrain.swarm.diloco.build import build_member
 from peertrain.swarm.diloco.checkpoint import CheckpointStore
@@ -96,21 +94,21 @@ async def test_a_member_three_times_slower_is_counted_and_no_round_waits_for_it(
         **{**_fields(SPEC), "round_seconds": 1.2, "round_timeout": 20, "inner_steps": 4000}
     )
     async with open_driver_group(spec) as group:
-        started = time.monotonic()
         fast = [await group.member(group.creator), await group.member()]
         slow = await group.member(slowdown=3.0)
         await group.finished(within=120)
-        took = time.monotonic() - started
         drivers = [p.driver for p in (*fast, slow)]
         assert len({d.progress.state_checksum for d in drivers}) == 1
         assert len({tuple(d.fragment_checksums) for d in drivers}) == 1
         counted = drivers[0].samples
+        assert all(d.samples == counted for d in drivers)  # the same weights everywhere
         assert counted[slow.peer_id] > 0, counted  # its work is in every round
-        assert counted[slow.peer_id] < 0.7 * min(counted[p.peer_id] for p in fast), counted
-        # a round waiting for the slow member would take round_timeout (20 s)
-        assert took < spec.rounds * spec.round_timeout / 2, drivers[0].progress.history
-        for d in drivers:
+        # three members share one process (and its GIL) here: a fast one may be starved, so
+        # only the fastest is compared (the CLI test compares processes, each with its own)
+        assert counted[slow.peer_id] < 0.7 * max(counted[p.peer_id] for p in fast), counted
+        for d in drivers:  # a round waiting for the slow member would take round_timeout
             assert d.last_round["fragments_landed"] == spec.fragments
+            assert max(d.round_durations) < spec.round_timeout / 2, d.round_durations
 
 
 def _fields(spec: DiLoCoSpec) -> dict:
