@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from peertrain.crdt.replicator import Replicator
     from peertrain.crdt.runstate import RunState
     from peertrain.swarm.diloco.build import BuiltMember
-    from peertrain.swarm.diloco.compression import ProtocolCodec
+    from peertrain.swarm.diloco.compression import ErrorFeedbackEncoder, ProtocolCodec
     from peertrain.swarm.diloco.driver import DiLoCoDriver
     from peertrain.swarm.diloco.member import RoundReport
     from peertrain.swarm.diloco.run_spec import DiLoCoSpec
@@ -141,6 +141,7 @@ async def open_update_exchange(
     is_member: Callable[[str], bool],
     expected: Callable[[int], set[str]],
     reserve_updates: int,
+    encoder: ErrorFeedbackEncoder | None = None,
     tensors_class: type[NodeTensors] = NodeTensors,
     transport_class: Callable[[NodeTensors], GroupTransport] = UpdateTransport,
 ) -> AsyncIterator[UpdateExchange]:
@@ -148,8 +149,9 @@ async def open_update_exchange(
 
     `codec`: the one the member encodes its updates with. `is_member(peer)`: may this peer send
     updates; `expected(round)`: whose updates the round waits for. Buffers for `reserve_updates`
-    incoming updates are faulted in in the background (a session overlaps that with its first
-    inner steps)."""
+    incoming updates (and our own next one, when `encoder` is given: the member's encoder then
+    writes its payloads into the same recycled buffers) are faulted in in the background (a
+    session overlaps that with its first inner steps)."""
     from peertrain.swarm.diloco.update_gossip import UpdateGossip
 
     topic = update_topic(run_id)
@@ -163,6 +165,9 @@ async def open_update_exchange(
         expected=expected,
     )
     reserved = trio.Event()
+    if encoder is not None:
+        encoder.allocate = tensors.receive_buffers.acquire
+        reserve_updates += 1
 
     async def reserve() -> None:
         await tensors.reserve_receive_buffers(reserve_updates, gossip.expected_nbytes)
@@ -191,6 +196,7 @@ def open_member_exchange(node: NodeServices, state: RunState, built: BuiltMember
         is_member=lambda peer: state.is_live(peer) or peer == me,
         expected=lambda round_: expected_members(state, me, round_),
         reserve_updates=min_members - 1,
+        encoder=built.member.encoder,
     )
 
 

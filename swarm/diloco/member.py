@@ -24,6 +24,7 @@ from peertrain.protocol.errors import DecodeError
 from torch import nn
 
 from ..aggregation import Aggregator, NotEnoughUpdates, RejectReason, build_aggregator
+from ..aggregation.streaming import UpdateSource
 from ..data.batches import Batches
 from .compression import ErrorFeedbackEncoder, ProtocolCodec, UpdateCodec
 from .config import InnerConfig, OuterConfig
@@ -48,20 +49,27 @@ def rejection_kind(reason: str) -> str:
 
 
 def decode_contributions(
-    codec: UpdateCodec, numel: int, contributions: Sequence[Contribution]
-) -> tuple[list[str], list[tuple[str, str]], list[torch.Tensor]]:
+    codec: UpdateCodec,
+    numel: int,
+    contributions: Sequence[Contribution],
+    *,
+    as_sources: bool = False,
+) -> tuple[list[str], list[tuple[str, str]], list[Any]]:
     """(accepted senders, rejected (sender, why), decoded Δ) in sender order: equivocators
-    (several updates for one exchange) and undecodable payloads are refused."""
+    (several updates for one exchange) and undecodable payloads are refused. `as_sources`:
+    each Δ as an aggregation `UpdateSource` (`codec.source`: int8 is read in place, chunk by
+    chunk, never decoded whole), after the same checks."""
     accepted: list[str] = []
     rejected: list[tuple[str, str]] = []
-    deltas: list[torch.Tensor] = []
+    deltas: list[Any] = []
+    decode = codec.source if as_sources else codec.decode
     counts = Counter(c.sender for c in contributions)
     for c in sorted(contributions, key=lambda c: c.sender):
         if counts[c.sender] > 1:  # equivocation: no order-independent way to pick one
             rejected.append((c.sender, f"sent {counts[c.sender]} updates for one round"))
             continue
         try:
-            deltas.append(codec.decode(c.payload, numel))
+            deltas.append(decode(c.payload, numel))
         except DecodeError as exc:
             rejected.append((c.sender, str(exc)))
             continue
@@ -74,16 +82,28 @@ def aggregate_deltas(
     numel: int,
     accepted: list[str],
     rejected: list[tuple[str, str]],
-    deltas: list[torch.Tensor],
+    deltas: Sequence[torch.Tensor] | Sequence[UpdateSource],
     norm_reference: Collection[str] = frozenset(),
+    *,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor | None:
     """The rule's update (None if nothing usable); senders it refused move to `rejected`.
-    `norm_reference`: senders whose norms set the norm bound (validation.judge_values)."""
+    `deltas`: decoded tensors, or `UpdateSource`s (decode_contributions(as_sources=True)).
+    `norm_reference`: senders whose norms set the norm bound (validation.judge_values).
+    `out`: where to write the update (numel fp32; a reused buffer faults no pages in)."""
     if not deltas:
         return None
     try:
         reference = [i for i, sender in enumerate(accepted) if sender in norm_reference]
-        result = aggregator.aggregate(deltas, numel=numel, reference=reference)
+        if all(isinstance(d, torch.Tensor) for d in deltas):
+            result = aggregator.aggregate(deltas, numel=numel, reference=reference, out=out)
+        else:
+            result = aggregator.aggregate_streaming(
+                deltas,  # type: ignore[arg-type]
+                numel=numel,
+                reference=reference,
+                out=out,
+            )
         update, verdicts = result.update, result.verdicts
     except NotEnoughUpdates as exc:
         update, verdicts = None, exc.verdicts
@@ -91,6 +111,31 @@ def aggregate_deltas(
     rejected.extend((accepted[i], why) for i, why in sorted(refused.items()))
     accepted[:] = [sender for i, sender in enumerate(accepted) if i not in refused]
     return update
+
+
+def apply_contributions(
+    contributions: Sequence[Contribution],
+    *,
+    codec: UpdateCodec,
+    aggregator: Aggregator,
+    outer: NesterovOuterOptimizer,
+    params: torch.Tensor,
+    norm_reference: Collection[str] = frozenset(),
+    out: torch.Tensor | None = None,
+) -> tuple[list[str], list[tuple[str, str]], float]:
+    """A round's compute after the exchange: check and aggregate the updates (int8 read in
+    place, never decoded whole), then the outer step on `params` (θ_global, in place).
+    (accepted, rejected, the update's norm: NaN when nothing was applied)."""
+    numel = params.numel()
+    accepted, rejected, sources = decode_contributions(codec, numel, contributions, as_sources=True)
+    update = aggregate_deltas(
+        aggregator, numel, accepted, rejected, sources, norm_reference, out=out
+    )
+    if update is None:
+        return accepted, rejected, math.nan
+    norm = update.norm().item()
+    outer.step(params, update)
+    return accepted, rejected, norm
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -151,6 +196,7 @@ class DiLoCoMember:
         self.global_params = self.layout.flatten()
         self.round = 0
         self._prepared: tuple[int, InnerReport, int] | None = None  # (round, report, payload bytes)
+        self._update: torch.Tensor | None = None  # the aggregate's buffer
 
     # -- one round ------------------------------------------------------------------------------
 
@@ -165,15 +211,17 @@ class DiLoCoMember:
 
     def apply_update(self, contributions: Sequence[Contribution]) -> RoundReport:
         """Aggregate the decodable updates, take the outer step, reset the model to θ_global."""
-        codec, numel = self.encoder.codec, self.layout.numel
-        accepted, rejected, deltas = decode_contributions(codec, numel, contributions)
-        update = aggregate_deltas(
-            self.aggregator, numel, accepted, rejected, deltas, self.norm_reference
+        if self._update is None:  # reused every round: 4 bytes a parameter, faulted in once
+            self._update = torch.empty(self.layout.numel)
+        accepted, rejected, update_norm = apply_contributions(
+            contributions,
+            codec=self.encoder.codec,
+            aggregator=self.aggregator,
+            outer=self.outer,
+            params=self.global_params,
+            norm_reference=self.norm_reference,
+            out=self._update,
         )
-        update_norm = math.nan
-        if update is not None:
-            update_norm = update.norm().item()
-            self.outer.step(self.global_params, update)
         self.layout.load(self.global_params)
         prepared, self._prepared = self._prepared, None
         inner, payload_bytes = (
