@@ -263,6 +263,11 @@ class DiLoCoMember:
 
     # -- state ----------------------------------------------------------------------------------
 
+    @property
+    def momentum_buffer(self) -> torch.Tensor:
+        """The outer momentum (a Streaming member joins its fragments' into the same form)."""
+        return self.outer.momentum_buffer
+
     def state_hash(self) -> str:
         return state_hash(
             self.round, self.layout.named(self.global_params), self.outer.momentum_buffer

@@ -118,6 +118,7 @@ class UpdateGossip:
         self.dropped: Counter[str] = Counter()  # non-members' announcements and records, by kind
         self.expected = expected  # whose updates round r waits for
         self.current_round = 0
+        self.window = ROUND_WINDOW  # rounds ahead we accept (a streaming run's rounds are slots)
         self._rounds: dict[int, _RoundState] = {}
         self.rejected = 0
         self._pulls = trio.CapacityLimiter(MAX_PULLS)
@@ -189,7 +190,7 @@ class UpdateGossip:
         return env.round, ann
 
     def _in_window(self, round_: int) -> bool:
-        return self.current_round - 1 <= round_ <= self.current_round + ROUND_WINDOW
+        return self.current_round - 1 <= round_ <= self.current_round + self.window
 
     def _round(self, round_: int) -> _RoundState | None:
         if round_ < self.current_round:

@@ -4,7 +4,8 @@ py-libp2p 0.8.1 runs the XX handshake well, but its data path costs more than th
 every Noise message is its own socket write, every read is a 2-byte read followed by an
 exact read of the body, and a large write is cut at 65 519 bytes and awaited piece by piece.
 We keep its handshake (`Transport.secure_*`, unchanged, so identity checks and payload
-signatures stay upstream's) and replace only what follows it:
+signatures stay upstream's; only our own payload is signed once per transport instead of once
+per connection) and replace only what follows it:
 
 - writes: a batch of buffers becomes many Noise messages encrypted (`encrypt_into`) into one
   reused buffer and sent with one `send_all`; small pieces (a Yamux header, a window update)
@@ -36,6 +37,8 @@ from libp2p.abc import IRawConnection, ISecureConn
 from libp2p.io.exceptions import ConnectionClosedError
 from libp2p.peer.id import ID
 from libp2p.security.base_session import BaseSession
+from libp2p.security.noise.messages import NoiseExtensions, NoiseHandshakePayload
+from libp2p.security.noise.patterns import IPattern, PatternXX
 from libp2p.security.noise.transport import PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as StockNoiseTransport
 from libp2p.security.secure_session import SecureSession
@@ -61,11 +64,37 @@ _NONCE = struct.Struct("<4xQ")  # 32 zero bits, then the 64-bit counter, little-
 class NoiseTransport(StockNoiseTransport):
     """libp2p's Noise XX handshake, then our `NoiseSession` for everything after it."""
 
+    _payload: NoiseHandshakePayload | None = None
+
+    def get_pattern(self) -> IPattern:
+        if self.early_data is not None:  # a payload that may change: upstream's way
+            return super().get_pattern()
+        return _SignedOncePatternXX(self)
+
     async def secure_inbound(self, conn: IRawConnection) -> ISecureConn:
         return NoiseSession.take_over(await super().secure_inbound(conn), conn)
 
     async def secure_outbound(self, conn: IRawConnection, peer_id: ID) -> ISecureConn:
         return NoiseSession.take_over(await super().secure_outbound(conn, peer_id), conn)
+
+
+class _SignedOncePatternXX(PatternXX):
+    """Upstream's XX handshake, with our handshake payload signed once per transport, not once
+    per connection: it signs our fixed static Noise key, so it never changes (saves an Ed25519
+    signature and its debug formatting on every connection setup)."""
+
+    def __init__(self, transport: NoiseTransport) -> None:
+        super().__init__(transport.local_peer, transport.libp2p_privkey, transport.noise_privkey)
+        self._transport = transport
+
+    def make_handshake_payload(
+        self, extensions: NoiseExtensions | None = None
+    ) -> NoiseHandshakePayload:
+        if extensions is not None:
+            return super().make_handshake_payload(extensions)
+        if self._transport._payload is None:
+            self._transport._payload = super().make_handshake_payload()
+        return self._transport._payload
 
 
 class NoiseSession(BaseSession):

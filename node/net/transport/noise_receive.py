@@ -1,10 +1,11 @@
 """The receiving half of a Noise session: sealed messages in one buffer, opened where asked.
 
-One `recv_into` takes up to `RECV_BUFFER` bytes: many whole messages at bulk rates. The muxer
-pulls them one at a time (`next_size`, then `open`) and says where each plaintext goes: into a
-reader's own buffer (`decrypt_into`, no copy after the kernel's) or into a new bytes object.
-Ciphertext that fails authentication raises NoiseError; a destination it was being decrypted
-into then holds garbage past what its reader was told is filled, and the connection is done.
+One `recv_into` takes up to `RECV_BUFFER` bytes (once bulk traffic has grown the buffer to
+that): many whole messages per system call. The muxer pulls them one at a time (`next_size`,
+then `open`) and says where each plaintext goes: into a reader's own buffer (`decrypt_into`, no
+copy after the kernel's) or into a new bytes object. Ciphertext that fails authentication raises
+NoiseError; a destination it was being decrypted into then holds garbage past what its reader
+was told is filled, and the connection is done.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from .errors import NoiseError
 
 TAG = 16
 MAX_MESSAGE = 65535  # Noise's limit for one transport message, tag included
-RECV_BUFFER = 1 << 20  # bytes asked of the kernel per read: ~16 full messages per system call
+FIRST_BUFFER = 2 * (2 + MAX_MESSAGE)  # a new session's buffer: 1 MiB costs ~1 ms to allocate
+RECV_BUFFER = 1 << 20  # grown to under bulk traffic: ~16 full messages per system call
 
 _NONCE = struct.Struct("<4xQ")  # 32 zero bits, then the 64-bit counter, little-endian (Noise §5.2)
 
@@ -41,10 +43,11 @@ class SealedReader:
         self._decrypt: Callable[..., bytes] = cipher.decrypt
         self._decrypt_into: Callable[..., int] = cipher.decrypt_into
         self._nonce = nonce
-        self._inbuf = bytearray(RECV_BUFFER)
+        self._inbuf = bytearray(FIRST_BUFFER)
         self._inview = memoryview(self._inbuf)
         self._start = 0  # unparsed ciphertext is _inbuf[_start:_end]
         self._end = 0
+        self._grow = False  # set when a read filled all the room there was
         self.eof = False
 
     def next_size(self) -> int | None:
@@ -106,11 +109,8 @@ class SealedReader:
 
     async def _fill(self) -> bool:
         """Append bytes from the connection to the buffer; False at EOF."""
-        if len(self._inbuf) - self._end < 2 + MAX_MESSAGE and self._start:
-            pending = self._end - self._start
-            # a copy, not a view: the regions may overlap, and the assignment is a memcpy
-            self._inbuf[:pending] = self._inbuf[self._start : self._end]
-            self._start, self._end = 0, pending
+        if len(self._inbuf) - self._end < 2 + MAX_MESSAGE:
+            self._make_room()
         try:
             if self._socket is not None:
                 got = await self._socket.recv_into(self._inview[self._end :])
@@ -124,5 +124,21 @@ class SealedReader:
             raise ConnectionClosedError(
                 f"connection failed while reading: {exc}", transport="tcp"
             ) from exc
+        if got == len(self._inbuf) - self._end and len(self._inbuf) < RECV_BUFFER:
+            self._grow = True  # the kernel had more than we could take: bulk traffic
         self._end += got
         return got > 0
+
+    def _make_room(self) -> None:
+        """Room for a whole message after `_end`: a bigger buffer if bulk traffic asked for one,
+        else the unparsed tail moved to the front."""
+        pending = self._end - self._start
+        if self._grow:
+            self._grow = False
+            bigger = bytearray(min(2 * len(self._inbuf), RECV_BUFFER))
+            bigger[:pending] = self._inview[self._start : self._end]
+            self._inbuf, self._inview = bigger, memoryview(bigger)
+        elif self._start:
+            # a copy, not a view: the regions may overlap, and the assignment is a memcpy
+            self._inbuf[:pending] = self._inbuf[self._start : self._end]
+        self._start, self._end = 0, pending
