@@ -14,12 +14,13 @@ hundreds of handshakes split one core, each outlives every deadline and the work
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import trio
 from libp2p.abc import IHost
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
+from multiaddr import Multiaddr
 
 from .errors import DialFailed
 
@@ -41,9 +42,15 @@ class Dialer:
     """`connect(info)` for one host: shared, uncancellable dials (see the module docstring)."""
 
     def __init__(
-        self, host: IHost, *, timeout: float = 10.0, slots: trio.CapacityLimiter | None = None
+        self,
+        host: IHost,
+        addrs: Callable[[ID], list[Multiaddr]],
+        *,
+        timeout: float = 10.0,
+        slots: trio.CapacityLimiter | None = None,
     ) -> None:
         self.host = host
+        self.addrs = addrs  # where to dial a peer known by its ID (the node's peer book)
         self.timeout = timeout  # per dial, from when it holds a slot
         self._slots = slots or trio.CapacityLimiter(MAX_DIALS)
         self._attempts: dict[ID, _Attempt] = {}
@@ -57,6 +64,10 @@ class Dialer:
 
     def connected(self, peer: ID) -> bool:
         return bool(self.host.get_network().get_connections(peer))
+
+    async def dial(self, peer: ID) -> None:
+        """`connect` at the addresses `addrs` knows for `peer`."""
+        await self.connect(PeerInfo(peer, self.addrs(peer)))
 
     async def connect(self, info: PeerInfo) -> None:
         """Return once connected to `info.peer_id`; `DialFailed` if the dial failed.

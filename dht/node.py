@@ -32,6 +32,10 @@ hands out lives with its concept:
     bootstrap.py   joining: bootstrap, the first wide walk, periodic refresh
     table_feed.py  who joins the routing table (servers) and who stays out (clients)
     watcher.py     new connections → routing table (through the table feed)
+    dialer.py      dials that finish whoever gave up on them, one per peer
+
+Why this module is long: it is the node's one public face (put, get, resolve, mode, statistics)
+and the wiring of the parts above; what each part does lives in its own module.
 """
 
 from __future__ import annotations
@@ -111,7 +115,6 @@ class Dht:
         clock: Callable[[], float] = time.time,
         dial_slots: trio.CapacityLimiter | None = None,
     ) -> None:
-        """`dial_slots`: handshakes in flight, shared by nodes that share a CPU (dialer.py)."""
         self.host = host
         self.config = config
         self.own = host.get_id()
@@ -124,7 +127,10 @@ class Dht:
         self.store = RecordStore(max_entries=config.max_records, max_bytes=config.max_record_bytes)
         self.signatures = SignatureCache()
         self.book = PeerBook(host)
-        self.dialer = Dialer(host, timeout=2 * config.request_timeout, slots=dial_slots)
+        # dial_slots: handshakes in flight, shared by nodes that share a CPU (dialer.py)
+        self.dialer = Dialer(
+            host, self.book.dial_addrs, timeout=2 * config.request_timeout, slots=dial_slots
+        )
         self.feed = TableFeed(self.table, self.book)
         self.connected_keys: dict[int, ID] = {}
         self.extra_addrs: list[str] = []  # e.g. relay circuit addresses, for our peer record
@@ -142,8 +148,7 @@ class Dht:
             DHT_PROTOCOL,
             RESPONSE_TYPES,
             on_bad_peer=self._bad_peer,
-            connect=self._dial,
-            open_timeout=self.dialer.timeout,
+            connect=self.dialer.dial,
         )
         self.responder = Responder(
             is_server=self.is_server,
@@ -347,9 +352,6 @@ class Dht:
         if pong.server:
             self.feed.add_server(peer)
         return pong.server
-
-    async def _dial(self, peer: ID) -> None:
-        await self.dialer.connect(PeerInfo(peer, self.book.dial_addrs(peer)))
 
     def _bad_peer(self, peer: ID, exc: ProtocolError) -> None:
         points = exc.reason.penalty if isinstance(exc, RecordRejected) else BAD_ANSWER_PENALTY

@@ -68,6 +68,8 @@ async def test_a_failed_dial_is_told_to_every_caller_once(dht_swarm):
 
 async def test_a_dialer_whose_node_is_not_running_refuses_at_once(dht_swarm):
     async with dht_swarm(2, config=QUIET) as swarm:
-        idle = Dialer(swarm.nodes[0].host)  # never attached to a nursery
+        idle = Dialer(
+            swarm.nodes[0].host, swarm.nodes[0].book.dial_addrs
+        )  # never attached to a nursery
         with pytest.raises(DialFailed, match="not running"):
             await idle.connect(swarm.info(1))
