@@ -23,12 +23,14 @@ Models: hops, lookup latency, DHT traffic, convergence and reach grow as log N (
 lookups, gossip's depth log_D N); replication traffic per node is constant in N. Each model is
 fitted at the smallest size and extrapolated.
 
-`--quick` runs 1k nodes only. The last line is one JSON object with every figure.
+`--quick` runs 1k nodes only; `--combine OUT...` prints one table and plot from the outputs of
+runs made separately (one size per process). The last line is one JSON object with every figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import resource
@@ -176,22 +178,36 @@ def _panel(results: list[dict], title: str, unit: str, keys: list[tuple[str, str
     return Panel(title, unit, series)
 
 
+def _simulate_one(n: int, seed: int) -> dict:
+    result = simulate(n, seed)
+    print(f"N={n}: {result['cpu_s']:.0f} CPU s, {result['wall_s']:.0f} s wall", flush=True)
+    return result
+
+
+def _last_json(path: Path) -> dict:
+    """The JSON line of a saved run (its last, unless a wrapper appended lines after it)."""
+    lines = path.read_text().strip().splitlines()
+    return json.loads(next(line for line in reversed(lines) if line.startswith("{")))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 4000, 10000])
     parser.add_argument("--quick", action="store_true", help="1k nodes only")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--png", type=Path, default=Path("scale_sim.png"))
+    parser.add_argument(
+        "--combine", type=Path, nargs="+", help="no simulation: one table and plot of earlier "
+        "runs' outputs (their last lines), e.g. sizes run as separate processes",
+    )  # fmt: skip
     args = parser.parse_args()
-    sizes = [1000] if args.quick else sorted(args.sizes)
     load = os.getloadavg()[0]
-    results = []
-    for n in sizes:
-        results.append(simulate(n, args.seed))
-        print(
-            f"N={n}: {results[-1]['cpu_s']:.0f} CPU s, {results[-1]['wall_s']:.0f} s wall",
-            flush=True,
-        )
+    if args.combine:
+        results = [r for path in args.combine for r in _last_json(path)["results"]]
+    else:
+        results = [_simulate_one(n, args.seed) for n in ([1000] if args.quick else args.sizes)]
+    results.sort(key=lambda r: r["n"])
+    sizes = [r["n"] for r in results]
     report(results, args.png)
     models = {k: model(results, k, sizes[-1]) for k in LOG_MODELS}
     loads = [round(load, 2), round(os.getloadavg()[0], 2)]
