@@ -121,6 +121,7 @@ class Daemon:
             addrs=self.addrs,
             home=config.home,
             attack=config.attack,
+            slowdown=config.slowdown,
             device=config.device,
             precision=config.precision,
             sample_grid_every=config.sample_grid_every,
