@@ -78,7 +78,7 @@ class StreamingDriver(DiLoCoDriver):
         self._group = self.group.of_round(round_, salt=self.sync.served or b"")
         self.built.use_shard(self.spec.shard_in(self.peer_id, set(self._group)))
         step = self.progress.inner_start = self.member.inner.step
-        started = trio.current_time()
+        started, before = trio.current_time(), self.loop.statistics()
         self.progress.phase = "inner steps"
         await self.loop.run_slots(
             round_ * self.spec.fragments + 1, self.spec.fragments, **self._stride()
@@ -89,7 +89,10 @@ class StreamingDriver(DiLoCoDriver):
         self.replicator.writer.add_progress(self.member.inner.step - step)
         await self.sync.publish()
         await self.sync.agree()
-        self.round_durations = [*self.round_durations[-63:], trio.current_time() - started]
+        took, after = trio.current_time() - started, self.loop.statistics()
+        self.round_durations = [*self.round_durations[-63:], took]
+        compute = after.compute_seconds - before.compute_seconds
+        self.progress.timed(steps=after.steps - before.steps, compute=compute, wall=took)
         self.fragment_checksums = await self._thread(self.member.fragment_hashes)
         await self._record(report)
         await self._save_checkpoint()
