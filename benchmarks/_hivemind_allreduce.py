@@ -2,10 +2,12 @@
 
 Run by that benchmark with an interpreter that has hivemind (it pins protobuf and grpc versions
 that conflict with our libp2p, so it usually lives in a venv of its own). N peers on loopback,
-each a hivemind DHT + DecentralizedAverager (its own process) over one tensor of `numel` fp32
-values; matchmaking is done first (every step waits at `require_trigger`), so what is timed is
-the all-reduce alone: from the common trigger until every peer holds the average. Prints one
-JSON line: {"codec", "numel", "peers", "seconds": [...] one per round}; exit 3 without hivemind.
+each a hivemind DHT + DecentralizedAverager (its own process, hivemind's default settings) over
+one tensor of `numel` fp32 values. Two times per round: "seconds", the all-reduce alone (every
+step waits at `require_trigger` once matched: from the common trigger until every peer holds the
+average), and "step_seconds", the whole `step()` a hivemind user waits for (matchmaking, whose
+`min_matchmaking_time` is 5 s by default, then the all-reduce). Prints one JSON line: {"codec",
+"numel", "peers", "seconds": [...], "step_seconds": [...]}; exit 3 without hivemind.
 
     python _hivemind_allreduce.py --numel N --peers 4 --rounds 3 --codec 8bit|fp32
 """
@@ -51,7 +53,6 @@ def _peers(args, hivemind, torch):
                 prefix="bench",
                 target_group_size=args.peers,
                 min_group_size=args.peers,
-                min_matchmaking_time=2.0,
                 request_timeout=10.0,
                 compression=compression,
                 start=True,
@@ -60,9 +61,11 @@ def _peers(args, hivemind, torch):
     return dhts, averagers
 
 
-def _one_round(averagers, timeout: float) -> float:
+def _one_round(averagers, timeout: float) -> tuple[float, float]:
+    """(all-reduce seconds, step seconds) of one round on every peer."""
     from hivemind.averaging.control import AveragingStage
 
+    called = time.perf_counter()
     controls = [a.step(wait=False, require_trigger=True, timeout=timeout) for a in averagers]
     deadline = time.monotonic() + timeout
     while not all(c.stage == AveragingStage.AWAITING_TRIGGER for c in controls):
@@ -75,7 +78,8 @@ def _one_round(averagers, timeout: float) -> float:
     for control in controls:
         if control.result(timeout=timeout) is None:
             raise RuntimeError("a hivemind all-reduce failed")
-    return time.perf_counter() - start
+    end = time.perf_counter()
+    return end - start, end - called
 
 
 def main() -> None:
@@ -88,14 +92,15 @@ def main() -> None:
         sys.exit(3)
     dhts, averagers = _peers(args, hivemind, torch)
     try:
-        seconds = [_one_round(averagers, args.timeout) for _ in range(args.rounds)]
+        rounds = [_one_round(averagers, args.timeout) for _ in range(args.rounds)]
     finally:
         for averager in averagers:
             averager.shutdown()
         for dht in dhts:
             dht.shutdown()
     print(json.dumps({"codec": args.codec, "numel": args.numel, "peers": args.peers,
-                      "seconds": seconds}))  # fmt: skip
+                      "seconds": [r[0] for r in rounds],
+                      "step_seconds": [r[1] for r in rounds]}))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from typing import Any
 
 import trio
 from peertrain.node.runs.update_exchange import NodeTensors, UpdateTransport, open_update_exchange
+from peertrain.swarm.diloco.payload_source import Admissions
 
 RUN_ID = "bench-update-round"
 CODEC = "int8"
@@ -115,8 +116,9 @@ class TimedTransport(UpdateTransport):
 
 class RoundCompute:
     """One node's compute of the round, as a DiLoCo member does it: encode its Δ with error
-    feedback (`ErrorFeedbackEncoder`, built ahead as at join), then, after the exchange,
-    `apply_contributions` (check, aggregate in place, outer Nesterov step on θ_global)."""
+    feedback (`ErrorFeedbackEncoder`, built ahead as at join); each payload checked and measured
+    as it arrives (`Admissions`, DiLoCoMember.admit), then `apply_contributions` (aggregate in
+    place, outer Nesterov step on θ_global)."""
 
     def __init__(self, numel: int, seed: int, aggregator: str) -> None:
         import torch
@@ -136,6 +138,10 @@ class RoundCompute:
         self.outer = NesterovOuterOptimizer(numel, OuterConfig())
         self.params = torch.zeros(numel)  # θ_global, the same on every node
         self.update = torch.zeros(numel)  # the member's reused aggregate buffer
+        self.admissions = Admissions()
+
+    def admit(self, sender: str, payload) -> None:
+        self.admissions.admit(self.encoder.codec, self.numel, sender, payload)
 
     def encode(self):
         return self.encoder.encode(self.delta)
@@ -150,6 +156,7 @@ class RoundCompute:
             outer=self.outer,
             params=self.params,
             out=self.update,
+            admitted=self.admissions.take(),
         )
         if rejected or len(accepted) != len(contributions):
             raise RuntimeError(f"updates refused: {rejected}")
@@ -168,7 +175,11 @@ class RoundCompute:
         cpu0, t0 = time.process_time(), time.perf_counter()
         payload = self.encode()
         cpu1, t1 = time.process_time(), time.perf_counter()
-        self.apply([Contribution(sender=f"p{k}", payload=payload) for k in range(peers)])
+        # the same payload under `peers` names: the same work as `peers` different ones
+        contributions = [Contribution(sender=f"p{k}", payload=payload) for k in range(peers)]
+        for c in contributions:  # in the round this overlaps the transfers; here it counts
+            self.admit(c.sender, c.payload)
+        self.apply(contributions)
         cpu2, t2 = time.process_time(), time.perf_counter()
         self.params.zero_()
         self.outer.momentum_buffer.zero_()
@@ -203,6 +214,7 @@ class BenchNode:
         self.members: set[str] = {self.me}
         self.compute: RoundCompute | None = None
         self.floor_times: dict[str, float] = {}
+        self.torch = trio.CapacityLimiter(1)  # the member's one torch worker, as in a session
 
     def listen_port(self) -> int:
         return int(re.search(r"/tcp/(\d+)", self.daemon.addrs()[0]).group(1))
@@ -254,6 +266,12 @@ class BenchNode:
         """The round's compute alone (RoundCompute.floor), before the round."""
         assert self.compute is not None
         self.floor_times = await trio.to_thread.run_sync(self.compute.floor, self.peers)
+        self.gossip.on_payload = self._admit
+
+    async def _admit(self, sender: str, payload) -> None:
+        """As the session's driver does: in the member's torch thread, one job at a time."""
+        assert self.compute is not None
+        await trio.to_thread.run_sync(self.compute.admit, sender, payload, limiter=self.torch)
 
     async def exchange(self, start_at: float, deadline_s: float) -> dict[str, Any]:
         """The whole round: encode, the update exchange, aggregate + outer step."""
@@ -261,7 +279,7 @@ class BenchNode:
         assert compute is not None
         await trio.sleep(max(0.0, start_at - time.monotonic()))
         self.transport.start_clock(start_at)
-        payload = await trio.to_thread.run_sync(compute.encode)
+        payload = await trio.to_thread.run_sync(compute.encode, limiter=self.torch)
         encoded = time.monotonic() - start_at
         contributions = await self.gossip.exchange(
             0, payload, deadline=trio.current_time() + deadline_s
@@ -269,7 +287,7 @@ class BenchNode:
         exchanged = time.monotonic() - start_at
         got = {c.sender for c in contributions}
         if got == self.members:
-            await trio.to_thread.run_sync(compute.apply, contributions)
+            await trio.to_thread.run_sync(compute.apply, contributions, limiter=self.torch)
         done = time.monotonic() - start_at
         return {
             "peer": self.me,

@@ -20,6 +20,12 @@ HIVEMIND_RATIO = 5.0  # and at least 5x faster than hivemind's 8-bit all-reduce 
 # hivemind's all-reduce of 4 x 100M as the user measured it (issue 20), printed when the
 # `--hivemind` arm does not run
 HIVEMIND_USER = {"8bit_best_s": 8.67, "8bit_median_s": 14.2, "fp32_s": 12.3, "numel": 100_000_000}
+HIVEMIND_ARMS = {  # keys of the --hivemind arm's figures
+    "8bit": "8-bit all-reduce",
+    "8bit_step": "8-bit step() (matchmaking + all-reduce)",
+    "fp32": "fp32 all-reduce",
+    "fp32_step": "fp32 step()",
+}
 MB = 1e6
 
 
@@ -319,14 +325,17 @@ def _summary_rows(
 def _hivemind_rows(f: dict[str, Any], hm: dict[str, Any]) -> list[tuple[str, float, str]]:
     where = "measured in this run" if hm.get("measured") else hm.get("why", "")
     rows = []
-    for codec in ("8bit", "fp32"):
-        if hm.get(codec):
-            runs = hm[codec]
+    for key, what in HIVEMIND_ARMS.items():
+        if hm.get(key):
+            runs = hm[key]
             note = f"best {min(runs):.2f} s of {len(runs)}; {where}"
-            rows.append((f"hivemind all-reduce {codec}, median", statistics.median(runs), note))
+            rows.append((f"hivemind {what}, median", statistics.median(runs), note))
     verdict = "met" if f["hivemind_met"] else "NOT met"
     note = f"median to median; target >= {HIVEMIND_RATIO}x: {verdict}"
-    rows.append(("hivemind 8-bit / our round", f["hivemind_ratio"], note))
+    rows.append(("hivemind 8-bit all-reduce / our round", f["hivemind_ratio"], note))
+    if hm.get("8bit_step"):
+        ratio = statistics.median(hm["8bit_step"]) / f["round_s"]
+        rows.append(("hivemind 8-bit step() / our round", ratio, "median to median"))
     return rows
 
 

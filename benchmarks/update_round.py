@@ -333,7 +333,7 @@ def hivemind_arm(args: argparse.Namespace) -> dict[str, Any]:
         if "error" in answer:
             print(f"hivemind arm ({codec}) did not run: {answer['error']}")
             return user | {"why": f"{user['why']}; {answer['error'][:200]}"}
-        out[codec] = answer["seconds"]
+        out[codec], out[f"{codec}_step"] = answer["seconds"], answer["step_seconds"]
     return out
 
 

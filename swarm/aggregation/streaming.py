@@ -137,12 +137,24 @@ def accumulate_statistics(
         for _, _, stack in _chunks(sources, chunk_size):
             gram += _blocked_gram(stack)
         return InputStatistics(sq_norms=gram.diagonal().clone(), gram=gram)
-    totals = [0.0] * p  # fp64, each window's total added in coordinate order
-    for start, stop in iter_chunks(sources[0].numel, _NORM_SPAN):  # norms need no stacking
-        for row, source in enumerate(sources):
-            for window in _window_sq_norms(_read_window(source, start, stop, chunk_size)):
-                totals[row] += window
+    totals = [  # norms need no stacking: one source at a time
+        known if (known := getattr(s, "known_sq_norm", None)) is not None
+        else source_sq_norm(s, chunk_size=chunk_size)
+        for s in sources
+    ]  # fmt: skip
     return InputStatistics(sq_norms=torch.tensor(totals, dtype=torch.float64), gram=None)
+
+
+def source_sq_norm(source: UpdateSource, *, chunk_size: int) -> float:
+    """One source's squared norm as the statistics pass takes it: fp64 window totals added in
+    coordinate order. Reads of `chunk_size` are copied into whole spans first, so the value does
+    not depend on it. A source may carry it precomputed as `known_sq_norm` (a payload measured
+    while the next one was still arriving: swarm/diloco/payload_source.py)."""
+    total = 0.0
+    for start, stop in iter_chunks(source.numel, _NORM_SPAN):
+        for window in _window_sq_norms(_read_window(source, start, stop, chunk_size)):
+            total += window
+    return total
 
 
 def _read_window(source: UpdateSource, start: int, stop: int, chunk_size: int) -> torch.Tensor:

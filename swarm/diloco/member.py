@@ -26,13 +26,14 @@ from torch import nn
 from ..aggregation import Aggregator, NotEnoughUpdates, RejectReason, build_aggregator
 from ..aggregation.streaming import UpdateSource
 from ..data.batches import Batches
-from .compression import ErrorFeedbackEncoder, ProtocolCodec, UpdateCodec
+from .compression import ErrorFeedbackEncoder, Payload, ProtocolCodec, UpdateCodec
 from .config import InnerConfig, OuterConfig
 from .errors import DiLoCoError
 from .exchange import Contribution, UpdateExchange
 from .flat import ParamLayout
 from .inner_loop import InnerLoop, InnerReport
 from .outer_step import NesterovOuterOptimizer
+from .payload_source import Admissions
 from .state_hash import state_hash
 
 EQUIVOCATION = "equivocation"  # a sender with several updates for one round
@@ -54,11 +55,14 @@ def decode_contributions(
     contributions: Sequence[Contribution],
     *,
     as_sources: bool = False,
+    admitted: Mapping[str, tuple[Any, UpdateSource]] | None = None,
 ) -> tuple[list[str], list[tuple[str, str]], list[Any]]:
     """(accepted senders, rejected (sender, why), decoded Δ) in sender order: equivocators
     (several updates for one exchange) and undecodable payloads are refused. `as_sources`:
     each Δ as an aggregation `UpdateSource` (`codec.source`: int8 is read in place, chunk by
-    chunk, never decoded whole), after the same checks."""
+    chunk, never decoded whole), after the same checks; `admitted`: sources already made (and
+    measured) as the payloads arrived (payload_source.Admissions), used for the same payload."""
+    admitted = admitted or {}
     accepted: list[str] = []
     rejected: list[tuple[str, str]] = []
     deltas: list[Any] = []
@@ -67,6 +71,11 @@ def decode_contributions(
     for c in sorted(contributions, key=lambda c: c.sender):
         if counts[c.sender] > 1:  # equivocation: no order-independent way to pick one
             rejected.append((c.sender, f"sent {counts[c.sender]} updates for one round"))
+            continue
+        ready = admitted.get(c.sender)
+        if ready is not None and ready[0] is c.payload:
+            deltas.append(ready[1])
+            accepted.append(c.sender)
             continue
         try:
             deltas.append(decode(c.payload, numel))
@@ -122,12 +131,16 @@ def apply_contributions(
     params: torch.Tensor,
     norm_reference: Collection[str] = frozenset(),
     out: torch.Tensor | None = None,
+    admitted: Mapping[str, tuple[Any, UpdateSource]] | None = None,
 ) -> tuple[list[str], list[tuple[str, str]], float]:
     """A round's compute after the exchange: check and aggregate the updates (int8 read in
-    place, never decoded whole), then the outer step on `params` (θ_global, in place).
+    place, never decoded whole; `admitted`: those already checked as they arrived), then the
+    outer step on `params` (θ_global, in place).
     (accepted, rejected, the update's norm: NaN when nothing was applied)."""
     numel = params.numel()
-    accepted, rejected, sources = decode_contributions(codec, numel, contributions, as_sources=True)
+    accepted, rejected, sources = decode_contributions(
+        codec, numel, contributions, as_sources=True, admitted=admitted
+    )
     update = aggregate_deltas(
         aggregator, numel, accepted, rejected, sources, norm_reference, out=out
     )
@@ -197,6 +210,7 @@ class DiLoCoMember:
         self.round = 0
         self._prepared: tuple[int, InnerReport, int] | None = None  # (round, report, payload bytes)
         self._update: torch.Tensor | None = None  # the aggregate's buffer
+        self.admissions = Admissions()  # this round's payloads, checked as they arrived
 
     # -- one round ------------------------------------------------------------------------------
 
@@ -221,6 +235,7 @@ class DiLoCoMember:
             params=self.global_params,
             norm_reference=self.norm_reference,
             out=self._update,
+            admitted=self.admissions.take(),
         )
         self.layout.load(self.global_params)
         prepared, self._prepared = self._prepared, None
@@ -237,6 +252,11 @@ class DiLoCoMember:
             update_norm=update_norm,
             state_hash=self.state_hash(),
         )
+
+    def admit(self, sender: str, payload: Payload) -> None:
+        """Check and measure one payload of the round as it arrives (torch thread), so that
+        `apply_update` finds it ready; undecodable ones are left for it to refuse."""
+        self.admissions.admit(self.encoder.codec, self.layout.numel, sender, payload)
 
     def run_round(self, exchange: UpdateExchange) -> RoundReport:
         return self.apply_update(exchange.exchange(self.round, self.prepare_update()))
@@ -280,6 +300,7 @@ class DiLoCoMember:
         self.layout.load(self.global_params)
         self.round = round_
         self._prepared = None
+        self.admissions.take()
 
     def restore(self, state: MemberState) -> None:
         """Adopt `state`; without inner optimizer state the inner AdamW starts fresh."""
@@ -292,6 +313,7 @@ class DiLoCoMember:
         self.outer.momentum_buffer = state.momentum.detach().float().clone()
         self.layout.load(flat)
         self.round = state.round
+        self.admissions.take()
         self.inner.step = state.inner_step
         self.inner.reset_optimizer(state.inner_optimizer)
         residual = state.residual if state.residual is not None else torch.zeros(self.layout.numel)

@@ -14,7 +14,11 @@ from peertrain.swarm.diloco import outer_step
 from peertrain.swarm.diloco.compression import ProtocolCodec
 from peertrain.swarm.diloco.config import OuterConfig
 from peertrain.swarm.diloco.exchange import Contribution
-from peertrain.swarm.diloco.member import apply_contributions, rejection_kind
+from peertrain.swarm.diloco.member import (
+    apply_contributions,
+    decode_contributions,
+    rejection_kind,
+)
 from peertrain.swarm.diloco.outer_step import NesterovOuterOptimizer
 from peertrain.swarm.diloco.payload_source import QuantizedSource
 
@@ -125,3 +129,43 @@ def test_remote_updates_read_in_place_are_still_checked_before_aggregation(in_pl
     assert [s for s, _ in rejected] == ["x-nan", "y-negative", "z-short"]
     assert {rejection_kind(why) for _, why in rejected} == {"undecodable"}
     assert math.isfinite(norm) and torch.isfinite(params).all()
+
+
+def test_payloads_admitted_as_they_arrive_aggregate_as_if_checked_at_the_end(in_place):
+    """A member checks and measures each payload as it arrives (DiLoCoMember.admit); the
+    round then skips that work and ends in the same state, bit for bit. An admitted entry
+    counts only for the very payload admitted, and an undecodable one is left to be refused."""
+    from peertrain.swarm.diloco.payload_source import Admissions
+
+    contributions = _payloads(p=4)
+    codec, rule = ProtocolCodec("int8"), build_aggregator("mean", max_norm_ratio=4.0)
+    results = []
+    for admit in (False, True):
+        admissions = Admissions()
+        if admit:
+            for c in contributions[:3]:
+                admissions.admit(codec, D, c.sender, c.payload)
+            admissions.admit(
+                codec, D, "peer3", bytes(bytearray(contributions[3].payload))
+            )  # a copy
+            admissions.admit(codec, D, "broken", b"junk")
+            taken = admissions.take()
+            assert sorted(taken) == ["peer0", "peer1", "peer2", "peer3"]
+            assert all(source.known_sq_norm is not None for _, source in taken.values())
+            _, _, sources = decode_contributions(
+                codec, D, contributions, as_sources=True, admitted=taken
+            )
+            assert [s is taken[f"peer{k}"][1] for k, s in enumerate(sources)] == [
+                True, True, True, False  # peer3: another object than the one admitted
+            ]  # fmt: skip
+        else:
+            taken = admissions.take()
+        outer, params = NesterovOuterOptimizer(D, OuterConfig()), torch.zeros(D)
+        report = apply_contributions(
+            [*contributions, Contribution(sender="broken", payload=b"junk")],
+            codec=codec, aggregator=rule, outer=outer, params=params, admitted=taken,
+        )  # fmt: skip
+        results.append((report, params))
+    (plain, plain_params), (admitted, admitted_params) = results
+    assert plain[:2] == admitted[:2] and [s for s, _ in admitted[1]] == ["broken"]
+    assert plain[2] == admitted[2] and torch.equal(plain_params, admitted_params)
