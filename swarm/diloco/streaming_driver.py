@@ -46,6 +46,9 @@ class StreamingDriver(DiLoCoDriver):
         # the gossip's rounds are slots: P per round, the group of a slot is its round's
         self.gossip.expected = lambda slot: self.group.expected(self.round_of(slot))
         self.gossip.window = 2 * fragments
+        # a fragment's updates are checked when it lands (apply_fragment): the torch thread is
+        # the loop's for the whole round, so nothing is handed to it as it arrives
+        self.gossip.on_payload = None
         self.sync.first_exchange = lambda round_: round_ * fragments + 1
         self.loop = StreamingLoop(self.member, self._exchange_slot, limiter=self._limiter)
         self.loop.slowdown = slowdown
