@@ -123,7 +123,7 @@ class Dht:
         self._penalise = penalise
         self.clock = clock
         self._key_pair = KeyPair(host.get_private_key(), host.get_public_key())
-        self.table = RoutingTable(self.own, bucket_size=config.bucket_size)
+        self.table = RoutingTable(self.own, bucket_size=config.bucket_size, clock=clock)
         self.store = RecordStore(max_entries=config.max_records, max_bytes=config.max_record_bytes)
         self.signatures = SignatureCache()
         self.book = PeerBook(host)
