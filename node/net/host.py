@@ -7,6 +7,7 @@ What py-libp2p 0.8.1 does by default and why we override it (LIBP2P-NOTES.md):
   with a limit of 1 a dial takes a few milliseconds.
 - it advertises a wildcard listen address verbatim; our address factory expands it.
 - its PSK support never verifies the key; `private_network.PrivateTCP` does.
+- its multistream-select client waits a round trip between header and protocol; ours does not.
 """
 
 from __future__ import annotations
@@ -26,7 +27,14 @@ from ..errors import ConfigError, ConnectError, PskMismatch
 from .addresses import MULTIADDR_ERRORS, expand_wildcards
 from .identity import Identity
 from .private_network import MISMATCH
-from .transport import NOISE_ID, YAMUX_ID, NoiseTransport, YamuxConnection, use_registered_muxers
+from .transport import (
+    NOISE_ID,
+    YAMUX_ID,
+    NoiseTransport,
+    YamuxConnection,
+    use_pipelined_negotiation,
+    use_registered_muxers,
+)
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +79,7 @@ def build_host(
         addrs_factory=advertised,
     )
     use_registered_muxers(host, muxers)
+    use_pipelined_negotiation(host)
     return host
 
 

@@ -105,6 +105,7 @@ class DiLoCoDriver:
         gossip.is_member = self.group.may_send
         gossip.records.trusted = lambda peer: peer in self.trust.attesters()
         gossip.admits = self.admission.admits  # invite runs: non-members' traffic is dropped
+        gossip.on_payload = self._admit  # each update checked as it arrives, the next in flight
         if not self.admission.invite:  # the anchors' norms bound everyone's (validation.py)
             built.member.norm_reference = self.admission.anchors
         self.hostile: HostileStates | None = hostile_states(attack, self)
@@ -340,6 +341,9 @@ class DiLoCoDriver:
         """(round, a copy of the model holding θ_global of that round), taken on the torch
         thread: never mid-round."""
         return await self._thread(lambda: (self.member.round, self.built.global_model()))
+
+    async def _admit(self, sender: str, payload) -> None:
+        await self._thread(self.member.admit, sender, payload)
 
     async def _thread(self, fn, *args):
         return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
