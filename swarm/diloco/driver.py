@@ -260,7 +260,9 @@ class DiLoCoDriver:
         group = self.group.of_round(round_, salt=self.sync.served or b"")
         self.built.use_shard(self.spec.shard_in(self.peer_id, set(group)))
         self.progress.inner_start, self.progress.phase = self.member.inner.step, "inner steps"
+        started = time.perf_counter()
         payload = await self._thread(self.member.prepare_update)
+        compute = time.perf_counter() - started
         if self.forger is not None:
             members = max(len(self.roster.counted), 2)
             payload = await self._thread(
@@ -283,7 +285,9 @@ class DiLoCoDriver:
         contributions = [c for c in contributions if c.sender in group]
         self.replay.closed(contributions)
         self.progress.phase = "outer step"
+        outer_started = time.perf_counter()
         report = await self._thread(self.member.apply_update, contributions)
+        compute += time.perf_counter() - outer_started
         self.roster.contributed({c.sender for c in contributions})
         self.progress.rejected_updates += len(report.rejected)
         self.progress.rejected_by_reason.update(rejection_kind(why) for _, why in report.rejected)
@@ -295,6 +299,8 @@ class DiLoCoDriver:
         assert self.sync.served is not None
         await self.gossip.publish_record(round_, self.replay.record(report, self.sync.served))
         await self.sync.agree()
+        wall = time.perf_counter() - started
+        self.progress.timed(steps=self.spec.inner_steps, compute=compute, wall=wall)
         await self._record(report)
         await self._save_checkpoint()
 
