@@ -50,6 +50,7 @@ from peertrain.swarm.diffusion import (
     DiTConfig,
     ExpertTrainer,
     ImageDataset,
+    Partition,
     PartitionConfig,
     QualityMeter,
     RouterTrainer,
@@ -63,7 +64,6 @@ from peertrain.swarm.diffusion import (
     load_digits_images,
     load_fashion_mnist,
     random_assignments,
-    router_accuracy,
     router_config,
     sample,
     train_classifier,
@@ -71,9 +71,11 @@ from peertrain.swarm.diffusion import (
 )
 
 try:
+    from benchmarks._diffusion_diagnostics import cluster_separation, cluster_tv, router_by_time
     from benchmarks._diffusion_report import report
     from benchmarks._report import print_json
 except ImportError:  # run as a script from the benchmarks folder
+    from _diffusion_diagnostics import cluster_separation, cluster_tv, router_by_time
     from _diffusion_report import report
     from _report import print_json
 
@@ -81,7 +83,8 @@ STRATEGIES = ("top1", "top2", "full", "sample1", "threshold0.2")
 RANDOM_STRATEGIES = ("top1", "full")
 COARSE_STRATEGIES = ("top1", "full", "sample1")  # again at COARSE_STEPS sampler steps
 COARSE_STEPS = 4
-ROUTER_TIMES = (0.1, 0.5, 0.9)
+ROUTER_TIMES = (0.05, 0.1, 0.3, 0.5, 0.7, 0.9)
+BOOTSTRAP = 50  # resamplings of each sample set for the FID's interval
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -217,18 +220,22 @@ class Scorer:
     meter: QualityMeter
     out_dir: Path
     scale: int
+    partition: Partition
+    cluster_shares: np.ndarray  # the training data's shares of the feature clusters
 
     def __call__(self, arm: str, strategy: str, draw: Callable[[], torch.Tensor]) -> dict:
         started = time.perf_counter()
         samples = draw()
         seconds = time.perf_counter() - started
-        quality = self.meter.measure(samples)
+        quality = self.meter.measure(samples, bootstrap=BOOTSTRAP)
         grid = image_grid(samples[:64], columns=8, scale=self.scale)
         write_png(self.out_dir / f"{arm}{'' if strategy == '-' else '-' + strategy}.png", grid)
         return {
             "arm": arm,
             "strategy": strategy,
             "fid": quality.fid,
+            "fid_interval": quality.fid_interval,
+            "cluster_tv": cluster_tv(self.partition, samples, self.cluster_shares),
             "classes_covered": quality.classes_covered,
             "class_tv": quality.class_tv,
             "sample_seconds": seconds,
@@ -257,27 +264,6 @@ def sample_all(
             )
             rows.append(score(arm, name, draw))
     return rows
-
-
-def routers_accuracy(trained: dict, held_out: torch.Tensor, clusters: np.ndarray) -> dict:
-    labels = torch.from_numpy(clusters)
-    return {
-        f"t={t:g}": router_accuracy(trained["router"], held_out, labels, t=t, seed=1)
-        for t in ROUTER_TIMES
-    }
-
-
-@torch.no_grad()
-def router_confidence(trained: dict, held_out: torch.Tensor) -> dict:
-    """Mean largest router probability at each t: how often Sample-1 draws the top expert.
-    Sample-1 departs from Top-1 only where the router is unsure, so this explains its rank."""
-    eps = torch.randn(held_out.shape, generator=torch.Generator().manual_seed(2))
-    out = {}
-    for t in ROUTER_TIMES:
-        times = torch.full((len(held_out),), t)
-        logits = trained["router"]((1 - t) * held_out + t * eps, times)
-        out[f"t={t:g}"] = float(torch.softmax(logits, dim=1).max(dim=1).values.mean())
-    return out
 
 
 def run(setup: Setup, quick: bool, out_dir: Path) -> dict:
@@ -320,7 +306,8 @@ def run(setup: Setup, quick: bool, out_dir: Path) -> dict:
         "random": (random, RANDOM_STRATEGIES, setup.sampler),
         f"feature@{COARSE_STEPS}steps": (feature, COARSE_STRATEGIES, coarse),
     }
-    rows = sample_all(setup, monolith, arms, noise, Scorer(meter, out_dir, setup.grid_scale))
+    score = Scorer(meter, out_dir, setup.grid_scale, partition, partition.sizes() / len(images))
+    rows = sample_all(setup, monolith, arms, noise, score)
     return {
         "dataset": train.name,
         "partition_digest": partition.digest,
@@ -329,10 +316,10 @@ def run(setup: Setup, quick: bool, out_dir: Path) -> dict:
         "random": random,
         "monolith_loss": mono_loss,
         "monolith_seconds": mono_seconds,
-        "router_accuracy": routers_accuracy(
-            feature, held_out, partition.clusters_of(held_out.numpy())
+        "router": router_by_time(
+            feature["router"], held_out, partition.clusters_of(held_out.numpy()), ROUTER_TIMES
         ),
-        "router_confidence": router_confidence(feature, held_out),
+        "separation": cluster_separation(partition, images.numpy()),
         "seconds": time.perf_counter() - started,
     }
 
