@@ -163,6 +163,7 @@ class DiLoCoDriver:
     ) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._lease_loop)
+            nursery.start_soon(self.gossip.repeat_loop)  # gossip loses messages
             nursery.start_soon(log_progress, log, self.progress_status)
             if self.hostile is not None:
                 nursery.start_soon(self.hostile.run)
