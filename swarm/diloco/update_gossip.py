@@ -8,7 +8,8 @@ sender or from any peer that already has it (they announce `holds` too), so a pa
 each link about once; the checksum, signed by the sender, makes any holder as good as the
 sender. A round closes when the updates of every live member are in, or at the deadline; late
 announcements are dropped. Gossip loses messages, so a member repeats its own announcement and
-round record until peers are past the round (`repeat_loop`). Nothing here knows libp2p: the node injects the transport.
+round record until peers are past the round (`repeat_loop`). Nothing here knows libp2p: the
+node injects the transport.
 
 Bad input is refused before aggregation: an envelope that is not signed by its claimed sender,
 targets another run or a round outside the window, or announces a payload of the wrong size is
@@ -146,7 +147,9 @@ class UpdateGossip:
             return False
         if not self._in_window(round_):
             return True  # honest peers run ahead or lag behind: ignore, never penalise
-        state = self._round(round_)
+        # the last closed round too: an announcement that came after we closed it names an
+        # update a replay of that round may need (replay.py); nothing is pulled for it now
+        state = self._rounds.get(round_) if round_ < self.current_round else self._round(round_)
         if state is None:
             return True
         self._record(state, origin, ann)
@@ -254,6 +257,14 @@ class UpdateGossip:
         state = self._rounds.get(round_)
         ann = state.announced.get(sender) if state is not None else None
         return ann.checksum if ann is not None else None
+
+    async def wait_signed_checksum(self, round_: int, sender: str) -> bytes | None:
+        """`signed_checksum`, waiting for a repeat of the announcement (`repeat_loop`) when we
+        have not seen it yet: a member that closed the round without it lost it to gossip."""
+        with trio.move_on_after(2.5 * REPEAT_EVERY):
+            while self.signed_checksum(round_, sender) is None:  # noqa: ASYNC110 - announcements arrive in a sync validator, with no event that outlives the round
+                await trio.sleep(0.1)
+        return self.signed_checksum(round_, sender)
 
     async def fetch_update(self, round_: int, sender: str, holders: Sequence[str]) -> bytes:
         """`sender`'s update of `round_` by the checksum it signed, from it, the holders we know
