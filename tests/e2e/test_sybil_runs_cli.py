@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from peertrain.node.cli.local_swarm import DAEMON_ENV
 from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
-from peertrain.testing import wait_until_sync
+from peertrain.testing import free_tcp_port, scrape_metrics, wait_until_sync
 from peertrain.testing.processes import peertrain_cli
 
 pytestmark = pytest.mark.slow
@@ -77,7 +77,9 @@ def finished(honest, run_id: str, timeout: float) -> list[dict]:
 
 def test_sybils_cannot_take_over_an_open_run_and_are_dropped_unseen_by_an_invite_run(tmp_path):
     started = time.monotonic()
-    creator = DaemonProcess(tmp_path / "node0", node_args(), DAEMON_ENV).start()
+    metrics = free_tcp_port()
+    extra = ["--metrics-listen", f"127.0.0.1:{metrics}"]
+    creator = DaemonProcess(tmp_path / "node0", node_args(extra=extra), DAEMON_ENV).start()
     daemons = [creator]
     try:
         addr = creator.wait_ready()["share"]
@@ -122,6 +124,15 @@ def test_sybils_cannot_take_over_an_open_run_and_are_dropped_unseen_by_an_invite
             *[join(d, invite) for d in sybils],
         )
         check_invite_run(finished(honest, invite, timeout=420), set(peers))
+        # the same counts as Prometheus series, next to status's run.dropped
+        dropped = run_of(creator, invite)["dropped"]
+        samples = scrape_metrics(metrics)
+        series = {
+            k: ("peertrain_run_dropped_total", (("kind", k), ("run", "members-only")))
+            for k in dropped
+        }
+        assert all(samples[series[k]] >= count for k, count in dropped.items())  # read later
+        assert samples[series["deltas"]] > 0
     finally:
         stop_all(daemons)
     print(f"phase one {phase_one:.0f} s, in all {time.monotonic() - started:.0f} s")
