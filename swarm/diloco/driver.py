@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 LEASE_MS = 30_000
 RETRY_PAUSE = 2.0  # seconds before a failed catch-up is tried again
+FINAL_CHECK_EVERY = 1.0  # seconds between a finished member's looks at the trusted final state
 
 
 def expected_members(state: RunState, me: str, round_: int) -> set[str]:
@@ -174,9 +175,6 @@ class DiLoCoDriver:
             await self._wait_for_quorum()
             while not self.finished:
                 await self._one_round()
-            # No next round will repair a divergence in the last one: wait longer for the
-            # trusted checksum of it and replay or adopt if ours differs.
-            await self.sync.agree(wait=self.spec.round_timeout)
             self.progress.phase = "finished"
             log.info(
                 "run finished after %d rounds, loss %.4f",
@@ -185,6 +183,20 @@ class DiLoCoDriver:
             )
             # the lease loop goes on: a finished member still serves the final state, and
             # a restarted or late member can only adopt states of live providers
+            await self._keep_the_final_state()
+
+    async def _keep_the_final_state(self) -> None:
+        """No next round repairs a divergence in the last one, and a member that finished
+        before the trusted state of the last round was attested (its anchors slower, or out
+        of sight a while) kept its own model for good (seen: four honest members, four final
+        checksums). A finished member goes on following the trusted final state."""
+        while True:
+            trusted = self.trust.verdict(self.member.round)
+            if trusted is not None and trusted != self.sync.served:
+                await self.sync.agree(wait=0)
+                self.progress.loss = await self._thread(self.built.eval_loss)
+                self.progress.phase = "finished"
+            await trio.sleep(FINAL_CHECK_EVERY)
 
     @property
     def finished(self) -> bool:
@@ -294,7 +306,11 @@ class DiLoCoDriver:
         await self.sync.publish()
         assert self.sync.served is not None
         await self.gossip.publish_record(round_, self.replay.record(report, self.sync.served))
-        await self.sync.agree()
+        # Up to a round's deadline: the members we counted close the round up to that much
+        # later than we did (each waits from its own update); with a few seconds, slow ones
+        # missed the next roster, their updates went unwaited-for, and the group fell apart
+        # into members racing through rounds alone
+        await self.sync.agree(wait=self.spec.round_timeout)
         await self._record(report)
         await self._save_checkpoint()
 

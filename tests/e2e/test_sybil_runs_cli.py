@@ -14,6 +14,7 @@ anything (`dropped` by kind in `status --json`; no state downloaded by any hones
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -67,11 +68,16 @@ def join(daemon, run_id: str, *flags: str):
 
 
 def finished(honest, run_id: str, timeout: float) -> list[dict]:
-    def all_done() -> bool:  # "finished" comes after the last round's agreement, not before
-        runs = [run_of(d, run_id) for d in honest]
-        return all(r is not None and r["phase"] == "finished" for r in runs)
+    """The honest members' view of the run once all finished on one state, or at `timeout`
+    (the checks then say what does not hold)."""
 
-    wait_until_sync(all_done, timeout=timeout, interval=1.0, what=f"run {run_id[:8]} finished")
+    def settled() -> bool:  # a member that finished first follows the trusted final state
+        runs = [run_of(d, run_id) for d in honest]
+        done = all(r is not None and r["phase"] == "finished" for r in runs)
+        return done and len({r["state_checksum"] for r in runs}) == 1
+
+    with contextlib.suppress(TimeoutError):
+        wait_until_sync(settled, timeout=timeout, interval=1.0, what=f"run {run_id[:8]} settled")
     return [run_of(d, run_id) for d in honest]
 
 

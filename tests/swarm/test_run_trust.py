@@ -218,6 +218,28 @@ async def test_without_a_live_anchor_members_keep_training_and_agree_by_determin
         assert [d.progress.state_downloads for d in group.drivers] == [0, 0]
 
 
+async def test_members_that_finished_before_their_anchor_attested_follow_its_final_state():
+    """Two members finish the run while its anchor is out of sight: nobody decides, each keeps
+    the state they agree on by determinism. When the anchor's final state appears, they used
+    to keep theirs for good (the run ended on two models); now they follow the anchor's."""
+    import dataclasses
+
+    spec = dataclasses.replace(SPEC, round_timeout=3)
+    async with open_driver_group(spec) as group:
+        early = [await group.member(), await group.member()]
+        with trio.fail_after(120):
+            await group.finished()
+        theirs = _checksums(group)
+        anchor = await group.member(group.creator)  # the creator comes back, trains alone
+        with trio.fail_after(120):
+            await group.finished()
+            await wait_until(lambda: len(_checksums(group)) == 1, timeout=30)
+        assert len(theirs) == 1 and _checksums(group) == {anchor.driver.progress.state_checksum}
+        assert _checksums(group) != theirs
+        assert all(m.driver.progress.state_downloads == 1 for m in early)
+        assert all(m.driver.progress.phase == "finished" for m in early)
+
+
 async def test_a_wave_of_fresh_ids_enters_the_counted_group_one_per_round_only():
     import dataclasses
 
