@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 LEASE_MS = 30_000
 RETRY_PAUSE = 2.0  # seconds before a failed catch-up is tried again
+AGREEMENT_WAIT = 3.0  # seconds a member waits for the trusted state of a round it applied
 FINAL_CHECK_EVERY = 1.0  # seconds between a finished member's looks at the trusted final state
 
 
@@ -175,6 +176,9 @@ class DiLoCoDriver:
             await self._wait_for_quorum()
             while not self.finished:
                 await self._one_round()
+            # no next round repairs a divergence in the last one: wait longer for its
+            # trusted state, and go on following it after (`_keep_the_final_state`)
+            await self.sync.agree(wait=self.spec.round_timeout)
             self.progress.phase = "finished"
             log.info(
                 "run finished after %d rounds, loss %.4f",
@@ -186,10 +190,9 @@ class DiLoCoDriver:
             await self._keep_the_final_state()
 
     async def _keep_the_final_state(self) -> None:
-        """No next round repairs a divergence in the last one, and a member that finished
-        before the trusted state of the last round was attested (its anchors slower, or out
-        of sight a while) kept its own model for good (seen: four honest members, four final
-        checksums). A finished member goes on following the trusted final state."""
+        """A member that finished before the trusted state of the last round was attested (its
+        anchors slower, or out of sight a while) kept its own model for good (seen: four honest
+        members, four final checksums). A finished member goes on following that state."""
         while True:
             trusted = self.trust.verdict(self.member.round)
             if trusted is not None and trusted != self.sync.served:
@@ -306,11 +309,7 @@ class DiLoCoDriver:
         await self.sync.publish()
         assert self.sync.served is not None
         await self.gossip.publish_record(round_, self.replay.record(report, self.sync.served))
-        # Up to a round's deadline: the members we counted close the round up to that much
-        # later than we did (each waits from its own update); with a few seconds, slow ones
-        # missed the next roster, their updates went unwaited-for, and the group fell apart
-        # into members racing through rounds alone
-        await self.sync.agree(wait=self.spec.round_timeout)
+        await self.sync.agree(wait=AGREEMENT_WAIT)
         await self._record(report)
         await self._save_checkpoint()
 
