@@ -16,6 +16,7 @@ from typing import Any
 
 import trio
 from peertrain.node.runs.update_exchange import NodeTensors, UpdateTransport, open_update_exchange
+from peertrain.swarm.diloco.payload_source import Admissions
 
 RUN_ID = "bench-update-round"
 CODEC = "int8"
@@ -113,62 +114,121 @@ class TimedTransport(UpdateTransport):
 # ---------------------------------------------------------------- one node's part
 
 
-def encode_update(numel: int, seed: int) -> tuple[bytes, dict[str, float]]:
-    """A random pseudo-gradient, int8 + error feedback encoded as a member does; (payload, s).
+class RoundCompute:
+    """One node's compute of the round, as a DiLoCo member does it: encode its Δ with error
+    feedback (`ErrorFeedbackEncoder`, built ahead as at join); each payload checked and measured
+    as it arrives (`Admissions`, DiLoCoMember.admit), then `apply_contributions` (aggregate in
+    place, outer Nesterov step on θ_global)."""
 
-    Seconds: "build_s" to build the encoder (which loads the compiled kernel: before it did, that
-    load was inside the first encode), "encode_s" the member's encode, and "kernel_s" the same
-    encode as benchmarks/codec.py times it (into a payload already faulted in), for comparison.
-    """
-    import torch
-    from peertrain.protocol.error_feedback import ErrorFeedback
-    from peertrain.swarm.diloco.compression import ErrorFeedbackEncoder, ProtocolCodec
+    def __init__(self, numel: int, seed: int, aggregator: str) -> None:
+        import torch
+        from peertrain.swarm.aggregation import build_aggregator
+        from peertrain.swarm.aggregation.validation import RUN_MAX_NORM_RATIO
+        from peertrain.swarm.diloco.compression import ErrorFeedbackEncoder, ProtocolCodec
+        from peertrain.swarm.diloco.config import OuterConfig
+        from peertrain.swarm.diloco.outer_step import NesterovOuterOptimizer
 
-    delta = torch.randn(numel, generator=torch.Generator().manual_seed(seed)).mul_(1e-3)
-    t0 = time.perf_counter()
-    encoder = ErrorFeedbackEncoder(ProtocolCodec(CODEC), numel)
-    t1 = time.perf_counter()
-    payload = encoder.encode(delta)
-    t2 = time.perf_counter()
-    feedback, out = ErrorFeedback(codec=CODEC), torch.empty(len(payload), dtype=torch.uint8)
-    feedback.encode("delta", delta, out=out)
-    t3 = time.perf_counter()
-    feedback.encode("delta", delta, out=out)
-    seconds = {"build_s": t1 - t0, "encode_s": t2 - t1, "kernel_s": time.perf_counter() - t3}
-    return payload, seconds
+        self.numel = numel
+        self.delta = torch.randn(numel, generator=torch.Generator().manual_seed(seed)).mul_(1e-3)
+        t0 = time.perf_counter()
+        self.encoder = ErrorFeedbackEncoder(ProtocolCodec(CODEC), numel)  # loads the kernels
+        self.build_s = time.perf_counter() - t0
+        options = {"r": None} if aggregator == "flag" else {}
+        self.aggregator = build_aggregator(aggregator, max_norm_ratio=RUN_MAX_NORM_RATIO, **options)
+        self.outer = NesterovOuterOptimizer(numel, OuterConfig())
+        self.params = torch.zeros(numel)  # θ_global, the same on every node
+        self.update = torch.zeros(numel)  # the member's reused aggregate buffer
+        self.admissions = Admissions()
 
+    def admit(self, sender: str, payload) -> None:
+        self.admissions.admit(self.encoder.codec, self.numel, sender, payload)
 
-def decode_check(payload: bytes, numel: int) -> tuple[float, bool]:
-    """Decode one received update as aggregation will; (seconds, all values finite)."""
-    import torch
-    from peertrain.swarm.diloco.compression import ProtocolCodec
+    def encode(self):
+        return self.encoder.encode(self.delta)
 
-    t0 = time.perf_counter()
-    values = ProtocolCodec(CODEC).decode(payload, numel)
-    return time.perf_counter() - t0, bool(torch.isfinite(values).all())
+    def apply(self, contributions) -> float:
+        from peertrain.swarm.diloco.member import apply_contributions
+
+        accepted, rejected, norm = apply_contributions(
+            contributions,
+            codec=self.encoder.codec,
+            aggregator=self.aggregator,
+            outer=self.outer,
+            params=self.params,
+            out=self.update,
+            admitted=self.admissions.take(),
+        )
+        if rejected or len(accepted) != len(contributions):
+            raise RuntimeError(f"updates refused: {rejected}")
+        return norm
+
+    def floor(self, peers: int) -> dict[str, float]:
+        """The round's unavoidable compute alone, on warm buffers, as the round will run it:
+        encode, then aggregate `peers` updates of this size and take the outer step (θ and
+        momentum are put back after, so every node starts the round from the same state).
+        Also the encode as benchmarks/codec.py times it (the bare kernel into a faulted-in
+        payload), to compare the member's encode with."""
+        import torch
+        from peertrain.protocol.error_feedback import ErrorFeedback
+        from peertrain.swarm.diloco.exchange import Contribution
+
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        payload = self.encode()
+        cpu1, t1 = time.process_time(), time.perf_counter()
+        # the same payload under `peers` names: the same work as `peers` different ones
+        contributions = [Contribution(sender=f"p{k}", payload=payload) for k in range(peers)]
+        for c in contributions:  # in the round this overlaps the transfers; here it counts
+            self.admit(c.sender, c.payload)
+        self.apply(contributions)
+        cpu2, t2 = time.process_time(), time.perf_counter()
+        self.params.zero_()
+        self.outer.momentum_buffer.zero_()
+        self.encoder.residual.zero_()
+        feedback, out = ErrorFeedback(codec=CODEC), torch.empty(len(payload), dtype=torch.uint8)
+        feedback.encode("delta", self.delta, out=out)
+        t3 = time.perf_counter()
+        feedback.encode("delta", self.delta, out=out)
+        return {
+            "build_s": self.build_s,
+            "encode_s": t1 - t0,
+            "apply_s": t2 - t1,
+            "floor_s": t2 - t0,
+            "floor_cpu_s": cpu2 - cpu0,
+            "encode_cpu_s": cpu1 - cpu0,
+            "kernel_s": time.perf_counter() - t3,
+        }
+
+    def theta_digest(self) -> str:
+        import hashlib
+
+        return hashlib.blake2b(memoryview(self.params.numpy()), digest_size=8).hexdigest()
 
 
 class BenchNode:
     """One daemon taking part in the round through the session's update exchange."""
 
-    def __init__(self, daemon, numel: int, peers: int):
+    def __init__(self, daemon, numel: int, peers: int, aggregator: str = "mean"):
         self.daemon, self.numel, self.peers = daemon, numel, peers
+        self.aggregator = aggregator
         self.me = daemon.identity.peer_id.to_base58()
         self.members: set[str] = {self.me}
-        self.payload: bytes | None = None
-        self.encode_s = 0.0
-        self.encode_times: dict[str, float] = {}
-        self.received: dict[str, bytes] = {}
+        self.compute: RoundCompute | None = None
+        self.floor_times: dict[str, float] = {}
+        self.torch = trio.CapacityLimiter(1)  # the member's one torch worker, as in a session
 
     def listen_port(self) -> int:
         return int(re.search(r"/tcp/(\d+)", self.daemon.addrs()[0]).group(1))
 
     @asynccontextmanager
-    async def joined(self, members: Iterable[str]) -> AsyncIterator[BenchNode]:
-        """The run's update exchange, open as in a session, its receive buffers faulted in."""
+    async def joined(self, members: Iterable[str], seed: int) -> AsyncIterator[BenchNode]:
+        """The member-side state, then the run's update exchange open as in a session (the
+        encoder writing into its recycled buffers), the receive buffers faulted in."""
         from peertrain.swarm.diloco.compression import ProtocolCodec
 
         self.members = set(members)
+        self.compute = await trio.to_thread.run_sync(
+            RoundCompute, self.numel, seed, self.aggregator
+        )
         async with open_update_exchange(
             self.daemon.services,
             run_id=RUN_ID,
@@ -177,6 +237,7 @@ class BenchNode:
             is_member=lambda peer: True,
             expected=lambda round_: set(self.members),
             reserve_updates=len(self.members) - 1,
+            encoder=self.compute.encoder,
             tensors_class=TimedTensors,
             transport_class=TimedTransport,
         ) as exchange:
@@ -201,40 +262,50 @@ class BenchNode:
             timeout=SETUP_TIMEOUT,
         )
 
-    async def encode(self, seed: int) -> None:
-        self.payload, self.encode_times = await trio.to_thread.run_sync(
-            encode_update, self.numel, seed
-        )
-        self.encode_s = self.encode_times["encode_s"]
+    async def measure_floor(self) -> None:
+        """The round's compute alone (RoundCompute.floor), before the round."""
+        assert self.compute is not None
+        self.floor_times = await trio.to_thread.run_sync(self.compute.floor, self.peers)
+        self.gossip.on_payload = self._admit
+
+    async def _admit(self, sender: str, payload) -> None:
+        """As the session's driver does: in the member's torch thread, one job at a time."""
+        assert self.compute is not None
+        await trio.to_thread.run_sync(self.compute.admit, sender, payload, limiter=self.torch)
 
     async def exchange(self, start_at: float, deadline_s: float) -> dict[str, Any]:
+        """The whole round: encode, the update exchange, aggregate + outer step."""
+        compute = self.compute
+        assert compute is not None
         await trio.sleep(max(0.0, start_at - time.monotonic()))
         self.transport.start_clock(start_at)
-        payload, self.payload = self.payload, None
+        payload = await trio.to_thread.run_sync(compute.encode, limiter=self.torch)
+        encoded = time.monotonic() - start_at
         contributions = await self.gossip.exchange(
             0, payload, deadline=trio.current_time() + deadline_s
         )
+        exchanged = time.monotonic() - start_at
+        got = {c.sender for c in contributions}
+        if got == self.members:
+            await trio.to_thread.run_sync(compute.apply, contributions, limiter=self.torch)
         done = time.monotonic() - start_at
-        self.received = {c.sender: c.payload for c in contributions}
         return {
             "peer": self.me,
+            "encoded_s": encoded,
+            "exchanged_s": exchanged,
             "done_s": done,
             "got": len(contributions),
-            **self.encode_times,
+            **self.floor_times,
             "events": list(self.transport.events),
             "bytes_fetched": self.gossip.bytes_fetched,
             "rejected": self.gossip.rejected,
-            "missing": sorted(self.members - set(self.received)),
+            "missing": sorted(self.members - got),
             "links": self.remote_ports(),
         }
 
-    async def check_one(self) -> dict[str, Any]:
-        other = next((p for s, p in self.received.items() if s != self.me), None)
-        self.received = {}
-        if other is None:
-            return {}
-        seconds, finite = await trio.to_thread.run_sync(decode_check, other, self.numel)
-        return {"decode_s": seconds, "decoded_finite": finite}
+    async def digest(self) -> dict[str, Any]:
+        assert self.compute is not None
+        return {"theta": await trio.to_thread.run_sync(self.compute.theta_digest)}
 
     def remote_ports(self) -> dict[str, list[int]]:
         """peer -> remote TCP ports of our connections to it (to name the kernel's sockets)."""

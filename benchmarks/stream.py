@@ -1,4 +1,5 @@
-"""Bulk stream throughput between two processes: our Noise+Yamux host vs plain TCP, same run.
+"""Bulk stream throughput between two processes: our Noise+Yamux host vs plain TCP and vs the
+cipher alone, same run.
 
 Each trial starts two fresh processes on 127.0.0.1: a listener that reads the whole payload into
 one preallocated buffer (`protocol.framing.read_exactly_into`, as tensor transfers do) and a
@@ -11,14 +12,19 @@ Arms:
   tcp      plain trio TCP sockets, `recv_into` the buffer: the loopback ceiling
   ours     `node.host.build_host`, what a peertrain node runs: Noise + Yamux (node/transport)
   default  py-libp2p 0.8.1's own Noise + Yamux (fast-dial config, nothing else changed)
+  aead     ChaCha20-Poly1305 alone, one process on one core: every byte sealed and opened in
+           64 KiB (largest Noise) messages, nothing else (`_cipher_baseline.py`)
 
 On a shared machine, wall-clock MB/s falls with everyone else's load. The table also gives the
 CPU seconds each process spent, and MB/CPU-s = payload / CPU time of the busier process: what the
 arm would move with a core per process to itself, a figure other load hardly changes.
 
-Target (issue 3): ours >= 500 MB/s for 256 MiB; the ratio to plain TCP is printed.
+Targets: ours >= 500 MB/s for 256 MiB (issue 3); ours >= 0.65 x aead (issue 20), both wall
+clock. Under load the one-process aead arm loses less than two-process arms, so the ratio of
+MB/CPU-s (ours per busier process vs aead per core) is printed beside it.
 
-    python benchmarks/stream.py [--mib 256] [--chunk-mib 4] [--repeats 3] [--arms tcp,ours,default]
+    python benchmarks/stream.py [--mib 256] [--chunk-mib 4] [--repeats 3]
+                                [--arms tcp,ours,default,aead]
                                 [--profile DIR]   # cProfile stats of both processes, per arm
 """
 
@@ -27,22 +33,24 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
-import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
 try:
-    from benchmarks._report import print_json, print_table
+    from benchmarks._cipher_baseline import cipher_trial
+    from benchmarks._report import print_json
+    from benchmarks._stream_report import figures, print_report, summarize
 except ImportError:  # run as a script from the benchmarks folder
-    from _report import print_json, print_table
+    from _cipher_baseline import cipher_trial
+    from _report import print_json
+    from _stream_report import figures, print_report, summarize
 
 PROTOCOL = "/peertrain/bench-stream/1.0.0"
 LOOPBACK = "/ip4/127.0.0.1/tcp/0"
 BLOCK = 1 << 20  # the payload is one random MiB repeated: cheap to make, easy to check
-ARMS = ("tcp", "ours", "default")
+ARMS = ("tcp", "ours", "default", "aead")
 TRIAL_TIMEOUT = 300.0
-TARGET_MBPS = 500.0
 
 
 # ---------------------------------------------------------------- payload and clocks
@@ -246,8 +254,20 @@ async def _libp2p_send(arm: str, chunks: list[memoryview], target: Any) -> tuple
 # ---------------------------------------------------------------- driver
 
 
+def cipher_main(total: int, result: Any) -> None:
+    result.put(cipher_trial(total))
+
+
 def trial(arm: str, total: int, chunk: int, profile: str | None) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
+    if arm == "aead":
+        results = ctx.Queue()
+        proc = ctx.Process(target=cipher_main, args=(total, results), daemon=True)
+        proc.start()
+        try:
+            return results.get(timeout=TRIAL_TIMEOUT)
+        finally:
+            proc.join(10)
     ready, results = ctx.Queue(), ctx.Queue()
     listener = ctx.Process(
         target=listener_main, args=(arm, total, ready, results, profile), daemon=True
@@ -275,15 +295,6 @@ def trial(arm: str, total: int, chunk: int, profile: str | None) -> dict[str, An
                     proc.kill()
 
 
-def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
-    keys = ("MBps", "rx_cpu", "tx_cpu", "cpu_MBps")
-    out = {arm: {k: statistics.median(r[k] for r in rs) for k in keys} for arm, rs in runs.items()}
-    for arm, rs in runs.items():
-        out[arm]["min"] = min(r["MBps"] for r in rs)
-        out[arm]["max"] = max(r["MBps"] for r in rs)
-    return out
-
-
 def main() -> None:
     args, arms = _parse_args()
     total, chunk = args.mib << 20, int(args.chunk_mib * (1 << 20))
@@ -291,8 +302,8 @@ def main() -> None:
     runs = _run_trials(arms, args.repeats, total, chunk, args.profile)
     load = (load_before, os.getloadavg()[0])
     med = summarize(runs)
-    _print_report(args, runs, med, load)
-    print_json(_figures(args, arms, runs, med, load))
+    print_report(args, runs, med, load)
+    print_json(figures(args, arms, runs, med, load))
 
 
 def _parse_args() -> tuple[argparse.Namespace, list[str]]:
@@ -319,8 +330,8 @@ def _run_trials(
     for repeat in range(repeats):
         for arm in arms:
             run = trial(arm, total, chunk, profile)
-            run["MBps"] = total / run["seconds"] / 1e6
-            run["cpu_MBps"] = total / max(run["rx_cpu"], run["tx_cpu"]) / 1e6
+            run.setdefault("MBps", total / run["seconds"] / 1e6)
+            run.setdefault("cpu_MBps", total / max(run["rx_cpu"], run["tx_cpu"]) / 1e6)
             runs[arm].append(run)
             print(
                 f"  repeat {repeat + 1} {arm:8s} {run['MBps']:7.0f} MB/s   CPU s: receiver"
@@ -328,67 +339,6 @@ def _run_trials(
                 flush=True,
             )
     return runs
-
-
-def _print_report(
-    args: argparse.Namespace,
-    runs: dict[str, list[dict[str, Any]]],
-    med: dict[str, dict[str, float]],
-    load: tuple[float, float],
-) -> None:
-    tcp = med["tcp"]["MBps"] if "tcp" in med else None
-    rows = [
-        (
-            arm,
-            len(runs[arm]),
-            m["MBps"],
-            m["min"],
-            m["max"],
-            f"{m['MBps'] / tcp:.2f}" if tcp else "-",
-            m["rx_cpu"],
-            m["tx_cpu"],
-            m["cpu_MBps"],
-            all(r["ok"] for r in runs[arm]),
-        )
-        for arm, m in med.items()
-    ]
-    header = ["arm", "n", "MB/s", "min", "max", "vs tcp", "rx CPU s", "tx CPU s", "MB/CPU-s", "ok"]
-    title = f"{args.mib} MiB over one stream in {args.chunk_mib:g} MiB writes, two processes"
-    print_table(title + " (medians)", header, rows)
-    print(f"load average {load[0]:.1f} -> {load[1]:.1f} on {os.cpu_count()} CPUs")
-    ours = med["ours"]["MBps"] if "ours" in med else None
-    if ours is not None:
-        verdict = "met" if ours >= TARGET_MBPS else "NOT met"
-        print(f"target: ours >= {TARGET_MBPS:.0f} MB/s: {verdict}")
-        if "default" in med:
-            print(f"ours vs py-libp2p default: {ours / med['default']['MBps']:.1f}x")
-
-
-def _figures(
-    args: argparse.Namespace,
-    arms: list[str],
-    runs: dict[str, list[dict[str, Any]]],
-    med: dict[str, dict[str, float]],
-    load: tuple[float, float],
-) -> dict[str, Any]:
-    def fig(arm: str, key: str = "MBps") -> float | None:
-        return round(med[arm][key], 1) if arm in med else None
-
-    ours = med["ours"]["MBps"] if "ours" in med else None
-    tcp = med["tcp"]["MBps"] if "tcp" in med else None
-    return {
-        "benchmark": "stream",
-        "mib": args.mib,
-        "chunk_mib": args.chunk_mib,
-        "repeats": args.repeats,
-        "ours_MBps": fig("ours"),
-        "tcp_MBps": fig("tcp"),
-        "ratio": round(ours / tcp, 3) if ours is not None and tcp else None,
-        "libp2p_default_MBps": fig("default"),
-        **{f"{arm}_MB_per_cpu_s": fig(arm, "cpu_MBps") for arm in arms},
-        "load_avg": [round(x, 2) for x in load],
-        "all_data_ok": all(r["ok"] for rs in runs.values() for r in rs),
-    }
 
 
 if __name__ == "__main__":

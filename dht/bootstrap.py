@@ -10,22 +10,19 @@ long before anyone was usable.
 
 from __future__ import annotations
 
-import logging
 import random
 from collections.abc import Sequence
 
 import trio
 from libp2p.abc import IHost
-from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 
 from .config import DhtConfig
+from .dialer import Dialer
 from .keyspace import random_key_in_bucket
 from .routing import RoutingTable
 from .table_feed import TableFeed
 from .walker import Walker
-
-log = logging.getLogger(__name__)
 
 FIRST_REFRESH = (5.0, 15.0)  # seconds after bootstrap: the wide self-lookup, spread out in time
 
@@ -39,6 +36,7 @@ class Bootstrapper:
         table: RoutingTable,
         walker: Walker,
         feed: TableFeed,
+        dialer: Dialer,
         peers: Sequence[PeerInfo],
     ) -> None:
         self.host = host
@@ -46,6 +44,7 @@ class Bootstrapper:
         self.table = table
         self.walker = walker
         self.feed = feed
+        self.dialer = dialer
         self.own = host.get_id()
         self.peers = [p for p in peers if p.peer_id != self.own]
         self._lock = trio.Lock()
@@ -59,7 +58,7 @@ class Bootstrapper:
         known = {p.peer_id for p in self.peers}
         self.peers += [p for p in peers if p.peer_id not in known and p.peer_id != self.own]
         async with self._lock:
-            reached = await self.connect_all(self.peers)
+            reached = await self.dialer.connect_all(self.peers)
             seeds = [*reached, *self.table.closest(self.table.own_key, self.config.alpha)]
             if seeds:
                 await self.walker.lookup_nodes(self.table.own_key, width=1, alpha=1, seeds=seeds)
@@ -90,28 +89,10 @@ class Bootstrapper:
     async def refresh(self) -> None:
         """Self-lookup plus a random lookup in up to 3 buckets no lookup went through lately."""
         if not len(self.table):
-            await self.connect_all(self.peers)
+            await self.dialer.connect_all(self.peers)
         await self.walker.lookup_nodes(self.table.own_key, width=self.config.alpha)
         stale = self.table.stale_buckets(self.config.refresh_interval)
         for index in random.sample(stale, min(3, len(stale))):
             await self.walker.lookup_nodes(
                 random_key_in_bucket(self.table.own_key, index, random.getrandbits(256))
             )
-
-    async def connect_all(self, peers: Sequence[PeerInfo]) -> list[ID]:
-        """Connect to `peers` in parallel; return those that answered."""
-        reached: list[ID] = []
-
-        async def connect(info: PeerInfo) -> None:
-            try:
-                with trio.fail_after(self.config.request_timeout * 2):
-                    await self.host.connect(info)
-            except (Exception, trio.TooSlowError) as exc:  # noqa: BLE001 - a dial fails in many libp2p types; logged, and the others go on
-                log.info("dht: could not reach bootstrap peer %s: %s", info.peer_id, exc)
-                return
-            reached.append(info.peer_id)
-
-        async with trio.open_nursery() as nursery:
-            for info in peers:
-                nursery.start_soon(connect, info)
-        return reached

@@ -87,10 +87,12 @@ class Links:
         *,
         on_bad_peer: BadPeer,
         connect: Callable[[ID], Awaitable[None]],
+        open_timeout: float = 10.0,
         max_in_flight: int = 64,
     ) -> None:
         self.host = host
         self.connect = connect
+        self.open_timeout = open_timeout  # stream negotiation, apart from the request
         self.pid = pid
         self.response_types: tuple[type[Response], ...] = (*response_types, ErrorResponse)
         self.max_frame = max(t.wire_max_size for t in self.response_types)
@@ -117,8 +119,12 @@ class Links:
         Raises `ProtocolError` (the peer failed us), `RemoteError` (it refused), or
         `trio.TooSlowError`.
         """
+        # Connecting is outside the request's budget: the dial has its own deadline (dialer.py)
+        # and negotiating the stream `open_timeout`. A handshake queued behind others on a busy
+        # CPU is not the peer failing to answer, and a request given up on there sent the
+        # lookup to dial someone else: more handshakes for the same CPU.
+        link = await self._link(peer)
         with trio.fail_after(timeout):
-            link = await self._link(peer)
             if len(link.pending) >= self.max_in_flight:
                 raise StreamEnded(f"{self.max_in_flight} requests already in flight to {peer}")
             waiter = _Waiter()
@@ -155,10 +161,11 @@ class Links:
                 try:
                     if not self.host.get_network().get_connections(peer):
                         await self.connect(peer)
-                    stream = await self.host.new_stream(peer, [TProtocol(str(self.pid))])
+                    with trio.fail_after(self.open_timeout):
+                        stream = await self.host.new_stream(peer, [TProtocol(str(self.pid))])
                 except trio.Cancelled:
                     raise
-                except Exception as exc:  # noqa: BLE001 - dial or negotiation failed (py-libp2p raises many types): translated
+                except (Exception, trio.TooSlowError) as exc:  # noqa: BLE001 - dial or negotiation failed (py-libp2p raises many types): translated
                     raise StreamEnded(f"could not open a DHT stream to {peer}: {exc}") from None
                 link = self._links[peer] = _Link(peer, stream)
                 assert self._nursery is not None, "Links.attach() was not called"

@@ -5,7 +5,8 @@
     │   └── RecordRejected                 a record failed validation; `reason` says which rule
     └── DHTError                           the DHT could not do what was asked; nobody to blame
         ├── StoreFailed                    no replica accepted a record
-        └── PeerNotFound                   a bare peer ID could not be resolved or dialled
+        ├── PeerNotFound                   a bare peer ID could not be resolved or dialled
+        └── DialFailed                     a connection to a known peer could not be made
 
 A `RecordRejected` always comes with a penalty for the peer that sent the record (a `Store`
 request, or a `Value` answer from a replica); `DHTError`s are for our own callers.
@@ -54,3 +55,7 @@ class StoreFailed(DHTError):
 
 class PeerNotFound(DHTError):
     """A peer ID could not be resolved to addresses that answer."""
+
+
+class DialFailed(DHTError):
+    """A dial to a peer failed (refused, unreachable, its handshake failed or ran out of time)."""

@@ -32,6 +32,10 @@ hands out lives with its concept:
     bootstrap.py   joining: bootstrap, the first wide walk, periodic refresh
     table_feed.py  who joins the routing table (servers) and who stays out (clients)
     watcher.py     new connections → routing table (through the table feed)
+    dialer.py      dials that finish whoever gave up on them, one per peer
+
+Why this module is long: it is the node's one public face (put, get, resolve, mode, statistics)
+and the wiring of the parts above; what each part does lives in its own module.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from .announce import keep_announced
 from .bootstrap import Bootstrapper
 from .channels import Links, Server
 from .config import DEFAULT_CONFIG, DhtConfig, DhtMode
+from .dialer import Dialer
 from .errors import RecordRejected
 from .keyspace import record_key
 from .messages import DHT_PROTOCOL, REQUEST_TYPES, RESPONSE_TYPES, Ping, Pong
@@ -108,6 +113,7 @@ class Dht:
         penalise: Penalise | None = None,
         is_banned: Callable[[str], bool] = lambda _peer: False,
         clock: Callable[[], float] = time.time,
+        dial_slots: trio.CapacityLimiter | None = None,
     ) -> None:
         self.host = host
         self.config = config
@@ -117,10 +123,14 @@ class Dht:
         self._penalise = penalise
         self.clock = clock
         self._key_pair = KeyPair(host.get_private_key(), host.get_public_key())
-        self.table = RoutingTable(self.own, bucket_size=config.bucket_size)
+        self.table = RoutingTable(self.own, bucket_size=config.bucket_size, clock=clock)
         self.store = RecordStore(max_entries=config.max_records, max_bytes=config.max_record_bytes)
         self.signatures = SignatureCache()
         self.book = PeerBook(host)
+        # dial_slots: handshakes in flight, shared by nodes that share a CPU (dialer.py)
+        self.dialer = Dialer(
+            host, self.book.dial_addrs, timeout=2 * config.request_timeout, slots=dial_slots
+        )
         self.feed = TableFeed(self.table, self.book)
         self.connected_keys: dict[int, ID] = {}
         self.extra_addrs: list[str] = []  # e.g. relay circuit addresses, for our peer record
@@ -134,7 +144,11 @@ class Dht:
         """The stream side: our requests (`links`), answers to others (`server`), and the
         connection watcher that feeds the routing table."""
         self.links = Links(
-            self.host, DHT_PROTOCOL, RESPONSE_TYPES, on_bad_peer=self._bad_peer, connect=self._dial
+            self.host,
+            DHT_PROTOCOL,
+            RESPONSE_TYPES,
+            on_bad_peer=self._bad_peer,
+            connect=self.dialer.dial,
         )
         self.responder = Responder(
             is_server=self.is_server,
@@ -204,6 +218,7 @@ class Dht:
             table=self.table,
             walker=self.walker,
             feed=self.feed,
+            dialer=self.dialer,
             peers=bootstrap,
         )
 
@@ -218,6 +233,7 @@ class Dht:
         try:
             async with trio.open_nursery() as nursery:
                 self.links.attach(nursery)
+                self.dialer.attach(nursery)
                 await nursery.start(self.watcher.run)
                 nursery.start_soon(self.joining.maintain)
                 nursery.start_soon(self._housekeeping)
@@ -336,9 +352,6 @@ class Dht:
         if pong.server:
             self.feed.add_server(peer)
         return pong.server
-
-    async def _dial(self, peer: ID) -> None:
-        await self.host.connect(PeerInfo(peer, self.book.dial_addrs(peer)))
 
     def _bad_peer(self, peer: ID, exc: ProtocolError) -> None:
         points = exc.reason.penalty if isinstance(exc, RecordRejected) else BAD_ANSWER_PENALTY

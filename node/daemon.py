@@ -90,7 +90,11 @@ class Daemon:
         self.config = config
         self.identity = identity
         self.host = build_host(
-            identity, psk=config.psk, announce=config.announce, dial_timeout=config.dial_timeout
+            identity,
+            psk=config.psk,
+            announce=config.announce,
+            dial_timeout=config.dial_timeout,
+            uplink_mbit=config.uplink_mbit,
         )
         self.bootstrap = [parse_peer_addr(a) for a in config.bootstrap]
         self.started_at: float | None = None
@@ -121,6 +125,7 @@ class Daemon:
             addrs=self.addrs,
             home=config.home,
             attack=config.attack,
+            slowdown=config.slowdown,
             device=config.device,
             precision=config.precision,
             sample_grid_every=config.sample_grid_every,
@@ -219,7 +224,8 @@ class Daemon:
         return [str(a) for a in sorted(self.host.get_addrs(), key=rank)]
 
     def status(self) -> DaemonStatus:
-        peers = [p.to_base58() for p in self.host.get_connected_peers()]
+        peers = [p.to_base58() for p in self.reachability.peers()]
+        peer_names = {p: friendly_name(p) for p in peers}
         addrs = self.addrs()
         return DaemonStatus(
             peer_id=self.identity.peer_id.to_base58(),
@@ -227,8 +233,8 @@ class Daemon:
             addrs=addrs,
             share=addrs[0] if addrs else None,
             peers=peers,
-            peer_names={p: friendly_name(p) for p in peers},
-            peer_latency_ms=self.latency.status(),
+            peer_names=peer_names,
+            peer_latency_ms={p: v for p, v in self.latency.status().items() if p in peer_names},
             run=self.runs.status(),
             dht=self.dht.status(),
             reachability={**self.reachability.current.as_dict(), **self.nat.status()},

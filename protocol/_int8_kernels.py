@@ -51,3 +51,24 @@ def block_quantizer(feedback: bool) -> Callable[..., None]:
                     vb[i] = np.int32(np.rint(src[i] * inv))
 
     return kernel
+
+
+def block_dequantizer() -> Callable[..., None]:
+    """`out[i] = values[start + i] * scales[(start + i) // block_size]` for a range that need not
+    start or end on a block boundary: one fp32 multiply per value, as the torch tiles do, so the
+    result is bit-identical to theirs."""
+
+    def kernel(scales, values, start, out, block_size):  # pragma: no cover - compiled
+        n = out.size
+        i = 0
+        while i < n:
+            b = (start + i) // block_size
+            end = min((b + 1) * block_size - start, n)
+            scale = scales[b]
+            vb = values[start + i : start + end]
+            ob = out[i:end]
+            for k in range(end - i):
+                ob[k] = np.float32(vb[k]) * scale
+            i = end
+
+    return kernel

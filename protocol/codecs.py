@@ -147,9 +147,35 @@ def decode(
     """Decode an untrusted uint8 payload; inconsistent sizes or bad values raise DecodeError."""
     import torch
 
-    codec = get_codec(codec_name)
     if dtype not in TENSOR_DTYPES:
         raise DecodeError(f"unknown tensor dtype {dtype!r}")
+    codec, scales, values = checked_parts(payload, codec_name, shape=shape, block_size=block_size)
+    if out is None:
+        out = torch.empty(shape, dtype=_torch_dtype(dtype))
+    elif (
+        tuple(out.shape) != tuple(shape)
+        or out.dtype != _torch_dtype(dtype)
+        or not out.is_contiguous()
+    ):
+        raise ValueError("out does not match the decoded shape/dtype")
+    flat = out.view(-1)
+    if scales is None:
+        _copy_checked(values, flat, check=not allow_nonfinite)
+    else:
+        quantized = int4_blockwise if codec.value_bits == 4 else int8_blockwise
+        quantized.dequantize_into(scales, values, flat, block_size=block_size)
+    return out
+
+
+def checked_parts(
+    payload: torch.Tensor, codec_name: str, *, shape: tuple[int, ...], block_size: int
+) -> tuple[Codec, torch.Tensor | None, torch.Tensor]:
+    """(codec, scales, values) views of an untrusted uint8 payload, after every check that needs
+    no pass over the values: codec, block size, the size against `shape`, and block scales finite
+    and in range (so every int8 value then decodes to a finite float). DecodeError otherwise."""
+    import torch
+
+    codec = get_codec(codec_name)
     if not 0 < block_size <= MAX_BLOCK_SIZE:
         raise DecodeError(f"block size {block_size} out of range")
     numel = 1
@@ -161,23 +187,10 @@ def decode(
         raise DecodeError(
             f"{codec.name} payload of {payload.numel()} bytes does not match shape {shape}"
         )
-    if out is None:
-        out = torch.empty(shape, dtype=_torch_dtype(dtype))
-    elif (
-        tuple(out.shape) != tuple(shape)
-        or out.dtype != _torch_dtype(dtype)
-        or not out.is_contiguous()
-    ):
-        raise ValueError("out does not match the decoded shape/dtype")
     scales, values = _split(codec, payload, numel, block_size)
-    flat = out.view(-1)
-    if scales is None:
-        _copy_checked(values, flat, check=not allow_nonfinite)
-    else:
+    if scales is not None:
         _check_scales(scales)
-        quantized = int4_blockwise if codec.value_bits == 4 else int8_blockwise
-        quantized.dequantize_into(scales, values, flat, block_size=block_size)
-    return out
+    return codec, scales, values
 
 
 def _copy_checked(values: torch.Tensor, flat: torch.Tensor, *, check: bool) -> None:

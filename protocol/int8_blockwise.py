@@ -192,6 +192,9 @@ def dequantize_into(
     import torch
 
     numel = out.numel()
+    if _fused_decode_applies(scales, out):
+        int8_fused.dequantize_fp32(scales, values, 0, out.view(-1), block_size=block_size)
+        return
     full = numel // block_size
     with torch.no_grad():
         if full:
@@ -203,6 +206,19 @@ def dequantize_into(
         if numel > full * block_size:
             tail = slice(full * block_size, numel)
             _dequantize_tile(scales[full:], values[tail].view(1, -1), out[tail].view(1, -1))
+
+
+def _fused_decode_applies(scales: torch.Tensor, out: torch.Tensor) -> bool:
+    """One compiled pass (no per-tile temporaries) for large fp32 outputs of fp32 scales."""
+    import torch
+
+    return (
+        out.numel() >= FUSED_MIN_NUMEL
+        and out.dtype == torch.float32
+        and scales.dtype == torch.float32
+        and out.is_contiguous()
+        and int8_fused.available()
+    )
 
 
 def _dequantize_tile(scales_t: torch.Tensor, values_t: torch.Tensor, out_t: torch.Tensor) -> None:

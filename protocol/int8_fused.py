@@ -16,7 +16,9 @@ Two choices keep LLVM's vectoriser working without fast-math (which would change
     a narrowing store; the result is bit-identical to the torch kernel's magic-number rounding.
 
 Scope: fp32 input and fp32 scales (the `int8` codec), with or without error feedback. Other
-cases (fp16 scales, fp16/bf16 input) and machines without numba use the torch tiles.
+cases (fp16 scales, fp16/bf16 input) and machines without numba use the torch tiles. Decoding
+has a compiled kernel too (`dequantize_fp32`, any range of a payload into a caller's buffer): a
+received update is read a slice at a time by the aggregation without an fp32 copy of it.
 numba compiles each kernel on first use (about a second) and caches it beside this file; loading
 numba and that cache still costs ~1 s per process (3-4 s on a busy machine), so an encoder that
 knows it will use the kernel calls `warm()` when it is built, not inside its first encode.
@@ -61,6 +63,17 @@ def quantize_fp32(
         fused_feedback(xs, rs, rs.view(np.int32), sc, sc.view(np.int32), vs, block_size)
 
 
+def dequantize_fp32(
+    scales: torch.Tensor, values: torch.Tensor, start: int, out: torch.Tensor, *, block_size: int
+) -> None:
+    """`out` = values[start : start + len(out)] times their blocks' fp32 `scales` (1-D, contiguous;
+    `start` anywhere, not only on a block boundary). Scales must already be checked."""
+    kernel = _dequantizer()
+    if not 0 <= start <= start + out.numel() <= values.numel():
+        raise ValueError(f"range [{start}, {start + out.numel()}) outside {values.numel()} values")
+    kernel(scales.numpy(), values.numpy(), start, out.numpy(), block_size)
+
+
 @functools.cache
 def warm() -> None:
     """Load numba and both kernels now, for the argument types every real call passes (1-D
@@ -72,6 +85,7 @@ def warm() -> None:
     values = torch.empty(2 * WARM_BLOCK, dtype=torch.int8)
     quantize_fp32(x, scales, values, block_size=WARM_BLOCK)
     quantize_fp32(x, scales, values, block_size=WARM_BLOCK, residual=torch.zeros(2 * WARM_BLOCK))
+    dequantize_fp32(scales, values, 1, x[: 2 * WARM_BLOCK - 1], block_size=WARM_BLOCK)
 
 
 WARM_BLOCK = 128
@@ -89,3 +103,14 @@ def _kernels() -> tuple[Any, Any] | None:
     njit = numba.njit(nogil=True, cache=True, boundscheck=False, error_model="numpy")
     quantizer = _int8_kernels.block_quantizer
     return njit(quantizer(feedback=False)), njit(quantizer(feedback=True))
+
+
+@functools.cache
+def _dequantizer() -> Any:
+    """The compiled range dequantizer (a separate cache: encoders need only the two above)."""
+    import numba
+
+    from . import _int8_kernels
+
+    njit = numba.njit(nogil=True, cache=True, boundscheck=False, error_model="numpy")
+    return njit(_int8_kernels.block_dequantizer())

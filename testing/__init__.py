@@ -15,6 +15,11 @@ May import every layer; no product layer imports it (tests/test_layering.py). Th
     intra_node.py     one node of two ranks (torch.distributed) as processes: python -m …
     streaming_group.py  StreamingGroup: Streaming DiLoCo's staggered, overlapped exchanges
     shaped_link.py    TokenBucket: a fixed-rate uplink (MemoryRouter(uplink=...) uses one per peer)
+    sim_*.py          the scale simulation's Internet: residential links from published
+                      measurements (sim_links), one event heap (sim_net), SimHost under the
+                      real DHT (sim_host, sim_dht), a gossip mesh under the real replicator and
+                      update gossip (sim_gossip), what benchmarks/scale_sim.py measures
+                      (sim_scenarios)
     byte_streams.py   connected in-memory byte streams behind libp2p's stream interface
     netns.py          network-namespace worlds with NAT routers (root only)
     attacks.py        Attacker: garbage frames, floods, slowloris, Sybil waves

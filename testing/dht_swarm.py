@@ -26,6 +26,7 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.network.swarm import Swarm
 from libp2p.peer.peerinfo import PeerInfo
 from multiaddr import Multiaddr
+from peertrain.dht.dialer import MAX_DIALS
 from peertrain.dht.node import Dht, DhtConfig
 from peertrain.node.net.host import build_host
 from peertrain.node.net.identity import Identity
@@ -38,14 +39,21 @@ QUIET = DhtConfig(publish_peer_record=False)  # swarm tests publish peer records
 
 
 def without_auto_connect(host: IHost) -> IHost:
-    """Stop py-libp2p's AutoConnector from dialling every peerstore peer (up to 100).
+    """Stop py-libp2p's AutoConnector from dialling peerstore peers.
 
-    It is on by default in 0.8.1 (min_connections=50, low_watermark=100): in a swarm of tens of
-    nodes in one process it meshes everyone, and the connections' CPU swamps what we measure.
+    It is on by default in 0.8.1 and aims at (low + high watermark) / 2 connections: zero
+    watermarks alone left it aiming at 32, so 30 s into a swarm of tens of nodes in one process
+    every node dialled up to 32 peers it once met, and that CPU swamped what a test measures.
     """
-    config = cast(Swarm, host.get_network()).connection_config  # what new_host builds
+    network = cast(Swarm, host.get_network())
+    config = network.connection_config  # what new_host builds
     config.min_connections = 0
     config.low_watermark = 0
+
+    async def never() -> None:
+        return None
+
+    network.auto_connector.maybe_connect = never  # type: ignore[method-assign]
     return host
 
 
@@ -116,7 +124,12 @@ async def open_dht_swarm(
     seed: int = 0,
     **dht_kwargs: Any,
 ) -> AsyncIterator[DhtSwarm]:
-    """N listening DHT nodes, not yet joined (call `join_all`)."""
+    """N listening DHT nodes, not yet joined (call `join_all`).
+
+    The nodes share one CPU, so they share the dial slots a node has for its own
+    (`dht.dialer.MAX_DIALS`), unless `dial_slots` says otherwise.
+    """
+    dht_kwargs.setdefault("dial_slots", trio.CapacityLimiter(MAX_DIALS))
     async with trio.open_nursery() as nursery:
         swarm = DhtSwarm(nodes=[], scopes=[], seed=seed)
         for index in range(n):

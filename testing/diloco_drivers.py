@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import blake3
 import trio
@@ -30,7 +31,10 @@ from peertrain.protocol.tensors import PreparedTensor, TensorDownload
 from peertrain.swarm.diloco.build import build_member
 from peertrain.swarm.diloco.checkpoint import CheckpointStore
 from peertrain.swarm.diloco.driver import DiLoCoDriver
+from peertrain.swarm.diloco.member import DiLoCoMember
 from peertrain.swarm.diloco.run_spec import DiLoCoSpec
+from peertrain.swarm.diloco.streaming import StreamingMember
+from peertrain.swarm.diloco.streaming_driver import StreamingDriver
 from peertrain.swarm.diloco.update_gossip import UpdateGossip
 
 from .crdt_network import MemoryRouter
@@ -184,22 +188,28 @@ class DriverGroup:
         certificate: bytes = b"",
         attack: str | None = None,
         checkpoints: CheckpointStore | None = None,
+        slowdown: float = 1.0,
     ) -> Peer:
         """A member with a running driver: honest, or with one `attack` on (swarm/attacks.py,
         swarm/diloco/hostile_states.py); its checkpoints in `checkpoints` (a new member on an
-        old member's store is that member restarted)."""
+        old member's store is that member restarted). A Streaming DiLoCo spec gets a
+        StreamingDriver, its inner steps `slowdown` times as slow."""
         peer = await self._replica(key_pair or create_new_key_pair())
         built = await trio.to_thread.run_sync(lambda: build_member(self.spec, peer.peer_id))
         gossip = UpdateGossip(
             run_id=self.run_id,
             key_pair=peer.key_pair,
             transport=self.topic.transport(peer.peer_id),
-            expected_nbytes=len(built.member.encoder.codec.encode(built.member.global_params)),
             is_member=lambda p: True,  # the driver installs its own
             expected=lambda r: set(),
+            **_update_sizes(built.member),
         )
         self.topic.members[peer.peer_id] = gossip
-        peer.driver = DiLoCoDriver(
+        kind, extra = DiLoCoDriver, {}
+        if self.spec.streaming:
+            kind, extra = StreamingDriver, {"slowdown": slowdown}
+        peer.driver = kind(
+            **extra,
             spec=self.spec,
             peer_id=peer.peer_id,
             built=built,
@@ -242,6 +252,17 @@ class DriverGroup:
         await wait_until(
             lambda: all(d.progress.phase == "finished" for d in self.drivers), timeout=within
         )
+
+
+def _update_sizes(member: DiLoCoMember | StreamingMember) -> dict[str, Any]:
+    """The gossip's payload sizes: one for all rounds, or a streaming slot's fragment's."""
+    if isinstance(member, StreamingMember):
+        slots = range(1, 1 + len(member.fragments))
+        return {
+            "expected_nbytes": max(map(member.slot_nbytes, slots)),
+            "nbytes_of": member.slot_nbytes,
+        }
+    return {"expected_nbytes": len(member.encoder.codec.encode(member.global_params))}
 
 
 @asynccontextmanager

@@ -28,6 +28,8 @@ def _load(args: argparse.Namespace, **extra: Any):
         "log_level": args.log_level,
         "log_format": args.log_format,
         "attack": getattr(args, "attack", None),
+        "slowdown": getattr(args, "slowdown", None),
+        "uplink_mbit": getattr(args, "uplink_mbit", None),
         "max_params": getattr(args, "max_params", None),
         "max_memory": getattr(args, "max_memory", None),
         "metrics_listen": getattr(args, "metrics_listen", None),

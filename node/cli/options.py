@@ -161,6 +161,34 @@ RUN_OPTIONS: dict[str, tuple[str, type, str, tuple[str, ...] | None]] = {
         "seed for the model's initial weights and data order (default: 0)",
         None,
     ),
+    "--fragments": (
+        "fragments",
+        int,
+        "Streaming DiLoCo: the model in P fragments that sync in turn, each every round, so an "
+        "exchange carries 1/P of it (default: 1, plain DiLoCo; inner-steps must be a multiple)",
+        None,
+    ),
+    "--overlap": (
+        "overlap",
+        int,
+        "Streaming DiLoCo: a fragment's outer step lands τ inner steps after it was sent, so its "
+        "exchange overlaps training (default: 0)",
+        None,
+    ),
+    "--mix": (
+        "mix",
+        float,
+        "Streaming DiLoCo: α in θ_local ← α·θ_local + (1−α)·θ_global when a fragment lands "
+        "(default: 0)",
+        None,
+    ),
+    "--round-seconds": (
+        "round_seconds",
+        float,
+        "Streaming DiLoCo: a round is a compute window of this many seconds; each member takes "
+        "the inner steps it can and its update counts by its samples (default: 0, by steps)",
+        None,
+    ),
     "--stages": ("stages", int, "SWARM pipeline stages (default: 3)", None),
     "--admission": (
         "admission",
@@ -186,6 +214,14 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     for flag, (dest, kind, text, choices) in RUN_OPTIONS.items():
         p.add_argument(flag, dest=dest, type=kind, default=None, help=text, choices=choices)
     p.add_argument(
+        "--eager",
+        action="store_const",
+        const=True,
+        default=None,
+        help="Streaming DiLoCo: apply our own outer gradient to a fragment at once while the "
+        "others' are on their way (Eager Updates)",
+    )
+    p.add_argument(
         "--set",
         action="append",
         default=None,
@@ -205,7 +241,7 @@ def model_option(model: str | None) -> str | None:
 
 def run_spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
     spec: dict[str, Any] = {}
-    for dest, *_ in RUN_OPTIONS.values():
+    for dest in [*(dest for dest, *_ in RUN_OPTIONS.values()), "eager"]:
         if getattr(args, dest, None) is not None:
             spec[dest] = getattr(args, dest)
     if "model" in spec:
@@ -237,7 +273,7 @@ def apply_env(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None
         raw = os.environ.get(ENV_PREFIX + dest.upper())
         if raw is None or raw == "":
             continue
-        if isinstance(action, argparse._StoreTrueAction):
+        if isinstance(action, argparse._StoreTrueAction | argparse._StoreConstAction):
             value: Any = raw.lower() in ("1", "true", "yes", "on")
         elif isinstance(action, argparse._AppendAction):
             value = [_convert(action, dest, item) for item in split_list_env(raw)]

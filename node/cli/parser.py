@@ -74,6 +74,10 @@ def _daemon_options(home: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="serve Prometheus /metrics and the dashboard here, e.g. 127.0.0.1:9464 (default: off)",
     )
     daemon.add_argument("--attack", metavar="NAME", help=argparse.SUPPRESS)  # Byzantine test hook
+    # a slower machine, for tests of members of unequal speed (Streaming DiLoCo)
+    daemon.add_argument("--slowdown", type=float, metavar="N", help=argparse.SUPPRESS)
+    # a home uplink on loopback (benchmarks/streaming_overlap.py): everything sent, N Mbit/s
+    daemon.add_argument("--uplink-mbit", type=float, metavar="N", help=argparse.SUPPRESS)
     daemon.add_argument(
         "--device",
         metavar="auto|cpu|cuda[:N]|mps",

@@ -2,16 +2,20 @@
 
 The server side builds a throwaway host (new key, new socket) for every check and dials the
 client only at the IP it sees the request come from, so the service cannot be used to make us
-dial third parties. The client side and the verdict are in reachability.py.
+dial third parties. The client side and the verdict are in reachability.py. The client names the
+probes' keys by a seed in its request, so it knows their peer IDs and keeps them out of its peers.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import secrets
 from typing import Annotated
 
 import trio
 from libp2p.abc import IHost, INetStream
+from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 from multiaddr import Multiaddr
@@ -31,12 +35,29 @@ log = logging.getLogger(__name__)
 DIALBACK = protocol_id("dialback", "1.0.0")
 MAX_CANDIDATES = 8
 MAX_DIALS = 4
+SEED_BYTES = 32
 Addr = Annotated[str, MaxLen(256)]
 
 
 @message("node/dialback-request", max_size=4096)
 class DialbackRequest(Request):
     addrs: Annotated[tuple[Addr, ...], MaxLen(MAX_CANDIDATES)]
+    # The i-th probe's key derives from it (`probe_identity`); empty from an older client: the
+    # server then takes random keys. Knowing it lets a server pose as a probe, which only hides
+    # that server from the client's peer list for a moment: nothing is trusted by probe IDs.
+    probe_seed: Annotated[bytes, MaxLen(SEED_BYTES)] = b""
+
+
+def new_probe_seed() -> bytes:
+    return secrets.token_bytes(SEED_BYTES)
+
+
+def probe_identity(seed: bytes, index: int) -> Identity:
+    """The identity of the `index`-th probe dialed for a request carrying `seed`."""
+    if len(seed) != SEED_BYTES:
+        return Identity.generate()
+    key_seed = hashlib.sha256(seed + index.to_bytes(1, "big")).digest()
+    return Identity.from_key_pair(create_new_key_pair(key_seed))
 
 
 @message("node/dialback-response", max_size=4096)
@@ -67,9 +88,10 @@ async def dial_fresh(
     *,
     timeout: float,  # noqa: ASYNC109 (it bounds the probe host's dial and handshake too)
     psk: str | None = None,
+    identity: Identity | None = None,
 ) -> bool:
     """Can a stranger (new key, new socket) complete a handshake with `peer` at `addr`?"""
-    probe = build_host(Identity.generate(), psk=psk, dial_timeout=timeout)
+    probe = build_host(identity or Identity.generate(), psk=psk, dial_timeout=timeout)
     reached = False
     try:
         async with probe.run([]):
@@ -133,7 +155,13 @@ class DialbackServer:
         results = [False] * len(targets)
 
         async def one(i: int) -> None:
-            results[i] = await dial_fresh(peer, targets[i], timeout=self.dial_timeout, psk=self.psk)
+            results[i] = await dial_fresh(
+                peer,
+                targets[i],
+                timeout=self.dial_timeout,
+                psk=self.psk,
+                identity=probe_identity(request.probe_seed, i),
+            )
 
         async with trio.open_nursery() as nursery:
             for i in range(len(targets)):

@@ -47,16 +47,20 @@ from ..net.notifee import ConnectionEvents
 from .dialback import (
     DIALBACK,
     MAX_CANDIDATES,
+    MAX_DIALS,
     DialbackRequest,
     DialbackResponse,
     DialbackServer,
     close_quietly,
+    new_probe_seed,
+    probe_identity,
 )
 
 log = logging.getLogger(__name__)
 
 MAX_UNDECIDED_DELAY = 60.0
 ARRIVAL_SETTLE = 1.0
+MAX_PROBES_KNOWN = 256  # probe IDs remembered; a check asks max_servers × MAX_DIALS at most
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -234,6 +238,24 @@ class ReachabilityCheck:
         self._answers: list[tuple[str, DialbackResponse]] = []  # of the check that set `current`
         self._arrivals = _Arrivals()
         self._changed = trio.Event()
+        self._probes: dict[ID, float] = {}  # our dial-back probes' peer IDs → forget after
+
+    def is_probe(self, peer: ID) -> bool:
+        """True for a throwaway identity a server dials us back with (recently asked for)."""
+        return self._probes.get(peer, 0.0) > time.monotonic()
+
+    def peers(self) -> list[ID]:
+        """Connected peers, without our own dial-back probes: they are gone within a second and
+        were never peers (status, the verdict and the wait for servers count these)."""
+        return [p for p in self.host.get_connected_peers() if not self.is_probe(p)]
+
+    def _expect_probes(self, seed: bytes) -> None:
+        now = time.monotonic()
+        self._probes = {p: t for p, t in self._probes.items() if t > now}
+        while len(self._probes) >= MAX_PROBES_KNOWN:
+            del self._probes[next(iter(self._probes))]
+        for i in range(MAX_DIALS):  # each probe stays on for 1 s after the dial at the most
+            self._probes[probe_identity(seed, i).peer_id] = now + 2 * self.timeout + 2.0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         if self.server is not None:
@@ -257,7 +279,7 @@ class ReachabilityCheck:
             await self._arrivals.event.wait()
             self._arrivals.event = trio.Event()
             await trio.sleep(ARRIVAL_SETTLE)
-            if len(self.host.get_connected_peers()) >= self.min_servers:
+            if len(self.peers()) >= self.min_servers:
                 return
 
     async def wait_changed(self) -> Reachability:
@@ -279,7 +301,7 @@ class ReachabilityCheck:
 
     async def check(self) -> Reachability:
         """Ask up to `max_servers` connected peers; update and return the verdict."""
-        peers = list(self.host.get_connected_peers())
+        peers = self.peers()
         random.shuffle(peers)
         answers: list[tuple[str, DialbackResponse]] = []
 
@@ -325,7 +347,9 @@ class ReachabilityCheck:
 
     async def ask(self, peer: ID) -> DialbackResponse:
         addrs = tuple(_without_p2p(a) for a in self.host.get_addrs())[:MAX_CANDIDATES]
-        request = DialbackRequest(addrs=addrs)
+        seed = new_probe_seed()
+        self._expect_probes(seed)
+        request = DialbackRequest(addrs=addrs, probe_seed=seed)
         with trio.move_on_after(self.timeout):
             try:
                 stream = await self.host.new_stream(peer, [str(DIALBACK)])

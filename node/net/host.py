@@ -7,6 +7,7 @@ What py-libp2p 0.8.1 does by default and why we override it (LIBP2P-NOTES.md):
   with a limit of 1 a dial takes a few milliseconds.
 - it advertises a wildcard listen address verbatim; our address factory expands it.
 - its PSK support never verifies the key; `private_network.PrivateTCP` does.
+- its multistream-select client waits a round trip between header and protocol; ours does not.
 """
 
 from __future__ import annotations
@@ -26,7 +27,15 @@ from ..errors import ConfigError, ConnectError, PskMismatch
 from .addresses import MULTIADDR_ERRORS, expand_wildcards
 from .identity import Identity
 from .private_network import MISMATCH
-from .transport import NOISE_ID, YAMUX_ID, NoiseTransport, YamuxConnection, use_registered_muxers
+from .transport import (
+    NOISE_ID,
+    YAMUX_ID,
+    NoiseTransport,
+    YamuxConnection,
+    use_pipelined_negotiation,
+    use_registered_muxers,
+)
+from .uplink import TokenBucket
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +46,10 @@ def build_host(
     psk: str | None = None,
     announce: Sequence[str] = (),
     dial_timeout: float = 10.0,
+    uplink_mbit: float = 0.0,
 ) -> IHost:
-    """A host that speaks only TCP + Noise + Yamux (+ our checked PSK when given)."""
+    """A host that speaks only TCP + Noise + Yamux (+ our checked PSK when given);
+    `uplink_mbit` > 0 (research/testing): everything it sends shares one uplink of that rate."""
     from .private_network import PrivateTCP
 
     transport = PrivateTCP(psk) if psk else TCP()
@@ -48,13 +59,12 @@ def build_host(
         return expand_wildcards([*extra, *candidates])
 
     muxers = {YAMUX_ID: YamuxConnection}  # our data path, libp2p's protocol IDs (node/transport)
+    noise = NoiseTransport(identity.key_pair, noise_privkey=create_x25519_key_pair().private_key)
+    if uplink_mbit > 0:
+        noise.uplink = TokenBucket(uplink_mbit * 1e6 / 8)
     host = new_host(
         key_pair=identity.key_pair,
-        sec_opt={
-            NOISE_ID: NoiseTransport(
-                identity.key_pair, noise_privkey=create_x25519_key_pair().private_key
-            )
-        },
+        sec_opt={NOISE_ID: noise},
         muxer_opt=muxers,
         transports=[transport],
         connection_config=ConnectionConfig(
@@ -71,6 +81,7 @@ def build_host(
         addrs_factory=advertised,
     )
     use_registered_muxers(host, muxers)
+    use_pipelined_negotiation(host)
     return host
 
 

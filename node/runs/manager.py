@@ -41,7 +41,7 @@ from .invites import check_certificate, invite_methods, save_certificate
 from .lifecycle import SessionLifecycle, quarantine, quarantine_file
 from .run_export import export_run
 from .run_lookup import RUN_LOOKUP, RunFinder, RunFound, RunLookup
-from .session import CRDT_SYNC, RunSession, saved_manifests
+from .session import CRDT_SYNC, RunSession, import_off_the_loop, saved_manifests
 from .spec_check import (
     check_spec,
     local_data,
@@ -58,6 +58,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_RUNS = 8
+# What reading and checking a spec imports (the swarm packages import torch): off the event loop,
+# or a create or join leaves the daemon deaf for seconds (session.py says why that hurts)
+SPEC_MODULES = ("peertrain.swarm.diloco.run_spec", "peertrain.swarm.pipeline.run_spec")
 
 
 class RunManager:
@@ -228,6 +231,7 @@ class RunManager:
             raise ControlError(f"this node already takes part in a run named {name!r}")
         if data is not None:
             spec = with_data_digest(spec, data)
+        await import_off_the_loop(SPEC_MODULES)
         trust_models(self.trusted_models)
         spec = with_hf_model(spec)
         artifact = None  # a diffusion run's partition, fitted here and named in its spec
@@ -278,6 +282,7 @@ class RunManager:
             seeds: set[str] = set()
         else:
             run_id, envelope, seeds = await self.finder.find_one(name, within=timeout)
+        await import_off_the_loop(SPEC_MODULES)
         trust_models(self.trusted_models)
         check_spec(
             open_manifest(envelope, run_id),

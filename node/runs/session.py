@@ -314,6 +314,7 @@ class RunSession:
             device=str(getattr(inner, "device", "")),
             ranks=getattr(getattr(inner, "node", None), "world", 1),
             progress=driver.progress_status() if driver else None,
+            streaming=driver.streaming_status() if hasattr(driver, "streaming_status") else None,
         )
 
 

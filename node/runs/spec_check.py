@@ -114,11 +114,13 @@ def with_hf_model(spec: dict[str, Any]) -> dict[str, Any]:
 
 def offer_hf_folders(paths: Iterable[str]) -> None:
     """The `--model hf:DIR` folders among `paths` hold weights this node may start from."""
+    folders = [Path(p.removeprefix("hf:")).expanduser() for p in paths if p.startswith("hf:")]
+    if not folders:  # hf.py imports torch: seconds on the event loop of every run create/join
+        return
     from peertrain.swarm.models.hf import WEIGHTS, offer_pretrained
 
-    for path in paths:
-        folder = Path(path.removeprefix("hf:")).expanduser()
-        if path.startswith("hf:") and (folder / WEIGHTS).is_file():
+    for folder in folders:
+        if (folder / WEIGHTS).is_file():
             offer_pretrained(folder)
 
 

@@ -47,6 +47,11 @@ class DiLoCoRunStatus(RunStatus):
     # elapsed_s, bytes_per_s} | None, waiting {what, have, need, elapsed_s} | None
     # (swarm/progress.py); None until the driver runs
     progress: dict[str, Any] | None
+    # Streaming DiLoCo runs (swarm/diloco/streaming_driver.py), else None: fragments, overlap,
+    # round_seconds, fragment_states [{fragment, round, checksum}], samples_by_member {peer: n},
+    # last_round {round, steps, samples, fragments_landed}, loop {steps, compute_s, idle_s,
+    # idle_fraction}
+    streaming: dict[str, Any] | None
 
 
 class SwarmRunStatus(RunStatus):

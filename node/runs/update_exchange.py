@@ -5,6 +5,9 @@ swarm/diloco knows nothing of libp2p: its driver wants a `TensorTransport` (whol
 state) and its `UpdateGossip` a `GroupTransport` (announce on a topic, serve and pull encoded
 payloads). `NodeTensors` provides both on the node's gossip, tensor store and `fetch_tensor`;
 `UpdateTransport` is its `GroupTransport` face. The benchmark passes subclasses with clocks.
+A Streaming DiLoCo run's payloads differ in size by fragment and carry a sample count before the
+codec's bytes, so they travel as opaque bytes (`codec=None`: zero-padded to whole fp32 values,
+the padding cut off again on arrival; the checksum the sender signs covers it).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ if TYPE_CHECKING:
     from peertrain.crdt.replicator import Replicator
     from peertrain.crdt.runstate import RunState
     from peertrain.swarm.diloco.build import BuiltMember
-    from peertrain.swarm.diloco.compression import ProtocolCodec
+    from peertrain.swarm.diloco.compression import ErrorFeedbackEncoder, ProtocolCodec
     from peertrain.swarm.diloco.driver import DiLoCoDriver
     from peertrain.swarm.diloco.member import RoundReport
     from peertrain.swarm.diloco.run_spec import DiLoCoSpec
@@ -42,8 +45,9 @@ class NodeTensors:
     """The driver's `TensorTransport` and the update gossip's payloads on our services."""
 
     def __init__(
-        self, node: NodeServices, topic: str, *, codec: str, block_size: int, numel: int
+        self, node: NodeServices, topic: str, *, codec: str | None, block_size: int, numel: int
     ) -> None:
+        """`codec`: that of every payload of `numel` values; None: payloads are opaque bytes."""
         self.node, self.topic = node, topic
         self.codec, self.block_size, self.numel = codec, block_size, numel
         self.receive_buffers = ReceiveBuffers()  # peers' updates land in last rounds' memory
@@ -79,17 +83,22 @@ class NodeTensors:
         await self.node.gossip.publish(self.topic, data)
 
     async def serve(self, owner: str, payload) -> bytes:
+        import torch
         from peertrain.protocol.tensors import prepare_encoded
         from peertrain.swarm.diloco.compression import payload_tensor
 
         def prepare():
             raw = payload_tensor(payload)  # our encoder's buffer itself, hashed in place
+            codec, shape = self.codec, (self.numel,)
+            if codec is None:  # opaque bytes as whole fp32 values
+                raw = torch.cat([raw, raw.new_zeros(_padded(len(raw)) - len(raw))])
+                codec, shape = "fp32", (len(raw) // 4,)
             return prepare_encoded(
                 f"update/{owner}",
                 raw,
                 dtype="float32",
-                shape=(self.numel,),
-                codec=self.codec,
+                shape=shape,
+                codec=codec,
                 block_size=self.block_size,
             )
 
@@ -101,11 +110,12 @@ class NodeTensors:
         """The verified payload, served on to others as is (no copy, no second hash)."""
         from peertrain.protocol.tensors import PreparedTensor
 
+        padded = nbytes if self.codec is not None else _padded(nbytes)
         download = await self.fetch(
-            holders, checksum, nbytes, allocate=self.receive_buffers.acquire
+            holders, checksum, padded, allocate=self.receive_buffers.acquire
         )
         self.node.tensors.put(PreparedTensor(header=download.header, payload=download.payload))
-        return memoryview(download.payload.numpy())
+        return memoryview(download.payload.numpy())[:nbytes]
 
 
 class UpdateTransport:
@@ -141,31 +151,43 @@ async def open_update_exchange(
     is_member: Callable[[str], bool],
     expected: Callable[[int], set[str]],
     reserve_updates: int,
+    encoder: ErrorFeedbackEncoder | None = None,
     tensors_class: type[NodeTensors] = NodeTensors,
     transport_class: Callable[[NodeTensors], GroupTransport] = UpdateTransport,
+    nbytes: int | None = None,
+    nbytes_of: Callable[[int], int] | None = None,
 ) -> AsyncIterator[UpdateExchange]:
     """Update gossip for `run_id` on the node's services, subscribed to its topic while open.
 
     `codec`: the one the member encodes its updates with. `is_member(peer)`: may this peer send
     updates; `expected(round)`: whose updates the round waits for. Buffers for `reserve_updates`
-    incoming updates are faulted in in the background (a session overlaps that with its first
-    inner steps)."""
+    incoming updates (and our own next one, when `encoder` is given: the member's encoder then
+    writes its payloads into the same recycled buffers) are faulted in in the background (a
+    session overlaps that with its first inner steps). `nbytes_of(round)`: each round's payload
+    size (at most `nbytes`) when they differ; the payloads are then opaque bytes (Streaming
+    DiLoCo's fragments)."""
     from peertrain.swarm.diloco.update_gossip import UpdateGossip
 
     topic = update_topic(run_id)
-    tensors = tensors_class(node, topic, codec=codec.name, block_size=codec.block_size, numel=numel)
+    name = codec.name if nbytes_of is None else None
+    tensors = tensors_class(node, topic, codec=name, block_size=codec.block_size, numel=numel)
     gossip = UpdateGossip(
         run_id=run_id,
         key_pair=node.identity.key_pair,
         transport=transport_class(tensors),
-        expected_nbytes=codec.payload_bytes(numel),
+        expected_nbytes=nbytes or codec.payload_bytes(numel),
+        nbytes_of=nbytes_of,
         is_member=is_member,
         expected=expected,
     )
     reserved = trio.Event()
+    if encoder is not None:
+        encoder.allocate = tensors.receive_buffers.acquire
+        reserve_updates += 1
 
     async def reserve() -> None:
-        await tensors.reserve_receive_buffers(reserve_updates, gossip.expected_nbytes)
+        nbytes = gossip.expected_nbytes
+        await tensors.reserve_receive_buffers(reserve_updates, nbytes if name else _padded(nbytes))
         reserved.set()
 
     async with trio.open_nursery() as nursery:
@@ -181,16 +203,24 @@ def open_member_exchange(node: NodeServices, state: RunState, built: BuiltMember
     expert group of a diffusion run): its members are the live ones there; a quorum's receive
     buffers are faulted in while the first inner steps run."""
     from peertrain.swarm.diloco.driver import expected_members
+    from peertrain.swarm.diloco.streaming import StreamingMember
 
-    me = node.peer_id
+    me, member = node.peer_id, built.member
+    sizes: dict = {}
+    if isinstance(member, StreamingMember):  # a slot's payload: its fragment's, opaque bytes
+        slots = range(1, 1 + len(member.fragments))
+        sizes = {"nbytes_of": member.slot_nbytes, "nbytes": max(map(member.slot_nbytes, slots))}
     return open_update_exchange(
         node,
         run_id=state.run_id,
-        codec=built.member.encoder.codec,
-        numel=built.member.layout.numel,
+        codec=member.encoders[0].codec if sizes else member.encoder.codec,
+        numel=member.layout.numel,
         is_member=lambda peer: state.is_live(peer) or peer == me,
         expected=lambda round_: expected_members(state, me, round_),
         reserve_updates=min_members - 1,
+        # a fragment's payload gets its sample count in front: a copy, not the encoder's buffer
+        encoder=None if sizes else member.encoder,
+        **sizes,
     )
 
 
@@ -213,8 +243,13 @@ def member_driver(
     certificate of an invite run (`run invite`'s token, node/runs/invites.py)."""
     from peertrain.swarm.diloco.checkpoint import CheckpointStore
     from peertrain.swarm.diloco.driver import DiLoCoDriver
+    from peertrain.swarm.diloco.streaming_driver import StreamingDriver
 
-    return DiLoCoDriver(
+    kind, extra = DiLoCoDriver, {}
+    if spec.streaming:
+        kind, extra = StreamingDriver, {"slowdown": node.slowdown}
+    return kind(
+        **extra,
         spec=spec,
         peer_id=node.peer_id,
         built=built,
@@ -230,6 +265,11 @@ def member_driver(
         on_penalty=on_penalty,
         certificate=certificate,  # ours, in an invite run
     )
+
+
+def _padded(nbytes: int) -> int:
+    """Opaque bytes as whole fp32 values."""
+    return -(-nbytes // 4) * 4
 
 
 async def _drain(inbox: trio.MemoryReceiveChannel) -> None:

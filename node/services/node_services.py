@@ -37,6 +37,7 @@ class NodeServices:
     addrs: Callable[[], list[str]]  # advertised addresses, best first
     home: Path  # the node's data directory: runs keep manifests and checkpoints under it
     attack: str | None = None  # research/testing: a Byzantine behaviour for runs (swarm/attacks)
+    slowdown: float = 1.0  # research/testing: a slower machine (streaming_loop.py)
     # where this node trains and in what precision: its own choice, never the run's
     # (swarm/devices.py: auto|cpu|cuda[:N]|mps; fp32|bf16|fp16)
     device: str = "auto"

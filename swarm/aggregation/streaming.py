@@ -21,7 +21,8 @@ The statistics pass has a fixed reduction tree: it works on windows of `STATS_WI
 coordinates (assembled from reads of at most `chunk_size`; p × 256 KiB), sums a window's blocks
 in one fixed-shape reduction, and adds window totals in coordinate order. (Reducing per chunk, a
 chunk of 1000 coordinates cut the 1024-blocks elsewhere and Flag's output moved in its last
-bits.)
+bits.) Norms alone are taken sixteen windows at a time, one reduction row per window: the same
+tree with fewer torch calls.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import torch
 DEFAULT_CHUNK_SIZE = 1 << 20  # 4 MiB of fp32 per input per chunk: p=16 stacks to 64 MiB
 _BLOCK = 1024  # fp32 dot products run over at most this many terms, then add up in fp64
 STATS_WINDOW = 64 * _BLOCK  # the statistics pass's fixed windows: one reduction tree
+_NORM_SPAN = 16 * STATS_WINDOW  # windows whose norms one set of torch calls computes
 _CACHE_COLUMNS = 1 << 16  # coordinate-wise rules work on (p, 64K) blocks: 4 MiB at p = 16
 
 
@@ -46,7 +48,8 @@ class UpdateSource(Protocol):
     def numel(self) -> int: ...
 
     def read(self, start: int, stop: int) -> torch.Tensor:
-        """Values [start, stop) as a 1-D fp32 tensor (a view is fine; it is copied at once)."""
+        """Values [start, stop) as a 1-D fp32 tensor. It may be a view of the source's own
+        buffer, valid only until the source's next `read`: the passes use or copy it at once."""
         ...
 
 
@@ -134,18 +137,38 @@ def accumulate_statistics(
         for _, _, stack in _chunks(sources, chunk_size):
             gram += _blocked_gram(stack)
         return InputStatistics(sq_norms=gram.diagonal().clone(), gram=gram)
-    sq_norms = torch.zeros(p, dtype=torch.float64)
-    for start, stop in iter_chunks(sources[0].numel, STATS_WINDOW):  # norms need no stacking
-        for row, source in enumerate(sources):
-            sq_norms[row] += _blocked_sq_norm(_read_window(source, start, stop, chunk_size))
-    return InputStatistics(sq_norms=sq_norms, gram=None)
+    totals = [  # norms need no stacking: one source at a time
+        known if (known := getattr(s, "known_sq_norm", None)) is not None
+        else source_sq_norm(s, chunk_size=chunk_size)
+        for s in sources
+    ]  # fmt: skip
+    return InputStatistics(sq_norms=torch.tensor(totals, dtype=torch.float64), gram=None)
+
+
+def source_sq_norm(source: UpdateSource, *, chunk_size: int) -> float:
+    """One source's squared norm as the statistics pass takes it: fp64 window totals added in
+    coordinate order. Reads of `chunk_size` are copied into whole spans first, so the value does
+    not depend on it. A source may carry it precomputed as `known_sq_norm` (a payload measured
+    while the next one was still arriving: swarm/diloco/payload_source.py)."""
+    total = 0.0
+    for start, stop in iter_chunks(source.numel, _NORM_SPAN):
+        for window in _window_sq_norms(_read_window(source, start, stop, chunk_size)):
+            total += window
+    return total
 
 
 def _read_window(source: UpdateSource, start: int, stop: int, chunk_size: int) -> torch.Tensor:
     """source[start:stop], read in pieces of at most `chunk_size`."""
     if stop - start <= chunk_size:
         return _read(source, start, stop)
-    return torch.cat([_read(source, a, b) for a, b in _pieces(start, stop, chunk_size)])
+    window = None
+    for a, b in _pieces(start, stop, chunk_size):  # each piece copied before the next read
+        piece = _read(source, a, b)
+        if window is None:
+            window = torch.empty(stop - start, device=piece.device)
+        window[a - start : b - start].copy_(piece)
+    assert window is not None
+    return window
 
 
 def _pieces(start: int, stop: int, chunk_size: int) -> Iterator[tuple[int, int]]:
@@ -170,16 +193,29 @@ def _blocked_gram(stack: torch.Tensor) -> torch.Tensor:
     return total.cpu()
 
 
-def _blocked_sq_norm(piece: torch.Tensor) -> float:
-    """Squared norm of a 1-D fp32 slice, blocked like `_blocked_gram` (fp32 within a block)."""
-    full = piece.numel() - piece.numel() % _BLOCK
-    total = 0.0
-    if full:
-        norms = torch.linalg.vector_norm(piece[:full].view(-1, _BLOCK), dim=1)
-        total += float(norms.double().square().sum())
-    if full < piece.numel():
-        total += float(torch.linalg.vector_norm(piece[full:])) ** 2
-    return total
+def _window_sq_norms(piece: torch.Tensor) -> list[float]:
+    """Squared norms of each `STATS_WINDOW` of a 1-D fp32 slice that starts on a window
+    boundary (only the last window may be short): per window, fp32 norms of its blocks of
+    _BLOCK (like `_blocked_gram`), squared and summed in fp64. Whole windows go through one
+    fixed-shape reduction per window row, however many of them the slice holds, so the result
+    does not depend on how the vector was sliced (and one torch call serves sixteen windows:
+    per window, the Python around the small ops cost more than the arithmetic)."""
+    whole = piece.numel() - piece.numel() % STATS_WINDOW
+    totals: list[float] = []
+    if whole:
+        norms = torch.linalg.vector_norm(piece[:whole].view(-1, _BLOCK), dim=1)
+        totals += norms.double().square().view(-1, STATS_WINDOW // _BLOCK).sum(dim=1).tolist()
+    if whole < piece.numel():  # the vector's last, short window
+        rest = piece[whole:]
+        full = rest.numel() - rest.numel() % _BLOCK
+        total = 0.0
+        if full:
+            norms = torch.linalg.vector_norm(rest[:full].view(-1, _BLOCK), dim=1)
+            total += float(norms.double().square().sum())
+        if full < rest.numel():
+            total += float(torch.linalg.vector_norm(rest[full:])) ** 2
+        totals.append(total)
+    return totals
 
 
 def write_linear_combination(

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..data.digits import load_digits_arrays
 from ..errors import ConfigError
 from .errors import DatasetMissing
 
@@ -68,11 +69,9 @@ def _dataset(name: str, pixels: np.ndarray, labels: np.ndarray, num_classes: int
 
 def load_digits_images(*, limit: int | None = None) -> ImageDataset:
     """scikit-learn's bundled 8×8 digits (1797, pixel values 0..16), the first `limit`."""
-    from sklearn.datasets import load_digits  # lazily: only digit runs need sklearn
-
-    bunch = load_digits()
-    pixels = np.asarray(bunch.images, dtype=np.float64)[:limit] / 16.0
-    return _dataset("digits", pixels, np.asarray(bunch.target)[:limit], 10)
+    flat, labels = load_digits_arrays()
+    pixels = flat.reshape(-1, 8, 8)[:limit] / 16.0
+    return _dataset("digits", pixels, labels[:limit], 10)
 
 
 def _read_idx(path: Path, header_ints: int) -> np.ndarray:

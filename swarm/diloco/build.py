@@ -17,6 +17,7 @@ import torch
 from peertrain.protocol.packing import pack
 
 from ..devices import resolve_device
+from ..models.config import ConfigError
 from .compression import ProtocolCodec
 from .config import InnerConfig, OuterConfig
 from .flat import ParamLayout
@@ -24,11 +25,12 @@ from .inner_loop import evaluate
 from .intra_node import DistributedInnerLoop, IntraNode, follow
 from .member import DiLoCoMember
 from .run_spec import DiLoCoSpec
+from .streaming import StreamingMember
 
 
 @dataclass(slots=True, kw_only=True)
 class BuiltMember:
-    member: DiLoCoMember
+    member: DiLoCoMember | StreamingMember
     shard: int
     eval_batches: list[Any]
     spec: DiLoCoSpec
@@ -59,10 +61,11 @@ class BuiltMember:
         return model
 
     def eval_loss(self) -> float:
-        """Loss of θ_global on the run's fixed eval batches (the model holds θ_global between
-        rounds)."""
+        """Loss of θ_global on the run's fixed eval batches (a DiLoCo model holds θ_global
+        between rounds; a streaming one has trained on since its early fragments landed)."""
+        model = self.global_model() if isinstance(self.member, StreamingMember) else None
         with torch.no_grad():
-            return evaluate(self.member.model, self.eval_batches)
+            return evaluate(model or self.member.model, self.eval_batches)
 
 
 def build_member(
@@ -88,7 +91,15 @@ def build_member(
     loop = None
     if intra is not None:
         loop = DistributedInnerLoop(model, batches, inner, node=intra, shard=shard)
-    member = DiLoCoMember(model, batches, inner=inner, inner_loop=loop, **member_settings(spec))
+    member: DiLoCoMember | StreamingMember
+    if spec.streaming:
+        if intra is not None:
+            raise ConfigError("a Streaming DiLoCo member trains on one rank (no --ranks)")
+        member = StreamingMember(
+            model, batches, inner=inner, streaming=spec.streaming_config(), **member_settings(spec)
+        )
+    else:
+        member = DiLoCoMember(model, batches, inner=inner, inner_loop=loop, **member_settings(spec))
     held_out = dataset.eval_batches(batch_size=64, max_batches=eval_batches)
     return BuiltMember(
         member=member, shard=shard, eval_batches=held_out, spec=spec, dataset=dataset

@@ -12,13 +12,17 @@ aggregates identical inputs and ends the round with an identical state hash.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import torch
 from peertrain.protocol import codecs
 from peertrain.protocol.int8_blockwise import DEFAULT_BLOCK_SIZE
 
+from ..aggregation.streaming import TensorSource, UpdateSource
 from ..models.config import ConfigError
+from . import payload_source
+from .payload_source import QuantizedSource
 
 # A payload is any bytes-like object. Ours are writable memoryviews over the encoder's output
 # tensor: 100M int8 values are not copied into a `bytes` on the way to the wire (nor back out on
@@ -45,9 +49,19 @@ class UpdateCodec(Protocol):
     name: str
     supports_error_feedback: bool
 
-    def encode(self, values: torch.Tensor, *, residual: torch.Tensor | None = None) -> Payload: ...
+    def encode(
+        self,
+        values: torch.Tensor,
+        *,
+        residual: torch.Tensor | None = None,
+        out: torch.Tensor | None = None,
+    ) -> Payload: ...
 
     def decode(self, payload: Payload, numel: int) -> torch.Tensor: ...
+
+    def source(self, payload: Payload, numel: int) -> UpdateSource:
+        """The payload as an aggregation input, checked as `decode` checks it (DecodeError)."""
+        ...
 
     def payload_bytes(self, numel: int) -> int: ...
 
@@ -65,8 +79,16 @@ class ProtocolCodec:
         self.block_size = block_size
         self.supports_error_feedback = codecs.CODECS[name].scale_bytes > 0
 
-    def encode(self, values: torch.Tensor, *, residual: torch.Tensor | None = None) -> Payload:
-        out = torch.empty(self.payload_bytes(values.numel()), dtype=torch.uint8)
+    def encode(
+        self,
+        values: torch.Tensor,
+        *,
+        residual: torch.Tensor | None = None,
+        out: torch.Tensor | None = None,
+    ) -> Payload:
+        """The payload, written into `out` (uint8, `payload_bytes` long) or a fresh tensor."""
+        if out is None:
+            out = torch.empty(self.payload_bytes(values.numel()), dtype=torch.uint8)
         codecs.encode(values, self.name, block_size=self.block_size, residual=residual, out=out)
         return memoryview(out.numpy())
 
@@ -78,6 +100,12 @@ class ProtocolCodec:
             shape=(numel,),
             block_size=self.block_size,
         )
+
+    def source(self, payload: Payload, numel: int) -> UpdateSource:
+        """int8: read in place, a chunk at a time (payload_source.py); others: decoded whole."""
+        if payload_source.applies(self.name, numel):
+            return QuantizedSource(payload_tensor(payload), numel, block_size=self.block_size)
+        return TensorSource(self.decode(payload, numel))
 
     def payload_bytes(self, numel: int) -> int:
         return codecs.CODECS[self.name].payload_nbytes(numel, self.block_size)
@@ -94,13 +122,24 @@ class ErrorFeedbackEncoder:
     part of the shared state hash. Built ahead of the first round (a member is built when it joins,
     in a worker thread), it loads the codec's compiled kernel then: that load (~1 s, numba) used
     to land inside the first round's encode.
+
+    `allocate(nbytes)`, when set, gives the uint8 tensor each payload is written into: the node
+    sets its receive-buffer pool (node/net/receive_buffers.py), so a round's payload reuses the
+    memory of an old one nobody reads any more instead of faulting in 100 MB anew (~25 000 page
+    faults, 2/3 of the kernel's own time at 100M values).
     """
 
     def __init__(self, codec: UpdateCodec, numel: int, *, enabled: bool = True) -> None:
         self.codec = codec
         self.enabled = enabled and codec.supports_error_feedback
         self.residual = torch.zeros(numel, dtype=torch.float32)
+        self.allocate: Callable[[int], torch.Tensor] | None = None
         codec.warm(numel)
 
     def encode(self, delta: torch.Tensor) -> Payload:
-        return self.codec.encode(delta, residual=self.residual if self.enabled else None)
+        out = (
+            None
+            if self.allocate is None
+            else self.allocate(self.codec.payload_bytes(delta.numel()))
+        )
+        return self.codec.encode(delta, residual=self.residual if self.enabled else None, out=out)

@@ -107,6 +107,7 @@ class DiLoCoDriver:
         gossip.is_member = self.group.may_send
         gossip.records.trusted = lambda peer: peer in self.trust.attesters()
         gossip.admits = self.admission.admits  # invite runs: non-members' traffic is dropped
+        gossip.on_payload = self._admit  # each update checked as it arrives, the next in flight
         if not self.admission.invite:  # the anchors' norms bound everyone's (validation.py)
             built.member.norm_reference = self.admission.anchors
         self.hostile: HostileStates | None = hostile_states(attack, self)
@@ -275,7 +276,9 @@ class DiLoCoDriver:
         group = self.group.of_round(round_, salt=self.sync.served or b"")
         self.built.use_shard(self.spec.shard_in(self.peer_id, set(group)))
         self.progress.inner_start, self.progress.phase = self.member.inner.step, "inner steps"
+        started = time.perf_counter()
         payload = await self._thread(self.member.prepare_update)
+        compute = time.perf_counter() - started
         if self.forger is not None:
             members = max(len(self.roster.counted), 2)
             payload = await self._thread(
@@ -298,7 +301,9 @@ class DiLoCoDriver:
         contributions = [c for c in contributions if c.sender in group]
         self.replay.closed(contributions)
         self.progress.phase = "outer step"
+        outer_started = time.perf_counter()
         report = await self._thread(self.member.apply_update, contributions)
+        compute += time.perf_counter() - outer_started
         self.roster.contributed({c.sender for c in contributions})
         self.progress.rejected_updates += len(report.rejected)
         self.progress.rejected_by_reason.update(rejection_kind(why) for _, why in report.rejected)
@@ -310,6 +315,8 @@ class DiLoCoDriver:
         assert self.sync.served is not None
         await self.gossip.publish_record(round_, self.replay.record(report, self.sync.served))
         await self.sync.agree(wait=AGREEMENT_WAIT)
+        wall = time.perf_counter() - started
+        self.progress.timed(steps=self.spec.inner_steps, compute=compute, wall=wall)
         await self._record(report)
         await self._save_checkpoint()
 
@@ -356,6 +363,9 @@ class DiLoCoDriver:
         """(round, a copy of the model holding θ_global of that round), taken on the torch
         thread: never mid-round."""
         return await self._thread(lambda: (self.member.round, self.built.global_model()))
+
+    async def _admit(self, sender: str, payload) -> None:
+        await self._thread(self.member.admit, sender, payload)
 
     async def _thread(self, fn, *args):
         return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)

@@ -24,14 +24,16 @@ from peertrain.protocol.errors import DecodeError
 from torch import nn
 
 from ..aggregation import Aggregator, NotEnoughUpdates, RejectReason, build_aggregator
+from ..aggregation.streaming import UpdateSource
 from ..data.batches import Batches
-from .compression import ErrorFeedbackEncoder, ProtocolCodec, UpdateCodec
+from .compression import ErrorFeedbackEncoder, Payload, ProtocolCodec, UpdateCodec
 from .config import InnerConfig, OuterConfig
 from .errors import DiLoCoError
 from .exchange import Contribution, UpdateExchange
 from .flat import ParamLayout
 from .inner_loop import InnerLoop, InnerReport
 from .outer_step import NesterovOuterOptimizer
+from .payload_source import Admissions
 from .state_hash import state_hash
 
 EQUIVOCATION = "equivocation"  # a sender with several updates for one round
@@ -48,20 +50,35 @@ def rejection_kind(reason: str) -> str:
 
 
 def decode_contributions(
-    codec: UpdateCodec, numel: int, contributions: Sequence[Contribution]
-) -> tuple[list[str], list[tuple[str, str]], list[torch.Tensor]]:
+    codec: UpdateCodec,
+    numel: int,
+    contributions: Sequence[Contribution],
+    *,
+    as_sources: bool = False,
+    admitted: Mapping[str, tuple[Any, UpdateSource]] | None = None,
+) -> tuple[list[str], list[tuple[str, str]], list[Any]]:
     """(accepted senders, rejected (sender, why), decoded Δ) in sender order: equivocators
-    (several updates for one exchange) and undecodable payloads are refused."""
+    (several updates for one exchange) and undecodable payloads are refused. `as_sources`:
+    each Δ as an aggregation `UpdateSource` (`codec.source`: int8 is read in place, chunk by
+    chunk, never decoded whole), after the same checks; `admitted`: sources already made (and
+    measured) as the payloads arrived (payload_source.Admissions), used for the same payload."""
+    admitted = admitted or {}
     accepted: list[str] = []
     rejected: list[tuple[str, str]] = []
-    deltas: list[torch.Tensor] = []
+    deltas: list[Any] = []
+    decode = codec.source if as_sources else codec.decode
     counts = Counter(c.sender for c in contributions)
     for c in sorted(contributions, key=lambda c: c.sender):
         if counts[c.sender] > 1:  # equivocation: no order-independent way to pick one
             rejected.append((c.sender, f"sent {counts[c.sender]} updates for one round"))
             continue
+        ready = admitted.get(c.sender)
+        if ready is not None and ready[0] is c.payload:
+            deltas.append(ready[1])
+            accepted.append(c.sender)
+            continue
         try:
-            deltas.append(codec.decode(c.payload, numel))
+            deltas.append(decode(c.payload, numel))
         except DecodeError as exc:
             rejected.append((c.sender, str(exc)))
             continue
@@ -74,16 +91,28 @@ def aggregate_deltas(
     numel: int,
     accepted: list[str],
     rejected: list[tuple[str, str]],
-    deltas: list[torch.Tensor],
+    deltas: Sequence[torch.Tensor] | Sequence[UpdateSource],
     norm_reference: Collection[str] = frozenset(),
+    *,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor | None:
     """The rule's update (None if nothing usable); senders it refused move to `rejected`.
-    `norm_reference`: senders whose norms set the norm bound (validation.judge_values)."""
+    `deltas`: decoded tensors, or `UpdateSource`s (decode_contributions(as_sources=True)).
+    `norm_reference`: senders whose norms set the norm bound (validation.judge_values).
+    `out`: where to write the update (numel fp32; a reused buffer faults no pages in)."""
     if not deltas:
         return None
     try:
         reference = [i for i, sender in enumerate(accepted) if sender in norm_reference]
-        result = aggregator.aggregate(deltas, numel=numel, reference=reference)
+        if all(isinstance(d, torch.Tensor) for d in deltas):
+            result = aggregator.aggregate(deltas, numel=numel, reference=reference, out=out)
+        else:
+            result = aggregator.aggregate_streaming(
+                deltas,  # type: ignore[arg-type]
+                numel=numel,
+                reference=reference,
+                out=out,
+            )
         update, verdicts = result.update, result.verdicts
     except NotEnoughUpdates as exc:
         update, verdicts = None, exc.verdicts
@@ -91,6 +120,35 @@ def aggregate_deltas(
     rejected.extend((accepted[i], why) for i, why in sorted(refused.items()))
     accepted[:] = [sender for i, sender in enumerate(accepted) if i not in refused]
     return update
+
+
+def apply_contributions(
+    contributions: Sequence[Contribution],
+    *,
+    codec: UpdateCodec,
+    aggregator: Aggregator,
+    outer: NesterovOuterOptimizer,
+    params: torch.Tensor,
+    norm_reference: Collection[str] = frozenset(),
+    out: torch.Tensor | None = None,
+    admitted: Mapping[str, tuple[Any, UpdateSource]] | None = None,
+) -> tuple[list[str], list[tuple[str, str]], float]:
+    """A round's compute after the exchange: check and aggregate the updates (int8 read in
+    place, never decoded whole; `admitted`: those already checked as they arrived), then the
+    outer step on `params` (θ_global, in place).
+    (accepted, rejected, the update's norm: NaN when nothing was applied)."""
+    numel = params.numel()
+    accepted, rejected, sources = decode_contributions(
+        codec, numel, contributions, as_sources=True, admitted=admitted
+    )
+    update = aggregate_deltas(
+        aggregator, numel, accepted, rejected, sources, norm_reference, out=out
+    )
+    if update is None:
+        return accepted, rejected, math.nan
+    norm = update.norm().item()
+    outer.step(params, update)
+    return accepted, rejected, norm
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -151,6 +209,8 @@ class DiLoCoMember:
         self.global_params = self.layout.flatten()
         self.round = 0
         self._prepared: tuple[int, InnerReport, int] | None = None  # (round, report, payload bytes)
+        self._update: torch.Tensor | None = None  # the aggregate's buffer
+        self.admissions = Admissions()  # this round's payloads, checked as they arrived
 
     # -- one round ------------------------------------------------------------------------------
 
@@ -165,15 +225,18 @@ class DiLoCoMember:
 
     def apply_update(self, contributions: Sequence[Contribution]) -> RoundReport:
         """Aggregate the decodable updates, take the outer step, reset the model to θ_global."""
-        codec, numel = self.encoder.codec, self.layout.numel
-        accepted, rejected, deltas = decode_contributions(codec, numel, contributions)
-        update = aggregate_deltas(
-            self.aggregator, numel, accepted, rejected, deltas, self.norm_reference
+        if self._update is None:  # reused every round: 4 bytes a parameter, faulted in once
+            self._update = torch.empty(self.layout.numel)
+        accepted, rejected, update_norm = apply_contributions(
+            contributions,
+            codec=self.encoder.codec,
+            aggregator=self.aggregator,
+            outer=self.outer,
+            params=self.global_params,
+            norm_reference=self.norm_reference,
+            out=self._update,
+            admitted=self.admissions.take(),
         )
-        update_norm = math.nan
-        if update is not None:
-            update_norm = update.norm().item()
-            self.outer.step(self.global_params, update)
         self.layout.load(self.global_params)
         prepared, self._prepared = self._prepared, None
         inner, payload_bytes = (
@@ -190,10 +253,20 @@ class DiLoCoMember:
             state_hash=self.state_hash(),
         )
 
+    def admit(self, sender: str, payload: Payload) -> None:
+        """Check and measure one payload of the round as it arrives (torch thread), so that
+        `apply_update` finds it ready; undecodable ones are left for it to refuse."""
+        self.admissions.admit(self.encoder.codec, self.layout.numel, sender, payload)
+
     def run_round(self, exchange: UpdateExchange) -> RoundReport:
         return self.apply_update(exchange.exchange(self.round, self.prepare_update()))
 
     # -- state ----------------------------------------------------------------------------------
+
+    @property
+    def momentum_buffer(self) -> torch.Tensor:
+        """The outer momentum (a Streaming member joins its fragments' into the same form)."""
+        return self.outer.momentum_buffer
 
     def state_hash(self) -> str:
         return state_hash(
@@ -227,6 +300,7 @@ class DiLoCoMember:
         self.layout.load(self.global_params)
         self.round = round_
         self._prepared = None
+        self.admissions.take()
 
     def restore(self, state: MemberState) -> None:
         """Adopt `state`; without inner optimizer state the inner AdamW starts fresh."""
@@ -239,6 +313,7 @@ class DiLoCoMember:
         self.outer.momentum_buffer = state.momentum.detach().float().clone()
         self.layout.load(flat)
         self.round = state.round
+        self.admissions.take()
         self.inner.step = state.inner_step
         self.inner.reset_optimizer(state.inner_optimizer)
         residual = state.residual if state.residual is not None else torch.zeros(self.layout.numel)

@@ -14,20 +14,35 @@ adopted on the word of `anchors` only (default: the creator). `invite`: only hol
 certificate (crdt/certificates.py) count; the rest of their traffic is dropped. The aggregator
 `auto` is Flag (r from the group size) for open runs and the mean for invite runs, both with the
 tight norm bound `RUN_MAX_NORM_RATIO` unless `aggregator_settings` name another.
+
+Streaming DiLoCo (`fragments` > 1, `overlap`, `mix`, `eager`, `round_seconds`: config.py's
+StreamingConfig) is left out of the bytes while at its defaults, so the IDs of plain runs stay
+what they were before these fields existed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
+from peertrain.protocol.packing import pack
+
 from ..models.config import ConfigError
-from ..run_spec import RunSpec
+from ..run_spec import RunSpec, canonical
+from .config import StreamingConfig
 
 CODECS = ("fp32", "fp16", "bf16", "int8", "int4")
 ADMISSIONS = ("open", "invite")
 MAX_ANCHORS = 16
+# Streaming DiLoCo's fields and their defaults (plain DiLoCo): absent from the bytes at these
+STREAMING_DEFAULTS: dict[str, Any] = {
+    "fragments": 1,
+    "overlap": 0,
+    "mix": 0.0,
+    "eager": False,
+    "round_seconds": 0.0,
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,6 +74,14 @@ class DiLoCoSpec(RunSpec):
     anchors: tuple[str, ...] = ()  # peers whose state attestations open runs trust (+ creator)
     max_members: int = 64  # updates counted per round (open runs)
     admit_per_round: int = 4  # newcomers counted per round (open runs)
+    # Streaming DiLoCo (config.StreamingConfig): P fragments syncing in turn, outer steps τ
+    # inner steps late, mixed by α, Eager; `round_seconds` > 0: a round is a compute window of
+    # that many seconds (each member takes the steps it can) instead of `inner_steps` steps
+    fragments: int = 1
+    overlap: int = 0
+    mix: float = 0.0
+    eager: bool = False
+    round_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         if self.codec not in CODECS:
@@ -78,11 +101,31 @@ class DiLoCoSpec(RunSpec):
         if self.max_members < 1 or self.admit_per_round < 1:
             raise ConfigError("max_members and admit_per_round must be at least 1")
         object.__setattr__(self, "anchors", tuple(self.anchors))  # msgpack gives a list
+        if self.round_seconds < 0:
+            raise ConfigError("round_seconds must be non-negative")
+        self.streaming_config().check(self.inner_steps)
         self.model_config()
         self.dataset_config()
         self.build_aggregator()
 
+    def to_bytes(self) -> bytes:
+        fields = asdict(self)
+        for name, default in STREAMING_DEFAULTS.items():
+            if fields[name] == default:
+                del fields[name]
+        return pack(canonical(fields))
+
+    @property
+    def streaming(self) -> bool:
+        """Does this run sync by fragments (Streaming DiLoCo) rather than whole rounds?"""
+        return any(getattr(self, name) != d for name, d in STREAMING_DEFAULTS.items())
+
     # -- what it builds -------------------------------------------------------------------------
+
+    def streaming_config(self) -> StreamingConfig:
+        return StreamingConfig(
+            fragments=self.fragments, overlap=self.overlap, mix=self.mix, eager=self.eager
+        )
 
     def build_aggregator(self):
         from ..aggregation import build_aggregator

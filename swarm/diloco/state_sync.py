@@ -60,6 +60,8 @@ class StateSync:
         self.progress, self.checkpoints = progress, checkpoints
         self.thread = thread  # the driver's torch thread (one torch job at a time)
         self.served: bytes | None = None  # the checksum of the state we serve
+        # the gossip round of a round's first exchange (Streaming DiLoCo: its first slot)
+        self.first_exchange: Callable[[int], int] = lambda round_: round_
         self._served_round = -1
 
     @property
@@ -69,7 +71,7 @@ class StateSync:
     # -- serve ours -----------------------------------------------------------------------------
 
     def _state_tensor(self) -> torch.Tensor:
-        return torch.cat([self.member.global_params, self.member.outer.momentum_buffer]).float()
+        return torch.cat([self.member.global_params, self.member.momentum_buffer]).float()
 
     async def publish(self) -> None:
         """Serve our state and announce it for our round (withdrawing one we replaced)."""
@@ -195,7 +197,7 @@ class StateSync:
             self.progress.initial_loss = self.progress.loss
         self.progress.resyncs += 1
         self.progress.state_downloads += 1
-        self.gossip.current_round = round_
+        self.gossip.current_round = self.first_exchange(round_)
         await self.publish()
         self.progress.round = round_
 

@@ -16,6 +16,7 @@ for (sample_weights.py), so members of unequal speed count by the data they saw.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from .exchange import Contribution
 from .flat import ParamLayout
 from .fragments import Fragment, FragmentSchedule, split_fragments
 from .inner_loop import InnerLoop, InnerReport
-from .member import aggregate_deltas, decode_contributions
+from .member import MemberState, aggregate_deltas, decode_contributions
 from .outer_step import NesterovOuterOptimizer
 from .sample_weights import HEADER, split_samples, weigh, with_samples
 from .state_hash import state_hash
@@ -48,6 +49,7 @@ class FragmentReport:
     update_norm: float  # NaN when nothing was applied
     state_hash: str  # the fragment's shared state after the outer step
     weights: tuple[float, ...] = ()  # shares by clipped sample claim, as given to the rule
+    samples: tuple[tuple[str, int], ...] = ()  # (sender, clipped sample claim) of the accepted
 
 
 class StreamingMember:
@@ -74,13 +76,14 @@ class StreamingMember:
         self.schedule = FragmentSchedule(inner.steps, streaming.fragments)
         self.fragments = split_fragments(self.layout, streaming.fragments)
         codec = codec or ProtocolCodec("fp32")
-        self.outer = [
+        self.outers = [
             NesterovOuterOptimizer(f.numel, outer or OuterConfig()) for f in self.fragments
         ]
         self.encoders = [
             ErrorFeedbackEncoder(codec, f.numel, enabled=error_feedback) for f in self.fragments
         ]
         self.aggregator = aggregator or build_aggregator("mean")
+        self.norm_reference: frozenset[str] = frozenset()  # as DiLoCoMember's
         self.global_params = self.layout.flatten()
         self.rounds = [0] * len(self.fragments)
         self.samples_per_step = batches.batch_size * inner.accumulation
@@ -113,8 +116,8 @@ class StreamingMember:
         payload = encoder.encode(delta)
         if self.config.eager:
             own = encoder.codec.decode(payload, frag.numel)
-            eager = NesterovOuterOptimizer(frag.numel, self.outer[frag.index].config)
-            eager.momentum_buffer = self.outer[frag.index].momentum_buffer.clone()
+            eager = NesterovOuterOptimizer(frag.numel, self.outers[frag.index].config)
+            eager.momentum_buffer = self.outers[frag.index].momentum_buffer.clone()
             eager.step(start, own)
             self.layout.load_some(frag.params, start)
         self._in_flight[frag.index] = slot
@@ -132,12 +135,14 @@ class StreamingMember:
         accepted, rejected, deltas = decode_contributions(codec, frag.numel, stripped)
         rejected[:0] = refused
         weights = weigh(deltas, [claims[sender] for sender in accepted])
-        update = aggregate_deltas(self.aggregator, frag.numel, accepted, rejected, deltas)
+        update = aggregate_deltas(
+            self.aggregator, frag.numel, accepted, rejected, deltas, self.norm_reference
+        )
         norm = math.nan
         global_frag = frag.gather(self.global_params)
         if update is not None:
             norm = update.norm().item()
-            self.outer[frag.index].step(global_frag, update)
+            self.outers[frag.index].step(global_frag, update)
             frag.scatter(self.global_params, global_frag)
         self._merge(frag, global_frag)
         self.rounds[frag.index] += 1
@@ -150,6 +155,7 @@ class StreamingMember:
             update_norm=norm,
             state_hash=self.fragment_hash(frag.index),
             weights=weights,
+            samples=tuple((sender, claims[sender]) for sender in accepted),
         )
 
     @torch.no_grad()
@@ -177,7 +183,74 @@ class StreamingMember:
         frag = self.fragments[p]
         named = self.layout.named(self.global_params)
         params = {name: named[name] for name in frag.names}
-        return state_hash(self.rounds[p], params, self.outer[p].momentum_buffer)
+        return state_hash(self.rounds[p], params, self.outers[p].momentum_buffer)
 
     def fragment_hashes(self) -> list[str]:
         return [self.fragment_hash(p) for p in range(len(self.fragments))]
+
+    # -- the shared state as a whole, between rounds (state sync, checkpoints) ------------------
+
+    @property
+    def round(self) -> int:
+        """The fragment rounds every fragment completed: the run's round between two rounds."""
+        return min(self.rounds)
+
+    @property
+    def momentum_buffer(self) -> torch.Tensor:
+        """Every fragment's outer momentum in the layout's order, as DiLoCoMember's."""
+        return self._joined([outer.momentum_buffer for outer in self.outers])
+
+    def state_hash(self) -> str:
+        """The whole shared state's checksum, as DiLoCoMember's (between rounds only)."""
+        self._between_rounds()
+        return state_hash(self.round, self.layout.named(self.global_params), self.momentum_buffer)
+
+    def snapshot(self, *, include_local: bool = True) -> MemberState:
+        """Between rounds (every fragment at one round, none in flight): what a checkpoint
+        holds, in DiLoCoMember's form, so a plain member's checks and stores apply."""
+        self._between_rounds()
+        named = {k: v.clone() for k, v in self.layout.named(self.global_params).items()}
+        shared = MemberState(round=self.round, params=named, momentum=self.momentum_buffer)
+        if not include_local:
+            return shared
+        return MemberState(
+            round=shared.round,
+            params=shared.params,
+            momentum=shared.momentum,
+            inner_step=self.inner.step,
+            inner_optimizer=copy.deepcopy(self.inner.optimizer.state_dict()),
+            residual=self._joined([encoder.residual for encoder in self.encoders]),
+        )
+
+    def restore(self, state: MemberState) -> None:
+        """Adopt `state` (every fragment at its round); nothing stays in flight."""
+        flat = self.layout.join(state.params)
+        if state.momentum.shape != (self.layout.numel,):
+            raise DiLoCoError(
+                f"momentum of shape {tuple(state.momentum.shape)} does not fit the model"
+            )
+        momentum = state.momentum.detach().float()
+        residual = state.residual if state.residual is not None else torch.zeros_like(momentum)
+        for frag, outer, encoder in zip(self.fragments, self.outers, self.encoders, strict=True):
+            outer.momentum_buffer = frag.gather(momentum)
+            encoder.residual = frag.gather(residual.detach().float())
+        self.global_params = flat
+        self.layout.load(flat)
+        self.rounds = [state.round] * len(self.fragments)
+        self.inner.step = state.inner_step
+        self.inner.reset_optimizer(state.inner_optimizer)
+        self._in_flight.clear()
+        self._synced_at = [self.inner.step] * len(self.fragments)
+
+    def _joined(self, parts: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Per-fragment vectors as one vector in the layout's order."""
+        full = torch.zeros(self.layout.numel, dtype=torch.float32)
+        for frag, part in zip(self.fragments, parts, strict=True):
+            frag.scatter(full, part)
+        return full
+
+    def _between_rounds(self) -> None:
+        if self._in_flight or len(set(self.rounds)) > 1:
+            raise DiLoCoError(
+                f"fragments mid-round (rounds {self.rounds}, in flight {sorted(self._in_flight)})"
+            )

@@ -12,16 +12,19 @@ timing: an exchange done within τ steps costs no compute time, a slower one mak
 Members of unequal speed (`run_timed`): a slot is due every `stride_seconds` of wall time rather
 than every H/P steps, so each member takes as many inner steps as fit, and a slow volunteer's
 smaller update arrives with everyone else's instead of holding the exchange to its deadline.
+A daemon's driver (streaming_driver.py) runs one round at a time (`run_slots`).
 """
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+import torch
 import trio
 
 from .compression import Payload
@@ -58,6 +61,7 @@ class StreamingLoop:
         self.member = member
         self.exchange = exchange
         self.limiter = limiter  # the member's one torch thread, when it has other torch work
+        self.slowdown = 1.0  # research/testing: every inner step takes this many times as long
         size = len(member.fragments)
         self._outbox_send, self._outbox = trio.open_memory_channel[tuple[int, Payload]](size)
         self._landed: queue.Queue[tuple[int, Sequence[Contribution]]] = queue.Queue(size)
@@ -82,18 +86,43 @@ class StreamingLoop:
     async def run_timed(self, slots: int, *, stride_seconds: float) -> LoopStatistics:
         """`slots` exchanges, one due every `stride_seconds` from now, as many inner steps
         between them as this member's speed allows; then land what is in flight."""
-        return await self._run(self._timed_loop, slots, stride_seconds)
+        return await self.run_slots(1, slots, stride_seconds=stride_seconds)
+
+    async def run_slots(
+        self,
+        first: int,
+        slots: int,
+        *,
+        stride_steps: int | None = None,
+        stride_seconds: float | None = None,
+    ) -> LoopStatistics:
+        """Slots `first` … `first + slots − 1`, one due every `stride_steps` inner steps or
+        every `stride_seconds` of wall time from now (a daemon's round: its slots need not
+        start at inner step 0); then land what is in flight."""
+        if (stride_steps is None) == (stride_seconds is None):
+            raise ValueError("give stride_steps or stride_seconds")
+        return await self._run(self._slots_loop, first, slots, stride_steps, stride_seconds)
 
     async def _run(self, loop: Callable[..., None], *args: float) -> LoopStatistics:
         self._stopped.clear()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._network)
             try:
-                await trio.to_thread.run_sync(loop, *args, limiter=self.limiter)
+                threads = torch.get_num_threads()  # ours, on the event loop's thread
+                work = functools.partial(self._in_thread, loop, threads=threads)
+                await trio.to_thread.run_sync(work, *args, limiter=self.limiter)
             finally:
                 self._stopped.set()
                 nursery.cancel_scope.cancel()
         return self.statistics()
+
+    @staticmethod
+    def _in_thread(loop: Callable[..., None], *args: float, threads: int) -> None:
+        """`loop` with the torch threads of whoever started it: a pooled worker thread keeps
+        the OpenMP thread count it first had, and a sum over 2 threads is not one over 1 bit
+        for bit (runs must give what a member in one thread gives)."""
+        torch.set_num_threads(threads)
+        loop(*args)
 
     async def _network(self) -> None:
         try:
@@ -115,20 +144,29 @@ class StreamingLoop:
             self._land(lands, member.inner.step)
         self._land(lands, None)
 
-    def _timed_loop(self, slots: int, stride_seconds: float) -> None:
+    def _slots_loop(
+        self, first: int, slots: int, stride_steps: int | None, stride_seconds: float | None
+    ) -> None:
         lands: dict[int, int] = {}
-        start, slot = time.monotonic(), 1
-        while slot <= slots:
+        start, start_step = time.monotonic(), self.member.inner.step
+        k = 1
+        while k <= slots:
             self._step()
-            if time.monotonic() >= start + slot * stride_seconds:
-                self._sync(slot, lands)
-                slot += 1
+            if stride_steps is not None:
+                due = self.member.inner.step - start_step >= k * stride_steps
+            else:
+                due = time.monotonic() >= start + k * (stride_seconds or 0.0)
+            if due:
+                self._sync(first + k - 1, lands)
+                k += 1
             self._land(lands, self.member.inner.step)
         self._land(lands, None)
 
     def _step(self) -> None:
         started = time.perf_counter()
         self.member.train(1)
+        if self.slowdown > 1:  # a slower machine, for tests: each step takes `slowdown` times
+            time.sleep((self.slowdown - 1) * (time.perf_counter() - started))
         self._steps += 1
         self._compute += time.perf_counter() - started
 

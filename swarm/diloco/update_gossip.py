@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Protocol
 
@@ -121,6 +121,7 @@ class UpdateGossip:
         self.dropped: Counter[str] = Counter()  # non-members' announcements and records, by kind
         self.expected = expected  # whose updates round r waits for
         self.current_round = 0
+        self.window = ROUND_WINDOW  # rounds ahead we accept (a streaming run's rounds are slots)
         self._rounds: dict[int, _RoundState] = {}
         self.rejected = 0
         self._pulls = trio.CapacityLimiter(MAX_PULLS)
@@ -128,6 +129,9 @@ class UpdateGossip:
         self.bytes_fetched = 0
         self.records = RoundRecords(run_id=run_id, key_pair=key_pair)  # share the topic
         self._own: dict[int, dict[str, bytes]] = {}  # round → our sealed announcement, record
+        # told of each payload of the round as it is in (ours first), while the others are
+        # still arriving: the member checks and measures it then (DiLoCoMember.admit)
+        self.on_payload: Callable[[str, bytes], Awaitable[None]] | None = None
 
     # -- inbound --------------------------------------------------------------------------------
 
@@ -192,7 +196,7 @@ class UpdateGossip:
         return env.round, ann
 
     def _in_window(self, round_: int) -> bool:
-        return self.current_round - 1 <= round_ <= self.current_round + ROUND_WINDOW
+        return self.current_round - 1 <= round_ <= self.current_round + self.window
 
     def _round(self, round_: int) -> _RoundState | None:
         if round_ < self.current_round:
@@ -216,22 +220,12 @@ class UpdateGossip:
         )
         await self._announce(round_, state.announced[self.me])
         with trio.move_on_at(deadline):
-            async with trio.open_nursery() as nursery:
-                fetching: set[str] = set()
-                while not self._complete(round_, state):
-                    for sender, ann in list(state.announced.items()):
-                        if sender in state.payloads or sender in fetching:
-                            continue
-                        if not self.is_member(sender):
-                            continue  # not now: a joiner's lease may still be on its way
-                        fetching.add(sender)
-                        nursery.start_soon(self._pull, round_, state, ann, fetching)
-                    state.changed = trio.Event()
-                    if self._complete(round_, state):
-                        break
-                    with trio.move_on_after(1.0):  # membership may change without an announcement
-                        await state.changed.wait()
-                nursery.cancel_scope.cancel()
+            # handing payloads on is not cut short when the last one is in: the round returns
+            # once each payload it holds was handed on (the member has measured them all then)
+            async with trio.open_nursery() as handing:
+                if self.on_payload is not None:
+                    handing.start_soon(self.on_payload, self.me, payload)
+                await self._pull_all(round_, state, handing)
         missing = self.expected(round_) - set(state.payloads)
         if missing:
             log.info(
@@ -311,8 +305,32 @@ class UpdateGossip:
     def _complete(self, round_: int, state: _RoundState) -> bool:
         return self.expected(round_) <= set(state.payloads)
 
+    async def _pull_all(self, round_: int, state: _RoundState, handing: trio.Nursery) -> None:
+        """Pull every announced member's update until the round's are all in."""
+        async with trio.open_nursery() as nursery:
+            fetching: set[str] = set()
+            while not self._complete(round_, state):
+                for sender, ann in list(state.announced.items()):
+                    if sender in state.payloads or sender in fetching:
+                        continue
+                    if not self.is_member(sender):
+                        continue  # not now: a joiner's lease may still be on its way
+                    fetching.add(sender)
+                    nursery.start_soon(self._pull, round_, state, ann, fetching, handing)
+                state.changed = trio.Event()
+                if self._complete(round_, state):
+                    break
+                with trio.move_on_after(1.0):  # membership may change without an announcement
+                    await state.changed.wait()
+            nursery.cancel_scope.cancel()
+
     async def _pull(
-        self, round_: int, state: _RoundState, ann: UpdateAnnouncement, fetching: set[str]
+        self,
+        round_: int,
+        state: _RoundState,
+        ann: UpdateAnnouncement,
+        fetching: set[str],
+        handing: trio.Nursery,
     ) -> None:
         """Fetch one announced update; after `FETCH_TRIES` failures from the holders known so
         far, wait for another holder to announce instead of asking the same ones again."""
@@ -344,6 +362,8 @@ class UpdateGossip:
             self.bytes_fetched += len(payload)
             fetching.discard(ann.sender)
             state.changed.set()  # the round may close now; telling others we hold it can follow
+            if self.on_payload is not None:
+                handing.start_soon(self.on_payload, ann.sender, payload)
             await self._announce(
                 round_,
                 UpdateAnnouncement(

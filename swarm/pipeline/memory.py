@@ -7,7 +7,8 @@ caller's task, and fails the way a call over the network fails: an unknown or ki
 refusal (`WrongStage`, `NotServing`, no contribution kept) or input the callee refuses
 (`DecodeError`) surfaces as `ServerUnavailable`, so callers retry elsewhere exactly as they do
 on the network. `kill(peer)` makes its current and future calls fail (a dead peer, as a trainer
-sees it); the caller of `kill` ends the peer's own tasks.
+sees it); the caller of `kill` ends the peer's own tasks. `state_seconds` stretches every state
+download, as a large stage over a slow link does.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import torch
+import trio
 from peertrain.protocol.errors import DecodeError
 
 from .averaging import Contribution, StageState
@@ -33,6 +35,7 @@ class MemoryStageNetwork:
     def __init__(self) -> None:
         self.services: dict[str, StageService] = {}
         self.dead: set[str] = set()
+        self.state_seconds = 0.0  # how long a state download takes, on top of the copy
 
     def register(self, peer: str, service: StageService) -> None:
         self.services[peer] = service
@@ -84,4 +87,6 @@ class MemoryStageClient:
         return got
 
     async def state(self, peer: PeerKey, *, stage: int) -> StageState:
-        return await self.network.call(peer, lambda s: s.export_state(stage))  # a copy already
+        state = await self.network.call(peer, lambda s: s.export_state(stage))  # a copy already
+        await trio.sleep(self.network.state_seconds)
+        return state

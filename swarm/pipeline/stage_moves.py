@@ -12,7 +12,8 @@ peer that sees the same view reaches the same answer without talking:
   since our previous look (a join, a death, someone else's move), we skip the period. Views
   converge by gossip; deciding while they still change is how two peers each see themselves as
   the period's mover. Our first look only records the view (a joiner's is the least settled of
-  all). No move either while a trainer measures the static baseline (`in_static_phase`).
+  all). A view is not settled either while the move planned in an earlier period has not
+  shown (its mover still downloads). No move while a trainer measures the static baseline.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 
 FIRST_CLAIM_WAIT = 5.0  # a joiner waits this long for a first server claim before choosing
 CLAIM_POLL = 0.2
+PENDING_PERIODS = 4  # periods a planned move has to show in the view before it is given up
 
 
 class StageMoves:
@@ -86,12 +88,29 @@ class StageMoves:
         """Once per period, at its middle: the period's move, if the view is settled and no
         trainer measures the static baseline."""
         last: dict[str, int] | None = None
+        expected: tuple[Move, int] | None = None  # the move planned on our view, and its period
         while True:
             now = time.time()
             midpoint = (int(now // period_s) + 0.5) * period_s
             await trio.sleep(midpoint - now if midpoint > now else midpoint + period_s - now)
             period = int(time.time() // period_s)
             layout = self.layout()
-            settled, last = layout == last, layout
+            if expected is not None and not _shown(expected, layout, period):
+                last = layout
+                continue
+            settled, last, expected = layout == last, layout, None
             if settled and not in_static_phase(self.state):
+                move = plan_move(self.views(), period)
+                expected = (move, period) if move is not None else None
                 await self.rebalance_once(period)
+
+
+def _shown(expected: tuple[Move, int], layout: dict[str, int], period: int) -> bool:
+    """Has the move planned in an earlier period shown in `layout` (or can it no longer)?
+
+    The mover announces its new stage only once it holds that stage's state: until then the
+    view looks settled and unchanged, and the next period would plan a second move on the same
+    imbalance (4/1/1 became 2/3/1, then had to be undone). A move that has not shown after
+    PENDING_PERIODS is given up (the mover saw another view, or died with it)."""
+    move, planned = expected
+    return layout.get(move.peer) != move.source or period - planned > PENDING_PERIODS

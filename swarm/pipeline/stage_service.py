@@ -177,8 +177,12 @@ class StageService(StageMoves, StageCheckpointing):
         """A first throughput figure before any trainer calls: a few forwards of one microbatch of
         random inputs, timed (and padded) as served calls are. Announced at once, so wiring,
         rebalancing and the static baseline's choice of the fastest server start from a
-        measurement instead of a guess. Forwards keep nothing, so the stage's state is untouched."""
+        measurement instead of a guess. Forwards keep nothing, so the stage's state is untouched.
+        A first, untimed forward warms the fresh module up: timed, its allocations weighed a
+        third of the figure and made a mover look several times slower than it is, which drew
+        another mover to its stage."""
         x = pack(server.module.example_input(self.spec.batch_size))
+        await trio.to_thread.run_sync(server.forward, x, limiter=self._thread)
         for _ in range(calls):
             started = trio.current_time()
             await trio.to_thread.run_sync(server.forward, x, limiter=self._thread)

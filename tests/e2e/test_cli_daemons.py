@@ -28,9 +28,9 @@ def test_three_daemons_joined_to_the_first_all_see_each_other_within_10s(daemons
         def meshed() -> bool:
             for i, d in enumerate(nodes):
                 seen[ids[i]] = status_json(d)["peers"]
-            # each sees the other two; a peer's reachability check may add a throwaway dial-back
-            # identity for a moment (node/nat/dialback.py), which is no member of the mesh
-            return all(set(ids) - {me} <= set(seen[me]) for me in ids)
+            # exactly the other two: a dial-back probe's throwaway identity is never listed
+            # (test_dial_back_probes_never_show_among_the_clients_peers in tests/nat)
+            return all(set(seen[me]) == set(ids) - {me} for me in ids)
 
         try:
             wait_until_sync(meshed, timeout=10)

@@ -5,12 +5,15 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 
 import trio
+from libp2p.abc import INetConn, INetwork
+from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 from multiaddr import Multiaddr
 from peertrain.node.nat.dialback import DialbackResponse, dial_targets
 from peertrain.node.nat.reachability import ReachabilityCheck, decide, server_key
 from peertrain.node.net.host import build_host
 from peertrain.node.net.identity import Identity
+from peertrain.node.net.notifee import ConnectionEvents
 
 
 @asynccontextmanager
@@ -149,3 +152,31 @@ def test_loopback_and_lan_servers_count_one_per_peer():
     assert server_key("A", "127.0.0.1") != server_key("B", "127.0.0.1")
     assert server_key("A", "10.0.0.1") != server_key("B", "10.0.0.2")
     assert server_key("A", None) != server_key("B", None)
+
+
+class _Inbound(ConnectionEvents):
+    """Every peer ID that connects, and the check's peer list at that moment."""
+
+    def __init__(self, check: ReachabilityCheck) -> None:
+        self.check = check
+        self.seen: list[tuple[ID, list[ID]]] = []
+
+    async def connected(self, network: INetwork, conn: INetConn) -> None:
+        self.seen.append((conn.muxed_conn.peer_id, self.check.peers()))
+
+
+async def test_dial_back_probes_never_show_among_the_clients_peers():
+    async with servers(2) as hosts, running_host(["/ip4/127.0.0.1/tcp/0"]) as client:
+        await connect_all(client, hosts)
+        check = ReachabilityCheck(client, serve=False)
+        inbound = _Inbound(check)
+        client.get_network().register_notifee(inbound)
+        with trio.fail_after(20):
+            assert (await check.check()).status == "public"
+        servers_ids = {h.get_id() for h in hosts}
+        probes = [peer for peer, _ in inbound.seen if peer not in servers_ids]
+        assert len(probes) >= 2, inbound.seen  # each server's probe reached us, as a stranger
+        assert all(check.is_probe(p) for p in probes)
+        # at the very moment each probe's handshake completed, it was not among the peers
+        assert all(set(peers) <= servers_ids for _, peers in inbound.seen)
+        assert set(check.peers()) == servers_ids

@@ -14,22 +14,12 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 import trio.testing
-from libp2p import new_host
 from libp2p.abc import IHost
-from libp2p.crypto.ed25519 import create_new_key_pair
-from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
-from libp2p.network.config import ConnectionConfig
 from libp2p.network.stream.exceptions import StreamEOF, StreamReset
 from libp2p.peer.peerinfo import PeerInfo
-from libp2p.security.noise.transport import Transport as StockNoise
 from libp2p.stream_muxer.exceptions import MuxedStreamReset
 from libp2p.stream_muxer.yamux.yamux import Yamux as StockYamux
-from multiaddr import Multiaddr
-from peertrain.node.net.host import build_host
-from peertrain.node.net.identity import Identity
 from peertrain.node.net.transport import (
-    NOISE_ID,
-    YAMUX_ID,
     NoiseSession,
     YamuxConfig,
     YamuxConnection,
@@ -38,33 +28,16 @@ from peertrain.node.net.transport.yamux_stream import YamuxStream
 from peertrain.node.net.transport.yamux_wire import INITIAL_WINDOW
 from peertrain.protocol.framing import read_exactly_into
 from peertrain.testing import wait_until
+from peertrain.testing.loopback_hosts import connected_pair, muxed, our_host, stock_host
 
 ECHO = "/peertrain/test-echo/1.0.0"
 SINK = "/peertrain/test-sink/1.0.0"
-LOOPBACK = [Multiaddr("/ip4/127.0.0.1/tcp/0")]
-
-
-def stock_host() -> IHost:
-    key_pair = create_new_key_pair()
-    return new_host(
-        key_pair=key_pair,
-        sec_opt={
-            NOISE_ID: StockNoise(key_pair, noise_privkey=create_x25519_key_pair().private_key)
-        },
-        muxer_opt={YAMUX_ID: StockYamux},
-        connection_config=ConnectionConfig(max_connections_per_peer=1),
-    )
-
-
-def our_host(psk: str | None = None) -> IHost:
-    return build_host(Identity.generate(), psk=psk)
 
 
 @contextlib.asynccontextmanager
 async def connected(listener: IHost, dialer: IHost) -> AsyncIterator[tuple[IHost, IHost]]:
-    async with listener.run(LOOPBACK), dialer.run(LOOPBACK):
+    async with connected_pair(listener, dialer):
         listener.set_stream_handler(ECHO, echo_handler)
-        await dialer.connect(PeerInfo(listener.get_id(), listener.get_addrs()))
         yield listener, dialer
 
 
@@ -99,10 +72,6 @@ async def echo(dialer: IHost, listener: IHost, payload: bytes) -> bytes:
             break
         back += chunk
     return bytes(back)
-
-
-def muxed(host: IHost, peer) -> object:
-    return host.get_network().get_connections(peer)[0].muxed_conn
 
 
 # ---------------------------------------------------------------- ours <-> ours

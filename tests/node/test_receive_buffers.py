@@ -50,3 +50,26 @@ def test_reserve_faults_in_buffers_for_later():
     assert pool.allocated == 3
     leases = [pool.acquire(4096) for _ in range(3)]
     assert pool.reused == 3 and len({t.data_ptr() for t in leases}) == 3
+
+
+def test_a_members_encoder_writes_its_payloads_into_idle_buffers_only():
+    """The member's own update reuses an old round's payload memory (no 100 MB faulted in per
+    round), never one still referenced: a payload kept (served on, replayed) keeps its bytes."""
+    from peertrain.swarm.diloco.compression import ErrorFeedbackEncoder, ProtocolCodec
+
+    numel = 10_000
+    codec = ProtocolCodec("int8")
+    pool, encoder = ReceiveBuffers(), ErrorFeedbackEncoder(codec, numel)
+    encoder.allocate = pool.acquire
+    pool.reserve(1, codec.payload_bytes(numel))
+    deltas = [torch.randn(numel, generator=torch.Generator().manual_seed(k)) for k in range(3)]
+    kept = encoder.encode(deltas[0])
+    kept_bytes = bytes(kept)
+    assert (pool.allocated, pool.reused) == (1, 1)  # the reserved buffer
+    second = encoder.encode(deltas[1])
+    assert pool.allocated == 2 and bytes(kept) == kept_bytes  # `kept` is still read: a new one
+    second_bytes = bytes(second)
+    del second
+    third = encoder.encode(deltas[2])
+    assert pool.allocated == 2 and pool.reused == 2  # the second round's memory again
+    assert bytes(kept) == kept_bytes and bytes(third) != second_bytes

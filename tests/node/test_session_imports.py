@@ -6,6 +6,11 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
+import time
+
+from peertrain.node.api.control import call_sync
+from peertrain.testing import cli_daemons
 
 SCRIPT = textwrap.dedent(
     """
@@ -45,3 +50,31 @@ def test_importing_the_training_code_leaves_the_event_loop_running():
     # the loop ran all along: it ticked during the import, and never stood still for most of it
     assert int(ticks) >= 3, done.stdout
     assert float(longest_gap) < 0.8 * float(took), done.stdout
+
+
+def test_creating_a_run_leaves_the_daemon_answering(tmp_path):
+    # reading the spec imported the swarm packages (torch) on the event loop: a lone creator's
+    # daemon did not answer `status` for 5.5 s of a 15 s create at load 12 (1.0 s of 12 after)
+    spec = {"model": "mlp", "dataset": "digits", "batch_size": 8, "inner_steps": 2}
+    with cli_daemons(1, tmp_path) as (daemon,):
+        waits: list[float] = []
+        done = threading.Event()
+
+        def poll() -> None:
+            while not done.is_set():
+                started = time.monotonic()
+                daemon.status(timeout=60)
+                waits.append(time.monotonic() - started)
+                time.sleep(0.05)
+
+        poller = threading.Thread(target=poll)
+        poller.start()
+        started = time.monotonic()
+        try:
+            params = {"name": "imports", "mode": "diloco", "spec": spec}
+            call_sync(daemon.control_socket, "run.create", params, timeout=240)
+        finally:
+            took = time.monotonic() - started
+            done.set()
+            poller.join()
+    assert len(waits) >= 3 and max(waits) < 0.2 * took, (took, sorted(waits)[-3:])

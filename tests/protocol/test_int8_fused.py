@@ -73,3 +73,40 @@ def test_all_zero_blocks_decode_to_zero(fused):
     payload = codecs.encode(torch.zeros(300), "int8", block_size=128)
     decoded = codecs.decode(payload, "int8", dtype="float32", shape=(300,), block_size=128)
     assert torch.equal(decoded, torch.zeros(300))
+
+
+def _torch_decode(monkeypatch, scales, values, numel, block_size):
+    monkeypatch.setattr(int8_blockwise, "_fused_decode_applies", lambda *_: False)
+    try:
+        out = torch.empty(numel)
+        int8_blockwise.dequantize_into(scales, values, out, block_size=block_size)
+        return out
+    finally:
+        monkeypatch.undo()
+
+
+@pytest.mark.parametrize("numel", SIZES)
+@pytest.mark.parametrize("block_size", BLOCKS)
+def test_compiled_decode_is_the_torch_decode_bit_for_bit(fused, monkeypatch, numel, block_size):
+    x = torch.randn(numel, generator=torch.Generator().manual_seed(numel)) * 3
+    scales, values = _encode(x, block_size)
+    out = torch.full((numel,), float("nan"))
+    assert int8_blockwise._fused_decode_applies(scales, out)
+    int8_blockwise.dequantize_into(scales, values, out, block_size=block_size)
+    reference = _torch_decode(monkeypatch, scales, values, numel, block_size)  # undoes `fused`
+    assert torch.equal(out, reference)
+
+
+@pytest.mark.parametrize(
+    "start, stop", [(0, 1), (3, 5), (127, 129), (128, 256), (5, 100_003), (99_999, 100_003)]
+)
+def test_any_range_decodes_as_its_slice_of_the_whole(monkeypatch, start, stop):
+    """Ranges that start and end mid-block, as the aggregation's chunks read a payload."""
+    numel, block_size = 100_003, 128
+    scales, values = _encode(torch.randn(numel, generator=torch.Generator().manual_seed(1)), 128)
+    whole = _torch_decode(monkeypatch, scales, values, numel, block_size)
+    out = torch.empty(stop - start)
+    int8_fused.dequantize_fp32(scales, values, start, out, block_size=block_size)
+    assert torch.equal(out, whole[start:stop])
+    with pytest.raises(ValueError):
+        int8_fused.dequantize_fp32(scales, values, numel - 1, torch.empty(2), block_size=block_size)

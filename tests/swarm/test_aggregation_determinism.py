@@ -34,3 +34,25 @@ def test_the_aggregate_of_a_set_is_bit_identical_for_any_thread_count_and_chunk_
     reference = results[0][1]
     differing = [where for where, update in results if not torch.equal(update, reference)]
     assert differing == []
+
+
+def test_norms_over_many_spans_are_bit_identical_for_any_thread_count_and_chunk_size():
+    """Norms are reduced sixteen windows per torch call (streaming._NORM_SPAN): over several
+    spans and a short last one, the verdicts' norms and the mean still do not move."""
+    from peertrain.swarm.aggregation import streaming
+
+    d = 2 * streaming._NORM_SPAN + 3 * streaming.STATS_WINDOW + 1001
+    gen = torch.Generator().manual_seed(5)
+    updates = [torch.randn(d, generator=gen) * (1 + k) for k in range(3)]
+    before = torch.get_num_threads()
+    seen = set()
+    try:
+        for threads in (1, 2, 4):
+            torch.set_num_threads(threads)
+            for chunk in (1 << 20, 100_003):
+                result = build_aggregator("mean", chunk_size=chunk).aggregate(updates)
+                norms = tuple(v.norm for v in result.verdicts)
+                seen.add((norms, result.update.numpy().tobytes()))
+    finally:
+        torch.set_num_threads(before)
+    assert len(seen) == 1

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 from peertrain.swarm.data import (
@@ -133,3 +136,23 @@ def test_dataset_config_rejects_unknown_settings():
         dataset_config("text", {"maxbytes": 1000})
     with pytest.raises(ConfigError, match="exceed block_size"):
         TextDatasetConfig(chunk_bytes=16, block_size=16)
+
+
+def test_digits_are_sklearns_digits_read_without_importing_sklearn():
+    # sklearn's import was most of a digits member's start; the table must be the same
+    code = (
+        "import sys, numpy as np\n"
+        "from peertrain.swarm.data.digits import load_digits_arrays\n"
+        "from peertrain.swarm.diffusion.data import load_digits_images\n"
+        "pixels, labels = load_digits_arrays()\n"
+        "images = load_digits_images()\n"
+        "assert 'sklearn' not in sys.modules, 'sklearn was imported'\n"
+        "from sklearn.datasets import load_digits\n"
+        "bunch = load_digits()\n"
+        "assert pixels.dtype == bunch.data.dtype and np.array_equal(pixels, bunch.data)\n"
+        "assert np.array_equal(labels, bunch.target)\n"
+        "import blake3\n"  # the digest names a diffusion run's data: it must not change
+        "old = (bunch.images / 16.0).tobytes() + np.asarray(bunch.target).tobytes()\n"
+        "assert images.digest == blake3.blake3(old).hexdigest()\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -4,8 +4,10 @@ download their new stage's state; a joiner takes the stage with the most need, w
 from __future__ import annotations
 
 import torch
+import trio
 from peertrain.swarm.data.digits import DigitsDatasetConfig
 from peertrain.swarm.pipeline.harness import SwarmSpec, open_in_process_swarm
+from peertrain.testing import wait_until
 
 # calls padded to 16 ms per forward of 16 rows: the pad, not the noise of a loaded machine, is
 # what the servers measure and announce, so equal servers look equal to the rebalancing rule
@@ -42,6 +44,26 @@ async def test_running_swarm_rebalances_and_movers_catch_up() -> None:
                 for p, q in zip(first, host.server.module.parameters(), strict=True):
                     assert torch.equal(p, q)
         assert all(steps > 0 for steps in swarm.steps)
+
+
+async def test_a_move_still_downloading_its_state_is_not_planned_again() -> None:
+    # the servers' own loops, one period every 0.3 s; the mover's state download spans two more
+    # periods, in which the view looks settled and unchanged: deciding then (as the loop did)
+    # sent a second server of stage 0 to stage 1, 4/1/1 → 2/3/1, and a third move undid it
+    period = 0.3
+    spec = SwarmSpec(
+        speeds=((1.0,) * 4, (1.0,), (1.0,)), target_batch=64, base_seconds=BASE_SECONDS
+    )
+    async with open_in_process_swarm(spec) as swarm:
+        swarm.network.state_seconds = 2.5 * period
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(swarm.rebalance_every, period)
+            await wait_until(lambda: swarm.sizes() == [2, 2, 2], timeout=20, what="2/2/2")
+            await trio.sleep(4 * period)  # and stays
+            nursery.cancel_scope.cancel()
+        assert swarm.stage_sizes == [[4, 1, 1], [3, 2, 1], [2, 2, 2]]
+        moves = [m for h in swarm.hosts.values() for m in h.service.moves]
+        assert len(moves) == 2, moves
 
 
 async def test_joiner_serves_the_stage_with_most_need_with_its_state() -> None:

@@ -90,6 +90,23 @@ async def test_every_member_gets_every_update_sorted_by_sender(group):
     assert group.router.stats.delivered > 0 and group.router.stats.invalid == 0
 
 
+async def test_each_payload_is_handed_on_as_it_arrives_before_the_round_closes(group):
+    """`on_payload` (the member checks and measures an update there while the next is still on
+    the wire) hears of ours first, then of each fetched one, with the bytes the round returns."""
+    members = [group.add() for _ in range(3)]
+    heard: dict[str, list[tuple[str, bytes]]] = {m.me: [] for m in members}
+    for member in members:
+
+        async def on_payload(sender, payload, me=member.me):
+            heard[me].append((sender, payload))
+
+        member.on_payload = on_payload
+    results = await run_round(members)
+    for member in members:
+        assert heard[member.me][0][0] == member.me
+        assert sorted(heard[member.me]) == sorted((c.sender, c.payload) for c in results[member.me])
+
+
 async def test_every_update_arrives_through_a_network_that_duplicates_reorders_and_loses_fetches(
     autojump_clock,
 ):

@@ -9,9 +9,11 @@ about 3 GB/s. The handshake is not the problem; the data path is (see `noise.py`
     muxer_opt = {YAMUX_ID: YamuxConnection}
     host = new_host(..., sec_opt=sec_opt, muxer_opt=muxer_opt)
     use_registered_muxers(host, muxer_opt)   # upstream would build its own Yamux otherwise
+    use_pipelined_negotiation(host)          # multistream-select in one round trip, not two
 """
 
 from .errors import NoiseError, TransportError, YamuxProtocolError
+from .multiselect import PipelinedMultiselectClient, use_pipelined_negotiation
 from .noise import PROTOCOL_ID as NOISE_ID
 from .noise import NoiseSession, NoiseTransport
 from .upgrade import RegisteredMuxers, use_registered_muxers
@@ -24,10 +26,12 @@ __all__ = [
     "NoiseError",
     "NoiseSession",
     "NoiseTransport",
+    "PipelinedMultiselectClient",
     "RegisteredMuxers",
     "TransportError",
     "YamuxConfig",
     "YamuxConnection",
     "YamuxProtocolError",
+    "use_pipelined_negotiation",
     "use_registered_muxers",
 ]

@@ -4,13 +4,15 @@ py-libp2p 0.8.1 runs the XX handshake well, but its data path costs more than th
 every Noise message is its own socket write, every read is a 2-byte read followed by an
 exact read of the body, and a large write is cut at 65 519 bytes and awaited piece by piece.
 We keep its handshake (`Transport.secure_*`, unchanged, so identity checks and payload
-signatures stay upstream's) and replace only what follows it:
+signatures stay upstream's; only our own payload is signed once per transport instead of once
+per connection) and replace only what follows it:
 
 - writes: a batch of buffers becomes many Noise messages encrypted (`encrypt_into`) into one
-  reused buffer and sent with one `send_all`; small pieces (a Yamux header, a window update)
-  share one message instead of costing a message each;
-- reads: one `recv_into` of up to `RECV_BUFFER` bytes, then every complete message in it is
-  decrypted; `read_chunks()` hands the plaintexts to the muxer without joining them.
+  reused buffer and written with plain system calls, trio only waiting for room; small
+  pieces (a Yamux header, a window update) share one message instead of costing one each;
+- reads (`noise_receive.SealedReader`): one `recv_into` of up to 1 MiB, then the muxer pulls
+  the messages in it one by one and decrypts each straight into the buffer of the stream
+  reader that waits for it (or, without one, into a new object); `read()` serves multistream.
 
 The wire format is Noise's own and libp2p's: a 2-byte big-endian length, then at most 65 535
 bytes of ChaCha20-Poly1305 ciphertext (16 of them the tag), nonces counting up from the
@@ -25,32 +27,33 @@ by `DEADLINE_GRACE`, closes the connection instead.
 from __future__ import annotations
 
 import logging
+import os
 import struct
 from collections import deque
 from collections.abc import Sequence
 
 import trio
-from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from libp2p.abc import IRawConnection, ISecureConn
 from libp2p.io.exceptions import ConnectionClosedError
 from libp2p.peer.id import ID
 from libp2p.security.base_session import BaseSession
+from libp2p.security.noise.messages import NoiseExtensions, NoiseHandshakePayload
+from libp2p.security.noise.patterns import IPattern, PatternXX
 from libp2p.security.noise.transport import PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as StockNoiseTransport
 from libp2p.security.secure_session import SecureSession
 from multiaddr import Multiaddr
 
+from ..uplink import TokenBucket
 from .errors import NoiseError
+from .noise_receive import MAX_MESSAGE, TAG, Buffer, SealedReader
 
 __all__ = ["PROTOCOL_ID", "MAX_PLAINTEXT", "NoiseSession", "NoiseTransport"]
 
 log = logging.getLogger(__name__)
 
-MAX_MESSAGE = 65535  # Noise's limit for one transport message, tag included
-TAG = 16
 MAX_PLAINTEXT = MAX_MESSAGE - TAG
-RECV_BUFFER = 256 * 1024  # bytes asked of the kernel per read; holds several whole messages
 COALESCE_BELOW = 16 * 1024  # pieces smaller than this share Noise messages (copied once)
 SEND_STALL_TIMEOUT = 30.0  # seconds without any progress before a send gives up
 DEADLINE_GRACE = 2.0  # seconds a send may outlive its caller's deadline to finish a message
@@ -59,17 +62,49 @@ MAX_NONCE = (1 << 64) - 1  # reserved by Noise; a connection never gets near it
 _LENGTH = struct.Struct(">H")
 _NONCE = struct.Struct("<4xQ")  # 32 zero bits, then the 64-bit counter, little-endian (Noise §5.2)
 
-Buffer = bytes | bytearray | memoryview
-
 
 class NoiseTransport(StockNoiseTransport):
     """libp2p's Noise XX handshake, then our `NoiseSession` for everything after it."""
 
+    _payload: NoiseHandshakePayload | None = None
+    uplink: TokenBucket | None = None  # research/testing: every session's sends share it
+
     async def secure_inbound(self, conn: IRawConnection) -> ISecureConn:
-        return NoiseSession.take_over(await super().secure_inbound(conn), conn)
+        return self._shaped(NoiseSession.take_over(await super().secure_inbound(conn), conn))
 
     async def secure_outbound(self, conn: IRawConnection, peer_id: ID) -> ISecureConn:
-        return NoiseSession.take_over(await super().secure_outbound(conn, peer_id), conn)
+        return self._shaped(
+            NoiseSession.take_over(await super().secure_outbound(conn, peer_id), conn)
+        )
+
+    def _shaped(self, session: ISecureConn) -> ISecureConn:
+        if isinstance(session, NoiseSession):
+            session.uplink = self.uplink
+        return session
+
+    def get_pattern(self) -> IPattern:
+        if self.early_data is not None:  # a payload that may change: upstream's way
+            return super().get_pattern()
+        return _SignedOncePatternXX(self)
+
+
+class _SignedOncePatternXX(PatternXX):
+    """Upstream's XX handshake, with our handshake payload signed once per transport, not once
+    per connection: it signs our fixed static Noise key, so it never changes (saves an Ed25519
+    signature and its debug formatting on every connection setup)."""
+
+    def __init__(self, transport: NoiseTransport) -> None:
+        super().__init__(transport.local_peer, transport.libp2p_privkey, transport.noise_privkey)
+        self._transport = transport
+
+    def make_handshake_payload(
+        self, extensions: NoiseExtensions | None = None
+    ) -> NoiseHandshakePayload:
+        if extensions is not None:
+            return super().make_handshake_payload(extensions)
+        if self._transport._payload is None:
+            self._transport._payload = super().make_handshake_payload()
+        return self._transport._payload
 
 
 class NoiseSession(BaseSession):
@@ -95,18 +130,13 @@ class NoiseSession(BaseSession):
         self._raw = raw
         self._socket = _trio_socket_of(raw)
         self._encrypt_into = ChaCha20Poly1305(send_key).encrypt_into
-        self._decrypt = ChaCha20Poly1305(recv_key).decrypt
         self._send_nonce = send_nonce
-        self._recv_nonce = recv_nonce
-        self._inbuf = bytearray(RECV_BUFFER)
-        self._inview = memoryview(self._inbuf)
-        self._start = 0  # unparsed ciphertext is _inbuf[_start:_end]
-        self._end = 0
+        self.reader = SealedReader(raw, self._socket, recv_key, recv_nonce)
         self._plain: deque[Buffer] = deque()  # decrypted, not yet handed out
         self._outbuf = bytearray()
         self._write_lock = trio.Lock()
+        self.uplink: TokenBucket | None = None  # a shaped daemon's one uplink (uplink.py)
         self._reading = False
-        self._eof = False
         self._closed = False
 
     @classmethod
@@ -131,20 +161,28 @@ class NoiseSession(BaseSession):
         """Plaintext pieces in order: everything available now, at least one; [] at EOF."""
         with self._exclusive_read():
             if self._plain:
-                chunks = list(self._plain)
-                self._plain.clear()
-                return chunks
-            return await self._receive()
+                return self.take_pending()
+            while await self.reader.receive():
+                if chunks := self.reader.open_all():
+                    return chunks
+            return []
+
+    def take_pending(self) -> list[Buffer]:
+        """Plaintext already decrypted by `read()` and not yet handed out (the muxer takes it
+        before pulling messages from `reader` itself)."""
+        chunks = list(self._plain)
+        self._plain.clear()
+        return chunks
 
     async def read(self, n: int | None = None) -> bytes:
         """Up to `n` bytes (all that is decrypted if None); b"" at EOF."""
         if n == 0:
             return b""
         with self._exclusive_read():
-            if not self._plain:
-                self._plain.extend(await self._receive())
-                if not self._plain:
+            while not self._plain:
+                if not await self.reader.receive():
                     return b""
+                self._plain.extend(self.reader.open_all())
             first = self._plain[0]
             if n is None or n < 0 or len(first) <= n:
                 self._plain.popleft()
@@ -155,64 +193,6 @@ class NoiseSession(BaseSession):
 
     def _exclusive_read(self) -> _ReadGuard:
         return _ReadGuard(self)
-
-    async def _receive(self) -> list[Buffer]:
-        while True:
-            chunks = self._decrypt_buffered()
-            if chunks or self._eof:
-                return chunks
-            if not await self._fill():
-                self._eof = True
-                if self._end > self._start:
-                    raise NoiseError("connection closed in the middle of a Noise message")
-                return []
-
-    def _decrypt_buffered(self) -> list[Buffer]:
-        buf, view, pos, end = self._inbuf, self._inview, self._start, self._end
-        chunks: list[Buffer] = []
-        while end - pos >= 2:
-            length = (buf[pos] << 8) | buf[pos + 1]
-            if end - pos - 2 < length:
-                break
-            if length < TAG:
-                raise NoiseError(f"Noise message of {length} bytes is shorter than its tag")
-            try:
-                plain = self._decrypt(
-                    _NONCE.pack(self._recv_nonce), view[pos + 2 : pos + 2 + length], None
-                )
-            except InvalidTag:
-                raise NoiseError("a Noise message failed authentication") from None
-            self._recv_nonce += 1
-            pos += 2 + length
-            if plain:
-                chunks.append(plain)
-        if pos == end:
-            self._start = self._end = 0
-        else:
-            self._start = pos
-        return chunks
-
-    async def _fill(self) -> bool:
-        """Append bytes from the connection to the buffer; False at EOF."""
-        if len(self._inbuf) - self._end < 2 + MAX_MESSAGE and self._start:
-            pending = self._end - self._start
-            self._inbuf[:pending] = self._inbuf[self._start : self._end]
-            self._start, self._end = 0, pending
-        try:
-            if self._socket is not None:
-                got = await self._socket.recv_into(self._inview[self._end :])
-            else:
-                data = await self._raw.read(len(self._inbuf) - self._end)
-                got = len(data)
-                self._inbuf[self._end : self._end + got] = data
-        except trio.ClosedResourceError:
-            return False
-        except OSError as exc:
-            raise ConnectionClosedError(
-                f"connection failed while reading: {exc}", transport="tcp"
-            ) from exc
-        self._end += got
-        return got > 0
 
     # ------------------------------------------------------------------ writing
 
@@ -226,6 +206,8 @@ class NoiseSession(BaseSession):
         (while it waits for the lock); after that everything is sent, or the connection fails.
         """
         async with self._write_lock:
+            if self.uplink is not None:  # before sealing: a cancelled wait sends nothing
+                await self.uplink.take(sum(len(p) for p in parts))
             out = self._seal(parts)
             if out:
                 await self._send(out)
@@ -267,13 +249,22 @@ class NoiseSession(BaseSession):
 
     async def _send_all(self, out: memoryview, give_up: float) -> bool:
         """Send everything; False if it stalled or ran past `give_up`."""
-        sent, total = 0, len(out)
-        while sent < total:
+        if self._socket is None:
             with trio.move_on_at(min(give_up, trio.current_time() + SEND_STALL_TIMEOUT)):
-                if self._socket is None:
-                    await self._raw.write(bytes(out))
-                    return True
-                sent += await self._socket.send(out[sent:])
+                await self._raw.write(bytes(out))
+                return True
+            return False
+        # Straight system calls while the kernel takes bytes; trio only to wait for room. Its
+        # socket.send yields to the scheduler after every call, ~4 times per MiB in bulk.
+        fd, sent, total = self._socket.fileno(), 0, len(out)
+        while sent < total:
+            try:
+                sent += os.write(fd, out[sent:])
+                continue
+            except BlockingIOError:
+                pass
+            with trio.move_on_at(min(give_up, trio.current_time() + SEND_STALL_TIMEOUT)):
+                await trio.lowlevel.wait_writable(self._socket)
                 continue
             return False
         return True

@@ -43,6 +43,7 @@ from libp2p.stream_muxer.exceptions import (
 from multiaddr import Multiaddr
 
 from .errors import YamuxProtocolError
+from .noise_receive import SealedReader
 from .yamux_receive import CLOSE_TIMEOUT, FrameReceiver
 from .yamux_stream import Buffer, YamuxStream
 from .yamux_wire import (
@@ -88,6 +89,7 @@ class YamuxConfig:
 class YamuxStatistics:
     streams: int  # open on this connection (either direction, until both ends are done)
     queued_control: int  # frames waiting for the next write
+    bytes_in_place: int  # DATA bytes decrypted straight into a reader's buffer, ever
 
 
 class YamuxConnection(FrameReceiver, IMuxedConn):
@@ -133,6 +135,9 @@ class YamuxConnection(FrameReceiver, IMuxedConn):
         self._read_chunks: Callable[[], Awaitable[list[Buffer]]] = (
             getattr(secured_conn, "read_chunks", None) or self._read_one
         )
+        reader = getattr(secured_conn, "reader", None)
+        self._sealed = reader if isinstance(reader, SealedReader) else None
+        self._bytes_in_place = 0
 
     # ------------------------------------------------------------------ IMuxedConn
 
@@ -215,6 +220,7 @@ class YamuxConnection(FrameReceiver, IMuxedConn):
         return YamuxStatistics(
             streams=len(self._streams),
             queued_control=len(self._control) + len(self._window_updates),
+            bytes_in_place=self._bytes_in_place,
         )
 
     # ------------------------------------------------------------------ sending (used by streams)

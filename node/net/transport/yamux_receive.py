@@ -1,12 +1,13 @@
 """The receiving side of a Yamux connection: one reader task parses every frame it is given.
 
-The reader takes everything the secure session has decrypted (`read_chunks`) and parses all
-frames in it without awaiting; DATA bodies are handed to their stream as pieces, not copied. A
-peer that sends beyond the window we granted, opens a stream of our parity, or breaks the
-framing raises YamuxProtocolError: it gets GO_AWAY(protocol error) and loses the connection.
-Kept apart from yamux.py (the connection, its sending side and teardown) so each reads alone;
-`YamuxConnection` inherits this as a mixin, since both sides share the stream table.
-"""
+The reader parses without awaiting. Over our own Noise session it pulls the sealed messages
+itself and decrypts one that holds only DATA body bytes of a stream whose reader waits in
+`readinto` straight into that reader's buffer; otherwise DATA bodies are handed to their stream
+as pieces of the decrypted plaintext, not copied. A peer that sends beyond the window we
+granted, opens a stream of our parity, or breaks the framing raises YamuxProtocolError: it gets
+GO_AWAY(protocol error) and loses the connection. Kept apart from yamux.py (the connection, its
+sending side and teardown) so each reads alone; `YamuxConnection` inherits this as a mixin,
+since both sides share the stream table."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from libp2p.io.exceptions import IOException
 from libp2p.peer.id import ID
 
 from .errors import NoiseError, YamuxProtocolError
+from .noise_receive import SealedReader
 from .yamux_stream import Buffer, YamuxStream
 from .yamux_wire import (
     ACK,
@@ -59,6 +61,8 @@ class FrameReceiver:
     _pongs: int
     _control: list[bytes]
     _read_chunks: Callable[[], Awaitable[list[Buffer]]]
+    _sealed: SealedReader | None  # our Noise session's reader, pulled message by message
+    _bytes_in_place: int
     # parser state: a header split across chunks, and the body of the current DATA frame
     _partial_header: bytearray
     _body_left: int
@@ -78,12 +82,12 @@ class FrameReceiver:
 
     async def _read_loop(self) -> None:
         try:
-            while True:
-                chunks = await self._read_chunks()
-                if not chunks:
-                    break
-                for chunk in chunks:
-                    self._feed(chunk)
+            if self._sealed is not None:
+                await self._pull_messages(self._sealed)
+            else:
+                while chunks := await self._read_chunks():
+                    for chunk in chunks:
+                        self._feed(chunk)
         except YamuxProtocolError as exc:
             log.warning("yamux %s: %s; closing the connection", self.peer_id, exc)
             with trio.move_on_after(CLOSE_TIMEOUT):
@@ -100,6 +104,32 @@ class FrameReceiver:
         ) as exc:
             log.debug("yamux %s: connection ended: %r", self.peer_id, exc)
         await self._shutdown()
+
+    async def _pull_messages(self, sealed: SealedReader) -> None:
+        """Our Noise session: a message that holds only DATA body bytes of a stream whose reader
+        waits in `readinto` is decrypted straight into that reader's buffer; the rest is parsed
+        from decrypted copies, as for any other secure connection."""
+        for chunk in self.secured_conn.take_pending():  # type: ignore[attr-defined]
+            self._feed(chunk)
+        while await sealed.receive():
+            while (size := sealed.next_size()) is not None:
+                target = self._placement(size)
+                if target is None:
+                    if plain := sealed.open(size):
+                        self._feed(plain)
+                    continue
+                sealed.open(size, target)
+                self._bytes_in_place += size
+                self._body_left -= size
+                self._body_stream.placed(size)  # type: ignore[union-attr]
+                if not self._body_left:
+                    self._apply_flags(self._body_stream_id, self._body_flags)
+
+    def _placement(self, size: int) -> memoryview | None:
+        """Where the next `size` plaintext bytes go when they are all body of a waiting reader."""
+        if not size or self._body_left < size or self._body_stream is None:
+            return None
+        return self._body_stream.destination(size)
 
     def _feed(self, chunk: Buffer) -> None:
         """Parse every frame (or part of one) in `chunk`; never awaits."""
