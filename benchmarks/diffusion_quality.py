@@ -14,19 +14,26 @@ size, so coarse steps show whether its rank is a step-size effect). Quality: FID
 64-d penultimate feature space of a small CNN classifier trained on the same data ("classifier
 FID": comparable between arms here, not with published Inception FIDs), plus per-class coverage
 (classes holding at least half a fair share of the samples) and the total-variation distance of
-the samples' class distribution from the reference's. Router top-1 accuracy is measured on held-out
-images noised to t = 0.1, 0.5, 0.9 (their cluster from the partition's stored centroids), with the
-router's mean top probability there (how often Sample-1 draws the Top-1 expert).
+the samples' class distribution from the reference's; each FID comes with ± 1.96 of its bootstrap
+sd over the samples (how much of a gap is sampling noise), and each sample set with its spread
+over the feature clusters against the data's ("cluster TV"). Router top-1 accuracy is measured on
+held-out images noised to t = 0.05 … 0.9 exactly as the sampler's states are (their cluster from
+the partition's stored centroids), beside its mean top probability (calibration; 1 − it is how
+often Sample-1 leaves the Top-1 expert), and the clusters' separation in the PCA space.
 
 Sample-1 follows the paper (McAllister et al. 2025): at every step each sample uses the velocity of
 one expert drawn from the router's distribution (sampling.py, `expert_weights`). It is not the worst
-strategy here, and the two diagnostics say why: where experts differ most, at low noise, the router
-is sure (digits: accuracy 0.93 and mean top probability 0.96 at t = 0.1), so the draw is nearly
-always the Top-1 expert; at high noise the draws are an unbiased estimate of Full's mixture whose
-error shrinks with the step size, and acts like the noise of a stochastic sampler (at 4 steps
-Sample-1 beats both Full and Top-1). The paper's much worse Sample-1 (FID 157) presumably needs a
-router that is often unsure at low noise, where a wrong draw hands an expert an image from a
-cluster it never saw; with 4 PCA clusters of digits that rarely happens.
+strategy here (digits: 20.5, interval 17.8–23.2, against Full 20.7, 18.2–23.2), and the diagnostics
+say why. The router is calibrated (accuracy − mean top probability within ±0.05 at every t), so a
+draw is an unbiased estimate of Full's mixture whose error shrinks with the step size (a flow that
+switches at random between experts converges to the averaged flow); where experts differ most, at
+low noise, the router is sure (accuracy 0.93, top probability 0.95 at t = 0.1), so the draw is
+nearly always the Top-1 expert. Top-1 is the one that errs: at high noise the router is unsure
+(accuracy 0.30 at t = 0.9), Top-1 sends each sample wholly to its argmax expert there, and the
+samples' shares of the clusters drift from the data's (cluster TV 0.156 vs 0.055–0.060 for
+Sample-1 and Full; at 4 steps 0.248, FID 56). The paper's much worse Sample-1 (FID 157) presumably
+needs experts that disagree where the router is unsure; 4 PCA clusters of digits overlap (a fifth
+of the images lie near a border), which keeps the experts' velocities close.
 
 Usage: python benchmarks/diffusion_quality.py [--quick] [--threads N] [--out-dir DIR]
 --quick uses sklearn's 8×8 digits (a few minutes); the default, Fashion-MNIST from Debian's
