@@ -21,6 +21,9 @@ from typing import Any
 
 from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
 
+# The small DiLoCo run of the CLI tests and benchmarks: an MLP on scikit-learn's 8x8 digits
+DIGITS_MLP = ("--model", "mlp", "--dataset", "digits", "--batch-size", "32")
+
 
 @contextlib.contextmanager
 def cli_daemons(

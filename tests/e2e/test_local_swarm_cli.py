@@ -12,18 +12,14 @@ import threading
 
 import psutil
 import pytest
+from peertrain.testing import DIGITS_MLP
 
 pytestmark = pytest.mark.slow
 
 FLAGS = [
     "--mode",
     "diloco",
-    "--model",
-    "mlp",
-    "--dataset",
-    "digits",
-    "--batch-size",
-    "32",
+    *DIGITS_MLP,
     "--inner-steps",
     "5",
     "--round-timeout",
