@@ -1,4 +1,8 @@
-"""Streaming DiLoCo's overlap on a shaped uplink, in one process: idle compute and wall time.
+"""Streaming DiLoCo's overlap on a shaped uplink: idle compute and wall time.
+
+By default W real daemons (processes on loopback), each with a 50 Mbit/s uplink of its own (the
+hidden `--uplink-mbit`), train a GPT whose fp32 update takes seconds on that link: see
+_overlap_daemons.py. With --in-process, W members in this process instead:
 
 W members (threads for torch, trio for the network) exchange over update gossip on an in-memory
 network whose every peer has a token-bucket uplink of --mbit Mbit/s (peertrain.testing's
@@ -14,7 +18,7 @@ the same members, so the ratios compare like with like. Not the daemons of issue
 link scaled down with the model (a 50 Mbit/s uplink and a 100M-parameter model become a slower
 link and a small model, keeping one full update at several seconds).
 
-Usage: python benchmarks/streaming_overlap.py [--quick] [--steps T] [--mbit M]
+Usage: python benchmarks/streaming_overlap.py [--in-process [--quick]] [--steps T] [--mbit M]
 The last line printed is one JSON object with all figures.
 """
 
@@ -142,23 +146,66 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--in-process", action="store_true", help="members in this process")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--h", type=int, default=100)
     parser.add_argument("--fragments", type=int, default=4)
-    parser.add_argument("--overlap", type=int, default=20)
+    parser.add_argument("--overlap", type=int, default=None)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--width", type=int, default=64)
-    parser.add_argument("--mbit", type=float, default=1.5, help="uplink per member, Mbit/s")
+    parser.add_argument("--width", type=int, default=None)
+    parser.add_argument("--codec", default="fp32", help="daemons: the run's codec")
+    parser.add_argument("--mbit", type=float, default=None, help="uplink per member, Mbit/s")
     parser.add_argument("--max-bytes", type=int, default=1_000_000)
+    parser.add_argument("--timeout", type=float, default=1800, help="daemons: per arm, seconds")
     args = parser.parse_args(argv)
+    if not args.in_process:
+        for key, value in (("overlap", 10), ("width", 256), ("mbit", 50.0)):
+            setattr(args, key, value if getattr(args, key) is None else getattr(args, key))
+        print_json(daemons_main(args))
+        return 0
+    for key, value in (("overlap", 20), ("width", 64), ("mbit", 1.5)):
+        setattr(args, key, value if getattr(args, key) is None else getattr(args, key))
     if args.quick:
         args.steps, args.h, args.overlap, args.width = 40, 20, 4, 32
     torch.set_num_threads(1)
     print_json(trio.run(amain, args))
     return 0
+
+
+def daemons_main(args) -> dict:
+    from _overlap_daemons import daemon_arms
+
+    model = GPTConfig(n_layer=args.layers, n_embd=args.width, n_head=4)
+    n = count_parameters(model.build())
+    full = ProtocolCodec(args.codec).payload_bytes(n)
+    print(
+        f"{args.workers} daemons, GPT {n:,} params ({args.codec} update {full:,} B: "
+        f"{full * 8 / (args.mbit * 1e6):.1f} s per copy on each {args.mbit} Mbit/s uplink), "
+        f"{args.steps} inner steps, H {args.h}, P {args.fragments}, tau {args.overlap}"
+    )
+    results = daemon_arms(args)
+    local = results[0]["wall_per_100_steps"]
+    for r in results:
+        r["wall_vs_local"] = round(r["wall_per_100_steps"] / local, 3)
+    header = ["arm", "wall/100 steps", "vs local", "idle", "bytes published", "loss"]
+    rows = [
+        [r["arm"], f"{r['wall_per_100_steps']:.1f}s", r["wall_vs_local"], r["idle_fraction"],
+         f"{r['bytes_published']:,}", r["loss"]]
+        for r in results
+    ]  # fmt: skip
+    print_table("", header, rows)
+    stream = results[2]
+    targets = {
+        "stream_idle_below_10pct": stream["idle_fraction"] < 0.10,
+        "stream_wall_within_1.1x_of_local": stream["wall_vs_local"] <= 1.1,
+    }
+    print("targets: " + ", ".join(f"{k}={v}" for k, v in targets.items()))
+    return {"mode": "daemons", "arms": results, "targets": targets, "params": n,
+            "full_update_bytes": full, "mbit": args.mbit, "steps": args.steps,
+            "workers": args.workers}  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ hundreds of handshakes split one core, each outlives every deadline and the work
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Sequence
 
 import trio
@@ -28,12 +29,16 @@ log = logging.getLogger(__name__)
 
 MAX_DIALS = 8  # handshakes in flight per node
 MAX_PENDING = 256  # distinct peers waiting for a dial slot; beyond, a dial fails at once
+STAGGER = 0.25  # seconds before the next address of a peer is dialled too (go-libp2p's delay)
+PEERSTORE_TTL = 120.0  # seconds the peerstore keeps the addresses we dialled (host.connect's)
+CIRCUIT = "/p2p-circuit"
 
 
 class _Attempt:
-    __slots__ = ("done", "error")
+    __slots__ = ("started", "done", "error")
 
     def __init__(self) -> None:
+        self.started = trio.Event()  # it holds a slot (or ended without one)
         self.done = trio.Event()
         self.error: str | None = "the node stopped"  # until the dial says otherwise
 
@@ -65,22 +70,26 @@ class Dialer:
     def connected(self, peer: ID) -> bool:
         return bool(self.host.get_network().get_connections(peer))
 
-    async def dial(self, peer: ID) -> None:
+    async def dial(self, peer: ID, patience: float | None = None) -> None:
         """`connect` at the addresses `addrs` knows for `peer`."""
-        await self.connect(PeerInfo(peer, self.addrs(peer)))
+        await self.connect(PeerInfo(peer, self.addrs(peer)), patience=patience)
 
-    async def connect(self, info: PeerInfo) -> None:
+    async def connect(self, info: PeerInfo, *, patience: float | None = None) -> None:
         """Return once connected to `info.peer_id`; `DialFailed` if the dial failed.
 
-        Waits for a free slot, then at most `timeout`. Cancelling the caller stops its wait,
-        never the dial.
+        Waits for a free slot, then at most `timeout`, or `patience` (`TooSlowError`): a lookup
+        gives up on an address that drops packets silently as on a peer that does not answer,
+        but not on a dial queued behind others on a busy CPU. Cancelling the caller or running
+        out of patience stops its wait, never the dial.
         """
         if self.connected(info.peer_id):
             return
         attempt = self._attempts.get(info.peer_id)
         if attempt is None:
             attempt = self._start(info)
-        await attempt.done.wait()
+        await attempt.started.wait()
+        with trio.fail_after(math.inf if patience is None else patience):
+            await attempt.done.wait()
         if attempt.error is not None:
             raise DialFailed(f"could not connect to {info.peer_id}: {attempt.error}")
 
@@ -105,6 +114,7 @@ class Dialer:
         attempt = _Attempt()
         if self._nursery is None or len(self._attempts) >= MAX_PENDING:
             attempt.error = "too many dials pending" if self._nursery else "the node is not running"
+            attempt.started.set()
             attempt.done.set()
             return attempt
         self._attempts[info.peer_id] = attempt
@@ -114,14 +124,45 @@ class Dialer:
     async def _dial(self, info: PeerInfo, attempt: _Attempt) -> None:
         try:
             async with self._slots:
+                attempt.started.set()
                 if not self.connected(info.peer_id):  # it may have dialled us meanwhile
                     self.dialled += 1
                     with trio.fail_after(self.timeout):
-                        await self.host.connect(info)
+                        await self._any_address(info)
             attempt.error = None
-        except (Exception, trio.TooSlowError) as exc:  # noqa: BLE001 - host.connect raises many unrelated types; every one is this dial's failure, told to its waiters
+        except (Exception, trio.TooSlowError) as exc:  # noqa: BLE001 - a dial raises many unrelated py-libp2p types; every one is this dial's failure, told to its waiters
             self.failed += 1
             attempt.error = str(exc) or type(exc).__name__
         finally:
             del self._attempts[info.peer_id]
+            attempt.started.set()
             attempt.done.set()
+
+    async def _any_address(self, info: PeerInfo) -> None:
+        """Dial the addresses in order, the next one `STAGGER` after the last (or at once when
+        it failed); the first connection wins. py-libp2p's own dial tries one address per
+        transport, and a peer's first TCP address is often one a NAT drops silently (its LAN
+        address): the lookup behind it stalled for the whole dial timeout."""
+        peer, errors = info.peer_id, []
+        addrs = [a for a in info.addrs if CIRCUIT not in str(a)]  # circuits: node/nat dials them
+        if not addrs:
+            raise DialFailed("no direct address known")
+        self.host.get_peerstore().add_addrs(peer, addrs, PEERSTORE_TTL)  # as host.connect does
+
+        async def one(addr: Multiaddr, failed: trio.Event) -> None:
+            try:
+                await self.host.get_network().dial_addr(addr, peer)
+            except Exception as exc:  # noqa: BLE001 - py-libp2p raises many types for one failed address; the others go on
+                errors.append(f"{addr}: {exc or type(exc).__name__}")
+                failed.set()
+                return
+            nursery.cancel_scope.cancel()
+
+        async with trio.open_nursery() as nursery:
+            for addr in addrs:
+                failed = trio.Event()
+                nursery.start_soon(one, addr, failed)
+                with trio.move_on_after(STAGGER):
+                    await failed.wait()
+        if not self.connected(peer):
+            raise DialFailed("; ".join(errors) or "no address answered")

@@ -59,6 +59,7 @@ class NodeConfig:
     log_format: str = "auto"
     attack: str | None = None  # research/testing: make this node Byzantine (swarm/attacks.py)
     slowdown: float = 1.0  # research/testing: each Streaming DiLoCo inner step takes N× as long
+    uplink_mbit: float = 0.0  # research/testing: all this node sends shares an uplink of N Mbit/s
     device: str = "auto"  # where runs train: auto|cpu|cuda[:N]|mps (swarm/devices.py)
     precision: str = "fp32"  # autocast for forward and loss: fp32|bf16|fp16
     ranks: int = 1  # processes (one device each) training as this one node (intra_node.py)

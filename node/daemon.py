@@ -90,7 +90,11 @@ class Daemon:
         self.config = config
         self.identity = identity
         self.host = build_host(
-            identity, psk=config.psk, announce=config.announce, dial_timeout=config.dial_timeout
+            identity,
+            psk=config.psk,
+            announce=config.announce,
+            dial_timeout=config.dial_timeout,
+            uplink_mbit=config.uplink_mbit,
         )
         self.bootstrap = [parse_peer_addr(a) for a in config.bootstrap]
         self.started_at: float | None = None

@@ -35,6 +35,7 @@ from .transport import (
     use_pipelined_negotiation,
     use_registered_muxers,
 )
+from .uplink import TokenBucket
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +46,10 @@ def build_host(
     psk: str | None = None,
     announce: Sequence[str] = (),
     dial_timeout: float = 10.0,
+    uplink_mbit: float = 0.0,
 ) -> IHost:
-    """A host that speaks only TCP + Noise + Yamux (+ our checked PSK when given)."""
+    """A host that speaks only TCP + Noise + Yamux (+ our checked PSK when given);
+    `uplink_mbit` > 0 (research/testing): everything it sends shares one uplink of that rate."""
     from .private_network import PrivateTCP
 
     transport = PrivateTCP(psk) if psk else TCP()
@@ -56,13 +59,12 @@ def build_host(
         return expand_wildcards([*extra, *candidates])
 
     muxers = {YAMUX_ID: YamuxConnection}  # our data path, libp2p's protocol IDs (node/transport)
+    noise = NoiseTransport(identity.key_pair, noise_privkey=create_x25519_key_pair().private_key)
+    if uplink_mbit > 0:
+        noise.uplink = TokenBucket(uplink_mbit * 1e6 / 8)
     host = new_host(
         key_pair=identity.key_pair,
-        sec_opt={
-            NOISE_ID: NoiseTransport(
-                identity.key_pair, noise_privkey=create_x25519_key_pair().private_key
-            )
-        },
+        sec_opt={NOISE_ID: noise},
         muxer_opt=muxers,
         transports=[transport],
         connection_config=ConnectionConfig(

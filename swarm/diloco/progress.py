@@ -29,6 +29,27 @@ class DriverProgress:
     history: list[dict] = field(default_factory=list)
     waiting: Waiting | None = None  # for members, peers or updates, while that lasts
     inner_start: int = 0  # the inner loop's step count when this round's inner steps began
+    # totals over the rounds this member took part in: inner steps, seconds of torch work
+    # (inner steps, encoding, outer steps) and of wall time from a round's first inner step to
+    # its agreement; their difference is time spent waiting for the network
+    steps: int = 0
+    compute_seconds: float = 0.0
+    wall_seconds: float = 0.0
+
+    def timed(self, *, steps: int, compute: float, wall: float) -> None:
+        self.steps += steps
+        self.compute_seconds += compute
+        self.wall_seconds += wall
+
+    def timing(self) -> dict[str, Any]:
+        """Steps, compute and wall seconds, and the fraction of wall time compute stood idle."""
+        idle = 1 - self.compute_seconds / self.wall_seconds if self.wall_seconds else 0.0
+        return {
+            "steps": self.steps,
+            "compute_s": round(self.compute_seconds, 3),
+            "wall_s": round(self.wall_seconds, 3),
+            "idle_fraction": round(max(idle, 0.0), 4),
+        }
 
     def status(
         self, *, rounds: int, inner_step: int, inner_steps: int, download: Download | None
@@ -43,4 +64,5 @@ class DriverProgress:
             "inner_steps": inner_steps,
             "download": download.status() if download is not None else None,
             "waiting": self.waiting.status() if self.waiting is not None else None,
+            "timing": self.timing(),
         }

@@ -46,6 +46,9 @@ class StreamingDriver(DiLoCoDriver):
         # the gossip's rounds are slots: P per round, the group of a slot is its round's
         self.gossip.expected = lambda slot: self.group.expected(self.round_of(slot))
         self.gossip.window = 2 * fragments
+        # a fragment's updates are checked when it lands (apply_fragment): the torch thread is
+        # the loop's for the whole round, so nothing is handed to it as it arrives
+        self.gossip.on_payload = None
         self.sync.first_exchange = lambda round_: round_ * fragments + 1
         self.loop = StreamingLoop(self.member, self._exchange_slot, limiter=self._limiter)
         self.loop.slowdown = slowdown
@@ -78,7 +81,7 @@ class StreamingDriver(DiLoCoDriver):
         self._group = self.group.of_round(round_, salt=self.sync.served or b"")
         self.built.use_shard(self.spec.shard_in(self.peer_id, set(self._group)))
         step = self.progress.inner_start = self.member.inner.step
-        started = trio.current_time()
+        started, before = trio.current_time(), self.loop.statistics()
         self.progress.phase = "inner steps"
         await self.loop.run_slots(
             round_ * self.spec.fragments + 1, self.spec.fragments, **self._stride()
@@ -89,7 +92,10 @@ class StreamingDriver(DiLoCoDriver):
         self.replicator.writer.add_progress(self.member.inner.step - step)
         await self.sync.publish()
         await self.sync.agree()
-        self.round_durations = [*self.round_durations[-63:], trio.current_time() - started]
+        took, after = trio.current_time() - started, self.loop.statistics()
+        self.round_durations = [*self.round_durations[-63:], took]
+        compute = after.compute_seconds - before.compute_seconds
+        self.progress.timed(steps=after.steps - before.steps, compute=compute, wall=took)
         self.fragment_checksums = await self._thread(self.member.fragment_hashes)
         await self._record(report)
         await self._save_checkpoint()

@@ -17,12 +17,14 @@ A daemon's driver (streaming_driver.py) runs one round at a time (`run_slots`).
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+import torch
 import trio
 
 from .compression import Payload
@@ -106,11 +108,21 @@ class StreamingLoop:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._network)
             try:
-                await trio.to_thread.run_sync(loop, *args, limiter=self.limiter)
+                threads = torch.get_num_threads()  # ours, on the event loop's thread
+                work = functools.partial(self._in_thread, loop, threads=threads)
+                await trio.to_thread.run_sync(work, *args, limiter=self.limiter)
             finally:
                 self._stopped.set()
                 nursery.cancel_scope.cancel()
         return self.statistics()
+
+    @staticmethod
+    def _in_thread(loop: Callable[..., None], *args: float, threads: int) -> None:
+        """`loop` with the torch threads of whoever started it: a pooled worker thread keeps
+        the OpenMP thread count it first had, and a sum over 2 threads is not one over 1 bit
+        for bit (runs must give what a member in one thread gives)."""
+        torch.set_num_threads(threads)
+        loop(*args)
 
     async def _network(self) -> None:
         try:

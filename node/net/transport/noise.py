@@ -45,6 +45,7 @@ from libp2p.security.noise.transport import Transport as StockNoiseTransport
 from libp2p.security.secure_session import SecureSession
 from multiaddr import Multiaddr
 
+from ..uplink import TokenBucket
 from .errors import NoiseError
 from .noise_receive import MAX_MESSAGE, TAG, Buffer, SealedReader
 
@@ -66,17 +67,25 @@ class NoiseTransport(StockNoiseTransport):
     """libp2p's Noise XX handshake, then our `NoiseSession` for everything after it."""
 
     _payload: NoiseHandshakePayload | None = None
+    uplink: TokenBucket | None = None  # research/testing: every session's sends share it
+
+    async def secure_inbound(self, conn: IRawConnection) -> ISecureConn:
+        return self._shaped(NoiseSession.take_over(await super().secure_inbound(conn), conn))
+
+    async def secure_outbound(self, conn: IRawConnection, peer_id: ID) -> ISecureConn:
+        return self._shaped(
+            NoiseSession.take_over(await super().secure_outbound(conn, peer_id), conn)
+        )
+
+    def _shaped(self, session: ISecureConn) -> ISecureConn:
+        if isinstance(session, NoiseSession):
+            session.uplink = self.uplink
+        return session
 
     def get_pattern(self) -> IPattern:
         if self.early_data is not None:  # a payload that may change: upstream's way
             return super().get_pattern()
         return _SignedOncePatternXX(self)
-
-    async def secure_inbound(self, conn: IRawConnection) -> ISecureConn:
-        return NoiseSession.take_over(await super().secure_inbound(conn), conn)
-
-    async def secure_outbound(self, conn: IRawConnection, peer_id: ID) -> ISecureConn:
-        return NoiseSession.take_over(await super().secure_outbound(conn, peer_id), conn)
 
 
 class _SignedOncePatternXX(PatternXX):
@@ -126,6 +135,7 @@ class NoiseSession(BaseSession):
         self._plain: deque[Buffer] = deque()  # decrypted, not yet handed out
         self._outbuf = bytearray()
         self._write_lock = trio.Lock()
+        self.uplink: TokenBucket | None = None  # a shaped daemon's one uplink (uplink.py)
         self._reading = False
         self._closed = False
 
@@ -196,6 +206,8 @@ class NoiseSession(BaseSession):
         (while it waits for the lock); after that everything is sent, or the connection fails.
         """
         async with self._write_lock:
+            if self.uplink is not None:  # before sealing: a cancelled wait sends nothing
+                await self.uplink.take(sum(len(p) for p in parts))
             out = self._seal(parts)
             if out:
                 await self._send(out)
