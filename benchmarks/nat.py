@@ -306,6 +306,25 @@ def _median(values) -> float | None:
     return statistics.median(known) if known else None
 
 
+def figures(args, rows, runs, joins, failures, startup) -> dict:
+    """The JSON line: every cell, every run, every join, and whether joins met the target."""
+    cells = {
+        r[0]: dict(zip(FIELDS, r[1:], strict=True)) | {"failures": failures[r[0]]} for r in rows
+    }
+    every_join = [j for js in joins.values() for j in js]
+    return {
+        "payload_mib": args.mib,
+        "repeats": args.repeats,
+        "cells": cells,
+        "runs": runs,
+        "joins_from_start_s": joins,
+        "join_target_s": JOIN_TARGET_S,
+        "join_target_met": bool(every_join)
+        and all(j is not None and j <= JOIN_TARGET_S for j in every_join),
+        "daemons": startup,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2)
@@ -351,24 +370,7 @@ def main() -> None:
             for k, f in startup.items()
         ],
     )
-    cells = {
-        r[0]: dict(zip(FIELDS, r[1:], strict=True)) | {"failures": failures[r[0]]} for r in rows
-    }
-    print_json(
-        {
-            "payload_mib": args.mib,
-            "repeats": args.repeats,
-            "cells": cells,
-            "runs": runs,
-            "joins_from_start_s": joins,
-            "join_target_s": JOIN_TARGET_S,
-            "join_target_met": all(
-                j is not None and j <= JOIN_TARGET_S for cell, js in joins.items() for j in js
-            )
-            and any(joins.values()),
-            "daemons": startup,
-        }
-    )
+    print_json(figures(args, rows, runs, joins, failures, startup))
 
 
 if __name__ == "__main__":
