@@ -17,12 +17,10 @@ member of the same peer on the same lossy network.
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import random
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import blake3
@@ -33,6 +31,7 @@ from peertrain.protocol.errors import PeerTimeout
 from peertrain.protocol.messages import ErrorResponse, Response, check_reply, decode, encode
 
 from .shaped_link import TokenBucket
+from .timeline import Timeline
 
 if TYPE_CHECKING:
     from trio_typing import TaskStatus  # trio.TaskStatus (see crdt/replicator.py)
@@ -67,15 +66,6 @@ class RouterStatistics:
     bytes_fetched: int = 0
 
 
-@dataclass(order=True, slots=True)
-class _Scheduled:
-    at: float
-    order: int
-    target: MemoryEndpoint = field(compare=False)
-    topic: str = field(compare=False)
-    message: Inbound = field(compare=False)
-
-
 @dataclass(slots=True)
 class _Subscription:
     inbox: trio.MemorySendChannel[Inbound] | None  # None: the validator consumes the message
@@ -101,9 +91,7 @@ class MemoryRouter:
         self.rng = random.Random(seed)
         self.stats = RouterStatistics()
         self._endpoints: dict[str, MemoryEndpoint] = {}
-        self._heap: list[_Scheduled] = []
-        self._order = itertools.count()
-        self._wake = trio.Event()
+        self._timeline = Timeline()  # pubsub deliveries, one per checkpoint
 
     def endpoint(self, peer_id: str) -> MemoryEndpoint:
         ep = self._endpoints[peer_id] = MemoryEndpoint(self, peer_id)
@@ -113,22 +101,7 @@ class MemoryRouter:
         self._endpoints.pop(peer_id, None)
 
     async def run(self, *, task_status: TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
-        while True:
-            if not self._heap:
-                await self._wake.wait()
-                self._wake = trio.Event()
-                continue
-            wait = self._heap[0].at - trio.current_time()
-            if wait > 0:
-                with trio.move_on_after(wait):
-                    await self._wake.wait()
-                if self._wake.is_set():
-                    self._wake = trio.Event()
-                continue
-            item = heapq.heappop(self._heap)
-            item.target._deliver(item.topic, item.message)
-            await trio.lowlevel.checkpoint()
+        await self._timeline.run(task_status=task_status)
 
     def _publish(self, sender: str, topic: str, data: bytes) -> None:
         f, rng, now = self.faults, self.rng, trio.current_time()
@@ -147,10 +120,7 @@ class MemoryRouter:
                 if rng.random() < f.reorder:
                     at += f.reorder_delay
                 message = Inbound(sender=sender, data=data)
-                heapq.heappush(
-                    self._heap, _Scheduled(at, next(self._order), target, topic, message)
-                )
-        self._wake.set()
+                self._timeline.at(at, target._deliver, topic, message)
 
     def _lost(self) -> bool:
         lost = self.rng.random() < self.faults.request_loss

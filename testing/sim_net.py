@@ -15,8 +15,6 @@ host reads which peers each traced answer names (sim_host.py).
 from __future__ import annotations
 
 import contextvars
-import heapq
-import itertools
 import math
 import random
 from collections.abc import Callable, Iterable
@@ -26,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from .sim_links import Access, lost, retransmit_delay, wire_bytes
+from .timeline import Timeline
 
 if TYPE_CHECKING:
     from trio_typing import TaskStatus  # trio.TaskStatus (see dht/node.py)
@@ -84,40 +83,19 @@ class SimNet:
         self.loss = loss
         self.traffic = Traffic()  # every message sent, all nodes together
         self.per_node: dict[int, Traffic] = {}  # node index → what it sent
-        self._heap: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
-        self._order = itertools.count()
-        self._wake = trio.Event()
-        self.delivered = 0
+        self._timeline = Timeline(yield_each=False)
+
+    @property
+    def delivered(self) -> int:
+        return self._timeline.calls
 
     async def run(self, *, task_status: TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
-        heap = self._heap
-        while True:
-            if not heap:
-                await self._wake.wait()
-                self._wake = trio.Event()
-                continue
-            wait = heap[0][0] - trio.current_time()
-            if wait > 0:
-                with trio.move_on_after(wait):
-                    await self._wake.wait()
-                if self._wake.is_set():
-                    self._wake = trio.Event()
-                continue
-            now = trio.current_time()
-            while heap and heap[0][0] <= now:
-                _, _, deliver, args = heapq.heappop(heap)
-                deliver(*args)
-                self.delivered += 1
-            await trio.lowlevel.checkpoint()
+        await self._timeline.run(task_status=task_status)
 
     def at(self, when: float, deliver: Callable[..., None], *args: Any) -> None:
         """Call `deliver(*args)` at simulated time `when`, rounded up to the next `TICK`
         (synchronously, from `run`)."""
-        when = math.ceil(when / TICK) * TICK
-        heapq.heappush(self._heap, (when, next(self._order), deliver, args))
-        if self._heap[0][0] == when:
-            self._wake.set()
+        self._timeline.at(math.ceil(when / TICK) * TICK, deliver, *args)
 
     def transmit(self, src: int, a: Access, b: Access, rtt: float, nbytes: int) -> float:
         """Count a message of `nbytes` from a to b and return when its last byte arrives."""
