@@ -20,25 +20,40 @@ def report(result: dict, setup: Any, out_dir: Path, strategies: Sequence[str]) -
     print_table(
         f"\nSample quality ({setup.samples} samples; FID in the 64-d feature space of a small CNN "
         "classifier trained on the same data; lower is better)",
-        ["arm", "strategy", "FID", "classes covered", "class TV", "sample s"],
+        ["arm", "strategy", "FID", "FID 95%", "classes covered", "class TV", "cluster TV", "s"],
         [
             [
                 r["arm"],
                 r["strategy"],
                 r["fid"],
+                "{:.2f}–{:.2f}".format(*r["fid_interval"]),
                 r["classes_covered"],
                 r["class_tv"],
+                r["cluster_tv"],
                 r["sample_seconds"],
             ]
             for r in rows
         ],
     )
-    accuracy = result["router_accuracy"]
+    print(
+        "FID 95%: ± 1.96 bootstrap sd over the samples. Cluster TV: the samples' spread over the "
+        "feature clusters vs the data's.",
+        flush=True,
+    )
+    router = result["router"]
     print_table(
-        "\nRouter (feature clusters) top-1 accuracy on held-out images noised to t "
-        f"(chance {1 / setup.experts:.2f})",
-        ["t", "accuracy", "mean top probability"],
-        [[t, a, result["router_confidence"][t]] for t, a in accuracy.items()],
+        "\nRouter (feature clusters) on held-out images noised to t "
+        f"(chance {1 / setup.experts:.2f}); Sample-1 leaves the top expert with probability "
+        "1 − top probability",
+        ["t", "accuracy", "mean top probability", "accuracy − confidence"],
+        [[t, r["accuracy"], r["top_probability"], r["gap"]] for t, r in router.items()],
+    )
+    separation = result["separation"]
+    print(
+        f"Feature clusters: mean own/nearest-other centroid distance "
+        f"{separation['mean_ratio']:.3f}, border share (ratio > 0.9) "
+        f"{separation['border_share']:.3f}",
+        flush=True,
     )
     fid = {f"{r['arm']}/{r['strategy']}": r["fid"] for r in rows}
     checks = {
@@ -70,9 +85,15 @@ def _figures(result: dict, setup: Any, fid: dict, checks: dict) -> dict:
         "partition_digest": result["partition_digest"],
         "fid": fid,
         "coverage": {f"{r['arm']}/{r['strategy']}": r["classes_covered"] for r in result["rows"]},
+        "fid_interval": {
+            f"{r['arm']}/{r['strategy']}": [round(x, 2) for x in r["fid_interval"]]
+            for r in result["rows"]
+        },
         "class_tv": {f"{r['arm']}/{r['strategy']}": r["class_tv"] for r in result["rows"]},
-        "router_accuracy": result["router_accuracy"],
-        "router_confidence": result["router_confidence"],
+        "cluster_tv": {f"{r['arm']}/{r['strategy']}": r["cluster_tv"] for r in result["rows"]},
+        "router_accuracy": {t: r["accuracy"] for t, r in result["router"].items()},
+        "router_confidence": {t: r["top_probability"] for t, r in result["router"].items()},
+        "separation": result["separation"],
         "monolith_loss": result["monolith_loss"],
         "feature": arm(result["feature"]),
         "random": arm(result["random"]),

@@ -10,14 +10,78 @@ average), and "step_seconds", the whole `step()` a hivemind user waits for (matc
 "numel", "peers", "seconds": [...], "step_seconds": [...]}; exit 3 without hivemind.
 
     python _hivemind_allreduce.py --numel N --peers 4 --rounds 3 --codec 8bit|fp32
+
+Imported by update_round.py (stdlib only at the top, so it loads without hivemind): the arm's
+runner and its rows of the summary table.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
+import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import Any
+
+HIVEMIND_RATIO = 5.0  # issue 20: our round at least 5x faster than hivemind's 8-bit all-reduce
+
+
+# hivemind's all-reduce of 4 x 100M as the user measured it (issue 20), printed when the
+# `--hivemind` arm does not run
+HIVEMIND_USER = {"8bit_best_s": 8.67, "8bit_median_s": 14.2, "fp32_s": 12.3, "numel": 100_000_000}
+HIVEMIND_ARMS = {  # keys of the --hivemind arm's figures
+    "8bit": "8-bit all-reduce",
+    "8bit_step": "8-bit step() (matchmaking + all-reduce)",
+    "fp32": "fp32 all-reduce",
+    "fp32_step": "fp32 step()",
+}
+
+
+def hivemind_arm(python: str | None, *, numel: int, peers: int, rounds: int) -> dict[str, Any]:
+    """For update_round.py: this script of the same size under `python` (its `--hivemind`),
+    8-bit and fp32; without one, the user's measurement of 4 x 100M, labelled as such."""
+    user = {
+        "measured": False,
+        "8bit": [HIVEMIND_USER["8bit_best_s"], HIVEMIND_USER["8bit_median_s"]],
+        "fp32": [HIVEMIND_USER["fp32_s"]],
+        "why": "the user's figure for 4 x 100M (issue 20), not measured in this run",
+    }
+    if python is None:
+        return user if (peers, numel) == (4, HIVEMIND_USER["numel"]) else {}
+    out: dict[str, Any] = {"measured": True}
+    script = Path(__file__).resolve()
+    for codec in ("8bit", "fp32"):
+        command = [python, str(script), "--numel", str(numel), "--peers", str(peers)]
+        command += ["--codec", codec, "--rounds", str(rounds)]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        answer = json.loads(lines[-1]) if lines else {"error": done.stderr[-500:]}
+        if "error" in answer:
+            print(f"hivemind arm ({codec}) did not run: {answer['error']}")
+            return user | {"why": f"{user['why']}; {answer['error'][:200]}"}
+        out[codec], out[f"{codec}_step"] = answer["seconds"], answer["step_seconds"]
+    return out
+
+
+def hivemind_rows(f: dict[str, Any], hm: dict[str, Any]) -> list[tuple[str, float, str]]:
+    """The summary rows of the hivemind arm beside our round (`f`: its figures)."""
+    where = "measured in this run" if hm.get("measured") else hm.get("why", "")
+    rows = []
+    for key, what in HIVEMIND_ARMS.items():
+        if hm.get(key):
+            runs = hm[key]
+            note = f"best {min(runs):.2f} s of {len(runs)}; {where}"
+            rows.append((f"hivemind {what}, median", statistics.median(runs), note))
+    verdict = "met" if f["hivemind_met"] else "NOT met"
+    note = f"median to median; target >= {HIVEMIND_RATIO}x: {verdict}"
+    rows.append(("hivemind 8-bit all-reduce / our round", f["hivemind_ratio"], note))
+    if hm.get("8bit_step"):
+        ratio = statistics.median(hm["8bit_step"]) / f["round_s"]
+        rows.append(("hivemind 8-bit step() / our round", ratio, "median to median"))
+    return rows
 
 
 def _arguments() -> argparse.Namespace:

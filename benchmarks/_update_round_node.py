@@ -163,15 +163,17 @@ class RoundCompute:
         return norm
 
     def floor(self, peers: int) -> dict[str, float]:
-        """The round's unavoidable compute alone, on warm buffers, as the round will run it:
-        encode, then aggregate `peers` updates of this size and take the outer step (θ and
-        momentum are put back after, so every node starts the round from the same state).
+        """The round's unavoidable compute alone, on warm buffers, as every round after a
+        session's first runs it: encode, then aggregate `peers` updates of this size and take
+        the outer step (θ, momentum and residual are put back after, so every node starts the
+        round from the same state).
         Also the encode as benchmarks/codec.py times it (the bare kernel into a faulted-in
         payload), to compare the member's encode with."""
         import torch
         from peertrain.protocol.error_feedback import ErrorFeedback
         from peertrain.swarm.diloco.exchange import Contribution
 
+        self.encode()  # a member's first encode of a session; every later round's is timed
         cpu0, t0 = time.process_time(), time.perf_counter()
         payload = self.encode()
         cpu1, t1 = time.process_time(), time.perf_counter()

@@ -11,21 +11,13 @@ import subprocess
 from typing import Any
 
 try:
+    from benchmarks._hivemind_allreduce import HIVEMIND_RATIO, hivemind_rows
     from benchmarks._report import print_json, print_table
 except ImportError:  # run as a script from the benchmarks folder
+    from _hivemind_allreduce import HIVEMIND_RATIO, hivemind_rows
     from _report import print_json, print_table
 
 FLOOR_RATIO = 1.3  # issue 20: the round within 1.3x its CPU floor
-HIVEMIND_RATIO = 5.0  # and at least 5x faster than hivemind's 8-bit all-reduce of the same size
-# hivemind's all-reduce of 4 x 100M as the user measured it (issue 20), printed when the
-# `--hivemind` arm does not run
-HIVEMIND_USER = {"8bit_best_s": 8.67, "8bit_median_s": 14.2, "fp32_s": 12.3, "numel": 100_000_000}
-HIVEMIND_ARMS = {  # keys of the --hivemind arm's figures
-    "8bit": "8-bit all-reduce",
-    "8bit_step": "8-bit step() (matchmaking + all-reduce)",
-    "fp32": "fp32 all-reduce",
-    "fp32_step": "fp32 step()",
-}
 MB = 1e6
 
 
@@ -312,30 +304,13 @@ def _summary_rows(
         ("bytes moved / ideal", f["bytes_total"] / max(1, f["bytes_ideal_total"]),
          f"{f['bytes_total'] / MB:.0f} MB vs {f['bytes_ideal_total'] / MB:.0f} MB"),
     ]  # fmt: skip
-    rows += _hivemind_rows(f, hm)
+    rows += hivemind_rows(f, hm)
     if base:
         rows += [
             ("loopback TCP MB/s (2 processes)", base["tcp"], "physical limit, one link"),
             ("our Noise+Yamux stream MB/s", base["ours"],
              f"{base['ours_cpu_MBps']:.0f} MB per CPU-s"),
         ]  # fmt: skip
-    return rows
-
-
-def _hivemind_rows(f: dict[str, Any], hm: dict[str, Any]) -> list[tuple[str, float, str]]:
-    where = "measured in this run" if hm.get("measured") else hm.get("why", "")
-    rows = []
-    for key, what in HIVEMIND_ARMS.items():
-        if hm.get(key):
-            runs = hm[key]
-            note = f"best {min(runs):.2f} s of {len(runs)}; {where}"
-            rows.append((f"hivemind {what}, median", statistics.median(runs), note))
-    verdict = "met" if f["hivemind_met"] else "NOT met"
-    note = f"median to median; target >= {HIVEMIND_RATIO}x: {verdict}"
-    rows.append(("hivemind 8-bit all-reduce / our round", f["hivemind_ratio"], note))
-    if hm.get("8bit_step"):
-        ratio = statistics.median(hm["8bit_step"]) / f["round_s"]
-        rows.append(("hivemind 8-bit step() / our round", ratio, "median to median"))
     return rows
 
 

@@ -14,19 +14,26 @@ size, so coarse steps show whether its rank is a step-size effect). Quality: FID
 64-d penultimate feature space of a small CNN classifier trained on the same data ("classifier
 FID": comparable between arms here, not with published Inception FIDs), plus per-class coverage
 (classes holding at least half a fair share of the samples) and the total-variation distance of
-the samples' class distribution from the reference's. Router top-1 accuracy is measured on held-out
-images noised to t = 0.1, 0.5, 0.9 (their cluster from the partition's stored centroids), with the
-router's mean top probability there (how often Sample-1 draws the Top-1 expert).
+the samples' class distribution from the reference's; each FID comes with ± 1.96 of its bootstrap
+sd over the samples (how much of a gap is sampling noise), and each sample set with its spread
+over the feature clusters against the data's ("cluster TV"). Router top-1 accuracy is measured on
+held-out images noised to t = 0.05 … 0.9 exactly as the sampler's states are (their cluster from
+the partition's stored centroids), beside its mean top probability (calibration; 1 − it is how
+often Sample-1 leaves the Top-1 expert), and the clusters' separation in the PCA space.
 
 Sample-1 follows the paper (McAllister et al. 2025): at every step each sample uses the velocity of
 one expert drawn from the router's distribution (sampling.py, `expert_weights`). It is not the worst
-strategy here, and the two diagnostics say why: where experts differ most, at low noise, the router
-is sure (digits: accuracy 0.93 and mean top probability 0.96 at t = 0.1), so the draw is nearly
-always the Top-1 expert; at high noise the draws are an unbiased estimate of Full's mixture whose
-error shrinks with the step size, and acts like the noise of a stochastic sampler (at 4 steps
-Sample-1 beats both Full and Top-1). The paper's much worse Sample-1 (FID 157) presumably needs a
-router that is often unsure at low noise, where a wrong draw hands an expert an image from a
-cluster it never saw; with 4 PCA clusters of digits that rarely happens.
+strategy here (digits: 20.5, interval 17.8–23.2, against Full 20.7, 18.2–23.2), and the diagnostics
+say why. The router is calibrated (accuracy − mean top probability within ±0.05 at every t), so a
+draw is an unbiased estimate of Full's mixture whose error shrinks with the step size (a flow that
+switches at random between experts converges to the averaged flow); where experts differ most, at
+low noise, the router is sure (accuracy 0.93, top probability 0.95 at t = 0.1), so the draw is
+nearly always the Top-1 expert. Top-1 is the one that errs: at high noise the router is unsure
+(accuracy 0.30 at t = 0.9), Top-1 sends each sample wholly to its argmax expert there, and the
+samples' shares of the clusters drift from the data's (cluster TV 0.156 vs 0.055–0.060 for
+Sample-1 and Full; at 4 steps 0.248, FID 56). The paper's much worse Sample-1 (FID 157) presumably
+needs experts that disagree where the router is unsure; 4 PCA clusters of digits overlap (a fifth
+of the images lie near a border), which keeps the experts' velocities close.
 
 Usage: python benchmarks/diffusion_quality.py [--quick] [--threads N] [--out-dir DIR]
 --quick uses sklearn's 8×8 digits (a few minutes); the default, Fashion-MNIST from Debian's
@@ -50,6 +57,7 @@ from peertrain.swarm.diffusion import (
     DiTConfig,
     ExpertTrainer,
     ImageDataset,
+    Partition,
     PartitionConfig,
     QualityMeter,
     RouterTrainer,
@@ -63,7 +71,6 @@ from peertrain.swarm.diffusion import (
     load_digits_images,
     load_fashion_mnist,
     random_assignments,
-    router_accuracy,
     router_config,
     sample,
     train_classifier,
@@ -71,9 +78,11 @@ from peertrain.swarm.diffusion import (
 )
 
 try:
+    from benchmarks._diffusion_diagnostics import cluster_separation, cluster_tv, router_by_time
     from benchmarks._diffusion_report import report
     from benchmarks._report import print_json
 except ImportError:  # run as a script from the benchmarks folder
+    from _diffusion_diagnostics import cluster_separation, cluster_tv, router_by_time
     from _diffusion_report import report
     from _report import print_json
 
@@ -81,7 +90,8 @@ STRATEGIES = ("top1", "top2", "full", "sample1", "threshold0.2")
 RANDOM_STRATEGIES = ("top1", "full")
 COARSE_STRATEGIES = ("top1", "full", "sample1")  # again at COARSE_STEPS sampler steps
 COARSE_STEPS = 4
-ROUTER_TIMES = (0.1, 0.5, 0.9)
+ROUTER_TIMES = (0.05, 0.1, 0.3, 0.5, 0.7, 0.9)
+BOOTSTRAP = 50  # resamplings of each sample set for the FID's interval
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -217,18 +227,22 @@ class Scorer:
     meter: QualityMeter
     out_dir: Path
     scale: int
+    partition: Partition
+    cluster_shares: np.ndarray  # the training data's shares of the feature clusters
 
     def __call__(self, arm: str, strategy: str, draw: Callable[[], torch.Tensor]) -> dict:
         started = time.perf_counter()
         samples = draw()
         seconds = time.perf_counter() - started
-        quality = self.meter.measure(samples)
+        quality = self.meter.measure(samples, bootstrap=BOOTSTRAP)
         grid = image_grid(samples[:64], columns=8, scale=self.scale)
         write_png(self.out_dir / f"{arm}{'' if strategy == '-' else '-' + strategy}.png", grid)
         return {
             "arm": arm,
             "strategy": strategy,
             "fid": quality.fid,
+            "fid_interval": quality.fid_interval,
+            "cluster_tv": cluster_tv(self.partition, samples, self.cluster_shares),
             "classes_covered": quality.classes_covered,
             "class_tv": quality.class_tv,
             "sample_seconds": seconds,
@@ -257,27 +271,6 @@ def sample_all(
             )
             rows.append(score(arm, name, draw))
     return rows
-
-
-def routers_accuracy(trained: dict, held_out: torch.Tensor, clusters: np.ndarray) -> dict:
-    labels = torch.from_numpy(clusters)
-    return {
-        f"t={t:g}": router_accuracy(trained["router"], held_out, labels, t=t, seed=1)
-        for t in ROUTER_TIMES
-    }
-
-
-@torch.no_grad()
-def router_confidence(trained: dict, held_out: torch.Tensor) -> dict:
-    """Mean largest router probability at each t: how often Sample-1 draws the top expert.
-    Sample-1 departs from Top-1 only where the router is unsure, so this explains its rank."""
-    eps = torch.randn(held_out.shape, generator=torch.Generator().manual_seed(2))
-    out = {}
-    for t in ROUTER_TIMES:
-        times = torch.full((len(held_out),), t)
-        logits = trained["router"]((1 - t) * held_out + t * eps, times)
-        out[f"t={t:g}"] = float(torch.softmax(logits, dim=1).max(dim=1).values.mean())
-    return out
 
 
 def run(setup: Setup, quick: bool, out_dir: Path) -> dict:
@@ -320,7 +313,8 @@ def run(setup: Setup, quick: bool, out_dir: Path) -> dict:
         "random": (random, RANDOM_STRATEGIES, setup.sampler),
         f"feature@{COARSE_STEPS}steps": (feature, COARSE_STRATEGIES, coarse),
     }
-    rows = sample_all(setup, monolith, arms, noise, Scorer(meter, out_dir, setup.grid_scale))
+    score = Scorer(meter, out_dir, setup.grid_scale, partition, partition.sizes() / len(images))
+    rows = sample_all(setup, monolith, arms, noise, score)
     return {
         "dataset": train.name,
         "partition_digest": partition.digest,
@@ -329,10 +323,10 @@ def run(setup: Setup, quick: bool, out_dir: Path) -> dict:
         "random": random,
         "monolith_loss": mono_loss,
         "monolith_seconds": mono_seconds,
-        "router_accuracy": routers_accuracy(
-            feature, held_out, partition.clusters_of(held_out.numpy())
+        "router": router_by_time(
+            feature["router"], held_out, partition.clusters_of(held_out.numpy()), ROUTER_TIMES
         ),
-        "router_confidence": router_confidence(feature, held_out),
+        "separation": cluster_separation(partition, images.numpy()),
         "seconds": time.perf_counter() - started,
     }
 

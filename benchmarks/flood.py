@@ -27,16 +27,12 @@ from pathlib import Path
 
 import psutil
 import trio
+from peertrain.testing import DIGITS_MLP
 
 ROOT = Path(__file__).resolve().parents[1]
 TENSOR = "/peertrain/tensor/1.0.0"
 RUN = [
-    "--model",
-    "mlp",
-    "--dataset",
-    "digits",
-    "--batch-size",
-    "32",
+    *DIGITS_MLP,
     "--lr",
     "0.001",
     "--min-members",

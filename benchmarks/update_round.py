@@ -1,9 +1,18 @@
-"""One DiLoCo outer-update round: N real nodes swap int8 updates of 100M floats by update gossip.
+"""One whole DiLoCo outer round: N real nodes encode, swap and apply int8 updates of 100M floats.
 
-Issue 7's target: one round for 4 peers x 100M floats with int8 in <= 2 s (hivemind's all-reduce
-of the same size takes 6.3 s in fp32 and 4.8 s in 8-bit on this machine). A member must end the
-round holding every other member's update (Byzantine-robust aggregation needs all of them), so
-the round is an all-gather: each node sends and receives (N-1) payloads.
+Issue 20's targets: the round within 1.3x its CPU floor, and 5x faster than hivemind's 8-bit
+all-reduce of the same size measured alongside (`--hivemind PYTHON`; without it the user's
+figure for 4 x 100M is printed, labelled as such). A member must end the round holding every
+other member's update (Byzantine-robust aggregation needs all of them), so the round is an
+all-gather: each node sends and receives (N-1) payloads, twice the bytes of an all-reduce.
+
+The round, per node, from a common start: encode its Δ (int8 + error feedback, into the node's
+recycled payload buffers), the update exchange, and `apply_contributions` (aggregate, outer
+Nesterov step on θ_global); each received update is checked and measured as it arrives, in
+the node's one torch thread, while the next is still on the wire (DiLoCoMember.admit). Every
+node must end with the same θ ("same_theta"). The CPU floor is that compute alone, measured on
+each node before the round, one node at a time, on warm buffers: max(one node's time, all
+nodes' CPU seconds / CPUs).
 
 What runs is the daemon's own path, nothing stubbed: real `Daemon`s (TCP + Noise + Yamux on
 127.0.0.1, gossipsub, TensorService), `UpdateGossip.exchange` on every node at once, through
@@ -21,9 +30,9 @@ Modes:
   inproc     the nodes of `peertrain.testing.open_test_swarm` in one trio loop: every byte's
              encryption, framing and hashing funnels through one Python thread.
 
-Measured: round_s = from the common start until the last node has all N payloads; per node the
-encode time (done one node at a time, before the round), preparing (hashing) its own payload,
-and per fetched payload: gossip delay (sender's announcement done -> pull starts), transfer
+Measured: round_s = from the common start until the last node has applied the round; per node
+when its encode, exchange and apply ended, preparing (hashing) its own payload, and per fetched
+payload: gossip delay (sender's announcement done -> pull starts), transfer
 (`fetch_tensor`: header, chunks, per-chunk blake3 verify), the copy out to bytes, and serving it
 again (copy + hash) as a holder. Bytes per link come from the kernel (`ss -ti` byte counters of
 each TCP connection, before and after the round), so Noise/Yamux overhead and any duplicate
@@ -39,17 +48,16 @@ nodes happen to reuse; libp2p then logs failed streams, counted per round ("log_
 
     python benchmarks/update_round.py [--numel 100000000] [--peers 4] [--mode processes|inproc]
                                       [--deadline 300] [--no-baseline] [--profile DIR]
+                                      [--aggregator mean] [--hivemind [PYTHON]]
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import json
 import logging
 import multiprocessing as mp
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -61,9 +69,9 @@ from typing import Any
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its helper modules, run as a script
+from _hivemind_allreduce import hivemind_arm  # noqa: E402
 from _update_round_node import CODEC, SETUP_TIMEOUT, TALLY, BenchNode  # noqa: E402
 from _update_round_report import (  # noqa: E402
-    HIVEMIND_USER,
     MB,
     analyse,
     judge,
@@ -310,33 +318,6 @@ def baseline(nbytes: int) -> dict[str, float]:
     return out
 
 
-def hivemind_arm(args: argparse.Namespace) -> dict[str, Any]:
-    """hivemind's all-reduce of the same size, measured now (benchmarks/_hivemind_allreduce.py
-    under `--hivemind PYTHON`); else the user's measurement of 4 x 100M, labelled as such."""
-    user = {
-        "measured": False,
-        "8bit": [HIVEMIND_USER["8bit_best_s"], HIVEMIND_USER["8bit_median_s"]],
-        "fp32": [HIVEMIND_USER["fp32_s"]],
-        "why": "the user's figure for 4 x 100M (issue 20), not measured in this run",
-    }
-    if args.hivemind is None:
-        return user if (args.peers, args.numel) == (4, HIVEMIND_USER["numel"]) else {}
-    out: dict[str, Any] = {"measured": True}
-    script = Path(__file__).resolve().parent / "_hivemind_allreduce.py"
-    for codec in ("8bit", "fp32"):
-        command = [args.hivemind, str(script), "--numel", str(args.numel)]
-        command += ["--peers", str(args.peers), "--codec", codec]
-        command += ["--rounds", str(args.hivemind_rounds)]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
-        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-        answer = json.loads(lines[-1]) if lines else {"error": done.stderr[-500:]}
-        if "error" in answer:
-            print(f"hivemind arm ({codec}) did not run: {answer['error']}")
-            return user | {"why": f"{user['why']}; {answer['error'][:200]}"}
-        out[codec], out[f"{codec}_step"] = answer["seconds"], answer["step_seconds"]
-    return out
-
-
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -383,7 +364,9 @@ def main() -> None:
     gc.collect()
     result = run_processes(args) if args.mode == "processes" else trio.run(run_inproc, args)
     figures = analyse(result, nbytes, args.peers)
-    hivemind = hivemind_arm(args)
+    hivemind = hivemind_arm(
+        args.hivemind, numel=args.numel, peers=args.peers, rounds=args.hivemind_rounds
+    )
     judge(figures, hivemind)
     load = (load0, os.getloadavg()[0])
     title = (

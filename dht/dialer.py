@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 
 MAX_DIALS = 8  # handshakes in flight per node
 MAX_PENDING = 256  # distinct peers waiting for a dial slot; beyond, a dial fails at once
+STAGGER = 0.25  # seconds before the next address of a peer is dialled too (go-libp2p's delay)
+PEERSTORE_TTL = 120.0  # seconds the peerstore keeps the addresses we dialled (host.connect's)
+CIRCUIT = "/p2p-circuit"
 
 
 class _Attempt:
@@ -117,11 +120,40 @@ class Dialer:
                 if not self.connected(info.peer_id):  # it may have dialled us meanwhile
                     self.dialled += 1
                     with trio.fail_after(self.timeout):
-                        await self.host.connect(info)
+                        await self._any_address(info)
             attempt.error = None
-        except (Exception, trio.TooSlowError) as exc:  # noqa: BLE001 - host.connect raises many unrelated types; every one is this dial's failure, told to its waiters
+        except (Exception, trio.TooSlowError) as exc:  # noqa: BLE001 - a dial raises many unrelated py-libp2p types; every one is this dial's failure, told to its waiters
             self.failed += 1
             attempt.error = str(exc) or type(exc).__name__
         finally:
             del self._attempts[info.peer_id]
             attempt.done.set()
+
+    async def _any_address(self, info: PeerInfo) -> None:
+        """Dial the addresses in order, the next one `STAGGER` after the last (or at once when
+        it failed); the first connection wins. py-libp2p's own dial tries one address per
+        transport, and a peer's first TCP address is often one a NAT drops silently (its LAN
+        address): the lookup behind it stalled for the whole dial timeout."""
+        peer, errors = info.peer_id, []
+        addrs = [a for a in info.addrs if CIRCUIT not in str(a)]  # circuits: node/nat dials them
+        if not addrs:
+            raise DialFailed("no direct address known")
+        self.host.get_peerstore().add_addrs(peer, addrs, PEERSTORE_TTL)  # as host.connect does
+
+        async def one(addr: Multiaddr, failed: trio.Event) -> None:
+            try:
+                await self.host.get_network().dial_addr(addr, peer)
+            except Exception as exc:  # noqa: BLE001 - py-libp2p raises many types for one failed address; the others go on
+                errors.append(f"{addr}: {exc or type(exc).__name__}")
+                failed.set()
+                return
+            nursery.cancel_scope.cancel()
+
+        async with trio.open_nursery() as nursery:
+            for addr in addrs:
+                failed = trio.Event()
+                nursery.start_soon(one, addr, failed)
+                with trio.move_on_after(STAGGER):
+                    await failed.wait()
+        if not self.connected(peer):
+            raise DialFailed("; ".join(errors) or "no address answered")

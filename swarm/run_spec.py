@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from peertrain.protocol.errors import DecodeError
 from peertrain.protocol.packing import pack, unpack
@@ -21,17 +21,19 @@ from .models.config import ConfigError
 MAX_SPEC_BYTES = 16 * 1024
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class RunSpec:
-    """Base of the frozen, keyword-only spec dataclasses (fields `model`, `model_settings`,
-    `dataset`, `dataset_settings` and the mode's own)."""
+    """Base of the frozen, keyword-only spec dataclasses: the settings of the model and dataset
+    they name; `model` and `dataset` are each mode's own fields (their defaults differ). Field
+    order does not reach the bytes (a key-sorted map), so a field here names the same run."""
 
-    __slots__ = ()
     KIND: ClassVar[str] = "run spec"  # how errors name it
 
-    model: str
-    model_settings: Mapping[str, Any]
-    dataset: str
-    dataset_settings: Mapping[str, Any]
+    if TYPE_CHECKING:
+        model: str
+        dataset: str
+    model_settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    dataset_settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
         return pack(canonical(dataclasses.asdict(self)))  # type: ignore[call-overload]

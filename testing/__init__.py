@@ -5,8 +5,10 @@ May import every layer; no product layer imports it (tests/test_layering.py). Th
 (`peertrain.testing.plugin`, the `peertrain` pytest11 entry point) turns these into fixtures.
 
     swarms.py         open_test_swarm: in-process daemons on loopback; free_tcp_port
-    processes.py      cli_daemons: `peertrain node start` processes; cli_json: a command's JSON
+    processes.py      cli_daemons: `peertrain node start` processes; cli_json: a command's JSON;
+                      DIGITS_MLP: the flags of the small run the CLI tests create
     waiting.py        wait_until / wait_until_sync: one way to wait for a condition
+    metrics.py        scrape_metrics: a node's /metrics, parsed by prometheus_client
     memory_router.py  MemoryRouter: the CRDT and update-gossip transports in memory, seeded faults
     crdt_network.py   open_memory_swarm: replicators of one run on a MemoryRouter
     dht_swarm.py      DHT nodes on real hosts in one process
@@ -39,7 +41,9 @@ _LAZY = {
     "open_test_swarm": ".swarms",
     "cli_daemons": ".processes",
     "cli_json": ".processes",
+    "DIGITS_MLP": ".processes",
     "free_tcp_port": ".swarms",
+    "scrape_metrics": ".metrics",
     "MemoryRouter": ".memory_router",
     "Faults": ".memory_router",
     "open_memory_router": ".memory_router",

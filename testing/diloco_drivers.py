@@ -11,7 +11,7 @@ keys (`DriverGroup.stranger`): announce memberships and checkpoints, serve tenso
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +22,7 @@ import trio.lowlevel
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.crypto.keys import KeyPair
 from libp2p.peer.id import ID
+from peertrain.crdt.certificates import MemberCertificate, sign_certificate
 from peertrain.crdt.hlc import wall_clock_ms
 from peertrain.crdt.manifest import RunManifest, sign_manifest
 from peertrain.crdt.replicator import Penalty, Replicator, ReplicatorConfig
@@ -101,6 +102,8 @@ class UpdateTopic:
     members: dict[str, UpdateGossip] = field(default_factory=dict)
     payloads: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
     verdicts: list[tuple[str, bool]] = field(default_factory=list)
+    # (publisher, receiver) -> True: gossip loses this delivery (a test's faults); None: none lost
+    lose: Callable[[str, str], bool] | None = None
 
     def transport(self, peer: str) -> GossipTransport:
         return GossipTransport(self, peer)
@@ -113,7 +116,8 @@ class GossipTransport:
 
     async def publish(self, data: bytes) -> None:
         for peer, gossip in list(self.topic.members.items()):
-            if peer != self.peer:
+            lost = self.topic.lose is not None and self.topic.lose(self.peer, peer)
+            if peer != self.peer and not lost:
                 self.topic.verdicts.append((self.peer, gossip.validate(self.peer, data)))
         await trio.lowlevel.checkpoint()
 
@@ -229,6 +233,16 @@ class DriverGroup:
         peer.replicator.writer.announce(role="diloco", addrs=[], lease_ms=lease_ms)
         self.strangers.append(peer)
         return peer
+
+    def certificate(self, key_pair: KeyPair, *, role: str = "member") -> bytes:
+        """A certificate of this run for `key_pair`'s peer, signed by the creator (invite runs)."""
+        cert = MemberCertificate(
+            run=self.run_id,
+            peer=ID.from_pubkey(key_pair.public_key).to_base58(),
+            role=role,
+            expires_ms=wall_clock_ms() + 3_600_000,
+        )
+        return sign_certificate(self.creator, cert)
 
     def serve_as(self, peer: Peer, prepared: PreparedTensor) -> None:
         self.tensors.endpoint(peer.peer_id).put(prepared)

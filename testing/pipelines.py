@@ -23,3 +23,16 @@ def through_stages(servers: list[StageServer], x: torch.Tensor, y: torch.Tensor)
         grad = server.backward(stage_input, grad)
     assert grad is None  # the first stage sends no gradient for the data
     return loss
+
+
+def feed_random(server: StageServer, rows: int, seed: int, *, features: int = 32) -> None:
+    """One seeded random microbatch (`rows` × `features`, ten classes) through the last stage
+    `server`'s loss and backward: samples it counts toward its stage's next average."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, features, generator=g)
+    server.loss_backward(pack(x), torch.randint(10, (rows,), generator=g))
+
+
+def flat_params(server: StageServer) -> torch.Tensor:
+    """Every parameter of `server`'s slice in one flat tensor (to compare copies of a stage)."""
+    return torch.cat([p.detach().reshape(-1) for p in server.module.parameters()])

@@ -13,7 +13,8 @@ needs:
 
 Fixtures: `test_swarm` (in-process daemons), `daemons` (CLI processes), `dht_swarm` (DHT nodes
 on seeded hosts), `memory_router` (a running seeded in-memory network), `stream_pair` (byte
-streams). A failing test gets the tail of every daemon log under its tmp_path in its report.
+streams), `one_torch_thread` (a module's tiny models on one torch thread). A failing test gets
+the tail of every daemon log under its tmp_path in its report.
 Async tests need pytest-trio (`trio_mode = true` or `@pytest.mark.trio`).
 """
 
@@ -77,6 +78,18 @@ def stream_pair():
     """`a, b = stream_pair()`: two connected in-memory byte streams; `lockstep=True` for no
     buffer."""
     return byte_stream_pair
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Torch on one thread for a module (`pytestmark = pytest.mark.usefixtures(...)`): tiny
+    models run faster so, and OpenMP's spinning on a busy two-core host took 50× as long."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -21,6 +21,9 @@ from typing import Any
 
 from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
 
+# The small DiLoCo run of the CLI tests and benchmarks: an MLP on scikit-learn's 8x8 digits
+DIGITS_MLP = ("--model", "mlp", "--dataset", "digits", "--batch-size", "32")
+
 
 @contextlib.contextmanager
 def cli_daemons(
@@ -30,14 +33,15 @@ def cli_daemons(
     daemons: list[DaemonProcess] = []
     try:
         first: dict[str, Any] | None = None
-        for index in range(n):
+        for index in range(n):  # 1..n-1 start together: each start is seconds of CPU
             bootstrap = [first["share"]] if first else []
             daemon = DaemonProcess(
                 Path(base) / f"node{index}", node_args(bootstrap=bootstrap, extra=extra), env
             )
             daemons.append(daemon.start())
-            status = daemon.wait_ready()
-            first = first or status
+            first = first or daemon.wait_ready()
+        for daemon in daemons[1:]:
+            daemon.wait_ready()
         yield daemons
     finally:
         stop_all(daemons)

@@ -254,6 +254,11 @@ def run_metrics(status: Mapping[str, Any], history: StatusHistory) -> Iterator[M
         "finished": GaugeMetricFamily(
             "peertrain_run_finished", "1 once the run ended", labels=["run"]
         ),
+        "dropped": CounterMetricFamily(
+            "peertrain_run_dropped",
+            "non-members' traffic an invite run dropped before storing or downloading it, by kind",
+            labels=["run", "kind"],
+        ),
     }
     for run in runs:
         _add_run(families, run, history)
@@ -268,6 +273,8 @@ def _add_run(families: dict[str, Any], run: Mapping[str, Any], history: StatusHi
         families["loss"].add_metric([name], run["loss"])
     if (seconds := history.last_round_seconds(run["run_id"])) is not None:
         families["duration"].add_metric([name], seconds)
+    for kind, count in sorted(run.get("dropped", {}).items()):  # every mode (status.py)
+        families["dropped"].add_metric([name, kind], count)
     if "rounds_completed" not in run:  # a swarm pipeline run: the rest is DiLoCo's
         return
     families["rounds"].add_metric([name], run["rounds_completed"])

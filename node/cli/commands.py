@@ -211,11 +211,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_run_create(args: argparse.Namespace) -> int:
-    from ..api.control import call_sync
-    from ..config import NodeConfig
-
-    result = call_sync(
-        NodeConfig(home=_home(args)).control_socket,
+    result = call_daemon(
+        args,
         "run.create",
         {
             "name": args.name,
@@ -237,6 +234,20 @@ def cmd_run_create(args: argparse.Namespace) -> int:
     return _follow(args, result["run_id"])
 
 
+def call_daemon(
+    args: argparse.Namespace,
+    method: str,
+    params: dict[str, Any] | None = None,
+    *,
+    timeout: float = 10.0,
+) -> Any:
+    """`method` on the daemon of this command's home, through its control socket."""
+    from ..api.control import call_sync
+    from ..config import NodeConfig
+
+    return call_sync(NodeConfig(home=_home(args)).control_socket, method, params, timeout=timeout)
+
+
 def _follow(args: argparse.Namespace, run_id: str) -> int:
     """`--follow`: the run's progress until it ends (see watch.py)."""
     if not getattr(args, "follow", False):
@@ -248,11 +259,8 @@ def _follow(args: argparse.Namespace, run_id: str) -> int:
 
 
 def cmd_run_join(args: argparse.Namespace) -> int:
-    from ..api.control import call_sync
-    from ..config import NodeConfig
-
-    result = call_sync(
-        NodeConfig(home=_home(args)).control_socket,
+    result = call_daemon(
+        args,
         "run.join",
         {
             "name": args.name,
@@ -274,12 +282,9 @@ def cmd_run_join(args: argparse.Namespace) -> int:
 
 
 def cmd_run_export(args: argparse.Namespace) -> int:
-    from ..api.control import call_sync
-    from ..config import NodeConfig
-
     out = Path(args.out).expanduser().absolute()  # the daemon's working folder is not ours
-    result = call_sync(
-        NodeConfig(home=_home(args)).control_socket,
+    result = call_daemon(
+        args,
         "run.export",
         {"run": args.run, "out": str(out), "format": args.format},
         timeout=300,
@@ -307,16 +312,13 @@ def cmd_run_leave(args: argparse.Namespace) -> int:
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
-    from ..api.control import call_sync
-    from ..config import NodeConfig
-
     if args.prompt is not None:
         return _sample_text(args)
     if args.out is None:
         raise NodeError("give --out FILE.png (diffusion runs) or --prompt TEXT (text runs)")
     out = Path(args.out).expanduser().absolute()  # the daemon writes it; its folder is not ours
-    result = call_sync(
-        NodeConfig(home=_home(args)).control_socket,
+    result = call_daemon(
+        args,
         "diffusion.sample",
         {
             "run": args.run,
@@ -354,11 +356,9 @@ def _sample_text(args: argparse.Namespace) -> int:
 
 
 def cmd_run_list(args: argparse.Namespace) -> int:
-    from ..api.control import call_sync
-    from ..config import NodeConfig
     from .status_text import render_runs
 
-    result = call_sync(NodeConfig(home=_home(args)).control_socket, "run.list", timeout=30)
+    result = call_daemon(args, "run.list", timeout=30)
     print(json.dumps(result["runs"], indent=2) if args.json else render_runs(result["runs"]))
     return 0
 

@@ -6,15 +6,12 @@ import argparse
 import json
 import time
 
-from .commands import _home
+from .commands import call_daemon
 
 
 def cmd_run_invite(args: argparse.Namespace) -> int:
-    from ..api.control import call_sync
-    from ..config import NodeConfig
-
     params = {"run": args.run, "peer": args.peer, "role": args.role, "expires": args.expires}
-    result = call_sync(NodeConfig(home=_home(args)).control_socket, "run.invite", params)
+    result = call_daemon(args, "run.invite", params)
     if args.json:
         print(json.dumps(result))
         return 0
@@ -29,10 +26,7 @@ def cmd_run_invite(args: argparse.Namespace) -> int:
 
 
 def cmd_run_revoke(args: argparse.Namespace) -> int:
-    from ..api.control import call_sync
-    from ..config import NodeConfig
-
     params = {"run": args.run, "peer": args.peer}
-    result = call_sync(NodeConfig(home=_home(args)).control_socket, "run.revoke", params)
+    result = call_daemon(args, "run.revoke", params)
     print(json.dumps(result) if args.json else f"revoked {result['peer']}")
     return 0

@@ -107,8 +107,7 @@ def _add_node_commands(
     p = commands.add_parser(
         "id", parents=[home], help="print this home's peer ID and friendly name"
     )
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(handler=cmd_id)
+    _json_and_handler(p, cmd_id)
 
     node = commands.add_parser("node", help="run a node").add_subparsers(metavar="ACTION")
     p = node.add_parser("start", parents=[daemon], help="run the daemon in the foreground")
@@ -191,7 +190,7 @@ def _add_run_commands(commands: Any, home: argparse.ArgumentParser) -> None:
     p.set_defaults(handler=cmd_run_join)
     _add_invite_commands(run, home)
     p = run.add_parser("export", parents=[home], help="write the run's current model to a folder")
-    p.add_argument("--run", metavar="ID|NAME", default="", help="the run (default: the only one)")
+    _add_run_option(p)
     p.add_argument("--out", required=True, type=Path, metavar="DIR", help="folder to write")
     p.add_argument(
         "--format",
@@ -200,12 +199,10 @@ def _add_run_commands(commands: Any, home: argparse.ArgumentParser) -> None:
         help="safetensors (default): model.safetensors, loadable without peertrain; torch: "
         "model.pt; hf: save_pretrained (transformers models)",
     )
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(handler=cmd_run_export)
+    _json_and_handler(p, cmd_run_export)
     p = run.add_parser("leave", parents=[home], help="stop taking part in a run")
-    p.add_argument("--run", metavar="ID|NAME", default="", help="the run (default: the only one)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(handler=cmd_run_leave)
+    _add_run_option(p)
+    _json_and_handler(p, cmd_run_leave)
     p = run.add_parser("list", parents=[home], help="runs announced in the DHT")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=cmd_run_list)
@@ -239,8 +236,17 @@ def _add_sample_command(commands: Any, home: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tokens", type=int, default=160, help="text runs: tokens to write (default 160)"
     )
+    _json_and_handler(p, cmd_sample)
+
+
+def _add_run_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--run", metavar="ID|NAME", default="", help="the run (default: the only one)")
+
+
+def _json_and_handler(p: argparse.ArgumentParser, handler: Any) -> None:
+    """`--json` (the answer as JSON, for scripts) and the function that runs the command."""
     p.add_argument("--json", action="store_true")
-    p.set_defaults(handler=cmd_sample)
+    p.set_defaults(handler=handler)
 
 
 def _add_follow_option(p: argparse.ArgumentParser) -> None:
@@ -264,7 +270,7 @@ def _add_invite_commands(run: Any, home: argparse.ArgumentParser) -> None:
     """run invite, run revoke: members of an invite run, by its creator or an admin."""
     p = run.add_parser("invite", parents=[home], help="certify a peer as a member of an invite run")
     p.add_argument("peer", metavar="PEER_ID", help="the invitee's peer ID (`peertrain id`)")
-    p.add_argument("--run", metavar="ID|NAME", default="", help="the run (default: the only one)")
+    _add_run_option(p)
     p.add_argument(
         "--role",
         choices=["member", "admin", "anchor"],
@@ -275,13 +281,11 @@ def _add_invite_commands(run: Any, home: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--expires", default="30d", metavar="DURATION", help="e.g. 12h, 30d (default: 30d)"
     )
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(handler=cmd_run_invite)
+    _json_and_handler(p, cmd_run_invite)
     p = run.add_parser("revoke", parents=[home], help="end a member's part in an invite run")
     p.add_argument("peer", metavar="PEER_ID")
-    p.add_argument("--run", metavar="ID|NAME", default="", help="the run (default: the only one)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(handler=cmd_run_revoke)
+    _add_run_option(p)
+    _json_and_handler(p, cmd_run_revoke)
 
 
 def _add_trust_option(p: argparse.ArgumentParser) -> None:

@@ -86,11 +86,11 @@ class MeshSwarm:
         self._started(0, status)
         if self.training:
             self._create_run(first)
-        for index in range(1, self.options.nodes):
+        for index in range(1, self.options.nodes):  # all at once: each start is seconds of CPU
             home = self.base / f"node{index}"
             args = self._member_args() + self._hostile_or_invited(index, home)
-            daemon = DaemonProcess(home, args, DAEMON_ENV).start()
-            self.daemons.append(daemon)
+            self.daemons.append(DaemonProcess(home, args, DAEMON_ENV).start())
+        for index, daemon in enumerate(self.daemons[1:], start=1):
             self._started(index, daemon.wait_ready())
         if self.options.kill_every:
             self._next_kill = time.monotonic() + self.options.kill_every

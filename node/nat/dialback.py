@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
+import time
 from typing import Annotated
 
 import trio
@@ -58,6 +59,25 @@ def probe_identity(seed: bytes, index: int) -> Identity:
         return Identity.generate()
     key_seed = hashlib.sha256(seed + index.to_bytes(1, "big")).digest()
     return Identity.from_key_pair(create_new_key_pair(key_seed))
+
+
+class ProbeBook:
+    """The peer IDs of the probes our own requests asked for, until they can no longer come."""
+
+    def __init__(self, max_known: int = 256) -> None:  # a check asks 3 servers × MAX_DIALS
+        self.max_known = max_known
+        self._until: dict[ID, float] = {}
+
+    def expect(self, seed: bytes, *, for_seconds: float) -> None:
+        now = time.monotonic()
+        self._until = {p: t for p, t in self._until.items() if t > now}
+        while len(self._until) >= self.max_known:
+            del self._until[next(iter(self._until))]
+        for i in range(MAX_DIALS):
+            self._until[probe_identity(seed, i).peer_id] = now + for_seconds
+
+    def holds(self, peer: ID) -> bool:
+        return self._until.get(peer, 0.0) > time.monotonic()
 
 
 @message("node/dialback-response", max_size=4096)

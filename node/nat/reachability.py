@@ -47,20 +47,18 @@ from ..net.notifee import ConnectionEvents
 from .dialback import (
     DIALBACK,
     MAX_CANDIDATES,
-    MAX_DIALS,
     DialbackRequest,
     DialbackResponse,
     DialbackServer,
+    ProbeBook,
     close_quietly,
     new_probe_seed,
-    probe_identity,
 )
 
 log = logging.getLogger(__name__)
 
 MAX_UNDECIDED_DELAY = 60.0
 ARRIVAL_SETTLE = 1.0
-MAX_PROBES_KNOWN = 256  # probe IDs remembered; a check asks max_servers × MAX_DIALS at most
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -238,24 +236,16 @@ class ReachabilityCheck:
         self._answers: list[tuple[str, DialbackResponse]] = []  # of the check that set `current`
         self._arrivals = _Arrivals()
         self._changed = trio.Event()
-        self._probes: dict[ID, float] = {}  # our dial-back probes' peer IDs → forget after
+        self._probes = ProbeBook()
 
     def is_probe(self, peer: ID) -> bool:
         """True for a throwaway identity a server dials us back with (recently asked for)."""
-        return self._probes.get(peer, 0.0) > time.monotonic()
+        return self._probes.holds(peer)
 
     def peers(self) -> list[ID]:
         """Connected peers, without our own dial-back probes: they are gone within a second and
         were never peers (status, the verdict and the wait for servers count these)."""
         return [p for p in self.host.get_connected_peers() if not self.is_probe(p)]
-
-    def _expect_probes(self, seed: bytes) -> None:
-        now = time.monotonic()
-        self._probes = {p: t for p, t in self._probes.items() if t > now}
-        while len(self._probes) >= MAX_PROBES_KNOWN:
-            del self._probes[next(iter(self._probes))]
-        for i in range(MAX_DIALS):  # each probe stays on for 1 s after the dial at the most
-            self._probes[probe_identity(seed, i).peer_id] = now + 2 * self.timeout + 2.0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         if self.server is not None:
@@ -348,7 +338,7 @@ class ReachabilityCheck:
     async def ask(self, peer: ID) -> DialbackResponse:
         addrs = tuple(_without_p2p(a) for a in self.host.get_addrs())[:MAX_CANDIDATES]
         seed = new_probe_seed()
-        self._expect_probes(seed)
+        self._probes.expect(seed, for_seconds=2 * self.timeout + 2.0)
         request = DialbackRequest(addrs=addrs, probe_seed=seed)
         with trio.move_on_after(self.timeout):
             try:

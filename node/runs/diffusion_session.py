@@ -22,6 +22,7 @@ from peertrain.crdt.replicator import Replicator
 from peertrain.crdt.runstate import RunState
 
 from ..services.tensor_fetch import fetch_tensor
+from .group_seed import seed_from_group
 from .update_exchange import member_driver, open_member_exchange
 
 if TYPE_CHECKING:
@@ -182,6 +183,11 @@ class DiffusionSession:
         )
         replicator = self.group_replicator = self._group_replicator()
         gstate, dspec = replicator.state, built.spec
+        checkpoints = context.directory / "checkpoints" / group
+        self.phase = "fetching the group's state"
+        await seed_from_group(
+            node, context.state, self.spec, group, checkpoints, checkpoint_tag=gstate.run_id
+        )
         exchange_cm = open_member_exchange(node, gstate, built, dspec.min_members)
         async with exchange_cm as exchange, trio.open_nursery() as nursery:
             self.driver = member_driver(
@@ -190,7 +196,7 @@ class DiffusionSession:
                 spec=dspec,
                 built=built,
                 replicator=replicator,
-                checkpoints=context.directory / "checkpoints" / group,
+                checkpoints=checkpoints,
                 keep=2,
                 on_penalty=self._blame,
                 on_round=self._on_round,

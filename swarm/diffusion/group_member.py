@@ -20,7 +20,7 @@ from ..data.shards import seeded_int
 from ..diloco.build import BuiltMember, member_settings
 from ..diloco.config import InnerConfig
 from ..diloco.flat import ParamLayout
-from ..diloco.member import DiLoCoMember
+from ..diloco.member import DiLoCoMember, MemberState
 from .errors import DiffusionError
 from .flow import RectifiedFlow, conditional_velocity, noised
 from .model import DiT
@@ -79,8 +79,8 @@ class GroupBatches:
 
 
 class GroupData:
-    """A group's images (one cluster for an expert, all of them for the router), dealt in
-    shards among the group's members; the `dataset` a `BuiltMember` moves between shards."""
+    """A group's images (one cluster for an expert, all of them for the router) that the group's
+    members draw batches from; the `dataset` a `BuiltMember` moves between shards."""
 
     def __init__(self, images: Tensor, clusters: Tensor | None) -> None:
         if len(images) == 0:
@@ -88,11 +88,13 @@ class GroupData:
         self.images, self.clusters = images, clusters
 
     def train_batches(self, shard: int, num_shards: int, *, batch_size: int, seed: int):
-        rows = torch.arange(len(self.images))
-        mine = rows[rows % num_shards == shard] if len(rows) >= num_shards else rows
-        clusters = None if self.clusters is None else self.clusters[mine]
+        """Batches drawn from all of the group's images by a stream of `shard`'s own: members
+        (distinct shard indices) draw distinct batches, and a group smaller than `num_shards`
+        still trains on all of its data (dealt in fixed slices, a lone member would see 1/8 of
+        its cluster and overfit it; the router then collapsed to the prior after ~30 rounds)."""
+        del num_shards  # the group's members share the data by their streams, not by slices
         return GroupBatches(
-            self.images[mine], clusters, batch_size=batch_size, seed=seed, shard=shard
+            self.images, self.clusters, batch_size=batch_size, seed=seed, shard=shard
         )
 
     def eval_batches(self, *, batch_size: int, max_batches: int) -> list[tuple[Tensor, Tensor]]:
@@ -145,8 +147,8 @@ def state_numel(spec: DiffusionSpec, group: str) -> int:
     return 2 * sum(p.numel() for p in objective_of(spec, group).parameters())
 
 
-def model_from_state(spec: DiffusionSpec, group: str, flat: Tensor) -> DiT:
-    """The group's DiT holding θ_global from its served state (θ ‖ momentum, fp32)."""
+def _checked_layout(spec: DiffusionSpec, group: str, flat: Tensor) -> tuple[nn.Module, ParamLayout]:
+    """(the group's objective, its layout) once `flat` (θ ‖ momentum) fits it and is finite."""
     objective = objective_of(spec, group)
     layout = ParamLayout(objective)
     if flat.numel() != 2 * layout.numel:
@@ -155,5 +157,20 @@ def model_from_state(spec: DiffusionSpec, group: str, flat: Tensor) -> DiT:
         )
     if not bool(torch.isfinite(flat).all()):
         raise DiffusionError(f"{group}'s state holds NaN or Inf values")
+    return objective, layout
+
+
+def model_from_state(spec: DiffusionSpec, group: str, flat: Tensor) -> DiT:
+    """The group's DiT holding θ_global from its served state (θ ‖ momentum, fp32)."""
+    objective, layout = _checked_layout(spec, group, flat)
     layout.load(flat[: layout.numel].float())
     return objective.dit.eval()
+
+
+def member_state_of(spec: DiffusionSpec, group: str, flat: Tensor, round_: int) -> MemberState:
+    """A served state of `group` (θ ‖ momentum) as a checkpoint a member resumes from (its own
+    inner optimizer and residual start fresh, as a DiLoCo joiner's do)."""
+    _, layout = _checked_layout(spec, group, flat)
+    flat = flat.float()
+    params = {k: v.clone() for k, v in layout.named(flat[: layout.numel]).items()}
+    return MemberState(round=round_, params=params, momentum=flat[layout.numel :].clone())

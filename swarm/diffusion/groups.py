@@ -6,7 +6,9 @@ That is all the run-wide state says; each group's rounds live in the group's own
 A joiner takes the group with the fewest members per image of its data (the router's share is an
 average cluster's), ties to the bigger group, then the earlier one; a sampler takes, per group,
 the newest round's state that most of its live members announce (then the larger checksum, so
-every sampler picks the same).
+every sampler picks the same). A member of a group that no trusted signer (the run's creator or
+an anchor) trains starts from that same state (`seed_state`): DiLoCo adopts states only on a
+trusted signer's word, and without one a joiner would start from the initial weights.
 """
 
 from __future__ import annotations
@@ -56,9 +58,14 @@ class GroupState:
     providers: frozenset[str]
 
 
-def newest_states(state: RunState, spec: DiffusionSpec) -> dict[str, GroupState]:
-    """Per group (that has announced one), the state a sampler fetches."""
+def newest_states(
+    state: RunState, spec: DiffusionSpec, *, besides: str | None = None
+) -> dict[str, GroupState]:
+    """Per group (that has announced one), the state a sampler fetches; `besides`: a peer
+    whose own announcements do not count (a member asking what its group holds without it)."""
     members = group_members(state, spec)
+    if besides is not None:
+        members = {g: peers - {besides} for g, peers in members.items()}
     out = {}
     checkpoints = state.checkpoints()
     for group, peers in members.items():
@@ -76,6 +83,18 @@ def newest_states(state: RunState, spec: DiffusionSpec) -> dict[str, GroupState]
                 group=group, round=round_, checksum=checksum, providers=providers
             )
     return out
+
+
+def seed_state(
+    state: RunState, spec: DiffusionSpec, group: str, me: str, *, creator: str
+) -> GroupState | None:
+    """The state `me` should start `group` from when no trusted signer of the run trains in the
+    group (so DiLoCo's own catch-up has nobody to follow): the newest one the group's other
+    live members announce. None when a trusted signer is in the group, or nothing is announced."""
+    trusted = {creator, *spec.anchors}
+    if group_members(state, spec)[group] & trusted - {me}:
+        return None
+    return newest_states(state, spec, besides=me).get(group)
 
 
 def group_progress(state: RunState, spec: DiffusionSpec) -> dict[str, dict]:

@@ -9,9 +9,8 @@ partition is named by `partition`, the tensor-service root checksum of the artif
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import ClassVar
 
 from ..diloco.run_spec import ADMISSIONS, CODECS, MAX_ANCHORS, DiLoCoSpec
 from ..errors import ConfigError
@@ -34,9 +33,7 @@ class DiffusionSpec(RunSpec):
     KIND: ClassVar[str] = "diffusion spec"
 
     model: str = "dit-tiny"
-    model_settings: Mapping[str, Any] = field(default_factory=dict)
-    dataset: str = "digits"
-    dataset_settings: Mapping[str, Any] = field(default_factory=dict)  # {"limit": N}
+    dataset: str = "digits"  # dataset_settings (RunSpec): {"limit": N}
     experts: int = 4
     partition: str = ""  # hex root checksum of the partition artifact; run create fills it in
     cluster_sizes: tuple[int, ...] = ()  # images per expert's cluster (joiners choose by them)

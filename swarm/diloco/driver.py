@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 
 LEASE_MS = 30_000
 RETRY_PAUSE = 2.0  # seconds before a failed catch-up is tried again
+AGREEMENT_WAIT = 3.0  # seconds a member waits for the trusted state of a round it applied
+FINAL_CHECK_EVERY = 1.0  # seconds between a finished member's looks at the trusted final state
 
 
 def expected_members(state: RunState, me: str, round_: int) -> set[str]:
@@ -164,6 +166,7 @@ class DiLoCoDriver:
     ) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._lease_loop)
+            nursery.start_soon(self.gossip.repeat_loop)  # gossip loses messages
             nursery.start_soon(log_progress, log, self.progress_status)
             if self.hostile is not None:
                 nursery.start_soon(self.hostile.run)
@@ -174,8 +177,8 @@ class DiLoCoDriver:
             await self._wait_for_quorum()
             while not self.finished:
                 await self._one_round()
-            # No next round will repair a divergence in the last one: wait longer for the
-            # trusted checksum of it and replay or adopt if ours differs.
+            # no next round repairs a divergence in the last one: wait longer for its
+            # trusted state, and go on following it after (`_keep_the_final_state`)
             await self.sync.agree(wait=self.spec.round_timeout)
             self.progress.phase = "finished"
             log.info(
@@ -185,6 +188,19 @@ class DiLoCoDriver:
             )
             # the lease loop goes on: a finished member still serves the final state, and
             # a restarted or late member can only adopt states of live providers
+            await self._keep_the_final_state()
+
+    async def _keep_the_final_state(self) -> None:
+        """A member that finished before the trusted state of the last round was attested (its
+        anchors slower, or out of sight a while) kept its own model for good (seen: four honest
+        members, four final checksums). A finished member goes on following that state."""
+        while True:
+            trusted = self.trust.verdict(self.member.round)
+            if trusted is not None and trusted != self.sync.served:
+                await self.sync.agree(wait=0)
+                self.progress.loss = await self._thread(self.built.eval_loss)
+                self.progress.phase = "finished"
+            await trio.sleep(FINAL_CHECK_EVERY)
 
     @property
     def finished(self) -> bool:
@@ -298,7 +314,7 @@ class DiLoCoDriver:
         await self.sync.publish()
         assert self.sync.served is not None
         await self.gossip.publish_record(round_, self.replay.record(report, self.sync.served))
-        await self.sync.agree()
+        await self.sync.agree(wait=AGREEMENT_WAIT)
         wall = time.perf_counter() - started
         self.progress.timed(steps=self.spec.inner_steps, compute=compute, wall=wall)
         await self._record(report)

@@ -99,7 +99,7 @@ class RoundReplay:
             if known is not None and known.checksum == update.checksum:
                 out.append(known)
                 continue
-            if self.gossip.signed_checksum(round_, update.sender) != update.checksum:
+            if await self.gossip.wait_signed_checksum(round_, update.sender) != update.checksum:
                 log.info("round %d: no signed announcement of %s's update", round_, update.sender)
                 return None
             try:

@@ -50,9 +50,7 @@ class DiLoCoSpec(RunSpec):
     KIND: ClassVar[str] = "DiLoCo spec"
 
     model: str = "gpt"
-    model_settings: Mapping[str, Any] = field(default_factory=dict)
     dataset: str = "text"
-    dataset_settings: Mapping[str, Any] = field(default_factory=dict)
     inner_steps: int = 50
     batch_size: int = 16
     accumulation: int = 1  # micro-batches of batch_size per inner step (gradient accumulation)

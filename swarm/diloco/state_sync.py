@@ -33,7 +33,6 @@ from .update_gossip import UpdateGossip
 log = logging.getLogger(__name__)
 
 STATE_NAME = "diloco/state"
-AGREEMENT_WAIT = 3.0
 
 
 class StateSync:
@@ -93,7 +92,7 @@ class StateSync:
 
     # -- agree after a round --------------------------------------------------------------------
 
-    async def agree(self, *, wait: float = AGREEMENT_WAIT) -> None:
+    async def agree(self, *, wait: float) -> None:
         """Wait (up to `wait`) for the trusted state of our round; replay or adopt it if ours
         differs. No trusted attestation: keep ours (anchors may be away; nobody else decides)."""
         round_ = self.member.round

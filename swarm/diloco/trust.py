@@ -9,7 +9,9 @@ is adopted by download only when the run's trusted signers attest it:
 - open runs: the anchors (the creator and the peers its signed spec names); one anchor suffices,
   several that disagree are settled by most anchors, then the larger checksum (every member
   picks the same one);
-- invite runs: more than half of the certified members that hold a live lease.
+- invite runs: more than half of the certified members that hold a live lease; when every one
+  of them attested and none holds a majority (members that closed a round with different
+  update sets), the most attested state, then the larger checksum, so they do not part for good.
 
 Whatever the attestation, the state itself is checked before use (`StateCheck`): the expected
 element count, finite values, a round no further than the newest trusted attestation, and, for
@@ -65,8 +67,12 @@ class TrustedStates:
         if not attested:
             return None
         checksum, vouching = max(attested.items(), key=lambda kv: (len(kv[1]), kv[0]))
-        if self.admission.invite and 2 * len(vouching) <= len(self._certified_live()):
-            return None  # no majority of the certified members (yet)
+        if self.admission.invite and 2 * len(vouching) <= len(certified := self._certified_live()):
+            if not certified <= frozenset().union(*attested.values()):
+                return None  # no majority of the certified members (yet)
+            # every live certified member attested and no state has a majority: members split
+            # by timing (one closed a round without an update another had). All pick the same
+            # one, most attested then the larger checksum, and repair to it rather than part
         return checksum
 
     def newest_round(self) -> int:

@@ -7,7 +7,9 @@ payload, content-addressed by its checksum, over streams. Every other member pul
 sender or from any peer that already has it (they announce `holds` too), so a payload crosses
 each link about once; the checksum, signed by the sender, makes any holder as good as the
 sender. A round closes when the updates of every live member are in, or at the deadline; late
-announcements are dropped. Nothing here knows libp2p: the node injects the transport.
+announcements are dropped. Gossip loses messages, so a member repeats its own announcement and
+round record until peers are past the round (`repeat_loop`). Nothing here knows libp2p: the
+node injects the transport.
 
 Bad input is refused before aggregation: an envelope that is not signed by its claimed sender,
 targets another run or a round outside the window, or announces a payload of the wrong size is
@@ -55,6 +57,7 @@ FETCH_PAUSE = 0.5  # seconds between those tries
 MAX_PULLS = 4  # downloads in flight at once, per round
 MAX_SENDERS = 256  # announced senders recorded per round (members are far fewer)
 MAX_HOLDERS = 64  # holders recorded per payload
+REPEAT_EVERY = 2.0  # seconds between repeats of our own announcements and records (`repeat_loop`)
 
 
 @message("diloco/update-announcement", max_size=512)
@@ -125,6 +128,7 @@ class UpdateGossip:
         self.bytes_published = 0
         self.bytes_fetched = 0
         self.records = RoundRecords(run_id=run_id, key_pair=key_pair)  # share the topic
+        self._own: dict[int, dict[str, bytes]] = {}  # round → our sealed announcement, record
         # told of each payload of the round as it is in (ours first), while the others are
         # still arriving: the member checks and measures it then (DiLoCoMember.admit)
         self.on_payload: Callable[[str, bytes], Awaitable[None]] | None = None
@@ -147,7 +151,9 @@ class UpdateGossip:
             return False
         if not self._in_window(round_):
             return True  # honest peers run ahead or lag behind: ignore, never penalise
-        state = self._round(round_)
+        # the last closed round too: an announcement that came after we closed it names an
+        # update a replay of that round may need (replay.py); nothing is pulled for it now
+        state = self._rounds.get(round_) if round_ < self.current_round else self._round(round_)
         if state is None:
             return True
         self._record(state, origin, ann)
@@ -246,6 +252,14 @@ class UpdateGossip:
         ann = state.announced.get(sender) if state is not None else None
         return ann.checksum if ann is not None else None
 
+    async def wait_signed_checksum(self, round_: int, sender: str) -> bytes | None:
+        """`signed_checksum`, waiting for a repeat of the announcement (`repeat_loop`) when we
+        have not seen it yet: a member that closed the round without it lost it to gossip."""
+        with trio.move_on_after(2.5 * REPEAT_EVERY):
+            while self.signed_checksum(round_, sender) is None:  # noqa: ASYNC110 - announcements arrive in a sync validator, with no event that outlives the round
+                await trio.sleep(0.1)
+        return self.signed_checksum(round_, sender)
+
     async def fetch_update(self, round_: int, sender: str, holders: Sequence[str]) -> bytes:
         """`sender`'s update of `round_` by the checksum it signed, from it, the holders we know
         of, or `holders`; raises LookupError if it never announced one, else what the transport
@@ -262,7 +276,25 @@ class UpdateGossip:
         return payload
 
     async def publish_record(self, round_: int, record: RoundRecord) -> None:
-        await self.transport.publish(self.records.seal(round_, record))
+        sealed = self.records.seal(round_, record)
+        self._own.setdefault(round_, {})["record"] = sealed
+        await self.transport.publish(sealed)
+
+    async def repeat_loop(self, interval: float = REPEAT_EVERY) -> None:
+        """Publish our announcement and record of the open and the last closed round again,
+        every `interval` seconds. Gossip loses messages (a mesh still forming, a full queue, a
+        busy peer), and a peer that missed our one announcement would close its round without
+        our update and aggregate another set (seen under load: every member of a round alone
+        with its own update, each then on its own state). A repeat costs a signed envelope;
+        receivers keep the first copy and drop the rest."""
+        while True:
+            await trio.sleep(interval)
+            for round_ in sorted(self._own):
+                if round_ < self.current_round - 1:
+                    del self._own[round_]  # no peer in its window takes it any more
+                    continue
+                for sealed in list(self._own[round_].values()):
+                    await self.transport.publish(sealed)
 
     def received(self, round_: int) -> tuple[int, int]:
         """(updates in, updates round `round_` waits for): what `progress` shows meanwhile."""
@@ -353,6 +385,9 @@ class UpdateGossip:
 
     async def _announce(self, round_: int, ann: UpdateAnnouncement) -> None:
         env = seal(self.key_pair, domain=DOMAIN, run=self.run_id, round=round_, payload=encode(ann))
-        await self.transport.publish(env.to_bytes())
+        sealed = env.to_bytes()
+        if not ann.holds:
+            self._own[round_] = {"announcement": sealed}  # a new update replaces a record
+        await self.transport.publish(sealed)
         if not ann.holds:
             self.bytes_published += ann.nbytes

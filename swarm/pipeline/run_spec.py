@@ -17,7 +17,7 @@ every joining server.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..models.config import ConfigError
@@ -32,9 +32,7 @@ class PipelineSpec(RunSpec):
     KIND: ClassVar[str] = "pipeline spec"
 
     model: str = "mlp"
-    model_settings: Mapping[str, Any] = field(default_factory=dict)
     dataset: str = "digits"
-    dataset_settings: Mapping[str, Any] = field(default_factory=dict)
     stages: int = 3
     batch_size: int = 16  # rows per microbatch
     target_batch: int = 128  # samples a stage accumulates (over its servers) before it steps

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import socket
 
@@ -73,3 +74,27 @@ async def test_a_dialer_whose_node_is_not_running_refuses_at_once(dht_swarm):
         )  # never attached to a nursery
         with pytest.raises(DialFailed, match="not running"):
             await idle.connect(swarm.info(1))
+
+
+async def test_an_address_that_never_answers_does_not_hold_up_the_next(dht_swarm):
+    """A NATed peer's LAN address drops the SYN silently; py-libp2p's dial took only the first
+    TCP address and waited out the whole timeout on it (a join stalled 6 s per such dial)."""
+    async with dht_swarm(2, config=QUIET) as swarm, trio.open_nursery() as nursery:
+        silent = (
+            await nursery.start(
+                functools.partial(trio.serve_tcp, _say_nothing, 0, host="127.0.0.1")
+            )
+        )[0]
+        port = silent.socket.getsockname()[1]
+        a, b = swarm.nodes
+        real = swarm.info(1)
+        addrs = [Multiaddr(f"/ip4/127.0.0.1/tcp/{port}"), *real.addrs]
+        started = trio.current_time()
+        await a.dialer.connect(PeerInfo(b.own, addrs))
+        assert a.dialer.connected(b.own)
+        assert trio.current_time() - started < a.dialer.timeout / 2
+        nursery.cancel_scope.cancel()
+
+
+async def _say_nothing(stream: trio.SocketStream) -> None:
+    await trio.sleep_forever()

@@ -1,6 +1,7 @@
 """Diffusion expert groups end to end through the CLI: daemons as processes create and join a
 diffusion run (K = 2 experts and a router; the bigger expert's group gets two members by need),
-train a few rounds, and a node outside the run samples a PNG from the experts it fetches."""
+train a few rounds, and a node outside the run samples a PNG from the experts it fetches; then it
+joins a group no trusted signer trains and starts from that group's newest state."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ from peertrain.testing.processes import run_status
 
 pytestmark = pytest.mark.slow
 
-ROUNDS = 4
+ROUNDS = 3
 # round 0 of each group waits up to start_timeout for a second member: the pair starts
-# together, the single groups start alone after it
+# together (its second member joins last), the single groups start alone after it
 RUN_FLAGS = [
     "--mode", "diffusion", "--experts", "2", "--dataset", "digits", "--model", "dit-tiny",
     "--inner-steps", "8", "--batch-size", "16", "--rounds", str(ROUNDS), "--round-timeout", "30",
@@ -91,6 +92,11 @@ def test_expert_groups_train_apart_and_a_stranger_samples_their_experts(tmp_path
             "sample", "--home", str(daemons[0].home), "--run", "dd", "--n", "8",
             "--steps", "5", "--strategy", "sample1", "--out", str(arrays),
         )  # fmt: skip
+        # expert-1 has no trusted signer in it (the creator trains expert-0): a late member
+        # starts from the state its members announce, not from the initial weights
+        cli_json("run", "join", "--home", str(stranger.home), "--run", "dd", "--group", "expert-1")
+        wait_until_sync(lambda: run_status(stranger).get("finished"), timeout=120, interval=1)
+        late = run_status(stranger)
     finally:
         codes = stop_all([*daemons, stranger])
     assert all(code == 0 for code in codes)
@@ -121,4 +127,7 @@ def test_expert_groups_train_apart_and_a_stranger_samples_their_experts(tmp_path
     with np.load(arrays) as loaded:
         assert loaded["images"].shape == (8, 1, 8, 8) and np.isfinite(loaded["images"]).all()
     assert from_member["bytes_fetched"] < sampled["bytes_fetched"]  # its own group's is local
+    expert_1 = next(r for r in runs if r["group"] == "expert-1")
+    assert late["group"] == "expert-1" and late["round"] == ROUNDS
+    assert late["state_checksum"] == expert_1["state_checksum"]
     print(f"diffusion e2e took {time.monotonic() - started:.0f} s")

@@ -12,18 +12,13 @@ import sys
 import pytest
 from peertrain.node.cli.local_swarm import DAEMON_ENV
 from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
-from peertrain.testing import wait_until_sync
+from peertrain.testing import DIGITS_MLP, wait_until_sync
 
 pytestmark = pytest.mark.slow
 
 # digits is small: one shard per member keeps each member's data big enough not to overfit
 RUN_FLAGS = [
-    "--model",
-    "mlp",
-    "--dataset",
-    "digits",
-    "--batch-size",
-    "32",
+    *DIGITS_MLP,
     "--lr",
     "0.001",
     "--codec",

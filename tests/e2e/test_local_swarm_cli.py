@@ -4,26 +4,22 @@ reports a daemon that died on its own (and fails), and writes its report on SIGT
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
-import time
+import threading
 
 import psutil
 import pytest
-from peertrain.testing import wait_until_sync
+from peertrain.testing import DIGITS_MLP
 
 pytestmark = pytest.mark.slow
 
 FLAGS = [
     "--mode",
     "diloco",
-    "--model",
-    "mlp",
-    "--dataset",
-    "digits",
-    "--batch-size",
-    "32",
+    *DIGITS_MLP,
     "--inner-steps",
     "5",
     "--round-timeout",
@@ -60,6 +56,23 @@ def members(supervisor: subprocess.Popen) -> list[psutil.Process]:
     return [c for c in children if "peertrain" in " ".join(c.cmdline())]
 
 
+def read_until_round(supervisor: subprocess.Popen, round_: int, timeout: float = 240) -> str:
+    """The supervisor's output up to its first status line showing node 0 at `round_` or later
+    (every member trains by then: round 0 waits for all three)."""
+    watchdog = threading.Timer(timeout, supervisor.kill)  # a hang fails the test, bounded
+    watchdog.start()
+    seen: list[str] = []
+    try:
+        for line in supervisor.stdout:
+            seen.append(line)
+            found = re.search(r"\] r(\d+) ", line)
+            if found and int(found.group(1)) >= round_:
+                return "".join(seen)
+    finally:
+        watchdog.cancel()
+    raise AssertionError(f"no round {round_} before the output ended:\n{''.join(seen)[-3000:]}")
+
+
 def test_churn_ends_by_itself_when_the_run_finishes_with_one_model(tmp_path):
     supervisor = swarm_local(tmp_path, "--rounds", "12", "--kill-every", "5")
     out, _ = supervisor.communicate(timeout=300)
@@ -70,29 +83,22 @@ def test_churn_ends_by_itself_when_the_run_finishes_with_one_model(tmp_path):
 
 
 def test_a_daemon_that_dies_by_itself_is_reported_and_fails_the_run(tmp_path):
-    supervisor = swarm_local(tmp_path, "--rounds", "40")
-    victims = wait_until_sync(
-        lambda: len(members(supervisor)) == 3 and members(supervisor),
-        timeout=120,
-        what="three daemons",
-    )
-    time.sleep(4)  # training
-    victims[2].kill()  # not the supervisor's doing: a crash, as far as it can tell
+    # killed once the run trains (a kill while the daemon starts ends the supervisor's start,
+    # which is another path), with rounds left for the other two to finish without it
+    supervisor = swarm_local(tmp_path, "--rounds", "8")
+    early = read_until_round(supervisor, 1)
+    members(supervisor)[2].kill()  # not the supervisor's doing: a crash, as far as it can tell
     out, _ = supervisor.communicate(timeout=400)
     report = json.loads((tmp_path / "report.json").read_text())
     assert supervisor.returncode != 0
-    assert [d["node"] for d in report["died"]] == [2] and "died by itself" in out
+    assert [d["node"] for d in report["died"]] == [2] and "died by itself" in out, early + out
+    assert report["rounds_completed"] == 8 and len(report["state_hashes"]) == 2
     assert len(set(report["state_hashes"])) == 1  # the two others still agree
 
 
 def test_sigterm_still_writes_the_report_of_what_happened(tmp_path):
     supervisor = swarm_local(tmp_path, "--rounds", "0")  # until stopped
-    wait_until_sync(
-        lambda: (tmp_path / "report.json").exists() or len(members(supervisor)) == 3,
-        timeout=120,
-        what="three daemons",
-    )
-    time.sleep(8)
+    read_until_round(supervisor, 1)
     supervisor.send_signal(signal.SIGTERM)
     out, _ = supervisor.communicate(timeout=60)
     report = json.loads((tmp_path / "report.json").read_text())

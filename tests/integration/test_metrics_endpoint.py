@@ -7,7 +7,7 @@ import re
 import urllib.request
 
 import trio
-from peertrain.testing import free_tcp_port, open_test_swarm, wait_until
+from peertrain.testing import free_tcp_port, open_test_swarm, scrape_metrics, wait_until
 
 SPEC = dict(
     model="mlp",
@@ -31,15 +31,7 @@ def fetch(url: str) -> tuple[str, bytes]:
 
 async def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Every sample of /metrics, by (name, sorted labels), parsed by prometheus_client."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    content_type, body = await trio.to_thread.run_sync(fetch, f"http://127.0.0.1:{port}/metrics")
-    assert content_type.startswith("text/plain")
-    samples = {}
-    for family in text_string_to_metric_families(body.decode()):
-        for sample in family.samples:
-            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return samples
+    return await trio.to_thread.run_sync(scrape_metrics, port)
 
 
 async def test_metrics_follow_a_three_node_run_without_peer_ids_in_labels():
@@ -69,6 +61,9 @@ async def test_metrics_follow_a_three_node_run_without_peer_ids_in_labels():
     assert samples[("peertrain_run_members", RUN)] == 3
     assert samples[("peertrain_run_loss", RUN)] == final["run"]["loss"]
     assert samples[("peertrain_peers", (("kind", "direct"),))] == 2
+    # an open run drops nothing unseen; the invite run's drops: tests/e2e/test_sybil_runs_cli.py
+    assert final["run"]["dropped"]["deltas"] == 0
+    assert samples[("peertrain_run_dropped_total", (("kind", "deltas"),) + RUN)] == 0
     assert byte_checks > 0
     assert (
         samples[("peertrain_run_update_bytes_total", (("direction", "out"),) + RUN)]

@@ -218,3 +218,25 @@ async def test_bytes_placed_for_a_reader_that_is_cancelled_are_kept_in_order():
             while filled < len(back):
                 filled += await stream.readinto(memoryview(back)[filled:])
         assert bytes(back) == b"early then later"
+
+
+async def test_a_second_reader_waiting_on_the_same_stream_is_refused():
+    async with connected_pair(our_host(), our_host()) as (listener, dialer):
+        accepted: list = []
+
+        async def keep(stream) -> None:
+            accepted.append(stream)
+            await trio.sleep_forever()
+
+        listener.set_stream_handler(SINK, keep)
+        sender = await dialer.new_stream(listener.get_id(), [SINK])
+        await sender.write(b"x")
+        await wait_until(lambda: accepted)
+        stream = accepted[0].muxed_stream
+        assert await stream.readinto(bytearray(1)) == 1
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stream.readinto, bytearray(10))
+            await trio.testing.wait_all_tasks_blocked()
+            with pytest.raises(trio.BusyResourceError):
+                await stream.readinto(bytearray(10))
+            nursery.cancel_scope.cancel()

@@ -88,6 +88,19 @@ def test_samples_of_one_class_are_caught_by_coverage(digits_meter):
     assert report.classes_covered <= 2 and report.class_tv > 0.8
 
 
+def test_the_bootstrap_interval_holds_the_fid_and_narrows_with_more_samples(digits_meter):
+    digits, meter = digits_meter
+
+    few = meter.measure(digits.images[:200], bootstrap=40)
+    many = meter.measure(digits.images[:1600], bootstrap=40)
+
+    for report in (few, many):
+        low, high = report.fid_interval
+        assert low < report.fid < high
+    assert many.fid_interval[1] - many.fid_interval[0] < few.fid_interval[1] - few.fid_interval[0]
+    assert meter.measure(digits.images[:200]).fid_interval is None
+
+
 def _decode_png(data: bytes) -> tuple[int, int, int, np.ndarray]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     offset, chunks = 8, {}

@@ -8,7 +8,6 @@ import zlib
 
 import numpy as np
 import pytest
-import torch
 from peertrain.swarm.diffusion.group_member import objective_of
 from peertrain.swarm.diffusion.run_spec import DiffusionSpec
 from peertrain.swarm.diffusion.sample_grid import (
@@ -17,6 +16,8 @@ from peertrain.swarm.diffusion.sample_grid import (
     grid_due,
     render_grid,
 )
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def decoded_png(data: bytes) -> np.ndarray:
@@ -47,16 +48,6 @@ def test_grids_are_due_on_the_first_round_every_few_rounds_and_at_the_end(
     round_, last, every, finished, due
 ):
     assert grid_due(round_, last, every, finished=finished) is due
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Two torch threads on a loaded two-core machine take 50× as long as one for these tiny
-    models."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

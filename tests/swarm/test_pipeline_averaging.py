@@ -8,11 +8,11 @@ import torch
 import trio
 from peertrain.swarm.models.mlp import MLPConfig
 from peertrain.swarm.pipeline.averaging import StageAverager
-from peertrain.swarm.pipeline.boundary import pack
 from peertrain.swarm.pipeline.errors import ServerUnavailable
 from peertrain.swarm.pipeline.migration import export_state, import_state
 from peertrain.swarm.pipeline.slices import stage_slice
 from peertrain.swarm.pipeline.stage import StageServer
+from peertrain.testing.pipelines import feed_random, flat_params
 
 CONFIG = MLPConfig(hidden=32, depth=2)
 
@@ -24,17 +24,6 @@ def server(optimizer: str = "adam") -> StageServer:
         else (lambda ps: torch.optim.Adam(ps, lr=3e-3))
     )
     return StageServer(stage_slice(CONFIG, 3, 2, seed=0), stage=2, is_last=True, optimizer=make)
-
-
-def feed(s: StageServer, rows: int, seed: int) -> None:
-    g = torch.Generator().manual_seed(seed)
-    s.loss_backward(
-        pack(torch.randn(rows, 32, generator=g)), torch.randint(10, (rows,), generator=g)
-    )
-
-
-def params(s: StageServer) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for p in s.module.parameters()])
 
 
 class Stage:
@@ -79,8 +68,8 @@ async def test_a_round_started_by_one_server_averages_every_servers_samples_exac
     servers = [server("sgd") for _ in range(3)]
     reference = server("sgd")
     for i, (s, rows) in enumerate(zip(servers, (8, 16, 3), strict=True)):
-        feed(s, rows, seed=i)
-        feed(reference, rows, seed=i)  # one server that saw everything
+        feed_random(s, rows, seed=i)
+        feed_random(reference, rows, seed=i)  # one server that saw everything
     async with trio.open_nursery() as nursery:
         stage = Stage(servers, nursery)
         # only p0 reached its share; p1 and p2 join the round when asked, with what they have
@@ -89,8 +78,8 @@ async def test_a_round_started_by_one_server_averages_every_servers_samples_exac
     reference.step(lambda flat, n: (flat, n))
     for s in servers:
         assert s.statistics().steps == 1 and s.pending_samples == 0
-        assert torch.allclose(params(s), params(reference), atol=1e-6)
-        assert torch.equal(params(s), params(servers[0]))
+        assert torch.allclose(flat_params(s), flat_params(reference), atol=1e-6)
+        assert torch.equal(flat_params(s), flat_params(servers[0]))
     assert all(a.contributors[-1] == 3 for a in stage.averagers.values())
 
 
@@ -102,20 +91,20 @@ async def test_rounds_follow_each_other_and_a_dead_server_is_left_out():
             if round_ == 3:
                 stage.dead.add("p2")
             for i, s in enumerate(servers):
-                feed(s, 4, seed=10 * round_ + i)
+                feed_random(s, 4, seed=10 * round_ + i)
             starter = stage.averagers["p1" if round_ % 2 else "p0"]
             await starter.maybe_start(nursery, share=4)
             await settle(stage, round_)
     a, b, dead = servers
     assert a.statistics().steps == b.statistics().steps == 3
-    assert torch.equal(params(a), params(b))
+    assert torch.equal(flat_params(a), flat_params(b))
     assert stage.averagers["p0"].contributors == [3, 3, 2]
     assert dead.statistics().steps == 2  # it never learned of round 3
 
 
 async def test_a_server_below_its_share_does_not_start_a_round():
     s = server()
-    feed(s, 4, seed=0)
+    feed_random(s, 4, seed=0)
     async with trio.open_nursery() as nursery:
         averager = StageAverager(s, me="p0", fetch=None, peers=list)  # type: ignore[arg-type]
         await averager.maybe_start(nursery, share=8)
@@ -126,7 +115,7 @@ async def test_a_late_call_after_the_service_stopped_starts_no_round_and_raises_
     # A call that finishes after its stage service stopped (killed, or moved) reaches the
     # averager with the service's nursery already closed: nothing to run the round in.
     s = server()
-    feed(s, 8, seed=0)
+    feed_random(s, 8, seed=0)
     async with trio.open_nursery() as closed:
         pass
     averager = StageAverager(s, me="p0", fetch=None, peers=list)  # type: ignore[arg-type]
@@ -140,16 +129,16 @@ def test_a_movers_state_download_reproduces_its_donor():
         for p in mover.module.parameters():
             p.add_(1.0)  # the mover served another slice before: anything but the donor's weights
     for step in range(3):
-        feed(donor, 8, seed=step)
+        feed_random(donor, 8, seed=step)
         donor.step(lambda flat, n: (flat, n))
     flat, adam_step = export_state(donor)
     assert adam_step == 3
     import_state(mover, flat, adam_step)
-    assert torch.equal(params(mover), params(donor))
+    assert torch.equal(flat_params(mover), flat_params(donor))
     for s in (donor, mover):  # and they stay identical through the next step (Adam moments too)
-        feed(s, 8, seed=99)
+        feed_random(s, 8, seed=99)
         s.step(lambda flat, n: (flat, n))
-    assert torch.allclose(params(mover), params(donor), atol=1e-7)
+    assert torch.allclose(flat_params(mover), flat_params(donor), atol=1e-7)
 
 
 class HostileStage(Stage):
@@ -184,14 +173,14 @@ async def test_a_claim_of_2_to_the_40_samples_counts_as_the_runs_batch_allows():
     g = torch.Generator().manual_seed(5)
     forged = torch.randn(numel, generator=g) * 0.01  # a plausible gradient sum
     for i, s in enumerate(servers[:2]):
-        feed(s, 8, seed=i)
+        feed_random(s, 8, seed=i)
     async with trio.open_nursery() as nursery:
         stage = HostileStage(servers, nursery, lambda r: (forged, 2**40))
         stage.dead.add("p2")  # p2 itself never steps: only its forged answers exist
         await stage.averagers["p0"].maybe_start(nursery, share=8)
         await settle(stage, 1)
     assert stage.applied["p0"] == stage.applied["p1"] == [8 + 8 + 16]
-    assert torch.equal(params(servers[0]), params(servers[1]))
+    assert torch.equal(flat_params(servers[0]), flat_params(servers[1]))
 
 
 async def test_a_contribution_far_beyond_the_median_norm_is_left_out_of_the_average():
@@ -199,7 +188,7 @@ async def test_a_contribution_far_beyond_the_median_norm_is_left_out_of_the_aver
     numel = sum(p.numel() for p in servers[0].module.parameters())
     reference = [server("sgd") for _ in range(2)]
     for i in range(3):
-        feed(servers[i], 8, seed=i)
+        feed_random(servers[i], 8, seed=i)
     async with trio.open_nursery() as nursery:
         stage = HostileStage(servers, nursery, lambda r: (torch.full((numel,), 1e3), 8))
         stage.dead.add("p2")
@@ -207,9 +196,9 @@ async def test_a_contribution_far_beyond_the_median_norm_is_left_out_of_the_aver
         await settle(stage, 1)
     assert stage.applied["p0"] == [16] and stage.averagers["p0"].refused == 1
     for i in range(2):  # the same step as two servers that never heard of p2
-        feed(reference[i], 8, seed=i)
+        feed_random(reference[i], 8, seed=i)
     async with trio.open_nursery() as nursery:
         honest = Stage(reference, nursery)
         await honest.averagers["p0"].maybe_start(nursery, share=8)
         await settle(honest, 1)
-    assert torch.equal(params(servers[0]), params(reference[0]))
+    assert torch.equal(flat_params(servers[0]), flat_params(reference[0]))

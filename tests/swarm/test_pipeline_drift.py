@@ -9,12 +9,12 @@ import torch
 import trio
 from peertrain.swarm.models.mlp import MLPConfig
 from peertrain.swarm.pipeline.averaging import StageAverager
-from peertrain.swarm.pipeline.boundary import pack
 from peertrain.swarm.pipeline.drift import flat_checksum, majority, state_checksum
 from peertrain.swarm.pipeline.errors import ServerUnavailable
 from peertrain.swarm.pipeline.migration import export_state
 from peertrain.swarm.pipeline.slices import stage_slice
 from peertrain.swarm.pipeline.stage import StageServer
+from peertrain.testing.pipelines import feed_random, flat_params
 
 CONFIG = MLPConfig(hidden=32, depth=2)
 
@@ -24,17 +24,6 @@ def server() -> StageServer:
     return StageServer(
         module, stage=2, is_last=True, optimizer=lambda ps: torch.optim.Adam(ps, lr=3e-3)
     )
-
-
-def feed(s: StageServer, rows: int, seed: int) -> None:
-    g = torch.Generator().manual_seed(seed)
-    s.loss_backward(
-        pack(torch.randn(rows, 32, generator=g)), torch.randint(10, (rows,), generator=g)
-    )
-
-
-def params(s: StageServer) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for p in s.module.parameters()])
 
 
 def perturb(s: StageServer) -> None:
@@ -76,15 +65,15 @@ class Stage:
 
     async def round(self, round_: int) -> None:
         for i, s in enumerate(self.servers.values()):
-            feed(s, 4, seed=100 * round_ + i)
+            feed_random(s, 4, seed=100 * round_ + i)
         await self.averagers[self.names[round_ % len(self.names)]].maybe_start(self.nursery, 4)
         with trio.fail_after(10):
             while any(a.completed < round_ for a in self.averagers.values()):  # noqa: ASYNC110
                 await trio.sleep(0.01)
 
     def identical(self) -> bool:
-        first = params(self.servers[self.names[0]])
-        return all(torch.equal(params(s), first) for s in self.servers.values())
+        first = flat_params(self.servers[self.names[0]])
+        return all(torch.equal(flat_params(s), first) for s in self.servers.values())
 
     def resyncs(self) -> dict[str, int]:
         return {name: a.drift.resyncs for name, a in self.averagers.items()}
@@ -162,7 +151,7 @@ def test_majority_breaks_ties_by_the_larger_checksum_and_checksums_match_exports
     assert majority({"a": b"\x01", "b": b"\x02"}) == (b"\x02", ["b"])
     assert majority({"a": b"\x01", "b": b"\x02", "c": b"\x01"}) == (b"\x01", ["a", "c"])
     s = server()
-    feed(s, 4, seed=0)
+    feed_random(s, 4, seed=0)
     s.step(lambda flat, n: (flat, n))
     flat, adam_step = export_state(s)
     numel = sum(p.numel() for p in s.module.parameters())

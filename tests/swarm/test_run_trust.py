@@ -137,24 +137,13 @@ async def test_an_invite_run_trains_on_certified_members_and_drops_a_strangers_t
     import dataclasses
 
     from libp2p.crypto.ed25519 import create_new_key_pair
-    from libp2p.peer.id import ID
-    from peertrain.crdt.certificates import MemberCertificate, sign_certificate
-    from peertrain.crdt.hlc import wall_clock_ms
 
     spec = dataclasses.replace(SPEC, admission="invite", min_members=3)
     async with open_driver_group(spec) as group:
-
-        def certificate(key) -> bytes:
-            peer = ID.from_pubkey(key.public_key).to_base58()
-            cert = MemberCertificate(
-                run=group.run_id, peer=peer, role="member", expires_ms=wall_clock_ms() + 3_600_000
-            )
-            return sign_certificate(group.creator, cert)
-
         await group.member(group.creator)
         for _ in range(2):
             key = create_new_key_pair()
-            await group.member(key, certificate=certificate(key))
+            await group.member(key, certificate=group.certificate(key))
         numel = group.drivers[0].member.layout.numel
         poison = prepare_tensor(STATE_NAME, torch.zeros(2 * numel))
         stranger = await group.stranger()
@@ -169,6 +158,39 @@ async def test_an_invite_run_trains_on_certified_members_and_drops_a_strangers_t
         assert all(n > 0 for n in dropped)  # the stranger's deltas, refused on arrival
         assert all(stranger.peer_id not in m.replicator.state.owners() for m in group.members)
         assert group.tensors.fetches == 0
+
+
+async def test_invite_members_that_closed_a_round_with_different_updates_end_on_one_state():
+    """Gossip lost two members' announcements to each other in round 1: each closed the round
+    without the other's update, while the other two had all four. No state then had a majority
+    of the four certified members, so each kept its own and they trained on apart for good
+    (three checksums at the end, seen as four under load through the CLI). Once all four have
+    attested, they all pick the most attested state and repair to it by replay (the updates
+    they lacked come with their senders' repeated announcements)."""
+    import dataclasses
+
+    from libp2p.crypto.ed25519 import create_new_key_pair
+
+    spec = dataclasses.replace(SPEC, admission="invite", min_members=4, round_timeout=3)
+    async with open_driver_group(spec) as group:
+        await group.member(group.creator)
+        for _ in range(3):
+            key = create_new_key_pair()
+            await group.member(key, certificate=group.certificate(key))
+        c, d = (m.peer_id for m in group.members[2:])
+        gossip = group.topic.members
+        # round 1's announcements between c and d, until the receiver has closed the round
+        group.topic.lose = lambda publisher, receiver: (
+            {publisher, receiver} == {c, d} and gossip[receiver].current_round == 1
+        )
+        with trio.fail_after(120):
+            await group.finished()
+        drivers = group.drivers
+        assert [len(d.progress.history) for d in drivers] == [spec.rounds] * 4
+        assert sorted(d.progress.history[1]["accepted"] for d in drivers) == [3, 3, 4, 4]
+        assert len(_checksums(group)) == 1
+        assert all(d.progress.replays >= 1 for d in drivers[2:])  # c and d, no download
+        assert [d.progress.state_downloads for d in drivers] == [0] * 4
 
 
 async def test_a_joiner_adopts_the_newest_trusted_state():
@@ -194,6 +216,29 @@ async def test_without_a_live_anchor_members_keep_training_and_agree_by_determin
         assert all(d.progress.round == SPEC.rounds for d in group.drivers)
         assert len(_checksums(group)) == 1
         assert [d.progress.state_downloads for d in group.drivers] == [0, 0]
+
+
+async def test_members_that_finished_before_their_anchor_attested_follow_its_final_state():
+    """Two members finish the run while its anchor is out of sight: nobody decides, each keeps
+    the state they agree on by determinism. When the anchor's final state appears, they used
+    to keep theirs for good (the run ended on two models); now they follow the anchor's."""
+    import dataclasses
+
+    spec = dataclasses.replace(SPEC, round_timeout=3)
+    async with open_driver_group(spec) as group:
+        early = [await group.member(), await group.member()]
+        with trio.fail_after(120):
+            await group.finished()
+        theirs = _checksums(group)
+        anchor = await group.member(group.creator)  # the creator comes back, trains alone
+        with trio.fail_after(120):
+            await group.finished()
+            await wait_until(lambda: len(_checksums(group)) == 1, timeout=30)
+            # the repair's phase ("downloading …") ends after its checksum shows
+            await wait_until(lambda: all(d.progress.phase == "finished" for d in group.drivers))
+        assert len(theirs) == 1 and _checksums(group) == {anchor.driver.progress.state_checksum}
+        assert _checksums(group) != theirs
+        assert all(m.driver.progress.state_downloads == 1 for m in early)
 
 
 async def test_a_wave_of_fresh_ids_enters_the_counted_group_one_per_round_only():

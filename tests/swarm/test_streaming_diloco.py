@@ -25,14 +25,7 @@ from peertrain.testing import LocalGroup, StreamingGroup
 MODEL = GPTConfig(block_size=16, n_layer=4, n_head=2, n_embd=16)
 INNER = InnerConfig(steps=8, batch_size=8, lr=3e-3, warmup_steps=4)
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Tiny models: one thread is faster, and OpenMP's spinning on a busy 2-core host is not."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -36,13 +36,7 @@ INNER = InnerConfig(steps=8, batch_size=8, lr=3e-3, warmup_steps=4)
 CONFIG = StreamingConfig(fragments=2, overlap=2, mix=0.5)
 RUN = "run-s"
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -120,6 +120,32 @@ async def test_every_update_arrives_through_a_network_that_duplicates_reorders_a
     assert router.stats.invalid == 0  # a duplicate is no offence
 
 
+@pytest.mark.parametrize("repeat", [False, True])
+async def test_announcements_lost_by_gossip_are_repeated_until_every_member_has_every_update(
+    autojump_clock, repeat
+):
+    """Gossip lost half of all announcements: with one announcement each, members closed the
+    round at its deadline, each without some updates (seen under load: each member alone with
+    its own); repeated every few seconds, every update is in long before the deadline."""
+    async with open_memory_router(faults=Faults(drop=0.5), seed=3) as router:
+        group = Group(router)
+        members = [group.add() for _ in range(4)]
+        started = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            if repeat:
+                for member in members:
+                    nursery.start_soon(member.repeat_loop)
+            results = await run_round(members, deadline=60.0)
+            nursery.cancel_scope.cancel()
+    assert router.stats.dropped > 0
+    complete = [len(r) == len(members) for r in results.values()]
+    if not repeat:
+        assert not all(complete)  # what the repeats are for
+        return
+    assert all(complete), [len(r) for r in results.values()]
+    assert trio.current_time() - started < 20.0
+
+
 async def test_a_missing_member_holds_the_round_only_until_the_deadline(group):
     members = [group.add() for _ in range(2)]
     silent = group.add()  # expected, never sends

@@ -111,6 +111,8 @@ class YamuxStream(IMuxedStream):
 
     async def _receive_into(self, target: memoryview) -> int:
         """Wait with `target` posted until bytes are placed in it (their count) or buffered (0)."""
+        if self._target is not None:  # a second reader would take the first one's bytes
+            raise trio.BusyResourceError(f"another task is reading stream {self.stream_id}")
         self._target, self._placed = target, 0
         try:
             while not self._placed and not self._buffered:
