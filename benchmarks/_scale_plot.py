@@ -55,8 +55,6 @@ def _panel(
         return x0 + fx * width, y0 - v / top_value * height
 
     pen.text((left + MARGIN, top + 12), f"{panel.title} ({panel.unit})", fill="black")
-    pen.line([(x0, y0), (x0 + width, y0)], fill="black")
-    pen.line([(x0, y0), (x0, y0 - height)], fill="black")
     for n in sizes:
         x, _ = point(n, 0)
         pen.line([(x, y0), (x, y0 + 4)], fill="black")
@@ -66,6 +64,8 @@ def _panel(
         _, y = point(sizes[0], value)
         pen.text((left + 6, y - 6), f"{value:.3g}", fill="black")
         pen.line([(x0, y), (x0 + width, y)], fill=(230, 230, 230))
+    pen.line([(x0, y0), (x0 + width, y0)], fill="black")
+    pen.line([(x0, y0), (x0, y0 - height)], fill="black")
     for index, series in enumerate(panel.series):
         colour = COLOURS[index % len(COLOURS)]
         points = [

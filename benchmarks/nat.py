@@ -8,7 +8,10 @@ each target by its bare peer ID (`resolve_peer`: DHT lookup and peer record, the
 addresses and circuits raced), wait up to --punch seconds for DCUtR to make a relayed
 connection direct, and fetch a 16 MiB tensor from it through the tensor service (`debug.fetch`).
 
-    first conn ms   resolve_peer: DHT lookup + dial (direct or through a relay)
+    join from start `peertrain join <bare id> --bootstrap <first public node>` started afresh in
+                    the dialer's namespace: seconds from the process start (imports, daemon,
+                    DHT bootstrap, resolution, dial) to its log saying it joined (target 3 s)
+    first conn ms   resolve_peer on a running daemon: DHT lookup + dial (direct or via a relay)
     ends on         direct | punched (relayed, then direct by DCUtR) | relayed
     MB/s            the payload over whatever connection the pair ends on
 
@@ -48,7 +51,15 @@ CELLS = [
 ]
 RESET_CELL = "symmetric → symmetric, reset"  # every TCP connection of the dialer cut mid-way
 CELL_NAMES = [cell for _, _, cell in CELLS] + [RESET_CELL]
-FIELDS = ["ends_on", "delivered", "first_conn_ms", "direct_after_s", "mb_per_s"]
+FIELDS = [
+    "ends_on",
+    "delivered",
+    "join_from_start_s",
+    "first_conn_ms",
+    "direct_after_s",
+    "mb_per_s",
+]
+JOIN_TARGET_S = 3.0
 
 
 def load_netns():
@@ -175,6 +186,30 @@ def measure_cell(nodes: Nodes, src: str, dst: str, dst_id: str, checksum: str, p
     }
 
 
+def join_from_start(nodes: Nodes, ns: str, key: str, port: int, dst_id: str, boot: str):
+    """Seconds from starting `peertrain join <dst_id>` in namespace `ns` to its log line
+    "joined <dst_id>" (keep_joined.py writes it once connected); None if not within 30 s."""
+    nodes.start(key, ns, port, ["join", dst_id, "--bootstrap", boot])
+    log = nodes.by_name[key].log_path
+    at = wait_or_none(
+        lambda: f"joined {dst_id}" in log.read_text() and time.monotonic(),
+        timeout=30,
+        interval=0.02,
+    )
+    seconds = _since(nodes, key, at)
+    nodes.stop(key)
+    return seconds
+
+
+def measure_joins(nodes: Nodes, ids: dict[str, str], boot: str, repeat: int) -> dict:
+    """`join_from_start` for every cell of the matrix, each from a fresh process."""
+    out = {}
+    for index, (src, dst, cell) in enumerate(CELLS):
+        key = f"join-{src}-{dst}-{repeat}"
+        out[cell] = join_from_start(nodes, src, key, 4100 + index, ids[dst], boot)
+    return out
+
+
 def measure_reset(nodes: Nodes, src: str, dst_id: str, checksum: str, ns: str):
     """`debug.fetch` while every TCP connection in the dialer's namespace is reset 0.6 s in
     (`ss -K`, as when its relay restarts): the download resumes once the circuit is back."""
@@ -209,6 +244,7 @@ def measure_reset(nodes: Nodes, src: str, dst_id: str, checksum: str, ns: str):
 def measure(world, base: Path, repeats: int, mib: int, punch: float):
     nodes = Nodes(world, base)
     runs: dict[str, list[dict]] = {cell: [] for cell in CELL_NAMES}
+    joins: dict[str, list[float | None]] = {cell: [] for cell in CELL_NAMES}
     failures: dict[str, list[str]] = {cell: [] for cell in CELL_NAMES}
     try:
         ids, startup = start_world(nodes)
@@ -217,6 +253,8 @@ def measure(world, base: Path, repeats: int, mib: int, punch: float):
             k: nodes.call(k, "debug.offer", {"mib": mib}) for k in ("pub2", "fwd", "cone", "sym")
         }
         for repeat in range(repeats):
+            for cell, seconds in measure_joins(nodes, ids, boot, repeat).items():
+                joins[cell].append(seconds)
             dialers = {"cone2": f"cone2-{repeat}", "sym2": f"sym2-{repeat}"}
             for ns, key in dialers.items():
                 nodes.start(key, ns, 4001 + repeat, ["node", "start", "--bootstrap", boot])
@@ -243,18 +281,20 @@ def measure(world, base: Path, repeats: int, mib: int, punch: float):
                 nodes.stop(key)
     finally:
         nodes.stop_all()
-    return runs, failures, startup
+    return runs, joins, failures, startup
 
 
-def row(cell: str, runs: list[dict], repeats: int) -> list:
+def row(cell: str, runs: list[dict], joins: list[float | None], repeats: int) -> list:
     delivered = f"{len(runs)}/{repeats}"
+    joined = _median(joins) if joins and None not in joins else None  # a miss: no figure
     if not runs:
-        return [cell, "failed", delivered, None, None, None]
+        return [cell, "failed", delivered, joined, None, None, None]
     ends = sorted({r["ends_on"] for r in runs})
     return [
         cell,
         "/".join(ends),
         delivered,
+        joined,
         _median(r["first_conn_ms"] for r in runs),  # none for the reset cell: already connected
         _median(r["direct_after_s"] for r in runs),
         _median(r["mb_per_s"] for r in runs),
@@ -264,6 +304,25 @@ def row(cell: str, runs: list[dict], repeats: int) -> list:
 def _median(values) -> float | None:
     known = [v for v in values if v is not None]
     return statistics.median(known) if known else None
+
+
+def figures(args, rows, runs, joins, failures, startup) -> dict:
+    """The JSON line: every cell, every run, every join, and whether joins met the target."""
+    cells = {
+        r[0]: dict(zip(FIELDS, r[1:], strict=True)) | {"failures": failures[r[0]]} for r in rows
+    }
+    every_join = [j for js in joins.values() for j in js]
+    return {
+        "payload_mib": args.mib,
+        "repeats": args.repeats,
+        "cells": cells,
+        "runs": runs,
+        "joins_from_start_s": joins,
+        "join_target_s": JOIN_TARGET_S,
+        "join_target_met": bool(every_join)
+        and all(j is not None and j <= JOIN_TARGET_S for j in every_join),
+        "daemons": startup,
+    }
 
 
 def main() -> None:
@@ -282,11 +341,13 @@ def main() -> None:
     world.setup()
     try:
         with tempfile.TemporaryDirectory() as home:
-            runs, failures, startup = measure(world, Path(home), args.repeats, args.mib, args.punch)
+            runs, joins, failures, startup = measure(
+                world, Path(home), args.repeats, args.mib, args.punch
+            )
     finally:
         if not existed:
             world.teardown()
-    rows = [row(cell, runs[cell], args.repeats) for cell in CELL_NAMES]
+    rows = [row(cell, runs[cell], joins[cell], args.repeats) for cell in CELL_NAMES]
     print_table(
         f"NAT matrix through CLI daemons, {args.mib} MiB tensor, medians over {args.repeats} "
         "fresh dialers per cell",
@@ -294,6 +355,7 @@ def main() -> None:
             "cell (dialer → target)",
             "ends on",
             "delivered",
+            "join from start s",
             "first conn ms",
             "direct after s",
             "MB/s",
@@ -308,18 +370,7 @@ def main() -> None:
             for k, f in startup.items()
         ],
     )
-    cells = {
-        r[0]: dict(zip(FIELDS, r[1:], strict=True)) | {"failures": failures[r[0]]} for r in rows
-    }
-    print_json(
-        {
-            "payload_mib": args.mib,
-            "repeats": args.repeats,
-            "cells": cells,
-            "runs": runs,
-            "daemons": startup,
-        }
-    )
+    print_json(figures(args, rows, runs, joins, failures, startup))
 
 
 if __name__ == "__main__":

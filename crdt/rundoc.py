@@ -16,14 +16,16 @@ of the lattice's definition, so every peer must use the same values (protocol co
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Self, TypeVar
 
 from .counters import GCounter
 from .lattice import Lattice
 from .lwwmap import LWWMap
 from .orset import AWORSet
 from .records import BAN, CHECKPOINT, MEMBER, PEER, BanVote, CheckpointRef, MemberInfo
-from .wire import Wire, read_list
+from .wire import Codec, Wire, read_list
+
+E = TypeVar("E")
 
 CHECKPOINT_WINDOW = 32  # a provider's last 32 checkpoint announcements stay live
 BAN_WINDOW = 16
@@ -129,18 +131,13 @@ class RunDoc(Lattice):
         out = cls()
         out.members = LWWMap.from_wire(members, PEER, MEMBER, max_entries=max_owners)
         out.progress = GCounter.from_wire(progress, max_replicas=max_owners)
-        out.checkpoints = AWORSet.from_wire(
-            checkpoints,
-            CHECKPOINT,
-            window=CHECKPOINT_WINDOW,
-            max_entries=CHECKPOINT_WINDOW * max_owners,
-            max_replicas=max_owners,
-        )
-        out.bans = AWORSet.from_wire(
-            bans,
-            BAN,
-            window=BAN_WINDOW,
-            max_entries=BAN_WINDOW * max_owners,
-            max_replicas=max_owners,
-        )
+        out.checkpoints = _windowed_set(checkpoints, CHECKPOINT, CHECKPOINT_WINDOW, max_owners)
+        out.bans = _windowed_set(bans, BAN, BAN_WINDOW, max_owners)
         return out
+
+
+def _windowed_set(obj: Wire, codec: Codec[E], window: int, max_owners: int) -> AWORSet[E]:
+    """An add-wins set of at most `window` entries per owner, strictly decoded."""
+    return AWORSet.from_wire(
+        obj, codec, window=window, max_entries=window * max_owners, max_replicas=max_owners
+    )

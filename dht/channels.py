@@ -86,13 +86,11 @@ class Links:
         response_types: Sequence[type[Response]],
         *,
         on_bad_peer: BadPeer,
-        connect: Callable[[ID], Awaitable[None]],
-        open_timeout: float = 10.0,
+        connect: Callable[[ID, float], Awaitable[None]],  # (peer, patience): dialer.dial
         max_in_flight: int = 64,
     ) -> None:
         self.host = host
         self.connect = connect
-        self.open_timeout = open_timeout  # stream negotiation, apart from the request
         self.pid = pid
         self.response_types: tuple[type[Response], ...] = (*response_types, ErrorResponse)
         self.max_frame = max(t.wire_max_size for t in self.response_types)
@@ -119,11 +117,11 @@ class Links:
         Raises `ProtocolError` (the peer failed us), `RemoteError` (it refused), or
         `trio.TooSlowError`.
         """
-        # Connecting is outside the request's budget: the dial has its own deadline (dialer.py)
-        # and negotiating the stream `open_timeout`. A handshake queued behind others on a busy
-        # CPU is not the peer failing to answer, and a request given up on there sent the
-        # lookup to dial someone else: more handshakes for the same CPU.
-        link = await self._link(peer)
+        # Connecting gets the same budget once the dial holds a slot (dialer.py): a lookup does
+        # not wait on an address that drops packets silently (a NAT's LAN side) longer than on
+        # a peer that does not answer, nor gives up on a dial queued on a busy CPU. Giving up
+        # leaves the dial running: a later request finds it done.
+        link = await self._link(peer, timeout)
         with trio.fail_after(timeout):
             if len(link.pending) >= self.max_in_flight:
                 raise StreamEnded(f"{self.max_in_flight} requests already in flight to {peer}")
@@ -148,7 +146,7 @@ class Links:
             raise error
         return reply
 
-    async def _link(self, peer: ID) -> _Link:
+    async def _link(self, peer: ID, patience: float) -> _Link:
         link = self._links.get(peer)
         if link is not None and not link.closed:
             return link
@@ -160,12 +158,12 @@ class Links:
                     return link
                 try:
                     if not self.host.get_network().get_connections(peer):
-                        await self.connect(peer)
-                    with trio.fail_after(self.open_timeout):
+                        await self.connect(peer, patience)
+                    with trio.fail_after(patience):
                         stream = await self.host.new_stream(peer, [TProtocol(str(self.pid))])
                 except trio.Cancelled:
                     raise
-                except (Exception, trio.TooSlowError) as exc:  # noqa: BLE001 - dial or negotiation failed (py-libp2p raises many types): translated
+                except Exception as exc:  # noqa: BLE001 - dial or negotiation failed (py-libp2p raises many types): translated
                     raise StreamEnded(f"could not open a DHT stream to {peer}: {exc}") from None
                 link = self._links[peer] = _Link(peer, stream)
                 assert self._nursery is not None, "Links.attach() was not called"

@@ -14,6 +14,7 @@ hundreds of handshakes split one core, each outlives every deadline and the work
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Sequence
 
 import trio
@@ -34,9 +35,10 @@ CIRCUIT = "/p2p-circuit"
 
 
 class _Attempt:
-    __slots__ = ("done", "error")
+    __slots__ = ("started", "done", "error")
 
     def __init__(self) -> None:
+        self.started = trio.Event()  # it holds a slot (or ended without one)
         self.done = trio.Event()
         self.error: str | None = "the node stopped"  # until the dial says otherwise
 
@@ -68,22 +70,26 @@ class Dialer:
     def connected(self, peer: ID) -> bool:
         return bool(self.host.get_network().get_connections(peer))
 
-    async def dial(self, peer: ID) -> None:
+    async def dial(self, peer: ID, patience: float | None = None) -> None:
         """`connect` at the addresses `addrs` knows for `peer`."""
-        await self.connect(PeerInfo(peer, self.addrs(peer)))
+        await self.connect(PeerInfo(peer, self.addrs(peer)), patience=patience)
 
-    async def connect(self, info: PeerInfo) -> None:
+    async def connect(self, info: PeerInfo, *, patience: float | None = None) -> None:
         """Return once connected to `info.peer_id`; `DialFailed` if the dial failed.
 
-        Waits for a free slot, then at most `timeout`. Cancelling the caller stops its wait,
-        never the dial.
+        Waits for a free slot, then at most `timeout`, or `patience` (`TooSlowError`): a lookup
+        gives up on an address that drops packets silently as on a peer that does not answer,
+        but not on a dial queued behind others on a busy CPU. Cancelling the caller or running
+        out of patience stops its wait, never the dial.
         """
         if self.connected(info.peer_id):
             return
         attempt = self._attempts.get(info.peer_id)
         if attempt is None:
             attempt = self._start(info)
-        await attempt.done.wait()
+        await attempt.started.wait()
+        with trio.fail_after(math.inf if patience is None else patience):
+            await attempt.done.wait()
         if attempt.error is not None:
             raise DialFailed(f"could not connect to {info.peer_id}: {attempt.error}")
 
@@ -108,6 +114,7 @@ class Dialer:
         attempt = _Attempt()
         if self._nursery is None or len(self._attempts) >= MAX_PENDING:
             attempt.error = "too many dials pending" if self._nursery else "the node is not running"
+            attempt.started.set()
             attempt.done.set()
             return attempt
         self._attempts[info.peer_id] = attempt
@@ -117,6 +124,7 @@ class Dialer:
     async def _dial(self, info: PeerInfo, attempt: _Attempt) -> None:
         try:
             async with self._slots:
+                attempt.started.set()
                 if not self.connected(info.peer_id):  # it may have dialled us meanwhile
                     self.dialled += 1
                     with trio.fail_after(self.timeout):
@@ -127,6 +135,7 @@ class Dialer:
             attempt.error = str(exc) or type(exc).__name__
         finally:
             del self._attempts[info.peer_id]
+            attempt.started.set()
             attempt.done.set()
 
     async def _any_address(self, info: PeerInfo) -> None:

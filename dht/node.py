@@ -2,7 +2,7 @@
 
     dht = Dht(host, DhtConfig(), bootstrap=[peer_info], penalise=scoreboard.penalise)
     await nursery.start(dht.run)             # serves at once; bootstraps in the background
-    await dht.wait_bootstrapped()            # optional: after the first self-lookup
+    await dht.wait_bootstrapped()            # optional: once a server is in its table
     await dht.put(stage_key("run1", 3), {"tput": 812.0}, ttl=60)
     servers = await dht.get(stage_key("run1", 3))      # {writer peer ID: Record}
     info = await dht.resolve(peer_id)        # a bare peer ID → connected PeerInfo
@@ -287,7 +287,7 @@ class Dht:
             log.debug("dht: identify push after a mode change: %s", exc)
 
     async def wait_bootstrapped(self) -> None:
-        """Wait for the first self-lookup: from then on this node finds and is found."""
+        """Wait until the bootstrap walk put a server in the table: from then on lookups work."""
         await self.joining.done.wait()
 
     @property

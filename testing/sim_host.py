@@ -316,10 +316,19 @@ class _Network:
         conn = self.host.conns.get(peer)
         return [conn] if conn is not None else []
 
+    async def dial_addr(self, addr: Multiaddr, peer: ID) -> SimConn:
+        """Dial `peer` (at its one simulated address, whichever `addr` says)."""
+        await self.host.connect(PeerInfo(peer, [addr]))
+        return self.host.conns[peer]
+
 
 class _Peerstore:
     def __init__(self, host: SimHost) -> None:
         self.host = host
+
+    def add_addrs(self, peer: ID, addrs: Sequence[Multiaddr], ttl: float) -> None:
+        if peer in self.host.net.hosts:
+            self.host.known.add(peer)
 
     def addrs(self, peer: ID) -> list[Multiaddr]:
         if peer not in self.host.known:

@@ -11,6 +11,8 @@ never turns on:
     requests, httpx     security.tls.autotls (basic_host)         enable_autotls stays False
       (+ urllib3, charset_normalizer, httpcore, …)
     prometheus_client   metrics.*, rcmgr.prometheus_exporter      enable_metrics / Prometheus off
+    trio_websocket      transport.websocket (transport.__init__)  host.py builds TCP only
+      (+ wsproto, h11: ≈0.1 s of a daemon's start, on the critical path of `peertrain join`)
 
 `install()` puts a meta-path finder in front of the import system that answers imports of
 these packages with inert placeholder modules. Anything taken from a placeholder module is a
@@ -53,6 +55,7 @@ SLIMMED: dict[str, str] = {
     "requests": "AutoTLS certificate issuance (ACME)",
     "httpx": "AutoTLS certificate issuance (ACME)",
     "prometheus_client": "Prometheus metrics",
+    "trio_websocket": "the WebSocket transport",
 }
 MAX_RECORDED_USES = 64
 

@@ -88,8 +88,14 @@ class CountedGroup:
         return admitted | {self.me}
 
     def of_round(self, round_: int, salt: bytes) -> frozenset[str]:
-        """The counted group of `round_` (the roster decides once per round)."""
-        return self.roster.advance(round_, self.candidates(round_), salt) | {self.me}
+        """The counted group of `round_` (the roster decides once per round). Last round's
+        members stay while their lease does, whether or not they announced this round's start
+        state yet: one that repaired its state (a download, seconds under load) announced it
+        after we decided, was left out and, always a step behind, never got back in (seen: an
+        anchor alone for four rounds beside three honest members). One that is gone costs the
+        round its deadline once, then `contributed` drops it."""
+        candidates = self.candidates(round_) | self.live_counted()
+        return self.roster.advance(round_, candidates, salt) | {self.me}
 
     def expected(self, round_: int) -> set[str]:
         """Whose updates round `round_` waits for: the counted group's live members."""

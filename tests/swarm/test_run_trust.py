@@ -193,6 +193,28 @@ async def test_invite_members_that_closed_a_round_with_different_updates_end_on_
         assert [d.progress.state_downloads for d in drivers] == [0] * 4
 
 
+async def test_a_member_that_repairs_its_state_late_stays_in_the_anchors_next_group():
+    """Gossip lost the anchor's announcement to the other member for round 1, so it closed the
+    round at its deadline without it and repaired its state after: seconds after the anchor
+    had decided its group of round 2 without it, and trained on alone (one update a round)."""
+    import dataclasses
+
+    spec = dataclasses.replace(SPEC, round_timeout=4, rounds=4)
+    async with open_driver_group(spec) as group:
+        anchor, other = await group.member(group.creator), await group.member()
+        gossip = group.topic.members
+        group.topic.lose = lambda publisher, receiver: (
+            (publisher, receiver) == (anchor.peer_id, other.peer_id)
+            and gossip[receiver].current_round == 1
+        )
+        with trio.fail_after(120):
+            await group.finished()
+        accepted = [h["accepted"] for h in anchor.driver.progress.history]
+        assert accepted == [2, 2, 2, 2], accepted
+        assert other.driver.progress.history[1]["accepted"] == 1  # the round it closed alone
+        assert len(_checksums(group)) == 1
+
+
 async def test_a_joiner_adopts_the_newest_trusted_state():
     async with open_driver_group(SPEC) as group:
         await group.member(group.creator)
