@@ -12,67 +12,68 @@ of torch work, wall seconds from each round's first inner step to its agreement.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from peertrain.node.cli.local_swarm import DAEMON_ENV
 from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
 
 
-def _run_flags(args, *, members: int, extra: list[str]) -> list[str]:
-    settings = {"n_layer": args.layers, "n_embd": args.width, "n_head": 4}
-    flags = ["--model", "gpt", "--dataset", "text", "--codec", args.codec]
-    flags += ["--inner-steps", str(args.h), "--rounds", str(args.steps // args.h)]
-    flags += ["--batch-size", str(args.batch_size), "--round-timeout", "300"]
-    flags += ["--min-members", str(members), "--set", f"num_shards={args.workers}"]
-    flags += ["--set", f"model_settings={json.dumps(settings)}"]
-    return flags + extra
+def _spec(args, *, members: int, extra: dict) -> dict:
+    return {
+        "model": "gpt",
+        "model_settings": {"n_layer": args.layers, "n_embd": args.width, "n_head": 4},
+        "dataset": "text",
+        "dataset_settings": {"max_bytes": args.max_bytes},
+        "codec": args.codec,
+        "inner_steps": args.h,
+        "rounds": args.steps // args.h,
+        "batch_size": args.batch_size,
+        "round_timeout": 300.0,
+        "min_members": members,
+        "num_shards": args.workers,
+        **extra,
+    }
 
 
-def _create(home: Path, name: str, flags: list[str]) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "peertrain", "run", "create", "--home", str(home)]
-        + ["--name", name, "--json", *flags],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
+def _create(home: Path, name: str, spec: dict) -> dict:
+    """`run create` on the daemon of `home` through its control socket, waiting as long as
+    building the model takes on a loaded machine (the CLI waits 60 s)."""
+    from peertrain.node.api.control import call_sync
+    from peertrain.node.config import NodeConfig
+
+    params = {"name": name, "mode": "diloco", "spec": spec}
+    return call_sync(NodeConfig(home=home).control_socket, "run.create", params, timeout=600)
 
 
 def _start(home: Path, args_: list[str]) -> DaemonProcess:
     return DaemonProcess(home, args_, DAEMON_ENV).start()
 
 
-def _group(base: Path, args, name: str, extra: list[str]) -> list[DaemonProcess]:
+def _group(base: Path, args, name: str, extra: dict, daemons: list[DaemonProcess]) -> None:
     """W daemons in one run of `name` (the first creates it, the others join it)."""
     shape = ["--uplink-mbit", str(args.mbit)]
-    first = _start(base / "n0", node_args(extra=shape))
-    addr = first.wait_ready()["share"]
-    _create(first.home, name, _run_flags(args, members=args.workers, extra=extra))
-    daemons = [first]
+    daemons.append(_start(base / "n0", node_args(extra=shape)))
+    addr = daemons[0].wait_ready()["share"]
+    _create(daemons[0].home, name, _spec(args, members=args.workers, extra=extra))
     for i in range(1, args.workers):
         join = ["join", addr, "--run", name, "--listen", "/ip4/127.0.0.1/tcp/0", *shape]
         daemons.append(_start(base / f"n{i}", [*join, "--log-format", "json"]))
     for daemon in daemons[1:]:
         daemon.wait_ready()
-    return daemons
 
 
-def _alone(base: Path, args) -> list[DaemonProcess]:
+def _alone(base: Path, args, daemons: list[DaemonProcess]) -> None:
     """W daemons, each training in a run of its own."""
-    daemons = [
-        _start(base / f"n{i}", node_args(extra=["--uplink-mbit", str(args.mbit)]))
-        for i in range(args.workers)
-    ]
-    for i, daemon in enumerate(daemons):
+    for i in range(args.workers):
+        daemons.append(_start(base / f"n{i}", node_args(extra=["--uplink-mbit", str(args.mbit)])))
+    for daemon in daemons:
         daemon.wait_ready()
-        _create(daemon.home, f"local-{i}", _run_flags(args, members=1, extra=[]))
-    return daemons
+    spec = _spec(args, members=1, extra={})
+    with ThreadPoolExecutor(len(daemons)) as pool:  # at once: each builds while others do
+        list(pool.map(lambda i: _create(daemons[i].home, f"local-{i}", spec), range(len(daemons))))
 
 
 def _finished(daemons: list[DaemonProcess], timeout: float) -> list[dict]:
@@ -90,11 +91,15 @@ def _finished(daemons: list[DaemonProcess], timeout: float) -> list[dict]:
     raise TimeoutError("the arm did not finish in time")
 
 
-def run_arm(args, name: str, extra: list[str] | None) -> dict:
+def run_arm(args, name: str, extra: dict | None) -> dict:
     """One arm on fresh daemons: `extra` None is the local arm, else the shared run's flags."""
     with tempfile.TemporaryDirectory(prefix="overlap-") as tmp:
-        daemons = _alone(Path(tmp), args) if extra is None else _group(Path(tmp), args, name, extra)
+        daemons: list[DaemonProcess] = []  # filled as they start: all are stopped, whatever fails
         try:
+            if extra is None:
+                _alone(Path(tmp), args, daemons)
+            else:
+                _group(Path(tmp), args, name, extra, daemons)
             runs = _finished(daemons, args.timeout)
         finally:
             stop_all(daemons)
@@ -116,10 +121,10 @@ def run_arm(args, name: str, extra: list[str] | None) -> dict:
 
 
 def daemon_arms(args) -> list[dict]:
-    stream = ["--fragments", str(args.fragments), "--overlap", str(args.overlap)]
+    stream = {"fragments": args.fragments, "overlap": args.overlap}
     arms = [
         ("local", None),
-        ("diloco", []),
+        ("diloco", {}),
         (f"stream-P{args.fragments}T{args.overlap}", stream),
     ]
     return [run_arm(args, name, extra) for name, extra in arms]

@@ -122,24 +122,33 @@ async def amain(args) -> dict:
         ),
     ]
     results = [await run_arm(args, dataset, *arm) for arm in arms]
+    targets = report(
+        results, {"peak B/exchange": "peak_exchange_bytes", "uplink B": "uplink_bytes"}
+    )
+    return {"arms": results, "targets": targets, "params": n, "mbit": args.mbit,
+            "steps": args.steps, "workers": args.workers}  # fmt: skip
+
+
+def report(results: list[dict], extra: dict[str, str]) -> dict[str, bool]:
+    """Wall time against the local arm, the table (with `extra` columns: title → key), and
+    the targets met by the streaming arm (the last)."""
     local = results[0]["wall_per_100_steps"]
     for r in results:
         r["wall_vs_local"] = round(r["wall_per_100_steps"] / local, 3)
-    header = ["arm", "wall/100 steps", "vs local", "idle", "peak B/exchange", "uplink B"]
+    header = ["arm", "wall/100 steps", "vs local", "idle", *extra]
     rows = [
         [r["arm"], f"{r['wall_per_100_steps']:.1f}s", r["wall_vs_local"], r["idle_fraction"],
-         f"{r['peak_exchange_bytes']:,}", f"{r['uplink_bytes']:,}"]
+         *(f"{r[k]:,}" if isinstance(r[k], int) else r[k] for k in extra.values())]
         for r in results
     ]  # fmt: skip
     print_table("", header, rows)
-    stream = results[2]
+    stream = results[-1]
     targets = {
         "stream_idle_below_10pct": stream["idle_fraction"] < 0.10,
         "stream_wall_within_1.1x_of_local": stream["wall_vs_local"] <= 1.1,
     }
     print("targets: " + ", ".join(f"{k}={v}" for k, v in targets.items()))
-    return {"arms": results, "targets": targets, "params": n, "mbit": args.mbit,
-            "steps": args.steps, "workers": args.workers}  # fmt: skip
+    return targets
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -187,22 +196,7 @@ def daemons_main(args) -> dict:
         f"{args.steps} inner steps, H {args.h}, P {args.fragments}, tau {args.overlap}"
     )
     results = daemon_arms(args)
-    local = results[0]["wall_per_100_steps"]
-    for r in results:
-        r["wall_vs_local"] = round(r["wall_per_100_steps"] / local, 3)
-    header = ["arm", "wall/100 steps", "vs local", "idle", "bytes published", "loss"]
-    rows = [
-        [r["arm"], f"{r['wall_per_100_steps']:.1f}s", r["wall_vs_local"], r["idle_fraction"],
-         f"{r['bytes_published']:,}", r["loss"]]
-        for r in results
-    ]  # fmt: skip
-    print_table("", header, rows)
-    stream = results[2]
-    targets = {
-        "stream_idle_below_10pct": stream["idle_fraction"] < 0.10,
-        "stream_wall_within_1.1x_of_local": stream["wall_vs_local"] <= 1.1,
-    }
-    print("targets: " + ", ".join(f"{k}={v}" for k, v in targets.items()))
+    targets = report(results, {"bytes published": "bytes_published", "loss": "loss"})
     return {"mode": "daemons", "arms": results, "targets": targets, "params": n,
             "full_update_bytes": full, "mbit": args.mbit, "steps": args.steps,
             "workers": args.workers}  # fmt: skip

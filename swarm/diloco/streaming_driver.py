@@ -27,7 +27,7 @@ from typing import Any
 import trio
 
 from .compression import Payload
-from .driver import RETRY_PAUSE, DiLoCoDriver
+from .driver import AGREEMENT_WAIT, RETRY_PAUSE, DiLoCoDriver
 from .exchange import Contribution
 from .member import RoundReport, rejection_kind
 from .streaming import FragmentReport, StreamingMember
@@ -91,7 +91,7 @@ class StreamingDriver(DiLoCoDriver):
         report = self._account(round_, reports, self.member.inner.step - step)
         self.replicator.writer.add_progress(self.member.inner.step - step)
         await self.sync.publish()
-        await self.sync.agree()
+        await self.sync.agree(wait=AGREEMENT_WAIT)
         took, after = trio.current_time() - started, self.loop.statistics()
         self.round_durations = [*self.round_durations[-63:], took]
         compute = after.compute_seconds - before.compute_seconds
