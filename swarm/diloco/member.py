@@ -16,7 +16,7 @@ import copy
 import math
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -179,6 +179,38 @@ class MemberState:
     def state_hash(self) -> str:
         return state_hash(self.round, self.params, self.momentum)
 
+    @classmethod
+    def of(
+        cls,
+        round_: int,
+        layout: ParamLayout,
+        params: torch.Tensor,
+        momentum: torch.Tensor,
+        *,
+        local: tuple[InnerLoop, torch.Tensor] | None = None,
+    ) -> MemberState:
+        """A copy of a member's state: the shared part (θ_global by name, outer momentum) and,
+        with `local` = (inner loop, error-feedback residual), the member's own part too."""
+        named = {k: v.clone() for k, v in layout.named(params).items()}
+        state = cls(round=round_, params=named, momentum=momentum.clone())
+        if local is None:
+            return state
+        inner, residual = local
+        return replace(
+            state,
+            inner_step=inner.step,
+            inner_optimizer=copy.deepcopy(inner.optimizer.state_dict()),
+            residual=residual.clone(),
+        )
+
+    def momentum_for(self, numel: int) -> torch.Tensor:
+        """The outer momentum as fp32, checked to fit a model of `numel` parameters."""
+        if self.momentum.shape != (numel,):
+            raise DiLoCoError(
+                f"momentum of shape {tuple(self.momentum.shape)} does not fit the model"
+            )
+        return self.momentum.detach().float()
+
 
 class DiLoCoMember:
     def __init__(
@@ -277,19 +309,9 @@ class DiLoCoMember:
         """A copy of the state between rounds; `include_local=False` gives what a joiner needs."""
         if self._prepared is not None:
             raise DiLoCoError("snapshot taken between prepare_update and apply_update")
-        named = {k: v.clone() for k, v in self.layout.named(self.global_params).items()}
-        shared = MemberState(
-            round=self.round, params=named, momentum=self.outer.momentum_buffer.clone()
-        )
-        if not include_local:
-            return shared
-        return MemberState(
-            round=shared.round,
-            params=shared.params,
-            momentum=shared.momentum,
-            inner_step=self.inner.step,
-            inner_optimizer=copy.deepcopy(self.inner.optimizer.state_dict()),
-            residual=self.encoder.residual.clone(),
+        local = (self.inner, self.encoder.residual) if include_local else None
+        return MemberState.of(
+            self.round, self.layout, self.global_params, self.outer.momentum_buffer, local=local
         )
 
     def rewind(self, round_: int, params: torch.Tensor, momentum: torch.Tensor) -> None:
@@ -305,12 +327,9 @@ class DiLoCoMember:
     def restore(self, state: MemberState) -> None:
         """Adopt `state`; without inner optimizer state the inner AdamW starts fresh."""
         flat = self.layout.join(state.params)
-        if state.momentum.shape != (self.layout.numel,):
-            raise DiLoCoError(
-                f"momentum of shape {tuple(state.momentum.shape)} does not fit the model"
-            )
+        momentum = state.momentum_for(self.layout.numel)
         self.global_params = flat
-        self.outer.momentum_buffer = state.momentum.detach().float().clone()
+        self.outer.momentum_buffer = momentum.clone()
         self.layout.load(flat)
         self.round = state.round
         self.admissions.take()

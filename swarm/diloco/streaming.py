@@ -16,7 +16,6 @@ for (sample_weights.py), so members of unequal speed count by the data they saw.
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -209,27 +208,17 @@ class StreamingMember:
         """Between rounds (every fragment at one round, none in flight): what a checkpoint
         holds, in DiLoCoMember's form, so a plain member's checks and stores apply."""
         self._between_rounds()
-        named = {k: v.clone() for k, v in self.layout.named(self.global_params).items()}
-        shared = MemberState(round=self.round, params=named, momentum=self.momentum_buffer)
-        if not include_local:
-            return shared
-        return MemberState(
-            round=shared.round,
-            params=shared.params,
-            momentum=shared.momentum,
-            inner_step=self.inner.step,
-            inner_optimizer=copy.deepcopy(self.inner.optimizer.state_dict()),
-            residual=self._joined([encoder.residual for encoder in self.encoders]),
+        local = None
+        if include_local:
+            local = (self.inner, self._joined([encoder.residual for encoder in self.encoders]))
+        return MemberState.of(
+            self.round, self.layout, self.global_params, self.momentum_buffer, local=local
         )
 
     def restore(self, state: MemberState) -> None:
         """Adopt `state` (every fragment at its round); nothing stays in flight."""
         flat = self.layout.join(state.params)
-        if state.momentum.shape != (self.layout.numel,):
-            raise DiLoCoError(
-                f"momentum of shape {tuple(state.momentum.shape)} does not fit the model"
-            )
-        momentum = state.momentum.detach().float()
+        momentum = state.momentum_for(self.layout.numel)
         residual = state.residual if state.residual is not None else torch.zeros_like(momentum)
         for frag, outer, encoder in zip(self.fragments, self.outers, self.encoders, strict=True):
             outer.momentum_buffer = frag.gather(momentum)
