@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 MAX_DIALS = 8  # handshakes in flight per node
 MAX_PENDING = 256  # distinct peers waiting for a dial slot; beyond, a dial fails at once
 STAGGER = 0.25  # seconds before the next address of a peer is dialled too (go-libp2p's delay)
-PEERSTORE_TTL = 120.0  # seconds the peerstore keeps the addresses we dialled (host.connect's)
+PEERSTORE_TTL = 120  # seconds the peerstore keeps the addresses we dialled (host.connect's)
 CIRCUIT = "/p2p-circuit"
 
 
