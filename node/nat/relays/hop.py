@@ -33,6 +33,7 @@ from libp2p.relay.circuit_v2.protocol_buffer import StatusCode
 from libp2p.relay.circuit_v2.resources import RelayLimits
 
 from ...net.budget import ResourceBudget, is_local, prefix_of
+from ...net.streams import close_quietly
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +127,9 @@ class PacedRelay(CircuitV2Protocol):
         if self.budget.relay_circuits >= self.budget.limits.relay_circuits:
             self.budget.refused["relay_circuits"] += 1
             await self._send_status(stream, StatusCode.RESOURCE_LIMIT_EXCEEDED, "relay is full")
-            await stream.reset()
+            # a close, not a reset: a reset right behind the status could overtake it at the
+            # asker's reader, which then sees only the reset and never learns why
+            await close_quietly(stream)
             return
         self.budget.relay_circuits += 1
         try:
