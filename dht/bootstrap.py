@@ -10,12 +10,15 @@ long before anyone was usable.
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Sequence
 
 import trio
 from libp2p.abc import IHost
+from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
+from peertrain.protocol.errors import PeertrainError
 
 from .config import DhtConfig
 from .dialer import Dialer
@@ -23,6 +26,8 @@ from .keyspace import random_key_in_bucket
 from .routing import RoutingTable
 from .table_feed import TableFeed
 from .walker import Walker
+
+log = logging.getLogger(__name__)
 
 FIRST_REFRESH = (5.0, 15.0)  # seconds after bootstrap: the wide self-lookup, spread out in time
 
@@ -61,6 +66,7 @@ class Bootstrapper:
         self.peers += [p for p in peers if p.peer_id not in known and p.peer_id != self.own]
         async with self._lock:
             reached = await self.dialer.connect_all(self.peers)
+            await self._greet(reached)
             seeds = [*reached, *self.table.closest(self.table.own_key, self.config.alpha)]
             if seeds:
                 await self.walker.lookup_nodes(
@@ -69,6 +75,25 @@ class Bootstrapper:
             if len(self.table):
                 self.done.set()
             return len(self.table)
+
+    async def _greet(self, peers: Sequence[ID]) -> None:
+        """Ask every bootstrap peer we reached for our neighbours, in parallel.
+
+        The walk alone is one peer wide and may start from peers that dialled us meanwhile:
+        then the bootstrap peer never heard a request, neither side's table held the other
+        (identify had failed on the fresh connection), and a 10-node swarm joining at once
+        split in two halves that did not meet until the first refresh, 5-15 s later. A peer
+        we ask learns that we serve and joins our table when it answers."""
+
+        async def greet(peer: ID) -> None:
+            try:
+                await self.walker.find_nodes(peer, self.table.own_key, count=self.config.alpha)
+            except (PeertrainError, trio.TooSlowError) as exc:
+                log.info("dht: bootstrap peer %s did not answer: %s", peer, exc)
+
+        async with trio.open_nursery() as nursery:
+            for peer in peers:
+                nursery.start_soon(greet, peer)
 
     def _first_answer(self, _nearest_open: int | None) -> bool:
         """After each answer of the bootstrap walk: usable once a server is in the table. The

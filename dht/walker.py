@@ -112,13 +112,15 @@ class Walker:
         alpha = alpha or self.config.alpha
 
         async def query(peer: ID) -> list[ID]:
-            reply = await self.request(
-                peer,
-                FindNode(
-                    target=target.to_bytes(32, "big"), server=self.is_server, count=max(width, 3)
-                ),
-                Nodes,
-            )
-            return self.heard(reply.peers, target)
+            return await self.find_nodes(peer, target, count=max(width, 3))
 
         return await self.lookup(target, query, width=width, alpha=alpha, done=done, seeds=seeds)
+
+    async def find_nodes(self, peer: ID, target: int, *, count: int) -> list[ID]:
+        """One FindNode to `peer`: the servers it names nearest `target` (learned on the way)."""
+        reply = await self.request(
+            peer,
+            FindNode(target=target.to_bytes(32, "big"), server=self.is_server, count=count),
+            Nodes,
+        )
+        return self.heard(reply.peers, target)
