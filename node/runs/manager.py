@@ -459,7 +459,20 @@ def _spec_bytes(mode: str, spec: dict[str, Any]) -> bytes:
 
     try:
         if mode == "swarm":
-            return PipelineSpec.from_settings(spec).to_bytes()
+            return PipelineSpec.from_settings(_open_pipeline(spec)).to_bytes()
         return DiLoCoSpec(**spec).to_bytes()
     except (ConfigError, TypeError, ValueError) as exc:
         raise ControlError(f"invalid run settings: {exc}") from None
+
+
+def _open_pipeline(spec: dict[str, Any]) -> dict[str, Any]:
+    """A SWARM pipeline run is open: any peer with a live member record may call its stages
+    (README, Security model). An invite pipeline run is refused by name here, never created
+    as an open one that a user believes closed; `admission: open` is what it is anyway."""
+    admission = spec.get("admission", "open")
+    if admission != "open":
+        raise ControlError(
+            f"SWARM pipeline runs have no {admission!r} admission: any peer with a member "
+            "record may call their stages; an invite run trains with --mode diloco"
+        )
+    return {k: v for k, v in spec.items() if k != "admission"}

@@ -7,7 +7,8 @@ trusted one, the member gathers the record's update set (its own copies where th
 match, the others fetched by the checksum their *senders* signed: a record names updates, it
 does not vouch for them), rewinds, and applies the round again. Aggregation is a function of
 the set, bit for bit (swarm/aggregation), so this lands on the trusted checksum; if it does not,
-the driver downloads the state instead.
+the driver downloads the state instead. The trusted state (RunState) may reach a member before
+the signer's record (update gossip, repeated every `REPEAT_EVERY`): the replay waits for it.
 """
 
 from __future__ import annotations
@@ -17,13 +18,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+import trio
 
 from .exchange import Contribution
 from .member import DiLoCoMember, RoundReport
 from .round_record import RecordedUpdate, RoundRecord
-from .update_gossip import UpdateGossip
+from .update_gossip import REPEAT_EVERY, UpdateGossip
 
 log = logging.getLogger(__name__)
+
+# a trusted record lost to gossip comes again with its signer's next repeat
+RECORD_WAIT = 2.5 * REPEAT_EVERY
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +79,7 @@ class RoundReplay:
         last = self.last
         if last is None or last.round != round_:
             return None
-        record = self.gossip.records.matching(round_, start=last.checksum, result=trusted)
+        record = await self._trusted_record(round_, last.checksum, trusted)
         if record is None:
             return None
         contributions = await self._gather(round_, record, last)
@@ -86,6 +91,17 @@ class RoundReplay:
             "round %d applied again with the %d updates of its record", round_, len(contributions)
         )
         return record
+
+    async def _trusted_record(self, round_: int, start: bytes, result: bytes) -> RoundRecord | None:
+        """A trusted signer's record of `round_` from `start` to `result`, waiting up to
+        `RECORD_WAIT` for it: the trusted state may be known here seconds before the record
+        (seen: a member that lost its anchor's round to gossip found the anchor's state
+        attested, no record yet, and downloaded the state at once)."""
+        records = self.gossip.records
+        with trio.move_on_after(RECORD_WAIT):
+            while records.matching(round_, start=start, result=result) is None:  # noqa: ASYNC110 - records arrive in a sync validator, with no event to wait on
+                await trio.sleep(0.1)
+        return records.matching(round_, start=start, result=result)
 
     async def _gather(
         self, round_: int, record: RoundRecord, last: RoundStart

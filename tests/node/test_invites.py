@@ -63,3 +63,16 @@ async def test_an_open_run_takes_no_invites():
         await node.runs.create(name="public", mode="diloco", spec={**SPEC, "admission": "open"})
         with pytest.raises(ControlError, match="open"):
             await node.control_methods()["run.invite"]({"peer": pid(node)})
+
+
+async def test_a_swarm_pipeline_run_is_never_created_as_an_invite_run():
+    """Pipeline runs have no invite admission (any peer with a member record may call a stage):
+    asked for one, the node refuses by name and starts nothing, rather than create an open run
+    its user believes closed."""
+    async with open_test_swarm(1) as (node,):
+        pipeline = {"model": "mlp", "dataset": "digits", "stages": 2, "admission": "invite"}
+        with pytest.raises(ControlError, match="no 'invite' admission.*--mode diloco"):
+            await node.control_methods()["run.create"](
+                {"name": "p", "mode": "swarm", "spec": pipeline}
+            )
+        assert node.runs.sessions == {} and node.status()["run"] is None

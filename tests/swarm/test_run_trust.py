@@ -215,6 +215,30 @@ async def test_a_member_that_repairs_its_state_late_stays_in_the_anchors_next_gr
         assert len(_checksums(group)) == 1
 
 
+async def test_a_member_that_lost_a_round_replays_it_once_the_anchors_record_comes_again():
+    """Gossip lost the anchor's announcement and round record to the other member for round 1,
+    until that member closed the round without the anchor's update. The anchor's attested state
+    (RunState) then reached it before the next repeat of the record (update gossip): it found
+    no record to replay and downloaded the state at once (1 download, 0 replays). It now waits
+    for the record's repeat and applies the round again: no download."""
+    import dataclasses
+
+    spec = dataclasses.replace(SPEC, round_timeout=4, rounds=3)
+    async with open_driver_group(spec) as group:
+        anchor, other = await group.member(group.creator), await group.member()
+        gossip = group.topic.members
+        group.topic.lose = lambda publisher, receiver: (
+            (publisher, receiver) == (anchor.peer_id, other.peer_id)
+            and gossip[receiver].current_round == 1
+        )
+        with trio.fail_after(120):
+            await group.finished()
+        assert other.driver.progress.history[1]["accepted"] == 1  # the round it closed alone
+        assert len(_checksums(group)) == 1
+        assert other.driver.progress.replays >= 1
+        assert [d.progress.state_downloads for d in group.drivers] == [0, 0]
+
+
 async def test_a_joiner_adopts_the_newest_trusted_state():
     async with open_driver_group(SPEC) as group:
         await group.member(group.creator)
