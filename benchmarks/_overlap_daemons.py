@@ -123,12 +123,13 @@ def run_arm(args, name: str, extra: dict | None) -> dict:
 
 def _idle_by_cause(runs: list[dict]) -> dict[str, float]:
     """Streaming arms: where compute waited, seconds per member (means): `late` for an
-    exchange past its τ steps (`drain` of it: what was in flight when the loop stopped), `send`
-    for a full outbox, `between` for publishing and agreeing with the loop stopped."""
+    exchange past its τ steps (`drain` of it: still in flight at a round's end, the run's last
+    included), `send` for a full outbox, `handoff` for the driver still agreeing on the last
+    round's end; `agree` is the driver's time on round ends while compute went on."""
     loops = [(r.get("streaming") or {}).get("loop") for r in runs]
     if not all(loops):
         return {}
-    keys = ("late_s", "drain_s", "send_s", "between_s")
+    keys = ("late_s", "drain_s", "send_s", "handoff_s", "agree_s")
     return {k: round(sum(loop.get(k, 0.0) for loop in loops) / len(loops), 2) for k in keys}
 
 
