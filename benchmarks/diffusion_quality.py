@@ -7,10 +7,11 @@ Arms (every model is the same compact DiT; S steps each; an expert's batch is B)
                     clusters consolidated to K), plus a router trained on (x_t, cluster);
   random experts    the same with a balanced random partition (the baseline features must beat).
 
-Each expert set is sampled with every strategy (top1, top2, full, sample1, threshold0.2; the
-random experts with top1 and full) from the same noise as the monolith, and the feature experts
-again with top1, full and sample1 at 4 sampler steps (Sample-1's draw noise shrinks with the step
-size, so coarse steps show whether its rank is a step-size effect). Quality: FID in the
+Each expert set is sampled with every strategy (top1, top2, full, sample1, threshold0.2, and
+pick1, one expert per trajectory drawn at t = 1; the random experts with top1 and full) from the
+same noise as the monolith, and the feature experts again with top1, full and sample1 at 4
+sampler steps (Sample-1's draw noise shrinks with the step size, so coarse steps show whether its
+rank is a step-size effect). Quality: FID in the
 64-d penultimate feature space of a small CNN classifier trained on the same data ("classifier
 FID": comparable between arms here, not with published Inception FIDs), plus per-class coverage
 (classes holding at least half a fair share of the samples) and the total-variation distance of
@@ -86,7 +87,8 @@ except ImportError:  # run as a script from the benchmarks folder
     from _diffusion_report import report
     from _report import print_json
 
-STRATEGIES = ("top1", "top2", "full", "sample1", "threshold0.2")
+STRATEGIES = ("top1", "top2", "full", "sample1", "threshold0.2")  # the paper's; Sample-1 worst?
+FEATURE_STRATEGIES = (*STRATEGIES, "pick1")  # pick1: one expert per trajectory (not the paper's)
 RANDOM_STRATEGIES = ("top1", "full")
 COARSE_STRATEGIES = ("top1", "full", "sample1")  # again at COARSE_STEPS sampler steps
 COARSE_STEPS = 4
@@ -309,7 +311,7 @@ def run(setup: Setup, quick: bool, out_dir: Path) -> dict:
     )
     coarse = dataclasses.replace(setup.sampler, steps=COARSE_STEPS)
     arms = {
-        "feature": (feature, STRATEGIES, setup.sampler),
+        "feature": (feature, FEATURE_STRATEGIES, setup.sampler),
         "random": (random, RANDOM_STRATEGIES, setup.sampler),
         f"feature@{COARSE_STEPS}steps": (feature, COARSE_STRATEGIES, coarse),
     }

@@ -217,48 +217,59 @@ def budget_metrics(budget: Mapping[str, Any]) -> Iterator[Metric]:
     )
 
 
+# key: (family, name, help, labels after "run"); _add_run fills them
+RUN_FAMILIES: dict[
+    str, tuple[type[GaugeMetricFamily | CounterMetricFamily], str, str, tuple[str, ...]]
+] = {
+    "round": (GaugeMetricFamily, "peertrain_run_round", "the run's current round", ()),
+    "rounds": (
+        CounterMetricFamily,
+        "peertrain_run_rounds_completed",
+        "rounds this node completed",
+        (),
+    ),
+    "members": (GaugeMetricFamily, "peertrain_run_members", "live members", ()),
+    "loss": (GaugeMetricFamily, "peertrain_run_loss", "eval loss after the last round", ()),
+    "duration": (
+        GaugeMetricFamily,
+        "peertrain_run_round_duration_seconds",
+        "wall time of the last round (to a second)",
+        (),
+    ),
+    "bytes": (
+        CounterMetricFamily,
+        "peertrain_run_update_bytes",
+        "outer-update bytes published (out) and fetched (in)",
+        ("direction",),
+    ),
+    "resyncs": (
+        CounterMetricFamily,
+        "peertrain_run_resyncs",
+        "states downloaded to adopt the majority's (re-syncs and catch-ups)",
+        (),
+    ),
+    "rejected": (
+        CounterMetricFamily,
+        "peertrain_run_rejected_updates",
+        "peers' updates refused, by reason",
+        ("reason",),
+    ),
+    "finished": (GaugeMetricFamily, "peertrain_run_finished", "1 once the run ended", ()),
+    "dropped": (
+        CounterMetricFamily,
+        "peertrain_run_dropped",
+        "non-members' traffic an invite run dropped before storing or downloading it, by kind",
+        ("kind",),
+    ),
+}
+
+
 def run_metrics(status: Mapping[str, Any], history: StatusHistory) -> Iterator[Metric]:
     """One series per run this node is in, labelled by the run's name (a handful at most)."""
     runs = runs_of(status)
     families = {
-        "round": GaugeMetricFamily(
-            "peertrain_run_round", "the run's current round", labels=["run"]
-        ),
-        "rounds": CounterMetricFamily(
-            "peertrain_run_rounds_completed", "rounds this node completed", labels=["run"]
-        ),
-        "members": GaugeMetricFamily("peertrain_run_members", "live members", labels=["run"]),
-        "loss": GaugeMetricFamily(
-            "peertrain_run_loss", "eval loss after the last round", labels=["run"]
-        ),
-        "duration": GaugeMetricFamily(
-            "peertrain_run_round_duration_seconds",
-            "wall time of the last round (to a second)",
-            labels=["run"],
-        ),
-        "bytes": CounterMetricFamily(
-            "peertrain_run_update_bytes",
-            "outer-update bytes published (out) and fetched (in)",
-            labels=["run", "direction"],
-        ),
-        "resyncs": CounterMetricFamily(
-            "peertrain_run_resyncs",
-            "states downloaded to adopt the majority's (re-syncs and catch-ups)",
-            labels=["run"],
-        ),
-        "rejected": CounterMetricFamily(
-            "peertrain_run_rejected_updates",
-            "peers' updates refused, by reason",
-            labels=["run", "reason"],
-        ),
-        "finished": GaugeMetricFamily(
-            "peertrain_run_finished", "1 once the run ended", labels=["run"]
-        ),
-        "dropped": CounterMetricFamily(
-            "peertrain_run_dropped",
-            "non-members' traffic an invite run dropped before storing or downloading it, by kind",
-            labels=["run", "kind"],
-        ),
+        key: kind(name, doc, labels=["run", *labels])
+        for key, (kind, name, doc, labels) in RUN_FAMILIES.items()
     }
     for run in runs:
         _add_run(families, run, history)

@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -211,26 +212,32 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_run_create(args: argparse.Namespace) -> int:
-    result = call_daemon(
+    params = {"name": args.name, "mode": args.mode, "spec": run_spec_from_args(args)}
+    return _enter_run(
         args,
         "run.create",
-        {
-            "name": args.name,
-            "mode": args.mode,
-            "spec": run_spec_from_args(args),
-            **role_params(args),
-            **data_params(args),
-        },
+        params,
         timeout=60,
-    )
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print(
+        text=lambda result: (
             f"created run {result['name']} ({result['run_id'][:16]}…); "
-            f"others join with --run {result['run_id'][:16]}",
-            flush=True,
-        )
+            f"others join with --run {result['run_id'][:16]}"
+        ),
+    )
+
+
+def _enter_run(
+    args: argparse.Namespace,
+    method: str,
+    params: dict[str, Any],
+    *,
+    timeout: float,
+    text: Callable[[dict[str, Any]], str],
+) -> int:
+    """run.create or run.join, with this node's role and data options; prints the run the
+    daemon is now in (`text` of it, or JSON), then follows it with `--follow`."""
+    params = {**params, **role_params(args), **data_params(args)}
+    result = call_daemon(args, method, params, timeout=timeout)
+    print(json.dumps(result) if args.json else text(result), flush=True)
     return _follow(args, result["run_id"])
 
 
@@ -259,26 +266,19 @@ def _follow(args: argparse.Namespace, run_id: str) -> int:
 
 
 def cmd_run_join(args: argparse.Namespace) -> int:
-    result = call_daemon(
+    params = {
+        "name": args.name,
+        "timeout": args.timeout,
+        **({"model": model_option(args.model)} if args.model else {}),
+        **({"certificate": args.certificate} if args.certificate else {}),
+    }
+    return _enter_run(
         args,
         "run.join",
-        {
-            "name": args.name,
-            "timeout": args.timeout,
-            **({"model": model_option(args.model)} if args.model else {}),
-            **({"certificate": args.certificate} if args.certificate else {}),
-            **role_params(args),
-            **data_params(args),
-        },
+        params,
         timeout=args.timeout + 60,  # the lookup, then building the member
+        text=lambda result: f"joined run {result['name']} ({result['run_id'][:16]}…)",
     )
-    print(
-        json.dumps(result)
-        if args.json
-        else f"joined run {result['name']} ({result['run_id'][:16]}…)",
-        flush=True,
-    )
-    return _follow(args, result["run_id"])
 
 
 def cmd_run_export(args: argparse.Namespace) -> int:
@@ -298,11 +298,7 @@ def cmd_run_export(args: argparse.Namespace) -> int:
 
 
 def cmd_run_leave(args: argparse.Namespace) -> int:
-    from ..api.control import call_sync
-    from ..config import NodeConfig
-
-    socket = NodeConfig(home=_home(args)).control_socket
-    result = call_sync(socket, "run.leave", {"run": args.run}, timeout=30)
+    result = call_daemon(args, "run.leave", {"run": args.run}, timeout=30)
     print(
         json.dumps(result)
         if args.json
@@ -345,12 +341,8 @@ def cmd_sample(args: argparse.Namespace) -> int:
 
 def _sample_text(args: argparse.Namespace) -> int:
     """`sample --prompt`: the `run.sample` control call on a text run this node is in."""
-    from ..api.control import call_sync
-    from ..config import NodeConfig
-
     params = {"run": args.run, "prompt": args.prompt, "tokens": args.tokens}
-    socket = NodeConfig(home=_home(args)).control_socket
-    result = call_sync(socket, "run.sample", params, timeout=120)
+    result = call_daemon(args, "run.sample", params, timeout=120)
     print(json.dumps(result) if args.json else result["text"])
     return 0
 

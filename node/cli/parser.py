@@ -221,7 +221,8 @@ def _add_sample_command(commands: Any, home: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--strategy",
         default="top1",
-        help="how experts mix: top1 (default), top2, full, sample1, threshold0.2",
+        help="how experts mix: top1 (default), top2, full, sample1 (per step), pick1 (per image), "
+        "threshold0.2",
     )
     p.add_argument("--steps", type=int, default=50, help="Euler steps from noise (default 50)")
     p.add_argument("--seed", type=int, default=0, help="noise seed (default 0)")

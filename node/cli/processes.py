@@ -77,6 +77,16 @@ class DaemonProcess:
     def status(self, timeout: float = 5.0) -> dict[str, Any]:
         return call_sync(self.control_socket, "status", timeout=timeout)
 
+    def status_or_none(self, timeout: float) -> dict[str, Any] | None:
+        """The status, or None while the daemon is down or too busy to answer (a supervisor's
+        poll: the next one asks again)."""
+        if not self.alive():
+            return None
+        try:
+            return self.status(timeout=timeout)
+        except ControlError:
+            return None
+
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 

@@ -158,15 +158,8 @@ class MeshSwarm:
         return done or bool(self.options.duration and elapsed >= self.options.duration)
 
     def poll(self) -> list[dict[str, Any] | None]:
-        statuses = []
-        for daemon in self.daemons:
-            status = None
-            if daemon.alive():
-                try:
-                    status = daemon.status(timeout=3.0)
-                except ControlError:
-                    pass  # down or busy this time: shown as down, the next poll asks again
-            statuses.append(status)
+        # down or busy this time: shown as down, the next poll asks again
+        statuses = [daemon.status_or_none(timeout=3.0) for daemon in self.daemons]
         self.last_status = [
             s or old for s, old in zip(statuses, self.last_status or statuses, strict=True)
         ]

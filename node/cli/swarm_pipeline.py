@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ..api.control import call_sync
-from ..errors import ControlError, NodeError
+from ..errors import NodeError
 from .local_swarm import DAEMON_ENV, RUN_NAME
 from .processes import DaemonProcess, node_args
 from .swarm_pipeline_report import line, pipeline_report, summarise
@@ -166,16 +166,9 @@ class PipelineSwarm:
         self.console.print(f"node {index} joined as {role['role']}{tail}")
 
     def poll(self) -> list[dict[str, Any] | None]:
-        out = []
-        for daemon in self.daemons:
-            run = None
-            if daemon.alive():
-                try:
-                    run = daemon.status(timeout=5.0)["run"]
-                except (ControlError, KeyError):
-                    pass  # down, busy, or not in the run yet: the next poll asks again
-            out.append(run)
-        return out
+        # down, busy, or not in the run yet: the next poll asks again
+        statuses = (daemon.status_or_none(timeout=5.0) for daemon in self.daemons)
+        return [(status or {}).get("run") for status in statuses]
 
     def kill_one(self, statuses: list[dict[str, Any] | None], elapsed: float) -> None:
         for index in range(1, self.options.nodes):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import random
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Annotated
 
 import trio
@@ -59,25 +60,18 @@ class PeersResponse(Response):
     peers: Annotated[tuple[KnownPeer, ...], MaxLen(MAX_PEERS_PER_ANSWER)]
 
 
+@dataclass(eq=False)
 class PeerExchange:
     """Serves our peer list and keeps dialing peers' peers until `target_peers` are connected."""
 
-    def __init__(
-        self,
-        host: IHost,
-        scoreboard: PeerScoreboard,
-        *,
-        target_peers: int = 32,
-        interval: float = 1.0,
-        max_interval: float = 30.0,
-    ):
-        self.host = host
-        self.scoreboard = scoreboard
-        self.target_peers = target_peers
-        self.interval = interval
-        self.max_interval = max_interval
-        self.duplicate_sightings = 0
-        self._failed: dict[str, int] = {}
+    host: IHost
+    scoreboard: PeerScoreboard
+    _: KW_ONLY
+    target_peers: int = 32
+    interval: float = 1.0
+    max_interval: float = 30.0
+    duplicate_sightings: int = field(default=0, init=False)
+    _failed: dict[str, int] = field(default_factory=dict, init=False, repr=False)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         RpcServer(self.host, PEX, PeersRequest, self._answer, scoreboard=self.scoreboard).register()

@@ -5,7 +5,7 @@ Pure torch, no networking:
     model.py       the compact DiT of experts and router;  presets.py  named sizes (dit-tiny)
     partition.py   the content-addressed data partition (PCA features, fine-to-coarse k-means)
     training.py    expert and router trainers, one step at a time
-    sampling.py    Euler / Heun samplers and the full / top-k / sample-1 / threshold strategies
+    sampling.py    Euler / Heun samplers; full / top-k / sample-1 / pick-1 / threshold strategies
     analytic.py    exact flows of a finite data set (the ground truth of the tests)
     quality.py     classifier FID and class coverage;  data.py  digits and Fashion-MNIST
     png.py         sample grids as PNG

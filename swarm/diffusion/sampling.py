@@ -4,7 +4,12 @@ The exact marginal flow is Σ_k p(k | x_t)·u_t^k(x_t). Strategies approximate t
     full          every expert, weighted by the router's probability
     top<k>        the k most likely experts, probabilities renormalised over them (top1 is best
                   in the paper)
-    sample<1>     one expert per sample per step, drawn from the router's distribution
+    sample<1>     one expert per sample per step, drawn from the router's distribution (the
+                  paper's Sample-1, "draw one expert per step")
+    pick<1>       one expert per sample for the whole trajectory, drawn once from the router at
+                  the first step (t = 1, where p(k | x_1) is the cluster prior): ancestral
+                  sampling of the mixture, not a paper strategy; it shows what a per-trajectory
+                  reading of Sample-1 would give
     threshold<p>  every expert with probability ≥ p (and always the most likely), renormalised
 Only the experts some sample in the batch needs are evaluated, and only on the rows that need
 them, so Top-1 costs one expert evaluation per sample per step however many experts there are.
@@ -24,40 +29,41 @@ from ..errors import ConfigError
 from .flow import VelocityFn
 
 RouterFn = Callable[[Tensor, Tensor], Tensor]  # (x_t, t) -> [B, K] logits
-_STRATEGY = re.compile(r"^(full|top(\d+)|sample1|threshold([0-9.]+))$")
+_STRATEGY = re.compile(r"^(full|top(\d+)|sample1|pick1|threshold([0-9.]+))$")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Strategy:
-    """How expert velocities are mixed: `kind` is full | top | sample | threshold."""
+    """How expert velocities are mixed: `kind` is full | top | sample | pick | threshold."""
 
     kind: str = "top"
     k: int = 1
     threshold: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.kind not in ("full", "top", "sample", "threshold"):
+        if self.kind not in ("full", "top", "sample", "pick", "threshold"):
             raise ConfigError(f"unknown strategy kind {self.kind!r}")
         if self.k < 1 or not 0.0 <= self.threshold <= 1.0:
             raise ConfigError("strategy k must be at least 1 and threshold within [0, 1]")
 
     @classmethod
     def parse(cls, name: str) -> Strategy:
-        """From a command-line name: full, top1, top2, …, sample1, threshold0.2."""
+        """From a command-line name: full, top1, top2, …, sample1, pick1, threshold0.2."""
         match = _STRATEGY.match(name)
         if match is None:
-            raise ConfigError(f"unknown strategy {name!r}; use full, top<k>, sample1, threshold<p>")
+            raise ConfigError(
+                f"unknown strategy {name!r}; use full, top<k>, sample1, pick1, threshold<p>"
+            )
         if match[2]:
             return cls(kind="top", k=int(match[2]))
         if match[3]:
             return cls(kind="threshold", threshold=float(match[3]))
-        return cls(kind="full" if name == "full" else "sample")
+        return cls(kind={"full": "full", "sample1": "sample"}.get(name, "pick"))
 
     @property
     def name(self) -> str:
-        return {"full": "full", "top": f"top{self.k}", "sample": "sample1"}.get(
-            self.kind, f"threshold{self.threshold:g}"
-        )
+        names = {"full": "full", "top": f"top{self.k}", "sample": "sample1", "pick": "pick1"}
+        return names.get(self.kind, f"threshold{self.threshold:g}")
 
 
 def expert_weights(
@@ -66,7 +72,7 @@ def expert_weights(
     """[B, K] mixing weights from the router's [B, K] probabilities: rows sum to one."""
     if strategy.kind == "full":
         return probabilities
-    if strategy.kind == "sample":
+    if strategy.kind in ("sample", "pick"):
         drawn = torch.multinomial(probabilities.float(), 1, generator=generator)
         return torch.zeros_like(probabilities).scatter_(1, drawn, 1.0)
     if strategy.kind == "top":
@@ -101,11 +107,22 @@ def routed_velocity(
     *,
     generator: torch.Generator | None = None,
 ) -> VelocityFn:
-    """The velocity function of the expert ensemble under `strategy`."""
+    """The velocity function of the expert ensemble under `strategy`.
+
+    Under pick1 the function keeps the first call's draw, so one function serves one batch's
+    trajectory: the router runs once, and each row stays with its expert to the end.
+    """
+    picked: list[Tensor] = []
 
     def velocity(x_t: Tensor, t: Tensor) -> Tensor:
+        if picked:
+            if len(picked[0]) != len(x_t):
+                raise ConfigError("a pick1 velocity follows one batch; build one per batch")
+            return mix_velocities(experts, picked[0], x_t, t)
         probabilities = torch.softmax(router(x_t, t).to(torch.float64), dim=1)
         weights = expert_weights(probabilities, strategy, generator=generator)
+        if strategy.kind == "pick":
+            picked.append(weights)
         return mix_velocities(experts, weights, x_t, t)
 
     return velocity

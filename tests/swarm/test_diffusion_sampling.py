@@ -12,6 +12,7 @@ from peertrain.swarm.diffusion import (
     expert_weights,
     integrate,
     routed_velocity,
+    sample,
 )
 from peertrain.swarm.errors import ConfigError
 
@@ -130,12 +131,47 @@ def test_heun_is_more_accurate_than_euler_at_the_same_step_count():
     assert error("euler") < 0.03
 
 
-@pytest.mark.parametrize("name", ["full", "top1", "top3", "sample1", "threshold0.25"])
+def changes_its_mind_after_the_first_step(calls: list[int]):
+    """A router sure of expert row % K at t = 1 and of expert (row + 1) % K at every later t."""
+
+    def router(x, t):
+        calls.append(len(x))
+        favourite = (torch.arange(len(x)) + (t < 1.0).long()) % K
+        return 60.0 * torch.nn.functional.one_hot(favourite, K).double()
+
+    return router
+
+
+def test_pick1_keeps_the_expert_drawn_at_the_first_step_for_the_whole_trajectory():
+    noise, _ = points(8)
+    calls: list[int] = []
+    router = changes_its_mind_after_the_first_step(calls)
+    sampler = SamplerConfig(steps=6, method="heun")
+
+    picked = sample(EXPERTS, router, noise, strategy=Strategy.parse("pick1"), sampler=sampler)
+    per_step = sample(EXPERTS, router, noise, strategy=Strategy.parse("sample1"), sampler=sampler)
+
+    assert calls[0] == len(noise) and len(calls) == 1 + 2 * 6  # pick1 asked the router once
+    for row in range(len(noise)):
+        alone = integrate(EXPERTS[row % K], noise[row : row + 1], sampler)
+        assert torch.equal(picked[row : row + 1], alone)
+    assert not torch.allclose(per_step, picked)  # sample1 follows the router's later choices
+
+
+def test_a_pick1_velocity_refuses_a_second_batch_of_another_size():
+    x, t = points(8)
+    velocity = routed_velocity(EXPERTS, random_router(), Strategy.parse("pick1"))
+    velocity(x, t)
+    with pytest.raises(ConfigError):
+        velocity(x[:4], t[:4])
+
+
+@pytest.mark.parametrize("name", ["full", "top1", "top3", "sample1", "pick1", "threshold0.25"])
 def test_strategy_names_round_trip(name):
     assert Strategy.parse(name).name == name
 
 
-@pytest.mark.parametrize("name", ["top0", "best", "sample2", "threshold1.5"])
+@pytest.mark.parametrize("name", ["top0", "best", "sample2", "pick2", "threshold1.5"])
 def test_unknown_strategies_are_refused(name):
     with pytest.raises(ConfigError):
         Strategy.parse(name)
