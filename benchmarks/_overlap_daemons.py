@@ -117,7 +117,20 @@ def run_arm(args, name: str, extra: dict | None) -> dict:
         "bytes_published": sum(r["bytes_published"] for r in runs),
         "fragment_states": [f["checksum"] for f in streaming.get("fragment_states", [])],
         "loss": runs[0]["loss"],
+        "idle_by_cause": _idle_by_cause(runs),
     }
+
+
+def _idle_by_cause(runs: list[dict]) -> dict[str, float]:
+    """Streaming arms: where compute waited, seconds per member (means): `late` for an
+    exchange past its τ steps (`drain` of it: still in flight at a round's end, the run's last
+    included), `send` for a full outbox, `handoff` for the driver still agreeing on the last
+    round's end; `agree` is the driver's time on round ends while compute went on."""
+    loops = [(r.get("streaming") or {}).get("loop") for r in runs]
+    if not all(loops):
+        return {}
+    keys = ("late_s", "drain_s", "send_s", "handoff_s", "agree_s")
+    return {k: round(sum(loop.get(k, 0.0) for loop in loops) / len(loops), 2) for k in keys}
 
 
 def daemon_arms(args) -> list[dict]:

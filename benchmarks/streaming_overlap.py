@@ -2,7 +2,13 @@
 
 By default W real daemons (processes on loopback), each with a 50 Mbit/s uplink of its own (the
 hidden `--uplink-mbit`), train a GPT whose fp32 update takes seconds on that link: see
-_overlap_daemons.py. With --in-process, W members in this process instead:
+_overlap_daemons.py. The streaming arm's τ is 10 inner steps, a design choice stated here: τ must
+cover one fragment's exchange on the link (a quarter of the 13 MB fp32 update to 3 peers, ~1.6 s
+at 50 Mbit/s, plus the announce-then-pull round trips), and a step of this GPT takes 0.5–2 s on
+this machine, so τ = 2 (~1–4 s) left fragments late; 10 is under the stride H/P = 25, so each
+fragment still lands before its next sync. "idle by cause" says where compute waited (seconds
+per member): late fragments, a full outbox, the driver still agreeing on a round's end.
+With --in-process, W members in this process instead:
 
 W members (threads for torch, trio for the network) exchange over update gossip on an in-memory
 network whose every peer has a token-bucket uplink of --mbit Mbit/s (peertrain.testing's
@@ -196,7 +202,8 @@ def daemons_main(args) -> dict:
         f"{args.steps} inner steps, H {args.h}, P {args.fragments}, tau {args.overlap}"
     )
     results = daemon_arms(args)
-    targets = report(results, {"bytes published": "bytes_published", "loss": "loss"})
+    extra = {"bytes published": "bytes_published", "loss": "loss", "idle by cause": "idle_by_cause"}
+    targets = report(results, extra)
     return {"mode": "daemons", "arms": results, "targets": targets, "params": n,
             "full_update_bytes": full, "mbit": args.mbit, "steps": args.steps,
             "workers": args.workers}  # fmt: skip

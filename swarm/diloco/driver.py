@@ -331,10 +331,16 @@ class DiLoCoDriver:
             except CheckpointError as exc:  # no room (the disk budget): train on, say so
                 log.warning("round %d: checkpoint not saved: %s", self.member.round, exc)
 
-    async def _record(self, report: RoundReport) -> None:
-        loss = await self._thread(self.built.eval_loss)
+    async def _record(
+        self, report: RoundReport, *, loss: float | None = None, round_: int | None = None
+    ) -> None:
+        """Progress after a round: `loss` and `round_` (the member's round after it) are
+        measured here unless given (a streaming member measures them at its round's end)."""
+        if loss is None:
+            loss = await self._thread(self.built.eval_loss)
         p = self.progress
-        p.round, p.loss, p.rounds_completed = self.member.round, loss, p.rounds_completed + 1
+        p.round = self.member.round if round_ is None else round_
+        p.loss, p.rounds_completed = loss, p.rounds_completed + 1
         p.history.append(
             {
                 "round": report.round,

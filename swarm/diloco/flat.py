@@ -7,6 +7,8 @@ peer's vector mean the same thing on every member.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -38,19 +40,29 @@ class ParamLayout:
             p.copy_(view)
 
     @torch.no_grad()
-    def flatten_some(self, indices: Sequence[int]) -> torch.Tensor:
-        """A new fp32 vector on the host holding the parameters at `indices` (layout
-        positions), in order (on the host as `flatten`)."""
-        return torch.cat([self._params[i].detach().reshape(-1) for i in indices]).cpu()
+    def flatten_ranges(self, ranges: Sequence[tuple[int, int]]) -> torch.Tensor:
+        """A new fp32 vector holding the model's values at `ranges` of the flat layout (a
+        range may cover part of a parameter, or several), in order."""
+        return torch.cat(self._views(ranges)).cpu()
 
     @torch.no_grad()
-    def load_some(self, indices: Sequence[int], flat: torch.Tensor) -> None:
-        """The inverse of `flatten_some`, in place."""
+    def load_ranges(self, ranges: Sequence[tuple[int, int]], flat: torch.Tensor) -> None:
+        """The inverse of `flatten_ranges`, in place."""
         offset = 0
-        for i in indices:
-            n = self.numels[i]
-            self._params[i].copy_(flat[offset : offset + n].view(self.shapes[i]))
-            offset += n
+        for view in self._views(ranges):
+            view.copy_(flat[offset : offset + view.numel()])
+            offset += view.numel()
+
+    def _views(self, ranges: Sequence[tuple[int, int]]) -> list[torch.Tensor]:
+        """Flat views of the parameters' storage covering `ranges`, in order."""
+        views, starts = [], list(itertools.accumulate(self.numels, initial=0))
+        for a, b in ranges:
+            i = bisect.bisect_right(starts, a) - 1
+            while a < b:
+                lo, hi = a - starts[i], min(b, starts[i + 1]) - starts[i]
+                views.append(self._params[i].detach().view(-1)[lo:hi])
+                a, i = starts[i] + hi, i + 1
+        return views
 
     def split(self, flat: torch.Tensor) -> list[torch.Tensor]:
         """Views of `flat`, one per parameter, in layout order and shape."""

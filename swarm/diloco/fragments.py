@@ -2,8 +2,10 @@
 
 Layers are dealt out interleaved (block i → fragment i mod P), as in Douillard et al. 2025
 (arXiv 2501.18512): each fragment spans the depth of the network, so no fragment holds only the
-layers near the input. Parameters outside the repeated blocks (embeddings, the final norm) go one
-by one, largest first, to the lightest fragment, so each exchange carries about 1/P of the model.
+layers near the input. Parameters outside the repeated blocks (embeddings, the final norm) fill the
+lightest fragments up to 1/P of the model, split between fragments where one does not fit whole
+(a fragment is ranges of the flat vector, so it may hold part of a tensor): each exchange carries
+about 1/P of the model, even when the embedding is as large as a block or larger.
 
 Fragment p syncs after inner step t when (t − p·H/P) mod H == 0 (t ≥ 1), so one fragment syncs
 every H/P steps and each one every H. Sync number `slot = t·P/H` names the exchange: fragment
@@ -38,9 +40,10 @@ class Fragment:
 
     index: int
     params: tuple[int, ...]  # positions in the layout, ascending
-    names: tuple[str, ...]  # in layout order
-    ranges: tuple[tuple[int, int], ...]
+    names: tuple[str, ...]  # in layout order: the parameters it holds (some in part)
+    ranges: tuple[tuple[int, int], ...]  # ascending
     numel: int
+    labels: tuple[str, ...] = ()  # per range: a parameter's name, or `name[lo:hi]` for a part
 
     def gather(self, flat: torch.Tensor) -> torch.Tensor:
         """A new vector holding this fragment's values of `flat`, in range order."""
@@ -62,7 +65,7 @@ def split_fragments(layout: ParamLayout, count: int) -> tuple[Fragment, ...]:
     for n in layout.numels:
         offsets.append((start, start + n))
         start += n
-    members: list[list[int]] = [[] for _ in range(count)]
+    held: list[list[tuple[int, int, int]]] = [[] for _ in range(count)]  # (param, lo, hi)
     sizes = [0] * count
     loose: list[int] = []
     for i, name in enumerate(layout.names):
@@ -70,23 +73,38 @@ def split_fragments(layout: ParamLayout, count: int) -> tuple[Fragment, ...]:
         if block is None:
             loose.append(i)
             continue
-        members[block % count].append(i)
+        held[block % count].append((i, 0, layout.numels[i]))
         sizes[block % count] += layout.numels[i]
+    target = -(-layout.numel // count)  # ceil: 1/P of the model
     for i in sorted(loose, key=lambda i: (-layout.numels[i], i)):
-        lightest = min(range(count), key=lambda p: (sizes[p], p))
-        members[lightest].append(i)
-        sizes[lightest] += layout.numels[i]
+        lo, n = 0, layout.numels[i]
+        while lo < n:
+            lightest = min(range(count), key=lambda p: (sizes[p], p))
+            take = n - lo if sizes[lightest] >= target else min(n - lo, target - sizes[lightest])
+            held[lightest].append((i, lo, lo + take))
+            sizes[lightest] += take
+            lo += take
     if min(sizes) == 0:
         raise ConfigError(f"the model's parameters cannot fill {count} fragments")
-    return tuple(
-        Fragment(
-            index=p,
-            params=tuple(sorted(ids)),
-            names=tuple(layout.names[i] for i in sorted(ids)),
-            ranges=tuple(offsets[i] for i in sorted(ids)),
-            numel=sizes[p],
-        )
-        for p, ids in enumerate(members)
+    return tuple(_fragment(p, sorted(parts), layout, offsets) for p, parts in enumerate(held))
+
+
+def _fragment(
+    p: int, parts: list[tuple[int, int, int]], layout: ParamLayout, offsets: list[tuple[int, int]]
+) -> Fragment:
+    """Fragment `p` from its (parameter, lo, hi) parts, in layout order."""
+    labels = []
+    for i, lo, hi in parts:
+        whole = (lo, hi) == (0, layout.numels[i])
+        labels.append(layout.names[i] if whole else f"{layout.names[i]}[{lo}:{hi}]")
+    ids = sorted({i for i, _, _ in parts})
+    return Fragment(
+        index=p,
+        params=tuple(ids),
+        names=tuple(layout.names[i] for i in ids),
+        ranges=tuple((offsets[i][0] + lo, offsets[i][0] + hi) for i, lo, hi in parts),
+        numel=sum(hi - lo for _, lo, hi in parts),
+        labels=tuple(labels),
     )
 
 

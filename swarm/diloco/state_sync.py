@@ -73,17 +73,24 @@ class StateSync:
     def _state_tensor(self) -> torch.Tensor:
         return torch.cat([self.member.global_params, self.member.momentum_buffer]).float()
 
-    async def publish(self) -> None:
-        """Serve our state and announce it for our round (withdrawing one we replaced)."""
-        prepared = await self.thread(lambda: prepare_tensor(STATE_NAME, self._state_tensor()))
+    async def publish(self, state: tuple[int, torch.Tensor] | None = None) -> None:
+        """Serve our state and announce it for our round (withdrawing one we replaced).
+        `state` (round, tensor as `_state_tensor` gives it): a copy taken by a driver whose
+        torch thread is busy (Streaming DiLoCo trains on while its round's state is agreed)."""
+        if state is None:
+            round_ = self.member.round
+            prepared = await self.thread(lambda: prepare_tensor(STATE_NAME, self._state_tensor()))
+        else:
+            round_ = state[0]
+            prepared = await trio.to_thread.run_sync(prepare_tensor, STATE_NAME, state[1])
         checksum = prepared.header.checksum
         self.tensors.put(prepared, pin=True)
         if self.served is not None and self.served != checksum:
             self.tensors.unpin(self.served)
-            if self._served_round == self.member.round:  # we adopted another state of this round
+            if self._served_round == round_:  # we adopted another state of this round
                 self.replicator.writer.withdraw_checkpoint(self._served_round, self.served)
-        self.served, self._served_round = checksum, self.member.round
-        self.replicator.writer.provide_checkpoint(self.member.round, checksum)
+        self.served, self._served_round = checksum, round_
+        self.replicator.writer.provide_checkpoint(round_, checksum)
         self.progress.state_checksum = checksum.hex()[:16]
 
     async def _own_checksum(self) -> bytes:
@@ -96,12 +103,21 @@ class StateSync:
         """Wait (up to `wait`) for the trusted state of our round; replay or adopt it if ours
         differs. No trusted attestation: keep ours (anchors may be away; nobody else decides)."""
         round_ = self.member.round
+        trusted = await self.settle(round_, wait=wait)
+        if trusted is None or trusted == self.served:
+            return
+        await self.repair(round_, trusted)
+
+    async def settle(self, round_: int, *, wait: float) -> bytes | None:
+        """The trusted state of `round_`, once every live member announced theirs (at most
+        `wait` seconds), or None."""
         with trio.move_on_after(wait):
             while not self._settled(round_):  # noqa: ASYNC110 - replicated state and lease expiry change with no event to wait on
                 await trio.sleep(0.1)
-        trusted = self.trust.verdict(round_)
-        if trusted is None or trusted == self.served:
-            return
+        return self.trust.verdict(round_)
+
+    async def repair(self, round_: int, trusted: bytes) -> None:
+        """Our state of `round_` is not the trusted one: replay the round, else download."""
         log.warning("state of round %d differs from the trusted one: repairing", round_)
         if not await self._replay(round_ - 1, trusted):
             await self._adopt(round_, trusted)

@@ -110,7 +110,7 @@ class StreamingMember:
             raise DiLoCoError(f"fragment {frag.index} sent again before its outer step landed")
         with torch.no_grad():
             start = frag.gather(self.global_params)
-            delta = start - self.layout.flatten_some(frag.params)
+            delta = start - self.layout.flatten_ranges(frag.ranges)
         encoder = self.encoders[frag.index]
         payload = encoder.encode(delta)
         if self.config.eager:
@@ -118,7 +118,7 @@ class StreamingMember:
             eager = NesterovOuterOptimizer(frag.numel, self.outers[frag.index].config)
             eager.momentum_buffer = self.outers[frag.index].momentum_buffer.clone()
             eager.step(start, own)
-            self.layout.load_some(frag.params, start)
+            self.layout.load_ranges(frag.ranges, start)
         self._in_flight[frag.index] = slot
         samples = (self.inner.step - self._synced_at[frag.index]) * self.samples_per_step
         self._synced_at[frag.index] = self.inner.step
@@ -162,9 +162,9 @@ class StreamingMember:
         """θ_local ← α·θ_local + (1 − α)·θ_global for the fragment (α = 0: take θ_global)."""
         alpha = self.config.mix
         if alpha:
-            local = self.layout.flatten_some(frag.params)
+            local = self.layout.flatten_ranges(frag.ranges)
             global_frag = local.mul_(alpha).add_(global_frag, alpha=1 - alpha)
-        self.layout.load_some(frag.params, global_frag)
+        self.layout.load_ranges(frag.ranges, global_frag)
 
     def _fragment(self, slot: int) -> Fragment:
         p = self.schedule.fragment(slot)
@@ -181,7 +181,10 @@ class StreamingMember:
         """The shared state of fragment `p`: its round, θ_global values and outer momentum."""
         frag = self.fragments[p]
         named = self.layout.named(self.global_params)
-        params = {name: named[name] for name in frag.names}
+        params = {  # a parameter held in part is hashed by its part's label
+            label: named[label] if label in named else self.global_params[a:b]
+            for label, (a, b) in zip(frag.labels, frag.ranges, strict=True)
+        }
         return state_hash(self.rounds[p], params, self.outers[p].momentum_buffer)
 
     def fragment_hashes(self) -> list[str]:

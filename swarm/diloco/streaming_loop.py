@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 import trio
@@ -33,6 +34,7 @@ from .exchange import Contribution
 from .streaming import FragmentReport, StreamingMember
 
 FragmentExchange = Callable[[int, Payload], Awaitable[Sequence[Contribution]]]
+Boundary = TypeVar("Boundary")
 POLL = 0.2  # seconds between the waiting thread's checks that the network side is still up
 
 
@@ -42,6 +44,11 @@ class LoopStatistics:
     exchanges: int
     compute_seconds: float  # inner steps, encoding and outer steps
     idle_seconds: float  # waiting for an exchange to land or for the outbox to take a payload
+    late_seconds: float = 0.0  # of idle: waiting for a fragment's exchange past its τ steps
+    send_seconds: float = 0.0  # of idle: waiting for the outbox (P exchanges queued)
+    drain_seconds: float = 0.0  # of late: landing what was in flight when the run ended
+    handoff_seconds: float = 0.0  # of idle: waiting for the driver to take a round's end
+    boundary_seconds: float = 0.0  # neither: the driver's work at a round's end (eval, copies)
 
     @property
     def idle_fraction(self) -> float:
@@ -68,8 +75,12 @@ class StreamingLoop:
         self._arrived: dict[int, Sequence[Contribution]] = {}
         self._stopped = threading.Event()
         self.reports: list[FragmentReport] = []
-        self._compute = self._idle = 0.0
+        self._compute = self._idle = self._late = self._sent = self._drain = 0.0
+        self._handoff = self._boundary = 0.0
         self._steps = 0
+        self._halt = threading.Event()
+        # the driver's work for the thread between two steps (the next round's data shard)
+        self.between_steps: queue.Queue[Callable[[], None]] = queue.Queue(8)
 
     def statistics(self) -> LoopStatistics:
         return LoopStatistics(
@@ -77,6 +88,11 @@ class StreamingLoop:
             exchanges=len(self.reports),
             compute_seconds=self._compute,
             idle_seconds=self._idle,
+            late_seconds=self._late,
+            send_seconds=self._sent,
+            drain_seconds=self._drain,
+            handoff_seconds=self._handoff,
+            boundary_seconds=self._boundary,
         )
 
     async def run(self, steps: int) -> LoopStatistics:
@@ -103,7 +119,32 @@ class StreamingLoop:
             raise ValueError("give stride_steps or stride_seconds")
         return await self._run(self._slots_loop, first, slots, stride_steps, stride_seconds)
 
-    async def _run(self, loop: Callable[..., None], *args: float) -> LoopStatistics:
+    async def run_rounds(
+        self,
+        first: int,
+        rounds: int,
+        *,
+        at_boundary: Callable[[int], Boundary],
+        boundaries: trio.MemorySendChannel[Boundary],
+        stride_steps: int | None = None,
+        stride_seconds: float | None = None,
+    ) -> LoopStatistics:
+        """Rounds `first` … `first + rounds − 1` of P slots each, with no pause between them:
+        a round ends when its last fragment lands, and `at_boundary(round)` runs then, in the
+        thread, while nothing is in flight; what it returns goes to `boundaries` (the driver
+        publishes and agrees on it while the next round computes). `halt()` ends it early."""
+        if (stride_steps is None) == (stride_seconds is None):
+            raise ValueError("give stride_steps or stride_seconds")
+        self._halt.clear()
+        loop = functools.partial(self._rounds_loop, at_boundary, boundaries)
+        return await self._run(loop, first, rounds, stride_steps, stride_seconds)
+
+    def halt(self) -> None:
+        """Stop `run_rounds` at the thread's next step or wait; what is in flight is dropped
+        (the driver repairs the member's state next)."""
+        self._halt.set()
+
+    async def _run(self, loop: Callable[..., None], *args: float | None) -> LoopStatistics:
         self._stopped.clear()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._network)
@@ -114,15 +155,31 @@ class StreamingLoop:
             finally:
                 self._stopped.set()
                 nursery.cancel_scope.cancel()
+        if self._halt.is_set():
+            self._forget_in_flight()
         return self.statistics()
 
+    def _forget_in_flight(self) -> None:
+        """After a halt: no queued payload or landed result may reach the next run."""
+        while True:
+            try:
+                self._outbox.receive_nowait()
+            except trio.WouldBlock:
+                break
+        while not self._landed.empty():
+            self._landed.get_nowait()
+        self._arrived.clear()
+
     @staticmethod
-    def _in_thread(loop: Callable[..., None], *args: float, threads: int) -> None:
+    def _in_thread(loop: Callable[..., None], *args: float | None, threads: int) -> None:
         """`loop` with the torch threads of whoever started it: a pooled worker thread keeps
         the OpenMP thread count it first had, and a sum over 2 threads is not one over 1 bit
         for bit (runs must give what a member in one thread gives)."""
         torch.set_num_threads(threads)
-        loop(*args)
+        try:
+            loop(*args)
+        except _Halted:
+            pass
 
     async def _network(self) -> None:
         try:
@@ -162,7 +219,76 @@ class StreamingLoop:
             self._land(lands, self.member.inner.step)
         self._land(lands, None)
 
+    def _rounds_loop(
+        self,
+        at_boundary: Callable[[int], Boundary],
+        boundaries: trio.MemorySendChannel[Boundary],
+        first: int,
+        rounds: int,
+        stride_steps: int | None,
+        stride_seconds: float | None,
+    ) -> None:
+        """Slot k of round r is due after (r − first)·P + k strides. A round ends when its
+        last fragment lands (τ steps after it was sent), or, if that one is later, just
+        before the next round's first slot is sent: never with anything in flight."""
+        fragments, lands = len(self.member.fragments), {}
+        start, start_step = time.monotonic(), self.member.inner.step
+        ending = None  # the round whose last slot is sent and whose end is not taken yet
+        for n in range(1, rounds * fragments + 1):
+            while True:
+                self._step()
+                if stride_steps is not None:
+                    if self.member.inner.step - start_step >= n * stride_steps:
+                        break
+                elif time.monotonic() >= start + n * (stride_seconds or 0.0):
+                    break
+                ending = self._land_or_end(lands, ending, at_boundary, boundaries)
+            if ending is not None:
+                self._round_end(lands, ending, at_boundary, boundaries)
+            round_, k = divmod(n - 1, fragments)
+            self._sync((first + round_) * fragments + k + 1, lands)
+            ending = first + round_ if k == fragments - 1 else None
+            ending = self._land_or_end(lands, ending, at_boundary, boundaries)
+        if ending is not None:
+            self._round_end(lands, ending, at_boundary, boundaries)
+
+    def _land_or_end(
+        self,
+        lands: dict[int, int],
+        ending: int | None,
+        at_boundary: Callable[[int], Boundary],
+        boundaries: trio.MemorySendChannel[Boundary],
+    ) -> int | None:
+        """Land what is due; the round `ending` ends once nothing is in flight (None then)."""
+        self._land(lands, self.member.inner.step)
+        if ending is None or lands:
+            return ending
+        self._round_end(lands, ending, at_boundary, boundaries)
+        return None
+
+    def _round_end(
+        self,
+        lands: dict[int, int],
+        round_: int,
+        at_boundary: Callable[[int], Boundary],
+        boundaries: trio.MemorySendChannel[Boundary],
+    ) -> None:
+        """Land what is still in flight, take the round's end, hand it to the driver."""
+        self._land(lands, None)
+        started = time.perf_counter()
+        item = at_boundary(round_)
+        handoff = time.perf_counter()
+        self._boundary += handoff - started
+        trio.from_thread.run(boundaries.send, item)
+        waited = time.perf_counter() - handoff
+        self._idle += waited
+        self._handoff += waited
+
     def _step(self) -> None:
+        if self._halt.is_set():
+            raise _Halted
+        while not self.between_steps.empty():
+            self.between_steps.get_nowait()()
         started = time.perf_counter()
         self.member.train(1)
         if self.slowdown > 1:  # a slower machine, for tests: each step takes `slowdown` times
@@ -181,12 +307,17 @@ class StreamingLoop:
     def _send(self, slot: int, payload: Payload) -> None:
         started = time.perf_counter()
         trio.from_thread.run(self._outbox_send.send, (slot, payload))
-        self._idle += time.perf_counter() - started
+        waited = time.perf_counter() - started
+        self._idle += waited
+        self._sent += waited
 
     def _land(self, lands: dict[int, int], step: int | None) -> None:
         """Apply every fragment whose landing step is `step` or earlier (None: all of them)."""
         for slot in sorted(s for s, at in lands.items() if step is None or at <= step):
+            late = self._late
             contributions = self._wait(slot)
+            if step is None:
+                self._drain += self._late - late
             started = time.perf_counter()
             self.reports.append(self.member.apply_fragment(slot, contributions))
             self._compute += time.perf_counter() - started
@@ -198,11 +329,19 @@ class StreamingLoop:
             try:
                 got, contributions = self._landed.get(timeout=POLL)
             except queue.Empty:
+                if self._halt.is_set():
+                    raise _Halted from None
                 if self._stopped.is_set():
                     raise DiLoCoError(
                         f"the exchange of slot {slot} ended without a result"
                     ) from None
                 continue
             self._arrived[got] = contributions
-        self._idle += time.perf_counter() - started
+        waited = time.perf_counter() - started
+        self._idle += waited
+        self._late += waited
         return self._arrived.pop(slot)
+
+
+class _Halted(Exception):
+    """The driver halted the loop (`StreamingLoop.halt`)."""

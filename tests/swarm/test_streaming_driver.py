@@ -81,6 +81,11 @@ async def test_three_streaming_members_agree_per_fragment_and_learn():
         per_fragment = [d.fragment_checksums for d in drivers]
         assert len(per_fragment[0]) == 2 and all(f == per_fragment[0] for f in per_fragment)
         assert all(d.member.rounds == [3, 3] for d in drivers)
+        # rounds follow each other with no pause, each agreed while the next computes: no
+        # member may diverge for it (a slot that started before the group of its round was
+        # known waited only for those who had announced the round's state: repairs)
+        assert [d.progress.state_downloads for d in drivers] == [0, 0, 0]
+        assert all(d.progress.rounds_completed == 3 for d in drivers)
         status = drivers[0].streaming_status()
         assert [s["round"] for s in status["fragment_states"]] == [3, 3]
         # every member's every fragment counted, with the samples of H/P or H steps

@@ -113,7 +113,8 @@ async def test_a_failed_exchange_ends_the_loop_with_its_error(text):
 
 
 async def test_a_fragment_update_of_another_fragments_size_is_refused(text):
-    (member,) = members(text, 1, StreamingConfig(fragments=2))
+    # P=4 on this model: the two blocks' fragments are over 1/P, the others are filled to it
+    (member,) = members(text, 1, StreamingConfig(fragments=4))
     assert member.slot_nbytes(1) != member.slot_nbytes(2)
     key, other = create_new_key_pair(), create_new_key_pair()
     sender = ID.from_pubkey(other.public_key).to_base58()
@@ -174,3 +175,75 @@ async def test_a_member_three_times_slower_contributes_without_stalling_the_grou
     for report in loops[0].reports:  # and its update counts by the samples it saw
         others = [w for i, w in enumerate(report.weights) if i != slowest]
         assert report.weights[slowest] < 0.8 * min(others)
+
+
+async def _answered(slot, payload):
+    return [Contribution(sender="me", payload=bytes(payload))]
+
+
+async def test_rounds_follow_each_other_without_a_pause_and_end_with_nothing_in_flight(text):
+    """A driver agrees on round r's end while round r+1 computes: the thread hands the end
+    over (a whole state: `snapshot` refuses one mid-round) and trains on meanwhile."""
+    (member,) = members(text, 1)  # H 8, P 2: a slot every 4 steps, landing τ = 2 steps later
+    loop = StreamingLoop(member, _answered)
+    ends, went_on = [], []
+
+    def at_boundary(round_):
+        ends.append((round_, list(member.rounds), member.inner.step))
+        return member.snapshot()
+
+    async def driver(receive):
+        async for state in receive:
+            taken = member.inner.step
+            if state.round < 3:  # not the last: steps go on while we hold it
+                while member.inner.step < taken + 2:  # noqa: ASYNC110 - a step counter has no event
+                    await trio.sleep(0.01)
+            went_on.append(member.inner.step - taken)
+
+    send, receive = trio.open_memory_channel(1)
+    with trio.fail_after(120):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(driver, receive)
+            async with send:
+                stats = await loop.run_rounds(
+                    0, 3, at_boundary=at_boundary, boundaries=send, stride_steps=4
+                )
+    # a round's last fragment is sent at step 8(r+1) and lands τ steps later; the last round
+    # ends once everything landed
+    assert ends == [(0, [1, 1], 10), (1, [2, 2], 18), (2, [3, 3], 24)]
+    assert went_on[:2] >= [2, 2] and stats.steps == 24 and stats.exchanges == 6
+
+
+async def test_a_halted_loop_drops_what_is_in_flight_and_runs_again_from_a_round_end(text):
+    (member,) = members(text, 1)
+    start = member.snapshot()
+    answer = trio.Event()
+
+    async def exchange(slot, payload):
+        await answer.wait()  # never, until the halt: a fragment more than τ steps late
+        return [Contribution(sender="me", payload=bytes(payload))]
+
+    loop = StreamingLoop(member, exchange)
+    send, _receive = trio.open_memory_channel(1)
+    with trio.fail_after(120):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                partial(
+                    loop.run_rounds, 0, 2, at_boundary=lambda r: r, boundaries=send, stride_steps=4
+                )
+            )
+            while member.inner.step < 6:  # noqa: ASYNC110 - a step counter has no event
+                await trio.sleep(0.01)
+            await trio.sleep(0.5)  # the thread waits for slot 1 (sent at step 4, τ = 2)
+            loop.halt()
+    assert member.inner.step == 6 and member.rounds == [0, 0]  # waiting for slot 1 at τ
+    member.restore(start)
+    loop.exchange = _answered
+    send, receive = trio.open_memory_channel(2)
+    with trio.fail_after(120):
+        async with send:
+            stats = await loop.run_rounds(
+                0, 1, at_boundary=lambda r: r, boundaries=send, stride_steps=4
+            )
+    assert receive.receive_nowait() == 0 and member.rounds == [1, 1]
+    assert stats.exchanges == 2  # the dropped slot 1 was not answered late into this run
