@@ -29,17 +29,29 @@ async def test_status_watch_redraws_until_interrupted_and_exits_cleanly():
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             env=env,
+            # a suite started in the background (`make test &`) passes SIGINT on ignored, and
+            # Python then installs no KeyboardInterrupt handler: the Ctrl-C below must arrive
+            preexec_fn=_default_sigint,
         )
         # two frames first (the daemon answers from this trio loop meanwhile): a Ctrl-C while
         # the CLI still imports would test Python's start-up, not the watch
         with trio.fail_after(60):
             head = await trio.to_thread.run_sync(read_frames, process.stdout, 2)
         process.send_signal(signal.SIGINT)
-        out, _ = await trio.to_thread.run_sync(process.communicate)
+        try:
+            out, _ = await trio.to_thread.run_sync(process.communicate, None, 30)
+        finally:
+            if process.poll() is None:  # it ignored the Ctrl-C: the assertions say so
+                process.kill()
+                process.wait()
     text = head + out.decode(errors="replace")
     assert process.returncode == 0, text
     assert text.count("Ctrl-C to stop") >= 2  # redrawn, not printed once
     assert node.identity.name in text
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def read_frames(stream, count: int) -> str:
