@@ -43,6 +43,21 @@ from .waiting import wait_until
 FAST = ReplicatorConfig(publish_interval=0.02, sync_interval=0.3, idle_repeat_after=0.05)
 
 
+def digits_spec(**changes: Any) -> DiLoCoSpec:
+    """A run that trains in seconds: an MLP on digits, 3 short int8 rounds; `changes` override."""
+    settings: dict[str, Any] = dict(
+        model="mlp",
+        dataset="digits",
+        batch_size=32,
+        lr=3e-3,
+        warmup_steps=2,
+        rounds=3,
+        round_timeout=10,
+        codec="int8",
+    )
+    return DiLoCoSpec(**(settings | changes))
+
+
 class NotServed(LookupError):
     """No holder asked has the tensor (what the node's TransferFailed says)."""
 

@@ -5,6 +5,8 @@
         └── DiLoCoError              a DiLoCo member could not do what was asked
             ├── RoundFailed          a round could not complete (exchange timed out, no update)
             ├── LoopClosed           a user's own training loop ended while a round needed it
+            ├── LoopHalted           the driver halted a Streaming DiLoCo loop (caught in the
+            │                        loop's own compute thread: it never leaves streaming_loop)
             └── CheckpointError      a checkpoint is missing, incomplete, or failed verification
                 └── CheckpointCorrupt  its bytes do not hash to its name / recorded digests
 
@@ -35,3 +37,7 @@ class CheckpointCorrupt(CheckpointError):
 
 class LoopClosed(DiLoCoError):
     """A user's own training loop ended (`peertrain.DiLoCo.close()`) while a round needed it."""
+
+
+class LoopHalted(DiLoCoError):
+    """The streaming driver halted its loop (`StreamingLoop.halt`) to rewind and repair."""

@@ -29,7 +29,7 @@ import torch
 import trio
 
 from .compression import Payload
-from .errors import DiLoCoError
+from .errors import DiLoCoError, LoopHalted
 from .exchange import Contribution
 from .streaming import FragmentReport, StreamingMember
 
@@ -178,7 +178,7 @@ class StreamingLoop:
         torch.set_num_threads(threads)
         try:
             loop(*args)
-        except _Halted:
+        except LoopHalted:
             pass
 
     async def _network(self) -> None:
@@ -286,7 +286,7 @@ class StreamingLoop:
 
     def _step(self) -> None:
         if self._halt.is_set():
-            raise _Halted
+            raise LoopHalted
         while not self.between_steps.empty():
             self.between_steps.get_nowait()()
         started = time.perf_counter()
@@ -330,7 +330,7 @@ class StreamingLoop:
                 got, contributions = self._landed.get(timeout=POLL)
             except queue.Empty:
                 if self._halt.is_set():
-                    raise _Halted from None
+                    raise LoopHalted from None
                 if self._stopped.is_set():
                     raise DiLoCoError(
                         f"the exchange of slot {slot} ended without a result"
@@ -341,7 +341,3 @@ class StreamingLoop:
         self._idle += waited
         self._late += waited
         return self._arrived.pop(slot)
-
-
-class _Halted(Exception):
-    """The driver halted the loop (`StreamingLoop.halt`)."""

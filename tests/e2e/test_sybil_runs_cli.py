@@ -39,6 +39,7 @@ SPEC_FLAGS = [
     *("--inner-steps", "20", "--rounds", str(ROUNDS), "--round-timeout", "30", "--seed", "3"),
     *("--set", "outer_momentum=0.5", "--set", "start_timeout=900"),
 ]
+INVITE_FLAGS = ["--min-members", str(HONEST), "--admission", "invite"]
 JOIN_TAIL = ["--listen", "/ip4/127.0.0.1/tcp/0", "--log-format", "json"]
 
 
@@ -113,15 +114,7 @@ def test_sybils_cannot_take_over_an_open_run_and_are_dropped_unseen_by_an_invite
         phase_one = time.monotonic() - started
         check_open_run(baseline, attacked)
 
-        invite = create(
-            creator,
-            "members-only",
-            *SPEC_FLAGS,
-            "--min-members",
-            str(HONEST),
-            "--admission",
-            "invite",
-        )
+        invite = create(creator, "members-only", *SPEC_FLAGS, *INVITE_FLAGS)
         peers = [d.status()["peer_id"] for d in honest]
         invites = at_once(*[lambda p=p: invite_cli(creator, invite, p) for p in peers[1:]])
         at_once(

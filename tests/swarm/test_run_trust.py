@@ -3,27 +3,31 @@ Replicators, real signed deltas and announcements; the attackers use fresh keys 
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import trio
 from peertrain.protocol.tensors import prepare_tensor
 from peertrain.swarm.diloco.run_spec import DiLoCoSpec
 from peertrain.swarm.diloco.state_sync import STATE_NAME
-from peertrain.testing.diloco_drivers import open_driver_group
+from peertrain.testing.diloco_drivers import digits_spec, open_driver_group
 from peertrain.testing.waiting import wait_until
 
-SPEC = DiLoCoSpec(
-    model="mlp",
-    dataset="digits",
-    inner_steps=4,
-    batch_size=32,
-    lr=3e-3,
-    warmup_steps=2,
-    rounds=3,
-    round_timeout=10,
-    codec="int8",
-    min_members=2,
-    start_timeout=20,
-)
+SPEC = digits_spec(inner_steps=4, min_members=2, start_timeout=20)
+
+
+async def _lose_the_anchors_round_one(group):
+    """The anchor and another member train the run to its end while gossip loses everything
+    the anchor publishes to the other during the other's round 1."""
+    anchor, other = await group.member(group.creator), await group.member()
+    gossip = group.topic.members
+    group.topic.lose = lambda publisher, receiver: (
+        (publisher, receiver) == (anchor.peer_id, other.peer_id)
+        and gossip[receiver].current_round == 1
+    )
+    with trio.fail_after(120):
+        await group.finished()
+    return anchor, other
 
 
 def _checksums(group) -> set[str]:
@@ -98,8 +102,6 @@ async def test_three_fresh_ids_cannot_outvote_two_honest_members():
 
 
 def _fields(spec: DiLoCoSpec) -> dict:
-    import dataclasses
-
     return {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
 
 
@@ -134,8 +136,6 @@ def test_open_runs_default_to_flag_with_a_rank_from_the_group_size():
 
 
 async def test_an_invite_run_trains_on_certified_members_and_drops_a_strangers_traffic():
-    import dataclasses
-
     from libp2p.crypto.ed25519 import create_new_key_pair
 
     spec = dataclasses.replace(SPEC, admission="invite", min_members=3)
@@ -167,8 +167,6 @@ async def test_invite_members_that_closed_a_round_with_different_updates_end_on_
     (three checksums at the end, seen as four under load through the CLI). Once all four have
     attested, they all pick the most attested state and repair to it by replay (the updates
     they lacked come with their senders' repeated announcements)."""
-    import dataclasses
-
     from libp2p.crypto.ed25519 import create_new_key_pair
 
     spec = dataclasses.replace(SPEC, admission="invite", min_members=4, round_timeout=3)
@@ -197,18 +195,8 @@ async def test_a_member_that_repairs_its_state_late_stays_in_the_anchors_next_gr
     """Gossip lost the anchor's announcement to the other member for round 1, so it closed the
     round at its deadline without it and repaired its state after: seconds after the anchor
     had decided its group of round 2 without it, and trained on alone (one update a round)."""
-    import dataclasses
-
-    spec = dataclasses.replace(SPEC, round_timeout=4, rounds=4)
-    async with open_driver_group(spec) as group:
-        anchor, other = await group.member(group.creator), await group.member()
-        gossip = group.topic.members
-        group.topic.lose = lambda publisher, receiver: (
-            (publisher, receiver) == (anchor.peer_id, other.peer_id)
-            and gossip[receiver].current_round == 1
-        )
-        with trio.fail_after(120):
-            await group.finished()
+    async with open_driver_group(dataclasses.replace(SPEC, round_timeout=4, rounds=4)) as group:
+        anchor, other = await _lose_the_anchors_round_one(group)
         accepted = [h["accepted"] for h in anchor.driver.progress.history]
         assert accepted == [2, 2, 2, 2], accepted
         assert other.driver.progress.history[1]["accepted"] == 1  # the round it closed alone
@@ -221,18 +209,8 @@ async def test_a_member_that_lost_a_round_replays_it_once_the_anchors_record_com
     (RunState) then reached it before the next repeat of the record (update gossip): it found
     no record to replay and downloaded the state at once (1 download, 0 replays). It now waits
     for the record's repeat and applies the round again: no download."""
-    import dataclasses
-
-    spec = dataclasses.replace(SPEC, round_timeout=4, rounds=3)
-    async with open_driver_group(spec) as group:
-        anchor, other = await group.member(group.creator), await group.member()
-        gossip = group.topic.members
-        group.topic.lose = lambda publisher, receiver: (
-            (publisher, receiver) == (anchor.peer_id, other.peer_id)
-            and gossip[receiver].current_round == 1
-        )
-        with trio.fail_after(120):
-            await group.finished()
+    async with open_driver_group(dataclasses.replace(SPEC, round_timeout=4)) as group:
+        _, other = await _lose_the_anchors_round_one(group)
         assert other.driver.progress.history[1]["accepted"] == 1  # the round it closed alone
         assert len(_checksums(group)) == 1
         assert other.driver.progress.replays >= 1
@@ -268,8 +246,6 @@ async def test_members_that_finished_before_their_anchor_attested_follow_its_fin
     """Two members finish the run while its anchor is out of sight: nobody decides, each keeps
     the state they agree on by determinism. When the anchor's final state appears, they used
     to keep theirs for good (the run ended on two models); now they follow the anchor's."""
-    import dataclasses
-
     spec = dataclasses.replace(SPEC, round_timeout=3)
     async with open_driver_group(spec) as group:
         early = [await group.member(), await group.member()]
@@ -288,8 +264,6 @@ async def test_members_that_finished_before_their_anchor_attested_follow_its_fin
 
 
 async def test_a_wave_of_fresh_ids_enters_the_counted_group_one_per_round_only():
-    import dataclasses
-
     spec = dataclasses.replace(SPEC, admit_per_round=1, round_timeout=3, rounds=4)
     async with open_driver_group(spec) as group:
         anchor = await group.member(group.creator)
@@ -327,8 +301,6 @@ async def test_a_wave_of_fresh_ids_enters_the_counted_group_one_per_round_only()
 async def test_members_claiming_future_and_poisoned_states_change_nothing_for_the_honest():
     """The hostile library's state attacks (hostile_states.py) on full members of an open run:
     they train, and keep announcing and attesting round 10^9 and a served NaN state."""
-    import dataclasses
-
     spec = dataclasses.replace(SPEC, min_members=4)
     async with open_driver_group(spec) as group:
         honest = [await group.member(group.creator), await group.member()]

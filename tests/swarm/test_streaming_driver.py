@@ -11,23 +11,9 @@ from peertrain.swarm.diloco.run_spec import DiLoCoSpec
 from peertrain.swarm.diloco.streaming import StreamingMember
 from peertrain.swarm.diloco.streaming_driver import StreamingDriver
 from peertrain.swarm.models.config import ConfigError
-from peertrain.testing.diloco_drivers import open_driver_group
+from peertrain.testing.diloco_drivers import digits_spec, open_driver_group
 
-SPEC = DiLoCoSpec(
-    model="mlp",
-    dataset="digits",
-    inner_steps=6,
-    batch_size=32,
-    lr=3e-3,
-    warmup_steps=2,
-    rounds=3,
-    round_timeout=10,
-    codec="int8",
-    min_members=3,
-    num_shards=3,
-    fragments=2,
-    overlap=1,
-)
+SPEC = digits_spec(inner_steps=6, min_members=3, num_shards=3, fragments=2, overlap=1)
 
 
 def test_streaming_fields_stay_out_of_a_plain_specs_bytes_and_round_trip():
