@@ -153,6 +153,7 @@ def service_metrics(daemon: Daemon) -> Iterator[Metric]:
         "published": gossip.published,
         "delivered": gossip.delivered,
         "dropped_slow_consumer": gossip.dropped_slow_consumer,
+        "dropped_by_libp2p": gossip.dropped_by_libp2p,
         "rejected": gossip.rejected,
         "ignored": gossip.ignored,
     }

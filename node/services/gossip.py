@@ -6,7 +6,13 @@ What py-libp2p 0.8.1 does by default (LIBP2P-NOTES.md) and what we do about it:
   regardless → we pace our own publishes per topic with a token bucket (`max_rate`), batch
   upstream (CRDT deltas), and keep anti-entropy as the backstop for what gossip loses;
 - a message over 1 MiB returns no error and reaches nobody → `publish` refuses anything over
-  `MAX_GOSSIP_MESSAGE` with `MessageTooLarge`; big payloads announce-and-pull over streams.
+  `MAX_GOSSIP_MESSAGE` with `MessageTooLarge`; big payloads announce-and-pull over streams;
+- each peer's outbound queue and each subscription's queue hold 32 messages and drop the rest
+  silently (a debug log) → `widen_libp2p_queues` makes them `LIBP2P_QUEUE` deep and counts what
+  they still drop (`dropped_by_libp2p`, process-wide). Ten daemons on two cores lost a member's
+  update announcements for a whole 30 s round this way, its repeats every 2 s included: the
+  "holds" notes of a round's end came in bursts larger than the queues while the writer
+  tasks waited for CPU.
 Every topic gets a validator at the first hop: a message that fails it is not forwarded, and
 its publisher — who signed it (strict signing) — is penalised, never the peer that forwarded
 it; a validator may also drop a message without blame (None). Subscriptions hand messages over
@@ -16,7 +22,9 @@ growing memory.
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -33,6 +41,8 @@ from ..net.penalties import PeerScoreboard
 log = logging.getLogger(__name__)
 
 MAX_GOSSIP_MESSAGE = 512 * 1024  # well under py-libp2p's silent 1 MiB cut, with room for framing
+LIBP2P_QUEUE = 256  # messages a peer's outbound queue and a subscription's queue hold (was 32)
+LIBP2P_DROPS = Counter[str]()  # "outbound", "subscription": what py-libp2p's queues dropped
 INVALID_MESSAGE_PENALTY = 20.0
 
 # (publisher's base58 peer ID, data) -> True: accept; False: reject, the publisher is to blame;
@@ -54,6 +64,7 @@ class GossipStatistics:
     published: int
     delivered: int
     dropped_slow_consumer: int
+    dropped_by_libp2p: int  # py-libp2p's own queues, in this process (all its nodes together)
     rejected: int  # failed validation: their publishers were penalised
     ignored: int  # dropped without blame (a clock or staleness explains them)
 
@@ -75,6 +86,44 @@ class TokenBucket:
                 self._tokens -= 1
                 return
             await trio.sleep((1 - self._tokens) / self.rate)
+
+
+@functools.cache
+def widen_libp2p_queues() -> None:
+    """Make py-libp2p's per-peer outbound queues and subscription queues `LIBP2P_QUEUE` deep and
+    count their drops (py-libp2p internals, pinned version: the names are read when a peer or a
+    subscription is added, so this holds for every Pubsub of the process from then on)."""
+    from libp2p.pubsub import gossipsub, pubsub, rpc_queue
+
+    def counting_drop(peer_id: ID, rpc) -> None:
+        _dropped("outbound", f"for {peer_id}")
+        rpc_queue.drop_rpc(peer_id, rpc)
+
+    pubsub.RpcQueue = functools.partial(rpc_queue.RpcQueue, max_size=LIBP2P_QUEUE)  # type: ignore[misc]
+    pubsub.drop_rpc = gossipsub.drop_rpc = counting_drop  # type: ignore[assignment]
+    pubsub.SUBSCRIPTION_CHANNEL_SIZE = LIBP2P_QUEUE
+    deliver = pubsub.Pubsub.notify_subscriptions
+
+    def counting_delivery(self: Pubsub, message) -> None:
+        for topic in message.topicIDs:
+            if topic in self.topic_ids:
+                queue = self.subscribed_topics_send[topic].statistics()
+                if queue.current_buffer_used >= queue.max_buffer_size:
+                    _dropped("subscription", f"on {topic}")  # py-libp2p drops it
+        deliver(self, message)
+
+    pubsub.Pubsub.notify_subscriptions = counting_delivery  # type: ignore[method-assign]
+
+
+def _dropped(queue: str, where: str) -> None:
+    LIBP2P_DROPS[queue] += 1
+    if LIBP2P_DROPS[queue] % 100 == 1:  # the first, then every hundredth
+        log.warning(
+            "gossip: py-libp2p's %s queue is full, a message %s dropped (%d so far)",
+            queue,
+            where,
+            LIBP2P_DROPS[queue],
+        )
 
 
 class Gossip:
@@ -102,6 +151,7 @@ class Gossip:
             heartbeat_initial_delay=0.1,  # type: ignore[arg-type]
             spam_protection_enabled=False,
         )
+        widen_libp2p_queues()
         self.pubsub = Pubsub(host, self.router, strict_signing=True)
         self._buckets: dict[str, TokenBucket] = {}
         self._published = self._delivered = self._dropped = self._rejected = self._ignored = 0
@@ -171,6 +221,7 @@ class Gossip:
             published=self._published,
             delivered=self._delivered,
             dropped_slow_consumer=self._dropped,
+            dropped_by_libp2p=sum(LIBP2P_DROPS.values()),
             rejected=self._rejected,
             ignored=self._ignored,
         )

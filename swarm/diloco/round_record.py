@@ -28,7 +28,7 @@ from peertrain.protocol.packing import unpack
 from peertrain.protocol.schema import MaxLen
 
 RECORD_DOMAIN = "diloco/round-record"
-MAX_RECORD_UPDATES = 256  # update_gossip.MAX_SENDERS
+MAX_RECORD_UPDATES = 256  # gossip_round.MAX_SENDERS
 MAX_RECORD_ENVELOPE = 40 * 1024
 MAX_RECORD_SIGNERS = 64
 KEPT_ROUNDS = 2

@@ -17,15 +17,16 @@ rejected at the gossip validator (the forwarder is penalised by the node); a hol
 bytes not matching the checksum is caught chunk by chunk; updates of peers without a live lease
 in RunState are dropped when the round closes.
 
-Nothing is downloaded on a stranger's say. Announcements cost a few hundred bytes; payloads
-cost megabytes, so a pull starts only for a sender that is a member at that moment (a joiner
-whose lease arrives late is pulled as soon as it does: the round re-checks every second), only
-from holders that are members themselves, at most `MAX_PULLS` at once. What a round records is
-bounded too: `MAX_SENDERS` announced senders and `MAX_HOLDERS` holders per payload, and a
-"holds" note only for a payload its sender announced. Two hundred fresh IDs announcing 100 MB
-updates used to start two hundred downloads at once. In an invite run (`admits`: the run's
-admission) an announcement or round record signed by a non-member is rejected at the validator,
-before it is recorded or forwarded; its publisher is penalised and `dropped` counts it.
+Nothing is downloaded on a stranger's say. Announcements cost a few hundred bytes; payloads cost
+megabytes, so a pull starts only for a sender that is a member at that moment (a joiner whose
+lease arrives late is pulled as soon as it does: the round re-checks every second), only from
+holders that are members themselves, at most `MAX_PULLS` at once. What a round records is
+bounded too (gossip_round.py): `MAX_SENDERS` announced senders and `MAX_HOLDERS` holders per
+payload, and a "holds" note only for a payload its sender announced. Two hundred fresh IDs
+announcing 100 MB updates used to start two hundred downloads at once. In an invite run
+(`admits`: the run's admission) an announcement or round record signed by a non-member is
+rejected at the validator, before it is recorded or forwarded; its publisher is penalised and
+`dropped` counts it.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Annotated, Protocol
 
 import trio
@@ -45,6 +45,7 @@ from peertrain.protocol.messages import Message, decode, encode, message
 from peertrain.protocol.schema import IntRange, MaxLen
 
 from .exchange import Contribution
+from .gossip_round import GossipRound
 from .round_record import RoundRecord, RoundRecords, is_record, open_from_origin
 
 log = logging.getLogger(__name__)
@@ -55,8 +56,6 @@ ROUND_WINDOW = 2  # accept announcements for rounds [current - 1, current + ROUN
 FETCH_TRIES = 10  # failed fetches from the same holders before waiting for a new holder
 FETCH_PAUSE = 0.5  # seconds between those tries
 MAX_PULLS = 4  # downloads in flight at once, per round
-MAX_SENDERS = 256  # announced senders recorded per round (members are far fewer)
-MAX_HOLDERS = 64  # holders recorded per payload
 REPEAT_EVERY = 2.0  # seconds between repeats of our own announcements and records (`repeat_loop`)
 
 
@@ -82,16 +81,6 @@ class GroupTransport(Protocol):
         (a fetched copy is as good as the sender's: it is addressed by checksum); raises on
         failure."""
         ...
-
-
-@dataclass
-class _RoundState:
-    announced: dict[str, UpdateAnnouncement] = field(default_factory=dict)  # sender → announcement
-    holders: dict[bytes, list[str]] = field(default_factory=dict)  # checksum → peers holding it
-    payloads: dict[str, bytes] = field(default_factory=dict)  # sender → verified payload
-    changed: trio.Event = field(default_factory=trio.Event)
-    # Set, then replaced, each time a holder is added: wakes every `_pull` waiting for one.
-    holder_added: trio.Event = field(default_factory=trio.Event)
 
 
 class UpdateGossip:
@@ -122,7 +111,7 @@ class UpdateGossip:
         self.expected = expected  # whose updates round r waits for
         self.current_round = 0
         self.window = ROUND_WINDOW  # rounds ahead we accept (a streaming run's rounds are slots)
-        self._rounds: dict[int, _RoundState] = {}
+        self._rounds: dict[int, GossipRound] = {}
         self.rejected = 0
         self._pulls = trio.CapacityLimiter(MAX_PULLS)
         self.bytes_published = 0
@@ -156,26 +145,8 @@ class UpdateGossip:
         state = self._rounds.get(round_) if round_ < self.current_round else self._round(round_)
         if state is None:
             return True
-        self._record(state, origin, ann)
+        state.record(origin, ann)
         return True
-
-    @staticmethod
-    def _record(state: _RoundState, origin: str, ann: UpdateAnnouncement) -> None:
-        """Note an announcement: a sender's own (bounded count), or a holder of a payload that
-        its sender announced (a holds note for anything else names nothing we would fetch)."""
-        if not ann.holds and ann.sender not in state.announced:
-            if len(state.announced) >= MAX_SENDERS:
-                return
-            state.announced[ann.sender] = ann
-        own = state.announced.get(ann.sender)
-        if own is None or own.checksum != ann.checksum:
-            return
-        holders = state.holders.setdefault(ann.checksum, [])
-        if origin not in holders and len(holders) < MAX_HOLDERS:
-            holders.append(origin)
-            state.holder_added.set()
-            state.holder_added = trio.Event()
-        state.changed.set()
 
     def _open(self, origin: str, raw: bytes) -> tuple[int, UpdateAnnouncement]:
         env = open_from_origin(
@@ -198,13 +169,13 @@ class UpdateGossip:
     def _in_window(self, round_: int) -> bool:
         return self.current_round - 1 <= round_ <= self.current_round + self.window
 
-    def _round(self, round_: int) -> _RoundState | None:
+    def _round(self, round_: int) -> GossipRound | None:
         if round_ < self.current_round:
             return None
         # the last closed round stays: its signed announcements let a member replay it
         for old in [r for r in self._rounds if r < self.current_round - 1]:
             del self._rounds[old]
-        return self._rounds.setdefault(round_, _RoundState())
+        return self._rounds.setdefault(round_, GossipRound())
 
     # -- one round ------------------------------------------------------------------------------
 
@@ -232,7 +203,7 @@ class UpdateGossip:
                 "round %d closed without %d member(s): %s",
                 round_,
                 len(missing),
-                sorted(missing)[:4],
+                "; ".join(state.why_missing(sender) for sender in sorted(missing)[:4]),
             )
         self.current_round = round_ + 1
         strangers = sorted(s for s in state.payloads if not self.is_member(s))
@@ -302,10 +273,10 @@ class UpdateGossip:
         state = self._rounds.get(round_)
         return len(expected & set(state.payloads) if state else ()), len(expected)
 
-    def _complete(self, round_: int, state: _RoundState) -> bool:
+    def _complete(self, round_: int, state: GossipRound) -> bool:
         return self.expected(round_) <= set(state.payloads)
 
-    async def _pull_all(self, round_: int, state: _RoundState, handing: trio.Nursery) -> None:
+    async def _pull_all(self, round_: int, state: GossipRound, handing: trio.Nursery) -> None:
         """Pull every announced member's update until the round's are all in."""
         async with trio.open_nursery() as nursery:
             fetching: set[str] = set()
@@ -327,7 +298,7 @@ class UpdateGossip:
     async def _pull(
         self,
         round_: int,
-        state: _RoundState,
+        state: GossipRound,
         ann: UpdateAnnouncement,
         fetching: set[str],
         handing: trio.Nursery,
@@ -337,11 +308,14 @@ class UpdateGossip:
         tries = 0
         while True:
             holders = self._member_holders(state, ann)
+            asked = trio.current_time()
             try:
                 async with self._pulls:
                     payload = await self.transport.fetch(holders, ann.checksum, ann.nbytes)
             except Exception as exc:  # noqa: BLE001 - the transport's own errors (the node's TransferFailed, a reset stream) are retried, then logged at warning
                 tries += 1
+                took = trio.current_time() - asked
+                state.failed(ann.sender, f"{type(exc).__name__} after {took:.1f} s: {exc}"[:160])
                 if tries < FETCH_TRIES:
                     log.debug("round %d: update of %s not fetched yet: %s", round_, ann.sender, exc)
                     await trio.sleep(FETCH_PAUSE)
@@ -355,7 +329,7 @@ class UpdateGossip:
                     tries,
                     exc,
                 )
-                await self._another_holder(state, ann.checksum, len(holders))
+                await state.another_holder(ann.checksum, len(holders))
                 tries = 0
                 continue
             state.payloads[ann.sender] = payload
@@ -372,16 +346,10 @@ class UpdateGossip:
             )
             return
 
-    def _member_holders(self, state: _RoundState, ann: UpdateAnnouncement) -> list[str]:
+    def _member_holders(self, state: GossipRound, ann: UpdateAnnouncement) -> list[str]:
         """Whom to ask for `ann`'s payload: its sender, then holders that are members."""
         holders = [h for h in state.holders.get(ann.checksum, ()) if self.is_member(h)]
         return [ann.sender, *[h for h in holders if h != ann.sender]]
-
-    @staticmethod
-    async def _another_holder(state: _RoundState, checksum: bytes, known: int) -> None:
-        """Return once more than `known` peers announced that they hold `checksum`."""
-        while len(state.holders.get(checksum, ())) <= known:
-            await state.holder_added.wait()
 
     async def _announce(self, round_: int, ann: UpdateAnnouncement) -> None:
         env = seal(self.key_pair, domain=DOMAIN, run=self.run_id, round=round_, payload=encode(ann))

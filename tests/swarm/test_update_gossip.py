@@ -10,10 +10,10 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 from peertrain.protocol.envelope import seal
 from peertrain.protocol.messages import encode
+from peertrain.swarm.diloco.gossip_round import MAX_SENDERS
 from peertrain.swarm.diloco.update_gossip import (
     DOMAIN,
     FETCH_TRIES,
-    MAX_SENDERS,
     UpdateAnnouncement,
     UpdateGossip,
 )
@@ -327,9 +327,9 @@ async def test_a_holder_that_is_no_member_is_never_asked(group, autojump_clock):
 
 
 def _empty():
-    from peertrain.swarm.diloco.update_gossip import _RoundState
+    from peertrain.swarm.diloco.gossip_round import GossipRound
 
-    return _RoundState()
+    return GossipRound()
 
 
 async def test_an_invite_run_rejects_non_members_announcements_and_records_before_keeping_any(

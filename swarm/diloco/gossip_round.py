@@ -1,0 +1,70 @@
+"""What one member knows of one round of update gossip: who announced which update, who holds
+each payload, what is in, and why a fetch failed.
+
+Kept apart from update_gossip.py (the announce/pull machinery) because it is pure bookkeeping:
+no transport, no task; its bounds (`MAX_SENDERS`, `MAX_HOLDERS`) are what keep a flood of
+announcements from growing a round's memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import trio
+
+if TYPE_CHECKING:
+    from .update_gossip import UpdateAnnouncement
+
+MAX_SENDERS = 256  # announced senders recorded per round (members are far fewer)
+MAX_HOLDERS = 64  # holders recorded per payload
+
+
+@dataclass
+class GossipRound:
+    announced: dict[str, UpdateAnnouncement] = field(default_factory=dict)  # sender → announcement
+    holders: dict[bytes, list[str]] = field(default_factory=dict)  # checksum → peers holding it
+    payloads: dict[str, bytes] = field(default_factory=dict)  # sender → verified payload
+    # sender → (failed fetches, the last one's error): why a round closed without an update
+    failures: dict[str, tuple[int, str]] = field(default_factory=dict)
+    changed: trio.Event = field(default_factory=trio.Event)
+    # Set, then replaced, each time a holder is added: wakes every pull waiting for one.
+    holder_added: trio.Event = field(default_factory=trio.Event)
+
+    def record(self, origin: str, ann: UpdateAnnouncement) -> None:
+        """Note an announcement: a sender's own (bounded count), or a holder of a payload that
+        its sender announced (a holds note for anything else names nothing we would fetch)."""
+        if not ann.holds and ann.sender not in self.announced:
+            if len(self.announced) >= MAX_SENDERS:
+                return
+            self.announced[ann.sender] = ann
+        own = self.announced.get(ann.sender)
+        if own is None or own.checksum != ann.checksum:
+            return
+        holders = self.holders.setdefault(ann.checksum, [])
+        if origin not in holders and len(holders) < MAX_HOLDERS:
+            holders.append(origin)
+            self.holder_added.set()
+            self.holder_added = trio.Event()
+        self.changed.set()
+
+    def failed(self, sender: str, error: str) -> None:
+        """A fetch of `sender`'s update failed with `error`."""
+        count, _ = self.failures.get(sender, (0, ""))
+        self.failures[sender] = (count + 1, error)
+
+    async def another_holder(self, checksum: bytes, known: int) -> None:
+        """Return once more than `known` peers announced that they hold `checksum`."""
+        while len(self.holders.get(checksum, ())) <= known:
+            await self.holder_added.wait()
+
+    def why_missing(self, sender: str) -> str:
+        """`sender` and why its update is not in: never announced, or announced and not
+        fetched (how often, and the last error), for the log line of a round that closed
+        without it."""
+        if sender not in self.announced:
+            return f"{sender} (no announcement)"
+        count, error = self.failures.get(sender, (0, ""))
+        if count:
+            return f"{sender} (announced; {count} failed fetch(es), last {error})"
+        return f"{sender} (announced; fetch still running or not started)"
