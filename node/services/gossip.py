@@ -8,11 +8,12 @@ What py-libp2p 0.8.1 does by default (LIBP2P-NOTES.md) and what we do about it:
 - a message over 1 MiB returns no error and reaches nobody → `publish` refuses anything over
   `MAX_GOSSIP_MESSAGE` with `MessageTooLarge`; big payloads announce-and-pull over streams;
 - each peer's outbound queue and each subscription's queue hold 32 messages and drop the rest
-  silently (a debug log) → `widen_libp2p_queues` makes them `LIBP2P_QUEUE` deep and counts what
-  they still drop (`dropped_by_libp2p`, process-wide). Ten daemons on two cores lost a member's
-  update announcements for a whole 30 s round this way, its repeats every 2 s included: the
-  "holds" notes of a round's end came in bursts larger than the queues while the writer
-  tasks waited for CPU.
+  with a debug log → `count_libp2p_drops` counts them (`dropped_by_libp2p` in /metrics, a
+  warning on the first and every hundredth). Measured with ten daemons in three runs on two
+  cores (the Sybil e2e): thousands of outbound drops per daemon, and members' update
+  announcements lost for whole 30 s rounds, repeats included. Queues 256 deep dropped as much
+  (the writers cannot keep up with forwarding at mesh degree 6), so the depth stays py-libp2p's;
+  the remedy is fewer messages, not deeper queues.
 Every topic gets a validator at the first hop: a message that fails it is not forwarded, and
 its publisher — who signed it (strict signing) — is penalised, never the peer that forwarded
 it; a validator may also drop a message without blame (None). Subscriptions hand messages over
@@ -41,7 +42,6 @@ from ..net.penalties import PeerScoreboard
 log = logging.getLogger(__name__)
 
 MAX_GOSSIP_MESSAGE = 512 * 1024  # well under py-libp2p's silent 1 MiB cut, with room for framing
-LIBP2P_QUEUE = 256  # messages a peer's outbound queue and a subscription's queue hold (was 32)
 LIBP2P_DROPS = Counter[str]()  # "outbound", "subscription": what py-libp2p's queues dropped
 INVALID_MESSAGE_PENALTY = 20.0
 
@@ -89,19 +89,17 @@ class TokenBucket:
 
 
 @functools.cache
-def widen_libp2p_queues() -> None:
-    """Make py-libp2p's per-peer outbound queues and subscription queues `LIBP2P_QUEUE` deep and
-    count their drops (py-libp2p internals, pinned version: the names are read when a peer or a
-    subscription is added, so this holds for every Pubsub of the process from then on)."""
+def count_libp2p_drops() -> None:
+    """Count what py-libp2p's per-peer outbound queues and subscription queues drop (its
+    internals, pinned version: the names are looked up on each use, so this holds for every
+    Pubsub of the process)."""
     from libp2p.pubsub import gossipsub, pubsub, rpc_queue
 
     def counting_drop(peer_id: ID, rpc) -> None:
         _dropped("outbound", f"for {peer_id}")
         rpc_queue.drop_rpc(peer_id, rpc)
 
-    pubsub.RpcQueue = functools.partial(rpc_queue.RpcQueue, max_size=LIBP2P_QUEUE)  # type: ignore[misc]
     pubsub.drop_rpc = gossipsub.drop_rpc = counting_drop  # type: ignore[assignment]
-    pubsub.SUBSCRIPTION_CHANNEL_SIZE = LIBP2P_QUEUE
     deliver = pubsub.Pubsub.notify_subscriptions
 
     def counting_delivery(self: Pubsub, message) -> None:
@@ -151,7 +149,7 @@ class Gossip:
             heartbeat_initial_delay=0.1,  # type: ignore[arg-type]
             spam_protection_enabled=False,
         )
-        widen_libp2p_queues()
+        count_libp2p_drops()
         self.pubsub = Pubsub(host, self.router, strict_signing=True)
         self._buckets: dict[str, TokenBucket] = {}
         self._published = self._delivered = self._dropped = self._rejected = self._ignored = 0
