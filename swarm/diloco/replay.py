@@ -8,7 +8,8 @@ match, the others fetched by the checksum their *senders* signed: a record names
 does not vouch for them), rewinds, and applies the round again. Aggregation is a function of
 the set, bit for bit (swarm/aggregation), so this lands on the trusted checksum; if it does not,
 the driver downloads the state instead. The trusted state (RunState) may reach a member before
-the signer's record (update gossip, repeated every `REPEAT_EVERY`): the replay waits for it.
+the signer's record (update gossip, repeated at gaps of up to `REPEAT_MAX`): the replay waits
+for it.
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ import trio
 from .exchange import Contribution
 from .member import DiLoCoMember, RoundReport
 from .round_record import RecordedUpdate, RoundRecord
-from .update_gossip import REPEAT_EVERY, UpdateGossip
+from .update_gossip import REPEAT_WAIT, UpdateGossip
 
 log = logging.getLogger(__name__)
 
 # a trusted record lost to gossip comes again with its signer's next repeat
-RECORD_WAIT = 2.5 * REPEAT_EVERY
+RECORD_WAIT = REPEAT_WAIT
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,8 +8,10 @@ sender or from any peer that already has it (they announce `holds` too), so a pa
 each link about once; the checksum, signed by the sender, makes any holder as good as the
 sender. A round closes when the updates of every live member are in, or at the deadline; late
 announcements are dropped. Gossip loses messages, so a member repeats its own announcement and
-round record until peers are past the round (`repeat_loop`). Nothing here knows libp2p: the
-node injects the transport.
+round record until peers are past the round (`repeat_loop`), 2 s after sending, then at doubling
+gaps up to 8 s: each repeat is forwarded by every member, and ten members repeating every 2 s
+were most of what overloaded gossipsub on two cores (node/services/gossip.py). Nothing here
+knows libp2p: the node injects the transport.
 
 Bad input is refused before aggregation: an envelope that is not signed by its claimed sender,
 targets another run or a round outside the window, or announces a payload of the wrong size is
@@ -56,7 +58,9 @@ ROUND_WINDOW = 2  # accept announcements for rounds [current - 1, current + ROUN
 FETCH_TRIES = 10  # failed fetches from the same holders before waiting for a new holder
 FETCH_PAUSE = 0.5  # seconds between those tries
 MAX_PULLS = 4  # downloads in flight at once, per round
-REPEAT_EVERY = 2.0  # seconds between repeats of our own announcements and records (`repeat_loop`)
+REPEAT_EVERY = 2.0  # seconds from sending our announcement or record to its first repeat
+REPEAT_MAX = 8.0  # the gap doubles after each repeat up to this (`repeat_loop`)
+REPEAT_WAIT = 1.25 * REPEAT_MAX  # how long a member waits for a repeat it needs (replays)
 
 
 @message("diloco/update-announcement", max_size=512)
@@ -81,6 +85,23 @@ class GroupTransport(Protocol):
         (a fetched copy is as good as the sender's: it is addressed by checksum); raises on
         failure."""
         ...
+
+
+class _Repeat:
+    """One of our own messages and when it is next sent again (`UpdateGossip.repeat_loop`)."""
+
+    def __init__(self, sealed: bytes) -> None:
+        self.sealed = sealed
+        self.sent_at = trio.current_time()
+        self.gap = 0.0  # 0: not repeated yet
+
+    def due(self, now: float, first: float, most: float) -> bool:
+        """Whether a repeat is due at `now`; if so, the next one is scheduled."""
+        gap = self.gap or first
+        if now - self.sent_at < gap:
+            return False
+        self.sent_at, self.gap = now, min(2 * gap, most) if self.gap else first
+        return True
 
 
 class UpdateGossip:
@@ -117,7 +138,7 @@ class UpdateGossip:
         self.bytes_published = 0
         self.bytes_fetched = 0
         self.records = RoundRecords(run_id=run_id, key_pair=key_pair)  # share the topic
-        self._own: dict[int, dict[str, bytes]] = {}  # round → our sealed announcement, record
+        self._own: dict[int, dict[str, _Repeat]] = {}  # round → our announcement, record
         # told of each payload of the round as it is in (ours first), while the others are
         # still arriving: the member checks and measures it then (DiLoCoMember.admit)
         self.on_payload: Callable[[str, bytes], Awaitable[None]] | None = None
@@ -226,7 +247,7 @@ class UpdateGossip:
     async def wait_signed_checksum(self, round_: int, sender: str) -> bytes | None:
         """`signed_checksum`, waiting for a repeat of the announcement (`repeat_loop`) when we
         have not seen it yet: a member that closed the round without it lost it to gossip."""
-        with trio.move_on_after(2.5 * REPEAT_EVERY):
+        with trio.move_on_after(REPEAT_WAIT):
             while self.signed_checksum(round_, sender) is None:  # noqa: ASYNC110 - announcements arrive in a sync validator, with no event that outlives the round
                 await trio.sleep(0.1)
         return self.signed_checksum(round_, sender)
@@ -248,24 +269,27 @@ class UpdateGossip:
 
     async def publish_record(self, round_: int, record: RoundRecord) -> None:
         sealed = self.records.seal(round_, record)
-        self._own.setdefault(round_, {})["record"] = sealed
+        self._own.setdefault(round_, {})["record"] = _Repeat(sealed)
         await self.transport.publish(sealed)
 
-    async def repeat_loop(self, interval: float = REPEAT_EVERY) -> None:
+    async def repeat_loop(self, first: float = REPEAT_EVERY, most: float = REPEAT_MAX) -> None:
         """Publish our announcement and record of the open and the last closed round again,
-        every `interval` seconds. Gossip loses messages (a mesh still forming, a full queue, a
-        busy peer), and a peer that missed our one announcement would close its round without
-        our update and aggregate another set (seen under load: every member of a round alone
-        with its own update, each then on its own state). A repeat costs a signed envelope;
-        receivers keep the first copy and drop the rest."""
+        `first` seconds after each was sent, then at gaps doubling up to `most`. Gossip loses
+        messages (a mesh still forming, a full queue, a busy peer), and a peer that missed our
+        one announcement would close its round without our update and aggregate another set
+        (seen under load: every member of a round alone with its own update, each then on its
+        own state). A repeat costs a signed envelope that every member forwards; receivers keep
+        the first copy and drop the rest."""
         while True:
-            await trio.sleep(interval)
+            await trio.sleep(first / 4)
+            now = trio.current_time()
             for round_ in sorted(self._own):
                 if round_ < self.current_round - 1:
                     del self._own[round_]  # no peer in its window takes it any more
                     continue
-                for sealed in list(self._own[round_].values()):
-                    await self.transport.publish(sealed)
+                for repeat in list(self._own[round_].values()):
+                    if repeat.due(now, first, most):
+                        await self.transport.publish(repeat.sealed)
 
     def received(self, round_: int) -> tuple[int, int]:
         """(updates in, updates round `round_` waits for): what `progress` shows meanwhile."""
@@ -355,7 +379,7 @@ class UpdateGossip:
         env = seal(self.key_pair, domain=DOMAIN, run=self.run_id, round=round_, payload=encode(ann))
         sealed = env.to_bytes()
         if not ann.holds:
-            self._own[round_] = {"announcement": sealed}  # a new update replaces a record
+            self._own[round_] = {"announcement": _Repeat(sealed)}  # a new update replaces a record
         await self.transport.publish(sealed)
         if not ann.holds:
             self.bytes_published += ann.nbytes
