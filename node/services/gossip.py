@@ -13,7 +13,8 @@ What py-libp2p 0.8.1 does by default (LIBP2P-NOTES.md) and what we do about it:
   cores (the Sybil e2e): thousands of outbound drops per daemon, and members' update
   announcements lost for whole 30 s rounds, repeats included. Queues 256 deep dropped as much
   (the writers cannot keep up with forwarding at mesh degree 6), so the depth stays py-libp2p's;
-  the remedy is fewer messages, not deeper queues.
+  the remedy is fewer messages: update gossip's repeats at doubling gaps cut the rounds that
+  closed without a member's update from 8-28 to 2-4 per run, with drops still in thousands.
 Every topic gets a validator at the first hop: a message that fails it is not forwarded, and
 its publisher — who signed it (strict signing) — is penalised, never the peer that forwarded
 it; a validator may also drop a message without blame (None). Subscriptions hand messages over
