@@ -26,7 +26,8 @@ tables are in benchmarks/_update_round_report.py.
 
 Modes:
   processes  (default) one process per node, each with its own GIL and event loop, as nodes run
-             in practice; the machine's cores are shared between them.
+             in practice; the machine's cores are shared between them, and each node has one
+             torch thread, as `peertrain swarm local` starts its daemons (DAEMON_ENV).
   inproc     the nodes of `peertrain.testing.open_test_swarm` in one trio loop: every byte's
              encryption, framing and hashing funnels through one Python thread.
 
@@ -188,6 +189,12 @@ def _profiler(folder: str | None):
 
 
 def run_processes(args: argparse.Namespace) -> dict[str, Any]:
+    from peertrain.node.cli.local_swarm import DAEMON_ENV
+
+    # the nodes share this machine's cores as `peertrain swarm local`'s daemons do, with its one
+    # torch thread each: at torch's default (a thread per core, spinning while it waits) four
+    # nodes on two cores spent 18 CPU s on a round whose work is 2 (9.2 s round, 1.7 s with one)
+    os.environ.update(DAEMON_ENV)  # spawned children read it before they import torch
     ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="peertrain-bench-round-") as tmp:
         pipes, procs = [], []
