@@ -40,14 +40,21 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from typing import NamedTuple
 
 import torch
 import trio
 
 from ..aggregation.validation import RUN_MAX_NORM_RATIO, judge_values
-from .drift import DriftGuard, Repair, flat_checksum, state_checksum
+from .drift import (
+    UNTRUSTED_LEAD,
+    DriftGuard,
+    Repair,
+    flat_checksum,
+    repair_problem,
+    state_checksum,
+)
 from .errors import ServerUnavailable
 from .migration import export_state, import_state
 from .stage import StageServer
@@ -72,7 +79,9 @@ class StageAverager:
     `fetch_state(peer)` downloads a peer's stage state (None: drift is counted, never repaired);
     `may_repair()` says whether a repair may run now (False while the server moves);
     `applied(round)` is called on the event loop after each round this server applied, and
-    after a re-sync with the round of the state it adopted."""
+    after a re-sync with the round of the state it adopted; `trusted()` names the run's trusted
+    signers, whose reports alone decide a drift where they serve the stage (None: a private
+    stage, every server is trusted; drift.py)."""
 
     def __init__(
         self,
@@ -89,6 +98,7 @@ class StageAverager:
         max_samples: int | None = None,
         max_norm_ratio: float | None = RUN_MAX_NORM_RATIO,
         applied: Callable[[int], None] = lambda round_: None,
+        trusted: Callable[[], Collection[str]] | None = None,
     ) -> None:
         self.server = server
         self.me = me
@@ -103,6 +113,7 @@ class StageAverager:
         self.max_samples = max_samples  # the run's batch: no contribution counts for more
         self.max_norm_ratio = max_norm_ratio
         self.applied = applied  # told each round applied (the service checkpoints after some)
+        self.trusted = trusted
         self.refused = 0  # contributions left out by validation
         self.drift = DriftGuard()
         self._own: OrderedDict[int, Contribution] = OrderedDict()
@@ -194,7 +205,8 @@ class StageAverager:
             mine = await self.checksum(step - 1)
             parts = await self._gather_all(step, own)
             reports = {peer: part.checksum for peer, part in parts.items() if part.checksum}
-            repair = self.drift.check(step - 1, self.me, {**reports, self.me: mine})
+            trusted = None if self.trusted is None else frozenset(self.trusted())
+            repair = self.drift.check(step - 1, self.me, {**reports, self.me: mine}, trusted)
             if repair is not None and await self._repair(repair) and self.completed >= step:
                 return  # the state we adopted already includes this round
             parts = self._validated(step, parts)
@@ -273,8 +285,11 @@ class StageAverager:
         """Adopt the stage state of one of the winner's holders; True if we did.
 
         A donor still at `repair.round` must hand over exactly the winning checksum; one that has
-        applied later rounds (it raced ahead while we gathered) is taken as it is, as a mover
-        takes its donor's state. Never a state older than ours."""
+        applied later rounds (it raced ahead while we gathered: routine) is taken as it is, as a
+        mover takes its donor's state, if it is trusted or claims at most UNTRUSTED_LEAD rounds
+        more (a round is a claim about oneself). Never a state older than ours, and never one
+        that fails drift.py's `repair_problem` (not finite, or further from ours than Adam could
+        move it)."""
         ok = False
         if self.fetch_state is not None and self.may_repair():
             for donor in repair.donors[:2]:
@@ -297,10 +312,19 @@ class StageAverager:
                 return False
             if rounds < self.completed or not self.may_repair():
                 return False
+            if rounds > repair.round + UNTRUSTED_LEAD and donor not in repair.trusted:
+                log.info(
+                    "stage state from %s claims round %d, %d after the one decided: not believed",
+                    donor,
+                    rounds,
+                    rounds - repair.round,
+                )
+                return False
             expect = repair.checksum if rounds == repair.round else None
+            lead = rounds - self.completed
             async with self._applying:
                 checksum = await trio.to_thread.run_sync(
-                    self._import, flat, adam_step, expect, limiter=self._thread
+                    self._import, flat, adam_step, expect, lead, donor, limiter=self._thread
                 )
                 if checksum is None:
                     return False
@@ -309,13 +333,21 @@ class StageAverager:
             return True
         return False
 
-    def _import(self, flat: torch.Tensor, adam_step: int, expect: bytes | None) -> bytes | None:
+    def _import(
+        self, flat: torch.Tensor, adam_step: int, expect: bytes | None, lead: int, donor: str
+    ) -> bytes | None:
         """Load a downloaded state (sync); None, and nothing loaded, if it is not the one
-        expected or does not fit this stage."""
+        expected, does not fit this stage, or fails `repair_problem`."""
         numel = sum(p.numel() for p in self.server._params)
         if flat.shape != (3 * numel,) or (
             expect is not None and flat_checksum(flat, numel, adam_step) != expect
         ):
+            return None
+        own = torch.cat([p.detach().reshape(-1) for p in self.server._params])
+        lr = max(float(g["lr"]) for g in self.server._optimizer.param_groups)
+        problem = repair_problem(flat, own, lr=lr, lead=lead)
+        if problem is not None:
+            log.warning("stage state from %s refused for a re-sync: %s", donor, problem)
             return None
         import_state(self.server, flat, adam_step)
         return state_checksum(self.server)

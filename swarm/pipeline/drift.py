@@ -22,13 +22,26 @@ comparison; a second try on the round right after would fetch twice for one drif
 Each server decides on the reports it gathered; a peer that answered some servers and not others
 can make them see different majorities. The cost is bounded: a needless download of a winner's
 state (which is the stage's state anyway), at most once per `cooldown` rounds.
+
+A report is a server's claim about itself, and in an open run any fresh ID may serve a stage, so
+a majority of reports is no proof. Where the run's trusted signers (its anchors: the creator)
+serve the stage, their reports alone decide (`trusted`). Where none does, the majority still
+decides, since honest copies must meet again, but what it can do is bounded: an adopted state
+must be finite and lie within `repair_bound` of ours, the distance a few Adam steps can move
+the parameters (Adam moves each by at most about 3.2 lr a step at the default betas). Honest
+drift is a round or two of different averages, well inside it; three Sybil servers that hold a
+stage can pull an honest copy no further per repair than their gradients could in a few rounds,
+instead of replacing it. A donor that raced ahead while we gathered (routine: it applied the next
+round meanwhile) hands over a state no checksum vouches for; it is taken within the bound for its
+lead, from an untrusted donor only `UNTRUSTED_LEAD` rounds ahead at most (averaging.py).
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -36,6 +49,9 @@ import torch
 from .stage import StageServer
 
 CHECKSUM_BYTES = 16
+ADAM_STEP_BOUND = 4.0  # × lr: the most one Adam step moves a parameter (≈ 3.2 at betas .9/.999)
+UNTRUSTED_LEAD = 2  # rounds an untrusted donor's unmatched state may be ahead of the decided one
+REPAIR_ROUNDS = 2  # rounds of honest drift a repair may undo, beside each round of the donor's lead
 
 
 def _digest(tensors: list[torch.Tensor], adam_step: int) -> bytes:
@@ -74,13 +90,33 @@ def majority(reports: Mapping[str, bytes]) -> tuple[bytes, list[str]]:
     return winner, sorted(peer for peer, checksum in reports.items() if checksum == winner)
 
 
+def repair_bound(*, lr: float, numel: int, lead: int) -> float:
+    """How far (L2) an adopted state may lie from ours: what Adam could move `numel` parameters
+    in REPAIR_ROUNDS rounds plus the `lead` rounds the state is ahead of ours."""
+    return ADAM_STEP_BOUND * lr * math.sqrt(numel) * (REPAIR_ROUNDS + max(lead, 0))
+
+
+def repair_problem(state: torch.Tensor, own: torch.Tensor, *, lr: float, lead: int) -> str | None:
+    """Why a downloaded stage state (flat, parameters first: migration.py) must not replace our
+    parameters `own` (flat), or None."""
+    if not bool(torch.isfinite(state).all()):
+        return "state holds NaN or Inf values"
+    distance = float(torch.linalg.vector_norm(state[: own.numel()].double() - own.double()))
+    bound = repair_bound(lr=lr, numel=own.numel(), lead=lead)
+    if not math.isfinite(distance) or distance > bound:
+        return f"state lies {distance:.3g} from ours, more than {bound:.3g} allows"
+    return None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Repair:
-    """Re-sync from one of `donors` (they hold `checksum` after round `round`)."""
+    """Re-sync from one of `donors` (they hold `checksum` after round `round`; trusted ones
+    first). `trusted`: the donors whose state of a later round may be taken unmatched."""
 
     round: int
     checksum: bytes
     donors: tuple[str, ...]
+    trusted: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,13 +135,22 @@ class DriftGuard:
         self._last_repair: int | None = None
         self._compared = self._drifted = self._resyncs = self._failed = 0
 
-    def check(self, round_: int, me: str, reports: Mapping[str, bytes]) -> Repair | None:
+    def check(
+        self,
+        round_: int,
+        me: str,
+        reports: Mapping[str, bytes],
+        trusted: Collection[str] | None = None,
+    ) -> Repair | None:
         """`reports`: checksums after round `round_`, ours included, by peer. A `Repair` if ours
-        lost to the stage's majority and we did not try a repair in the last `cooldown` rounds."""
+        lost to the stage's majority and we did not try a repair in the last `cooldown` rounds.
+        `trusted`: the run's trusted signers (None: every server of a private stage is); the
+        reports of those among them that serve the stage decide alone."""
         if me not in reports or len(reports) < 2:
             return None
         self._compared += 1
-        winner, holders = majority(reports)
+        vouched = {} if trusted is None else {p: c for p, c in reports.items() if p in trusted}
+        winner, holders = majority(vouched or reports)
         if len(set(reports.values())) > 1:
             self._drifted += 1
         if reports[me] == winner:
@@ -113,7 +158,13 @@ class DriftGuard:
         if self._last_repair is not None and round_ < self._last_repair + self.cooldown:
             return None
         self._last_repair = round_
-        return Repair(round=round_, checksum=winner, donors=tuple(holders))
+        others = sorted(p for p, c in reports.items() if c == winner and p not in holders)
+        return Repair(
+            round=round_,
+            checksum=winner,
+            donors=(*holders, *others),
+            trusted=frozenset(reports if trusted is None else vouched),
+        )
 
     def repaired(self, ok: bool) -> None:
         if ok:

@@ -171,7 +171,14 @@ class StageService(StageMoves, StageCheckpointing):
             may_repair=lambda: not self.moving and self.stage == stage,
             max_samples=self.spec.target_batch,  # a claim beyond the run's batch counts as that
             applied=lambda round_: self._round_applied(stage, round_),
+            trusted=self._trusted,
         )
+
+    def _trusted(self) -> frozenset[str]:
+        """The run's trusted signers, whose copies decide a drift where they serve (drift.py):
+        its anchors, the creator at least (a vote of self-declared servers is no proof)."""
+        admission = self.state.admission
+        return admission.trusted_attesters() if admission is not None else frozenset({self.creator})
 
     async def _measure_once(self, server: StageServer, calls: int = 3) -> None:
         """A first throughput figure before any trainer calls: a few forwards of one microbatch of

@@ -1,15 +1,18 @@
 """Drift between a stage's copies (swarm/pipeline/drift.py, averaging.py), averagers in one process:
 a copy that differs from the stage's majority re-syncs from it within a round or two and the stage
 is bitwise identical again; a 1-1 split is settled the same way on both sides; a normal run never
-re-syncs."""
+re-syncs. Fresh IDs serving the stage cannot vote an honest copy away: an anchor's copy decides
+where it serves, and elsewhere a majority's state is taken only within what Adam could move."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 import trio
 from peertrain.swarm.models.mlp import MLPConfig
 from peertrain.swarm.pipeline.averaging import StageAverager
-from peertrain.swarm.pipeline.drift import flat_checksum, majority, state_checksum
+from peertrain.swarm.pipeline.drift import Repair, flat_checksum, majority, state_checksum
 from peertrain.swarm.pipeline.errors import ServerUnavailable
 from peertrain.swarm.pipeline.migration import export_state
 from peertrain.swarm.pipeline.slices import stage_slice
@@ -26,16 +29,25 @@ def server() -> StageServer:
     )
 
 
-def perturb(s: StageServer) -> None:
+def perturb(s: StageServer, by: float = 1e-3) -> None:
     with torch.no_grad():
-        next(iter(s.module.parameters())).add_(1e-3)
+        next(iter(s.module.parameters())).add_(by)
+
+
+def replace(s: StageServer) -> None:
+    """What Sybil servers would hold: a state of their choosing, far from the stage's."""
+    with torch.no_grad():
+        for p in s.module.parameters():
+            p.add_(0.5)
 
 
 class Stage:
     """Averagers of one stage reaching each other by direct calls; `cut` holds (asker, peer) pairs
     whose gradient fetches fail (a peer left out by some servers but not others)."""
 
-    def __init__(self, n: int, nursery: trio.Nursery) -> None:
+    def __init__(
+        self, n: int, nursery: trio.Nursery, trusted: frozenset[str] | None = None
+    ) -> None:
         self.names = [f"p{i}" for i in range(n)]
         self.servers = {name: server() for name in self.names}
         self.cut: set[tuple[str, str]] = set()
@@ -48,6 +60,7 @@ class Stage:
                 peers=lambda me=name: [n for n in self.names if n != me],
                 timeout=2.0,
                 fetch_state=lambda peer: self.averagers[peer].export(),
+                trusted=None if trusted is None else lambda: trusted,
             )
             for name, s in self.servers.items()
         }
@@ -159,3 +172,62 @@ def test_majority_breaks_ties_by_the_larger_checksum_and_checksums_match_exports
     assert flat_checksum(flat, numel, adam_step + 1) != state_checksum(s)
     perturb(s)
     assert flat_checksum(flat, numel, adam_step) != state_checksum(s)
+
+
+async def test_three_fresh_servers_cannot_outvote_the_anchors_copy():
+    async with trio.open_nursery() as nursery:
+        stage = Stage(4, nursery, trusted=frozenset({"p0"}))  # p0: the run's creator
+        await stage.round(1)
+        for sybil in ("p1", "p2", "p3"):  # agree among themselves: the majority of reports
+            replace(stage.servers[sybil])
+        honest = flat_params(stage.servers["p0"])
+        for r in (2, 3, 4):
+            await stage.round(r)
+        assert stage.resyncs()["p0"] == 0
+        assert stage.averagers["p0"].drift.statistics().drifted >= 2
+        # p0 stepped on its own state: far from where the fresh IDs stand
+        distance = torch.linalg.vector_norm(flat_params(stage.servers["p0"]) - honest)
+        assert distance < torch.linalg.vector_norm(flat_params(stage.servers["p1"]) - honest) / 10
+        nursery.cancel_scope.cancel()
+
+
+async def test_without_an_anchor_in_the_stage_a_majority_repairs_only_within_adams_reach():
+    async with trio.open_nursery() as nursery:
+        stage = Stage(3, nursery, trusted=frozenset({"anchor-elsewhere"}))
+        await stage.round(1)
+        perturb(stage.servers["p2"])  # honest drift: the majority repairs it, as before
+        for r in (2, 3):
+            await stage.round(r)
+        assert stage.identical() and stage.resyncs() == {"p0": 0, "p1": 0, "p2": 1}
+        nursery.cancel_scope.cancel()
+    async with trio.open_nursery() as nursery:
+        stage = Stage(3, nursery, trusted=frozenset({"anchor-elsewhere"}))
+        await stage.round(1)
+        for sybil in ("p1", "p2"):
+            replace(stage.servers[sybil])
+        for r in (2, 3, 4, 5):
+            await stage.round(r)
+        drift = stage.averagers["p0"].drift.statistics()
+        assert drift.resyncs == 0 and drift.failed >= 1  # it tried, and refused the state
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_donor_claiming_a_far_later_round_is_believed_only_if_trusted():
+    async with trio.open_nursery() as nursery:
+        stage = Stage(2, nursery, trusted=frozenset({"p1"}))
+        await stage.round(1)
+        averager, before = stage.averagers["p0"], flat_params(stage.servers["p0"])
+
+        async def ahead(peer):  # a claim about oneself is not a fact
+            flat, adam_step, rounds = await stage.averagers[peer].export()
+            return flat, adam_step, rounds + 5
+
+        averager.fetch_state = ahead
+        repair = Repair(round=1, checksum=b"?", donors=("p1",), trusted=frozenset())
+        assert not await averager._adopt_from("p1", repair)
+        assert torch.equal(flat_params(stage.servers["p0"]), before) and averager.completed == 1
+        assert await averager._adopt_from(
+            "p1", dataclasses.replace(repair, trusted=frozenset({"p1"}))
+        )
+        assert averager.completed == 6
+        nursery.cancel_scope.cancel()
