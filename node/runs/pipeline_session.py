@@ -81,7 +81,7 @@ class PipelineSession:
         from peertrain.swarm.pipeline.stage_service import StageService
         from peertrain.swarm.pipeline.wire import PIPELINE
 
-        from .pipeline_transport import NetworkStageTransport, PipelineHandler
+        from .pipeline_transport import BAD_INPUT_PENALTY, NetworkStageTransport, PipelineHandler
 
         context, node = self.context, self.context.node
         transport = NetworkStageTransport(node.host, context.run_id, timeout=SERVER_TIMEOUT)
@@ -94,6 +94,9 @@ class PipelineSession:
             stage=self.stage,
             checkpoints=StageCheckpoints(
                 context.directory / "stages", manifest_hash=context.run_id
+            ),
+            blame=lambda peer, why: node.scoreboard.penalise(
+                peer, BAD_INPUT_PENALTY, f"pipeline: {why}"
             ),
         )
         me = node.peer_id

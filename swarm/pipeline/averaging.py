@@ -50,6 +50,7 @@ from ..aggregation.validation import RUN_MAX_NORM_RATIO, judge_values
 from .drift import (
     UNTRUSTED_LEAD,
     DriftGuard,
+    Refused,
     Repair,
     flat_checksum,
     repair_problem,
@@ -99,6 +100,7 @@ class StageAverager:
         max_norm_ratio: float | None = RUN_MAX_NORM_RATIO,
         applied: Callable[[int], None] = lambda round_: None,
         trusted: Callable[[], Collection[str]] | None = None,
+        blame: Callable[[str, str], None] = lambda peer, why: None,
     ) -> None:
         self.server = server
         self.me = me
@@ -114,6 +116,7 @@ class StageAverager:
         self.max_norm_ratio = max_norm_ratio
         self.applied = applied  # told each round applied (the service checkpoints after some)
         self.trusted = trusted
+        self.blame = blame  # told of a donor that served a lie or a poison (drift.py's Refused)
         self.refused = 0  # contributions left out by validation
         self.drift = DriftGuard()
         self._own: OrderedDict[int, Contribution] = OrderedDict()
@@ -324,9 +327,14 @@ class StageAverager:
             lead = rounds - self.completed
             async with self._applying:
                 checksum = await trio.to_thread.run_sync(
-                    self._import, flat, adam_step, expect, lead, donor, limiter=self._thread
+                    self._import, flat, adam_step, expect, lead, limiter=self._thread
                 )
-                if checksum is None:
+                if isinstance(checksum, Refused):
+                    log.warning(
+                        "stage state from %s refused for a re-sync: %s", donor, checksum.why
+                    )
+                    if checksum.hostile:
+                        self.blame(donor, f"stage state for a re-sync: {checksum.why}")
                     return False
                 self.completed, self.taken = rounds, max(self.taken, rounds)
                 self._remember(rounds, checksum)
@@ -334,20 +342,19 @@ class StageAverager:
         return False
 
     def _import(
-        self, flat: torch.Tensor, adam_step: int, expect: bytes | None, lead: int, donor: str
-    ) -> bytes | None:
-        """Load a downloaded state (sync); None, and nothing loaded, if it is not the one
-        expected, does not fit this stage, or fails `repair_problem`."""
+        self, flat: torch.Tensor, adam_step: int, expect: bytes | None, lead: int
+    ) -> bytes | Refused:
+        """Load a downloaded state (sync) and return its checksum; nothing loaded if it does
+        not fit this stage, is not the one expected, or fails `repair_problem`."""
         numel = sum(p.numel() for p in self.server._params)
-        if flat.shape != (3 * numel,) or (
-            expect is not None and flat_checksum(flat, numel, adam_step) != expect
-        ):
-            return None
+        if flat.shape != (3 * numel,):
+            return Refused(f"{flat.numel()} values do not fit this stage", hostile=True)
+        if expect is not None and flat_checksum(flat, numel, adam_step) != expect:
+            return Refused("not the state its holder reported", hostile=True)
         own = torch.cat([p.detach().reshape(-1) for p in self.server._params])
         lr = max(float(g["lr"]) for g in self.server._optimizer.param_groups)
         problem = repair_problem(flat, own, lr=lr, lead=lead)
         if problem is not None:
-            log.warning("stage state from %s refused for a re-sync: %s", donor, problem)
-            return None
+            return problem
         import_state(self.server, flat, adam_step)
         return state_checksum(self.server)

@@ -96,15 +96,26 @@ def repair_bound(*, lr: float, numel: int, lead: int) -> float:
     return ADAM_STEP_BOUND * lr * math.sqrt(numel) * (REPAIR_ROUNDS + max(lead, 0))
 
 
-def repair_problem(state: torch.Tensor, own: torch.Tensor, *, lr: float, lead: int) -> str | None:
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """Why a downloaded stage state was not adopted; `hostile`: a lie or a poison, which honest
+    drift never produces (the donor is penalised), rather than a state merely too far away."""
+
+    why: str
+    hostile: bool
+
+
+def repair_problem(
+    state: torch.Tensor, own: torch.Tensor, *, lr: float, lead: int
+) -> Refused | None:
     """Why a downloaded stage state (flat, parameters first: migration.py) must not replace our
     parameters `own` (flat), or None."""
     if not bool(torch.isfinite(state).all()):
-        return "state holds NaN or Inf values"
+        return Refused("state holds NaN or Inf values", hostile=True)
     distance = float(torch.linalg.vector_norm(state[: own.numel()].double() - own.double()))
     bound = repair_bound(lr=lr, numel=own.numel(), lead=lead)
     if not math.isfinite(distance) or distance > bound:
-        return f"state lies {distance:.3g} from ours, more than {bound:.3g} allows"
+        return Refused(f"state lies {distance:.3g} from ours, more than {bound:.3g} allows", False)
     return None
 
 

@@ -70,6 +70,7 @@ class StageService(StageMoves, StageCheckpointing):
         speed: float = 1.0,
         stage: int | None = None,
         checkpoints: StageCheckpoints | None = None,
+        blame: Callable[[str, str], None] = lambda peer, why: None,
     ) -> None:
         if speed <= 0:
             raise ValueError("a server's speed must be positive")
@@ -86,6 +87,7 @@ class StageService(StageMoves, StageCheckpointing):
         self.moves: list[dict[str, Any]] = []
         self.calls = self.refused = 0
         self.moving = False  # building or downloading a stage: drift repairs wait
+        self.blame = blame  # a peer served a lie or a poison (the daemon penalises it)
         self._past_resyncs = 0  # of the averagers of stages we served before
         StageCheckpointing.__init__(self, checkpoints)
 
@@ -172,6 +174,7 @@ class StageService(StageMoves, StageCheckpointing):
             max_samples=self.spec.target_batch,  # a claim beyond the run's batch counts as that
             applied=lambda round_: self._round_applied(stage, round_),
             trusted=self._trusted,
+            blame=self.blame,
         )
 
     def _trusted(self) -> frozenset[str]:

@@ -34,11 +34,11 @@ def perturb(s: StageServer, by: float = 1e-3) -> None:
         next(iter(s.module.parameters())).add_(by)
 
 
-def replace(s: StageServer) -> None:
+def replace(s: StageServer, value: float = 0.5) -> None:
     """What Sybil servers would hold: a state of their choosing, far from the stage's."""
     with torch.no_grad():
         for p in s.module.parameters():
-            p.add_(0.5)
+            p.add_(value)
 
 
 class Stage:
@@ -51,6 +51,7 @@ class Stage:
         self.names = [f"p{i}" for i in range(n)]
         self.servers = {name: server() for name in self.names}
         self.cut: set[tuple[str, str]] = set()
+        self.blamed: list[tuple[str, str, str]] = []  # (who blamed, whom, why)
         self.nursery = nursery
         self.averagers = {
             name: StageAverager(
@@ -61,6 +62,7 @@ class Stage:
                 timeout=2.0,
                 fetch_state=lambda peer: self.averagers[peer].export(),
                 trusted=None if trusted is None else lambda: trusted,
+                blame=lambda peer, why, me=name: self.blamed.append((me, peer, why)),
             )
             for name, s in self.servers.items()
         }
@@ -230,4 +232,19 @@ async def test_a_donor_claiming_a_far_later_round_is_believed_only_if_trusted():
             "p1", dataclasses.replace(repair, trusted=frozenset({"p1"}))
         )
         assert averager.completed == 6
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_majority_serving_a_nan_state_is_refused_and_penalised():
+    async with trio.open_nursery() as nursery:
+        stage = Stage(3, nursery, trusted=frozenset({"anchor-elsewhere"}))
+        await stage.round(1)
+        for sybil in ("p1", "p2"):
+            replace(stage.servers[sybil], float("nan"))
+        for r in (2, 3, 4):
+            await stage.round(r)
+        assert stage.averagers["p0"].drift.resyncs == 0
+        assert torch.isfinite(flat_params(stage.servers["p0"])).all()
+        blamed = {(who, whom) for who, whom, why in stage.blamed if "NaN" in why}
+        assert ("p0", "p1") in blamed or ("p0", "p2") in blamed
         nursery.cancel_scope.cancel()
