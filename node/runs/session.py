@@ -303,6 +303,7 @@ class RunSession:
             state_checksum=progress.state_checksum if progress else "",
             resyncs=progress.resyncs if progress else 0,
             state_downloads=progress.state_downloads if progress else 0,
+            state_donors=list(progress.state_donors) if progress else [],
             rejected_updates=progress.rejected_updates if progress else 0,
             rejected_by_reason=dict(progress.rejected_by_reason) if progress else {},
             bytes_published=driver.gossip.bytes_published if driver else 0,

@@ -33,6 +33,7 @@ class DiLoCoRunStatus(RunStatus):
     state_checksum: str
     resyncs: int
     state_downloads: int  # states adopted by download (a replay costs none)
+    state_donors: list[str]  # peers a state download asked, newest last (the last 16)
     rejected_updates: int
     rejected_by_reason: dict[str, int]  # swarm/diloco/member.py rejection_kind → count
     bytes_published: int

@@ -61,6 +61,7 @@ class StateDownloads:
         self.on_penalty = on_penalty  # (peer, reason)
         self.refused = 0  # downloads that failed or did not pass the checks
         self.current: Download | None = None  # the one in flight, for status and progress logs
+        self.asked: list[str] = []  # every peer a download asked, oldest first (the last 16)
 
     async def fetch_checked(
         self, member: DiLoCoMember, round_: int, checksum: bytes, *, running: bool
@@ -75,6 +76,7 @@ class StateDownloads:
         if member.round < round_:  # a joiner, or a member the group left behind
             what += f" (catching up from round {member.round})"
         self.current = progress = Download(what, donors=len(providers))
+        self.asked = [*(p for p in self.asked if p not in providers), *providers][-16:]
         # trusted when we chose it: an anchor whose lease lapses while a slow download runs
         # makes nobody's state "beyond the newest trusted one", least of all its providers'
         trusted_before = self.trust.newest_round()

@@ -24,6 +24,7 @@ class DriverProgress:
     rejected_by_reason: Counter[str] = field(default_factory=Counter)  # rejection_kind → count
     replays: int = 0  # rounds applied again from a trusted record instead of a download
     state_downloads: int = 0  # states adopted by download
+    state_donors: list[str] = field(default_factory=list)  # peers a download asked (the last 16)
     refused_states: int = 0  # downloads that failed or did not pass the checks
     phase: str = "starting"
     history: list[dict] = field(default_factory=list)

@@ -192,6 +192,7 @@ class StateSync:
         running = self.member.round > 0 or self.progress.rounds_completed > 0
         flat = await self.downloads.fetch_checked(self.member, round_, checksum, running=running)
         self.progress.refused_states = self.downloads.refused
+        self.progress.state_donors = list(self.downloads.asked)
         if flat is None:
             return False
         await self._use_state(round_, flat)

@@ -139,7 +139,7 @@ def test_sybils_cannot_take_over_an_open_run_and_are_dropped_unseen_by_an_invite
         }
         assert all(samples[series[k]] >= count for k, count in dropped.items())  # read later
         assert samples[series["deltas"]] > 0
-        print(f"invite run: dropped unseen {dropped}, state downloads 0 on every honest member")
+        print(f"invite run: dropped unseen {dropped}")
     finally:
         stop_all(daemons)
     print(f"phase one {phase_one:.0f} s, in all {time.monotonic() - started:.0f} s")
@@ -167,10 +167,15 @@ def check_open_run(baseline: list[dict], attacked: list[dict]) -> None:
 
 
 def check_invite_run(members: list[dict], honest: set[str]) -> None:
-    """Every round, one model, nothing downloaded; the Sybils' traffic dropped unseen."""
+    """Every round, one model; the Sybils' traffic dropped unseen: no download ever asked one
+    of them (a member whose gossip lost an update under load may repair from another member;
+    on a quiet machine none downloads at all)."""
     assert all(r["round"] == ROUNDS for r in members)
     assert len({r["state_checksum"] for r in members}) == 1
-    assert [r["state_downloads"] for r in members] == [0] * HONEST
+    assert all(set(r["state_donors"]) <= honest for r in members), honest
+    print(
+        f"invite run: state downloads {[r['state_downloads'] for r in members]}, all from members"
+    )
     dropped = [r["dropped"] for r in members]
     # their leases and state claims (checkpoint announcements are run-state deltas); a
     # non-member counts nobody in its rounds, so it sends no updates or records to drop

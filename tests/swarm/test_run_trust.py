@@ -262,6 +262,7 @@ async def test_members_that_finished_before_their_anchor_attested_follow_its_fin
         assert len(theirs) == 1 and _checksums(group) == {anchor.driver.progress.state_checksum}
         assert _checksums(group) != theirs
         assert all(m.driver.progress.state_downloads == 1 for m in early)
+        assert all(anchor.peer_id in m.driver.progress.state_donors for m in early)
 
 
 async def test_a_wave_of_fresh_ids_enters_the_counted_group_one_per_round_only():
