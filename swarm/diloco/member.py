@@ -92,18 +92,26 @@ def aggregate_deltas(
     accepted: list[str],
     rejected: list[tuple[str, str]],
     deltas: Sequence[torch.Tensor] | Sequence[UpdateSource],
-    norm_reference: Collection[str] = frozenset(),
+    norm_reference: Sequence[Collection[str]] = (),
     *,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor | None:
     """The rule's update (None if nothing usable); senders it refused move to `rejected`.
     `deltas`: decoded tensors, or `UpdateSource`s (decode_contributions(as_sources=True)).
-    `norm_reference`: senders whose norms set the norm bound (validation.judge_values).
+    `norm_reference`: tiers of senders whose norms set the norm bound (validation.judge_values):
+    the first tier with a sender among the updates does; none: the median of all.
     `out`: where to write the update (numel fp32; a reused buffer faults no pages in)."""
     if not deltas:
         return None
     try:
-        reference = [i for i, sender in enumerate(accepted) if sender in norm_reference]
+        reference = next(
+            (
+                found
+                for tier in norm_reference
+                if (found := [i for i, sender in enumerate(accepted) if sender in tier])
+            ),
+            [],
+        )
         if all(isinstance(d, torch.Tensor) for d in deltas):
             result = aggregator.aggregate(deltas, numel=numel, reference=reference, out=out)
         else:
@@ -129,7 +137,7 @@ def apply_contributions(
     aggregator: Aggregator,
     outer: NesterovOuterOptimizer,
     params: torch.Tensor,
-    norm_reference: Collection[str] = frozenset(),
+    norm_reference: Sequence[Collection[str]] = (),
     out: torch.Tensor | None = None,
     admitted: Mapping[str, tuple[Any, UpdateSource]] | None = None,
 ) -> tuple[list[str], list[tuple[str, str]], float]:
@@ -235,9 +243,10 @@ class DiLoCoMember:
             codec or ProtocolCodec("fp32"), self.layout.numel, enabled=error_feedback
         )
         self.aggregator = aggregator or build_aggregator("mean")
-        # senders whose update norms set the norm bound (an open run's anchors: a majority of
-        # scaled Sybil updates cannot move it); empty: the median of all
-        self.norm_reference: frozenset[str] = frozenset()
+        # tiers of senders whose update norms set the norm bound, the first present decides (an
+        # open run's anchors, then ourselves: a majority of scaled Sybil updates cannot move it);
+        # empty: the median of all
+        self.norm_reference: tuple[frozenset[str], ...] = ()
         self.global_params = self.layout.flatten()
         self.round = 0
         self._prepared: tuple[int, InnerReport, int] | None = None  # (round, report, payload bytes)

@@ -82,7 +82,7 @@ class StreamingMember:
             ErrorFeedbackEncoder(codec, f.numel, enabled=error_feedback) for f in self.fragments
         ]
         self.aggregator = aggregator or build_aggregator("mean")
-        self.norm_reference: frozenset[str] = frozenset()  # as DiLoCoMember's
+        self.norm_reference: tuple[frozenset[str], ...] = ()  # as DiLoCoMember's
         self.global_params = self.layout.flatten()
         self.rounds = [0] * len(self.fragments)
         self.samples_per_step = batches.batch_size * inner.accumulation
