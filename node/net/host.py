@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from libp2p import new_host
 from libp2p.abc import IHost
 from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
+from libp2p.exceptions import MultiError
 from libp2p.network.config import ConnectionConfig
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 from libp2p.transport.tcp.tcp import TCP
@@ -104,8 +105,9 @@ async def connect(host: IHost, peer: PeerInfo) -> None:
         # is translated below into ConnectError / PskMismatch with its root cause in words
         if _failed_key_check(host, peer):
             raise PskMismatch(f"could not connect to {peer.peer_id}: {MISMATCH}") from None
-        cause = _root_cause(exc)
-        if "negotiate the secure protocol" in cause:
+        causes = _causes(exc)
+        cause = causes[-1] if causes else type(exc).__name__
+        if any("negotiate the secure protocol" in c for c in causes):
             cause += (
                 " (the peer speaks no protocol we accept: it may require a pre-shared key (--psk),"
                 " or offer plaintext/TLS only, which peertrain refuses)"
@@ -121,7 +123,8 @@ def _failed_key_check(host: IHost, peer: PeerInfo) -> bool:
     return any(isinstance(t, PrivateTCP) and t.failed_key_check(peer_text) for t in transports)
 
 
-def _root_cause(exc: BaseException) -> str:
+def _causes(exc: BaseException) -> list[str]:
+    """The messages down an error's chain, the root cause last."""
     messages = []
     seen = set()
     current: BaseException | None = exc
@@ -131,6 +134,10 @@ def _root_cause(exc: BaseException) -> str:
             messages.append(str(current))
         if isinstance(current, BaseExceptionGroup) and current.exceptions:
             current = current.exceptions[0]
+        elif isinstance(current, MultiError) and current.errors:
+            # one error per address dialled; its text numbers them ("Error 1: Failed to
+            # connect after 3 attempts") and hides each one's cause, so descend as into a group
+            current = current.errors[0]
         else:
             current = current.__cause__ or current.__context__
-    return messages[-1] if messages else type(exc).__name__
+    return messages
