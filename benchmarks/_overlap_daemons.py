@@ -38,6 +38,9 @@ def _spec(args, *, members: int, extra: dict) -> dict:
     }
 
 
+POLL = 0.5  # status polls, seconds: round ends are timed to this (a round takes ~a minute)
+
+
 def _create(home: Path, name: str, spec: dict) -> dict:
     """`run create` on the daemon of `home` through its control socket, waiting as long as
     building the model takes on a loaded machine (the CLI waits 60 s)."""
@@ -76,19 +79,38 @@ def _alone(base: Path, args, daemons: list[DaemonProcess]) -> None:
         list(pool.map(lambda i: _create(daemons[i].home, f"local-{i}", spec), range(len(daemons))))
 
 
-def _finished(daemons: list[DaemonProcess], timeout: float) -> list[dict]:
+def _finished(daemons: list[DaemonProcess], timeout: float) -> tuple[list[dict], list[list]]:
+    """The members' last status once all finished, and each one's round ends as seen polling:
+    (seconds, rounds completed, inner steps timed) whenever the count of rounds moved."""
     deadline = time.monotonic() + timeout
+    ends: list[list] = [[] for _ in daemons]
     while time.monotonic() < deadline:
         runs = []
-        for daemon in daemons:
+        for daemon, seen in zip(daemons, ends, strict=True):
             try:
-                runs.append(daemon.status(timeout=10)["run"])
+                run = daemon.status(timeout=10)["run"] or {}
             except Exception:  # noqa: BLE001 - not answering yet: asked again
-                runs.append({})
+                run = {}
+            runs.append(run)
+            done, steps = run.get("rounds_completed"), (run.get("progress") or {}).get("timing")
+            if done and steps and (not seen or seen[-1][1] != done):
+                seen.append((time.monotonic(), done, steps["steps"]))
         if all(r.get("finished") for r in runs):
-            return runs
-        time.sleep(2)
+            return runs, ends
+        time.sleep(POLL)
     raise TimeoutError("the arm did not finish in time")
+
+
+def _steady_wall(ends: list[list]) -> float | None:
+    """Seconds per 100 inner steps from a member's first round end to its last, everything
+    included (evaluation, checkpoints, agreement, the next round's start), mean of members:
+    what a user waits for, comparable between the drivers whatever each counts as its rounds'
+    wall time. None with fewer than two round ends seen."""
+    walls = []
+    for seen in ends:
+        if len(seen) >= 2 and seen[-1][2] > seen[0][2]:
+            walls.append((seen[-1][0] - seen[0][0]) * 100 / (seen[-1][2] - seen[0][2]))
+    return round(sum(walls) / len(walls), 2) if walls else None
 
 
 def run_arm(args, name: str, extra: dict | None) -> dict:
@@ -100,7 +122,7 @@ def run_arm(args, name: str, extra: dict | None) -> dict:
                 _alone(Path(tmp), args, daemons)
             else:
                 _group(Path(tmp), args, name, extra, daemons)
-            runs = _finished(daemons, args.timeout)
+            runs, ends = _finished(daemons, args.timeout)
         finally:
             stop_all(daemons)
     timings = [r["progress"]["timing"] for r in runs]
@@ -112,6 +134,7 @@ def run_arm(args, name: str, extra: dict | None) -> dict:
     return {
         "arm": name,
         "wall_per_100_steps": round(sum(walls) / len(walls), 2),
+        "steady_wall_per_100_steps": _steady_wall(ends),
         "idle_fraction": round(sum(t["idle_fraction"] for t in timings) / len(timings), 4),
         "steps": timings[0]["steps"],
         "bytes_published": sum(r["bytes_published"] for r in runs),
