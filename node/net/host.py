@@ -107,12 +107,26 @@ async def connect(host: IHost, peer: PeerInfo) -> None:
             raise PskMismatch(f"could not connect to {peer.peer_id}: {MISMATCH}") from None
         causes = _causes(exc)
         cause = causes[-1] if causes else type(exc).__name__
-        if any("negotiate the secure protocol" in c for c in causes):
+        if not any(sign in c for c in causes for sign in _NOTHING_ANSWERED):
+            # the peer took the TCP connection (or libp2p kept no reason: it retries each address
+            # and keeps the last attempt's error, which under load can be a bare timeout) but no
+            # secure session came of it: a private network's listener hangs up on us so
             cause += (
-                " (the peer speaks no protocol we accept: it may require a pre-shared key (--psk),"
+                " (no secure session came of it: the peer may require a pre-shared key (--psk),"
                 " or offer plaintext/TLS only, which peertrain refuses)"
             )
         raise ConnectError(f"could not connect to {peer.peer_id}: {cause}") from None
+
+
+# a dial that reached no listener: no pre-shared key or protocol can be the reason
+_NOTHING_ANSWERED = (
+    "Connection refused",
+    "No route to host",
+    "Network is unreachable",
+    "Name or service not known",
+    "No known addresses",
+    "blocked by connection gate",
+)
 
 
 def _failed_key_check(host: IHost, peer: PeerInfo) -> bool:
@@ -130,8 +144,7 @@ def _causes(exc: BaseException) -> list[str]:
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if str(current):
-            messages.append(str(current))
+        messages.append(str(current) or type(current).__name__)  # a bare timeout has no text
         if isinstance(current, BaseExceptionGroup) and current.exceptions:
             current = current.exceptions[0]
         elif isinstance(current, MultiError) and current.errors:

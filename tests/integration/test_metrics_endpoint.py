@@ -76,7 +76,10 @@ async def test_metrics_follow_a_three_node_run_without_peer_ids_in_labels():
     assert final["run"]["bytes_fetched"] > 0 and final["run"]["bytes_published"] > 0
     check_bytes_against_the_report(samples, final["run"], api)
     labels = {value for _, pairs in samples for _, value in pairs}
-    assert not [v for v in labels if any(p in v or v in p for p in peer_ids)]
+    # no label holds an ID or a piece of one long enough to name a peer (a word such as "peer"
+    # or "in" occurs inside a random base58 ID: "in", a direction, is in one of three IDs in ~4%
+    # of runs)
+    assert not [v for v in labels if any(p in v or (len(v) >= 8 and v in p) for p in peer_ids)]
     assert not [v for v in labels if PEER_ID_LIKE.search(v)]
 
 

@@ -17,7 +17,7 @@ from multiaddr import Multiaddr
 from peertrain.node.errors import ConnectError, PskMismatch
 from peertrain.node.net.host import build_host, connect
 from peertrain.node.net.identity import Identity
-from peertrain.testing import wait_until
+from peertrain.testing import free_tcp_port, wait_until
 
 LOOPBACK = [Multiaddr("/ip4/127.0.0.1/tcp/0")]
 KEY_A = "a1" * 32
@@ -85,6 +85,16 @@ async def test_wrong_psk_is_refused_quickly_with_a_clear_error():
         with trio.fail_after(3), pytest.raises(PskMismatch, match="pre-shared key mismatch"):
             await connect(a, info(b))
         assert not a.get_connected_peers() and not b.get_connected_peers()
+
+
+async def test_a_dial_that_reaches_no_listener_says_so_without_blaming_a_key():
+    port = free_tcp_port()  # nobody listens there
+    nobody = Identity.generate()
+    target = PeerInfo(nobody.peer_id, [Multiaddr(f"/ip4/127.0.0.1/tcp/{port}")])
+    async with running(build_host(Identity.generate())) as (ours,):
+        with trio.fail_after(30), pytest.raises(ConnectError) as refused:
+            await connect(ours, target)
+    assert "refused" in str(refused.value) and "pre-shared key" not in str(refused.value)
 
 
 async def test_a_peer_without_the_psk_is_refused_and_told_why(caplog):
