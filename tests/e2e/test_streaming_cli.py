@@ -30,6 +30,12 @@ STREAMING_FLAGS = [
     str(ROUNDS),
     "--round-timeout",
     str(ROUND_TIMEOUT),
+    # a fast member takes ~500 steps a window and reaches its 600-sample shard's optimum in one,
+    # so DiLoCo's Nesterov 0.9 (tuned for hundreds of rounds) overshoots within three and the
+    # third round's loss rose above the first's on CI; plain under-relaxed averaging keeps
+    # this test about windows and agreement, and lets it ask for real progress
+    "--set",
+    "outer_momentum=0.0",
 ]
 
 
@@ -71,7 +77,7 @@ def test_a_member_three_times_slower_counts_and_all_agree_per_fragment(tmp_path)
     for r in runs:
         took = r["streaming"]["round_durations"]
         assert len(took) == ROUNDS and max(took) < ROUND_TIMEOUT / 3, took
-    assert runs[0]["loss"] < runs[0]["initial_loss"]
+    assert runs[0]["loss"] < runs[0]["initial_loss"] / 2
 
 
 def _peer(daemon: DaemonProcess) -> str:
