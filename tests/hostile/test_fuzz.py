@@ -1,5 +1,9 @@
-"""A bounded slice of benchmarks/fuzz.py: every protocol handler and the control API take a few
-thousand structure-aware mutations of real messages without a crash, a hang or growing memory."""
+"""A bounded slice of benchmarks/fuzz.py: every protocol handler and the control API take three
+hundred structure-aware mutations of real messages without a crash, a hang or growing memory.
+
+The slice is a count, not a time: a 0.6 s slice fed the tensor service 74 inputs in a
+fresh-clone run of the suite (a few of its inputs take 0.3-0.6 s) and hundreds on an idle
+machine, so what it tested, and whether it passed, depended on the machine."""
 
 from __future__ import annotations
 
@@ -17,8 +21,8 @@ async def test_every_handler_survives_a_slice_of_the_fuzz_run(caplog):
     names = []
     async with open_targets() as targets:
         for target in targets:
-            result = await run_target(target, inputs=3000, seed=7, per_input=2.0, seconds=0.6)
-            assert result.inputs >= 100, result
+            result = await run_target(target, inputs=300, seed=7, per_input=2.0)
+            assert result.inputs == 300, result
             assert result.crashes == 0 and result.hangs == 0, result
             assert result.refused < result.inputs  # some inputs get past the decoder
             names.append(target.name)
