@@ -17,11 +17,8 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/peertrain swarm local --nodes 4 --mode diloco --rounds 32 --inner-steps 50 --report demo-report.json
 
-# Two workers: the tests that start processes (marked slow) run one after another on one of them
-# (tests/conftest.py), the in-process tests on the other. TEST_WORKERS=0 runs everything in one.
-TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

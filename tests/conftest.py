@@ -11,16 +11,3 @@ from peertrain.testing import plugin
 def pytest_configure(config):
     if not config.pluginmanager.is_registered(plugin):
         config.pluginmanager.register(plugin, "peertrain")
-
-
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (`make test` runs two workers), every test that starts real processes
-    (marked `slow`) runs on one worker, one after another, while the other worker takes the
-    in-process tests: two multi-daemon tests at once on two cores starve each other's daemons
-    past their timeouts, one of them beside in-process tests is what the suite's load-robust
-    timings were measured against (a CPU burner on one core: 1233 passed)."""
-    import pytest
-
-    for item in items:
-        if item.get_closest_marker("slow"):
-            item.add_marker(pytest.mark.xdist_group("processes"))
