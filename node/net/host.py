@@ -106,7 +106,7 @@ async def connect(host: IHost, peer: PeerInfo) -> None:
         if _failed_key_check(host, peer):
             raise PskMismatch(f"could not connect to {peer.peer_id}: {MISMATCH}") from None
         causes = _causes(exc)
-        cause = causes[-1] if causes else type(exc).__name__
+        cause = causes[-1]  # the chain starts at exc itself, so it is never empty
         if not any(sign in c for c in causes for sign in _NOTHING_ANSWERED):
             # the peer took the TCP connection (or libp2p kept no reason: it retries each address
             # and keeps the last attempt's error, which under load can be a bare timeout) but no
