@@ -13,6 +13,7 @@ What py-libp2p 0.8.1 does by default and why we override it (LIBP2P-NOTES.md):
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 
 from libp2p import new_host
@@ -83,7 +84,33 @@ def build_host(
     )
     use_registered_muxers(host, muxers)
     use_pipelined_negotiation(host)
+    remember_advertised_addresses(host)
     return host
+
+
+ADDRESSES_MEMO_SECONDS = 1.0
+
+
+def remember_advertised_addresses(host: IHost) -> None:
+    """Compute `host.get_addrs()` again only when the listeners change or a second passed.
+
+    py-libp2p rebuilds the list on every call (transport addresses, observed ones, our factory,
+    then a /p2p suffix per address: ≈ 230-290 µs of multiaddr parsing), and calls it three times
+    per identify exchange and once per pubsub RPC it sends (for the signed peer record). Within
+    a second only confirmed observed addresses could change, and those take several observers
+    to confirm; the transport addresses are the key (≈ 20 µs to read), so a new listener
+    shows at once, even one that was registered before its socket was bound."""
+    compute = host.get_addrs
+    memo: list = [None, 0.0, []]  # transport addresses, computed at (monotonic), addresses
+
+    def get_addrs() -> list[Multiaddr]:
+        key = tuple(host.get_transport_addrs())
+        now = time.monotonic()
+        if key != memo[0] or now - memo[1] >= ADDRESSES_MEMO_SECONDS:
+            memo[:] = [key, now, compute()]
+        return list(memo[2])
+
+    host.get_addrs = get_addrs  # type: ignore[method-assign]
 
 
 def parse_peer_addr(text: str) -> PeerInfo:

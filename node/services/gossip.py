@@ -39,6 +39,7 @@ from libp2p.tools.anyio_service import background_trio_service
 from peertrain.protocol.errors import MessageTooLarge
 
 from ..net.penalties import PeerScoreboard
+from .sender_records import check_sender_records_once
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +152,7 @@ class Gossip:
             spam_protection_enabled=False,
         )
         count_libp2p_drops()
+        check_sender_records_once()
         self.pubsub = Pubsub(host, self.router, strict_signing=True)
         self._buckets: dict[str, TokenBucket] = {}
         self._published = self._delivered = self._dropped = self._rejected = self._ignored = 0

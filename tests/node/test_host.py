@@ -58,6 +58,20 @@ async def test_advertised_addresses_are_never_wildcards():
     assert all(a.endswith(f"/p2p/{host.get_id()}") for a in addrs)
 
 
+async def test_advertised_addresses_follow_a_new_listener_at_once():
+    # get_addrs is remembered for a second (identify and pubsub ask for it per message): the
+    # listeners are its key, so one more listener shows on the next call
+    host = build_host(Identity.generate())
+    async with host.run(LOOPBACK):
+        before = host.get_addrs()
+        assert host.get_addrs() == before and len(before) == 1
+        # (py-libp2p keys listeners by the address asked for: a second tcp/0 would replace it)
+        await host.get_network().listen(Multiaddr(f"/ip4/127.0.0.1/tcp/{free_tcp_port()}"))
+        after = host.get_addrs()
+    assert len(after) == 2 and before[0] in after
+    assert all(a.endswith(f"/p2p/{host.get_id()}") for a in map(str, after))
+
+
 @pytest.mark.parametrize("direction", ["plaintext dials us", "we dial plaintext"])
 async def test_a_plaintext_only_peer_cannot_connect(direction):
     ours, theirs = build_host(Identity.generate()), plaintext_only_host()
