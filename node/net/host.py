@@ -92,7 +92,11 @@ ADDRESSES_MEMO_SECONDS = 1.0
 
 
 def remember_advertised_addresses(host: IHost) -> None:
-    """Compute `host.get_addrs()` again only when the listeners change or a second passed.
+    host.get_addrs = AdvertisedAddresses(host)  # type: ignore[method-assign]
+
+
+class AdvertisedAddresses:
+    """`host.get_addrs()`, computed again only when the listeners change or a second passed.
 
     py-libp2p rebuilds the list on every call (transport addresses, observed ones, our factory,
     then a /p2p suffix per address: ≈ 230-290 µs of multiaddr parsing), and calls it three times
@@ -100,17 +104,19 @@ def remember_advertised_addresses(host: IHost) -> None:
     a second only confirmed observed addresses could change, and those take several observers
     to confirm; the transport addresses are the key (≈ 20 µs to read), so a new listener
     shows at once, even one that was registered before its socket was bound."""
-    compute = host.get_addrs
-    memo: list = [None, 0.0, []]  # transport addresses, computed at (monotonic), addresses
 
-    def get_addrs() -> list[Multiaddr]:
-        key = tuple(host.get_transport_addrs())
+    def __init__(self, host: IHost):
+        self._host, self._compute = host, host.get_addrs
+        self._key: tuple[Multiaddr, ...] | None = None
+        self._at = float("-inf")
+        self._addrs: list[Multiaddr] = []
+
+    def __call__(self) -> list[Multiaddr]:
+        key = tuple(self._host.get_transport_addrs())
         now = time.monotonic()
-        if key != memo[0] or now - memo[1] >= ADDRESSES_MEMO_SECONDS:
-            memo[:] = [key, now, compute()]
-        return list(memo[2])
-
-    host.get_addrs = get_addrs  # type: ignore[method-assign]
+        if key != self._key or now - self._at >= ADDRESSES_MEMO_SECONDS:
+            self._key, self._at, self._addrs = key, now, self._compute()
+        return list(self._addrs)
 
 
 def parse_peer_addr(text: str) -> PeerInfo:
