@@ -14,6 +14,8 @@ pytestmark = pytest.mark.slow
 # Seven members (two Byzantine), digits, one shard each. Flag with r=1: with p=7 inputs, r must
 # stay below the number of honest members or the subspace spans the attackers too (r >= p is a
 # plain mean).
+# 6 rounds learn 2.31 -> 0.44 (the schedule spans the run: 10 rounds ended at 0.55)
+ROUNDS = 6
 SETTINGS = [
     "--nodes",
     "7",
@@ -30,7 +32,7 @@ SETTINGS = [
     "--batch-size",
     "32",
     "--rounds",
-    "10",
+    str(ROUNDS),
     "--aggregator",
     "flag",
     "--set",
@@ -68,7 +70,7 @@ def test_two_sign_flipping_members_do_not_hurt_a_flag_aggregated_run(tmp_path):
     attacked = swarm(tmp_path, "attacked", "--byzantine", "2", "--attack", "sign-flip")
     assert (
         attacked["byzantine"] == 2
-        and attacked["rounds_completed"] == clean["rounds_completed"] == 10
+        and attacked["rounds_completed"] == clean["rounds_completed"] == ROUNDS
     )
     assert len(set(attacked["state_hashes"])) == 1  # honest members agree
     assert attacked["final_loss"] < 0.5 * attacked["initial_loss"]
