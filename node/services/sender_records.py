@@ -6,15 +6,17 @@ messages (pubsub's read loop, then gossipsub's control handler): an envelope par
 signature check and a peerstore update each time, ≈ 110-170 µs. Profiled in a daemon of the
 Sybil e2e (ten daemons, three runs on two cores), that was 16.5 % of its event loop's CPU.
 A peer sends the same bytes until its addresses change, so we remember, per host and peer, the
-last record bytes that passed, and skip the check while the same bytes come again. Different
-bytes (a new record, or a replay of an old one) take py-libp2p's full path, which keeps its
-rules: a bad signature, a record of another peer or an older sequence number still fails the
-RPC. The peerstore's copy is refreshed every `REFRESH_SECONDS`, well inside its 2 h TTL.
+last record that passed (as a 16-byte digest: a fresh key may sign a record as big as an RPC,
+and the peerstore already keeps one copy) and skip the check while the same bytes come again.
+Different bytes (a new record, or a replay of an old one) take py-libp2p's full path, which
+keeps its rules: a bad signature, a record of another peer or an older sequence number still
+fails the RPC. The peerstore's copy is refreshed every `REFRESH_SECONDS`, well inside its 2 h TTL.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import time
 import weakref
 from collections import OrderedDict
@@ -36,14 +38,14 @@ class SenderRecordMemo:
     def __init__(self, full_check: FullCheck):
         self.full_check = full_check
         self.full_checks = 0  # how often the full path ran (the rest were remembered)
-        # host -> peer ID bytes -> (record bytes, when they last passed the full check)
+        # host -> peer ID bytes -> (record digest, when it last passed the full check)
         self._passed: weakref.WeakKeyDictionary[IHost, OrderedDict[bytes, tuple[bytes, float]]]
         self._passed = weakref.WeakKeyDictionary()
 
     def __call__(self, msg: RPC, host: IHost, peer_id: ID) -> bool:
         if not msg.HasField("senderRecord"):
             return True
-        record = msg.senderRecord
+        record = hashlib.blake2b(msg.senderRecord, digest_size=16).digest()
         passed = self._passed.setdefault(host, OrderedDict())
         key = peer_id.to_bytes()
         seen = passed.get(key)
@@ -54,7 +56,7 @@ class SenderRecordMemo:
         self.full_checks += 1
         if not self.full_check(msg, host, peer_id):
             return False
-        passed[key] = (bytes(record), now)
+        passed[key] = (record, now)
         passed.move_to_end(key)
         while len(passed) > PEERS_REMEMBERED:
             passed.popitem(last=False)

@@ -3,6 +3,8 @@ still holds for bytes not seen before (node/services/sender_records.py)."""
 
 from __future__ import annotations
 
+import tracemalloc
+
 from libp2p.peer.envelope import seal_record
 from libp2p.peer.peer_record import PeerRecord
 from libp2p.pubsub.pb.rpc_pb2 import RPC
@@ -68,3 +70,21 @@ def test_an_rpc_without_a_record_passes_as_before():
     memo = SenderRecordMemo(maybe_consume_signed_record)
     assert memo(RPC(), build_host(Identity.generate()), Identity.generate().peer_id)
     assert memo.full_checks == 0
+
+
+def test_what_is_remembered_per_peer_stays_small_however_big_the_record():
+    # a fresh key may sign a record of any size up to the RPC limit; the peerstore keeps its own
+    # copy (py-libp2p), but the memo must not hold a second one per peer: a digest does
+    accept = lambda msg, host, peer_id: True  # noqa: E731 - the memo alone, whatever checks it
+    memo = SenderRecordMemo(accept)
+    host = build_host(Identity.generate())
+    peers = [Identity.generate().peer_id for _ in range(100)]
+    records = [RPC(senderRecord=bytes([i]) * (64 << 10)) for i in range(len(peers))]
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for peer, rpc in zip(peers, records, strict=True):
+        assert memo(rpc, host, peer) and memo(rpc, host, peer)
+    kept = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert memo.full_checks == len(peers)  # each remembered after one check
+    assert kept < 100 << 10, f"{kept} bytes kept for {len(peers)} peers of 64 KiB records"
