@@ -140,7 +140,10 @@ async def test_a_download_resumes_from_the_same_holder_after_its_connection_is_r
             max_nbytes=64 << 20,
             allocate=lambda _n: buffer,
         )
-        assert redialed.is_set()
+        # the download may resume over the holder's own redial and end before our dial returns
+        # (seen once in a fresh-clone suite): the redial must still come up
+        with trio.fail_after(60):
+            await redialed.wait()
         assert torch.equal(download.finish(), tensor)
     # resumed, not restarted: the holder answered the header, the ranges once, and the range
     # the cut broke again (its verified chunks were kept)
