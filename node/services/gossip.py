@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -154,6 +155,13 @@ class Gossip:
         count_libp2p_drops()
         check_sender_records_once()
         self.pubsub = Pubsub(host, self.router, strict_signing=True)
+        # py-libp2p numbers our messages from the clock's seconds, one up per message, and peers
+        # drop a (sender, number) seen in the last two minutes. We publish several a second, so
+        # that counter runs ahead of the clock, and a daemon restarted within its lead reused
+        # numbers of its last life: everything it said was dropped as a duplicate (a member
+        # killed in a churn run never got an update to anyone again). Nanoseconds cannot be
+        # outrun by one message each, so every life numbers above the last.
+        self.pubsub.counter = time.time_ns()
         self._buckets: dict[str, TokenBucket] = {}
         self._published = self._delivered = self._dropped = self._rejected = self._ignored = 0
         self._nursery: trio.Nursery | None = None
