@@ -7,11 +7,11 @@ types; the last `--hostile` K of them run an attack (`--attack a,b`: cycled over
 updates or on state agreement. In an invite run (`--admission invite`) the first daemon certifies
 every honest member before it joins (`run invite`, then `join --certificate`), never a hostile
 one. `--kill-every` kills a random
-member (SIGKILL) and restarts it 3 s later, until a member finished the run (its end is not the
-time to inject churn); a daemon that dies by itself is reported (exit code, last error line),
+member (SIGKILL) and restarts it 3 s later, until the creator finished the run (its end is not
+the time to inject churn); a daemon that dies by itself is reported (exit code, last error line),
 never restarted, and fails the run. The run is over after `--duration`, or once every member
-still in the swarm finished the spec's `rounds`. The supervisor is local_swarm.py; the table,
-lines and summary are swarm_mesh_view.py.
+still in the swarm finished the spec's `rounds` and holds the same state (or a minute after).
+The supervisor is local_swarm.py; the table, lines and summary are swarm_mesh_view.py.
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ from ..api.control import call_sync
 from ..errors import ControlError
 from .local_swarm import DAEMON_ENV, RUN_NAME
 from .processes import DaemonProcess, node_args
-from .swarm_mesh_view import brief, line, summarise, table
+from .swarm_mesh_view import agreement, brief, line, summarise, table
 
 JOIN_TAIL = ["--listen", "/ip4/127.0.0.1/tcp/0", "--log-format", "json"]
 RESTART_AFTER = 3.0  # seconds a killed member stays down
+AGREE_GRACE = 60.0  # seconds all finished members get to follow the trusted final state
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,6 +70,7 @@ class MeshSwarm:
         self._rng = random.Random(options.seed)
         self._next_kill: float | None = None
         self._restart_at: dict[int, float] = {}
+        self._all_finished_at: float | None = None  # when every member first said finished
 
     @property
     def training(self) -> bool:
@@ -207,16 +209,27 @@ class MeshSwarm:
         self.console.print(f"restarted node {index}")
 
     def finished(self, statuses: list[dict[str, Any] | None]) -> bool:
-        """Every daemon still in the swarm (not dead by itself) finished the run. Once one
-        has, kills stop: the end of a run is not the time to inject churn."""
+        """Every daemon still in the swarm (not dead by itself) finished the run and holds the
+        same state, or all finished `AGREE_GRACE` seconds ago (a member's finish is not the
+        group's: it may follow the trusted final state seconds later). Kills stop once the
+        creator, whose state the run trusts, finished: the end of a run is not the time to
+        inject churn, and one member's finish is not the run's end."""
         if not self.training or not self.options.spec.get("rounds"):
             return False
-        runs = [s["run"] for s in statuses if s and s.get("run")]
-        if any(r.get("finished") for r in runs):
+        creator = statuses[0]["run"] if statuses[0] and statuses[0].get("run") else None
+        if creator is not None and creator.get("finished"):
             self.kills_stopped = True
         members = [i for i in range(len(self.daemons)) if i not in self.died]
         in_run = [statuses[i]["run"] for i in members if statuses[i] and statuses[i].get("run")]
-        return len(in_run) == len(members) > 0 and all(r["finished"] for r in in_run)
+        if not (len(in_run) == len(members) > 0 and all(r["finished"] for r in in_run)):
+            self._all_finished_at = None
+            return False
+        now = time.monotonic()
+        if self._all_finished_at is None:
+            self._all_finished_at = now
+        honest = [r for i, r in zip(members, in_run, strict=True) if not self._byzantine(i)]
+        agreed = len({r["state_checksum"] for r in honest}) <= 1
+        return agreed or now - self._all_finished_at >= AGREE_GRACE
 
     def line(self, elapsed: float) -> str:
         return line(elapsed, self.statuses, self.kills)
@@ -266,6 +279,7 @@ class MeshSwarm:
             ),
             "params": first["params"],
             "resyncs": sum(r["resyncs"] for r in runs),
+            "rounds_alone": sum(r.get("rounds_alone", 0) for r in runs),
             "state_downloads": sum(r.get("state_downloads", 0) for r in runs),
             "dropped": _summed(r.get("dropped", {}) for r in runs),
             "rejected_updates": sum(r["rejected_updates"] for r in runs),
@@ -286,10 +300,13 @@ class MeshSwarm:
         summarise(console, report)
 
     def succeeded(self, report: dict[str, Any]) -> bool:
-        """False when a daemon died by itself, one did not stop cleanly, or nothing happened."""
+        """False when a daemon died by itself, one did not stop cleanly, nothing happened, or
+        the honest members of a finished run hold different models."""
         clean = all(code in (0, None) for code in report["exit_codes"])
         if self.training:
             ok = report.get("rounds_completed", 0) > 0
+            if self._all_finished_at is not None:  # the run ended (not a --duration cut)
+                ok = ok and agreement(report.get("state_hashes", [])) == "yes"
         else:
             ok = report.get("mesh_s") is not None
         return clean and ok and not self.died and not report.get("interrupted")

@@ -67,6 +67,13 @@ def table(statuses: list[dict[str, Any] | None], mesh_s: float | None, *, traini
     return table
 
 
+def agreement(hashes: list[str]) -> str:
+    """Whether the members' final states agree, as measured: one model agrees with nothing."""
+    if len(hashes) < 2:
+        return f"not measured ({len(hashes)} model)"
+    return "yes" if len(set(hashes)) == 1 else "NO"
+
+
 def summarise(console, report: dict[str, Any]) -> None:
     console.rule("summary")
     mesh = f"{report['mesh_s']:.2f} s" if report.get("mesh_s") is not None else "never"
@@ -75,12 +82,11 @@ def summarise(console, report: dict[str, Any]) -> None:
         f"   full mesh after: {mesh}"
     )
     if report.get("rounds_completed") is not None and report["mode"] == "diloco":
-        hashes = set(report.get("state_hashes", []))
         console.print(
             f"DiLoCo: {report['rounds_completed']} rounds, "
             f"loss {report.get('initial_loss', 0):.4f} → "
             f"{report.get('final_loss', 0):.4f}; models identical on all nodes: "
-            f"{'yes' if len(hashes) == 1 else 'NO'}"
+            f"{agreement(report.get('state_hashes', []))}"
         )
         if report.get("ddp_bytes"):
             ratio = report["ddp_bytes"] / max(1, report["bytes_sent"])

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import trio
 from libp2p.peer.id import ID
 
+from ..net.notifee import Departures
 from ..net.receive_buffers import ReceiveBuffers
 from ..services.node_services import NodeServices
 from ..services.tensor_fetch import fetch_tensor
@@ -190,19 +191,25 @@ async def open_update_exchange(
         await tensors.reserve_receive_buffers(reserve_updates, nbytes if name else _padded(nbytes))
         reserved.set()
 
-    async with trio.open_nursery() as nursery:
-        inbox = await node.gossip.subscribe(topic, validator=gossip.validate)
-        nursery.start_soon(_drain, inbox)  # announcements act in the validator; drop the copies
-        nursery.start_soon(reserve)
-        yield UpdateExchange(tensors=tensors, gossip=gossip, reserved=reserved)
-        nursery.cancel_scope.cancel()
+    network = node.host.get_network()
+    departures = Departures(gossip.left)  # a killed member is not waited for (round_pace.py)
+    network.register_notifee(departures)
+    try:
+        async with trio.open_nursery() as nursery:
+            inbox = await node.gossip.subscribe(topic, validator=gossip.validate)
+            nursery.start_soon(_drain, inbox)  # announcements act in the validator; drop copies
+            nursery.start_soon(reserve)
+            yield UpdateExchange(tensors=tensors, gossip=gossip, reserved=reserved)
+            nursery.cancel_scope.cancel()
+    finally:
+        network.remove_notifee(departures)
 
 
 def open_member_exchange(node: NodeServices, state: RunState, built: BuiltMember, min_members: int):
     """The update exchange of a DiLoCo member of the group `state` replicates (a run, or one
     expert group of a diffusion run): its members are the live ones there; a quorum's receive
     buffers are faulted in while the first inner steps run."""
-    from peertrain.swarm.diloco.driver import expected_members
+    from peertrain.swarm.diloco.roster import expected_members
     from peertrain.swarm.diloco.streaming import StreamingMember
 
     me, member = node.peer_id, built.member

@@ -19,7 +19,6 @@ from collections.abc import Callable
 import trio
 from peertrain.crdt.admission import Admission
 from peertrain.crdt.replicator import Replicator
-from peertrain.crdt.runstate import RunState
 
 from ..progress import Waiting, log_progress
 from .adoption import StateDownloads, TensorTransport
@@ -43,17 +42,6 @@ LEASE_MS = 30_000
 RETRY_PAUSE = 2.0  # seconds before a failed catch-up is tried again
 AGREEMENT_WAIT = 3.0  # seconds a member waits for the trusted state of a round it applied
 FINAL_CHECK_EVERY = 1.0  # seconds between a finished member's looks at the trusted final state
-
-
-def expected_members(state: RunState, me: str, round_: int) -> set[str]:
-    """Whose updates round `round_` waits for before a driver exists: the live members that hold
-    state for it, and `me`. A driver replaces it on its gossip with its counted group (the
-    roster: roster.py), which a wave of fresh IDs cannot flood."""
-    live = {p for p in state.members() if state.is_live(p)} | {me}
-    providers = set()
-    for provs in state.checkpoints().get(round_, {}).values():
-        providers |= set(provs)
-    return (live & providers) | {me}
 
 
 class DiLoCoDriver:
@@ -104,6 +92,7 @@ class DiLoCoDriver:
         self.sync = self._state_sync()
         # the gossip waits for, and pulls from, the counted group only
         gossip.expected = self.group.expected
+        gossip.overtaken = lambda round_: self.trust.newest_round() > round_
         gossip.is_member = self.group.may_send
         gossip.records.trusted = lambda peer: peer in self.trust.attesters()
         gossip.admits = self.admission.admits  # invite runs: non-members' traffic is dropped
@@ -288,11 +277,11 @@ class DiLoCoDriver:
             payload = await self._thread(
                 lambda: self.forger.forge(self.member, payload, members=members)
             )
-        if self.trust.newest_round() > round_:
-            # the group finished round r without us (we were too slow or partitioned): our
-            # update is late; adopt the group's state instead of computing a divergent one
-            await self.sync.catch_up()
+        if await self._overtaken(round_):
             return
+        self.progress.phase = "waiting for the trusted state of this round"
+        if not await self.sync.keep_with_the_signers(wait=self.spec.round_timeout):
+            return  # our update was not computed from the run's state: the round starts again
         self.progress.phase = "exchanging"
         self.progress.waiting = Waiting("members' updates", *self.gossip.received(round_))
         self.replay.begin(self.member, round_, self.sync.served or b"")
@@ -302,7 +291,10 @@ class DiLoCoDriver:
             )
         finally:
             self.progress.waiting = None
+        if await self._overtaken(round_):
+            return
         contributions = [c for c in contributions if c.sender in group]
+        self._alone(round_, contributions)
         self.replay.closed(contributions)
         self.progress.phase = "outer step"
         outer_started = time.perf_counter()
@@ -323,6 +315,26 @@ class DiLoCoDriver:
         self.progress.timed(steps=self.spec.inner_steps, compute=compute, wall=wall)
         await self._record(report)
         await self._save_checkpoint()
+
+    async def _overtaken(self, round_: int) -> bool:
+        """The group finished round `round_` without us (we were too slow, restarted or
+        partitioned): our update is late; we adopt the group's state instead of computing a
+        divergent one."""
+        if self.trust.newest_round() <= round_:
+            return False
+        await self.sync.catch_up()
+        return True
+
+    def _alone(self, round_: int, contributions: list) -> None:
+        """Count (and say) a round closed with our update alone while others are live."""
+        others = [p for p in self.state.members() if p != self.peer_id and self.state.is_live(p)]
+        if others and all(c.sender == self.peer_id for c in contributions):
+            self.progress.rounds_alone += 1
+            log.warning(
+                "round %d closed with our own update alone while %d other member(s) are live",
+                round_,
+                len(others),
+            )
 
     async def _save_checkpoint(self) -> None:
         """Our own copy of the agreed state (atomic, content-addressed, last K kept)."""

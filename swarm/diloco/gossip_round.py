@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import trio
 
 if TYPE_CHECKING:
+    from .round_pace import RoundPace
     from .update_gossip import UpdateAnnouncement
 
 MAX_SENDERS = 256  # announced senders recorded per round (members are far fewer)
@@ -27,6 +28,10 @@ class GossipRound:
     payloads: dict[str, bytes] = field(default_factory=dict)  # sender → verified payload
     # sender → (failed fetches, the last one's error): why a round closed without an update
     failures: dict[str, tuple[int, str]] = field(default_factory=dict)
+    # sender → when its own announcement first arrived (trio time): its lag, for round_pace.py
+    arrived: dict[str, float] = field(default_factory=dict)
+    # sender → why this round no longer waits for it (round_pace.py): it left, or fell silent
+    dropped: dict[str, str] = field(default_factory=dict)
     changed: trio.Event = field(default_factory=trio.Event)
     # Set, then replaced, each time a holder is added: wakes every pull waiting for one.
     holder_added: trio.Event = field(default_factory=trio.Event)
@@ -38,6 +43,7 @@ class GossipRound:
             if len(self.announced) >= MAX_SENDERS:
                 return
             self.announced[ann.sender] = ann
+            self.arrived[ann.sender] = trio.current_time()
         own = self.announced.get(ann.sender)
         if own is None or own.checksum != ann.checksum:
             return
@@ -47,6 +53,24 @@ class GossipRound:
             self.holder_added.set()
             self.holder_added = trio.Event()
         self.changed.set()
+
+    def left(self, peer: str) -> None:
+        """`peer`'s last connection closed: not waited for unless it announced its update
+        (a holder may still serve that)."""
+        if peer not in self.announced:
+            self.dropped.setdefault(peer, "its connection closed")
+            self.changed.set()
+
+    def waiting_for(self, expected: set[str], pace: RoundPace, now: float) -> set[str]:
+        """Of the `expected` members, those whose updates are not in and who are still waited
+        for: one silent beyond its pace is dropped here."""
+        waiting = expected - set(self.payloads) - set(self.dropped)
+        silent = waiting - set(self.announced)
+        if silent and self.arrived:
+            overdue = pace.overdue(silent, min(self.arrived.values()), now)
+            self.dropped.update(overdue)
+            waiting -= set(overdue)
+        return waiting
 
     def failed(self, sender: str, error: str) -> None:
         """A fetch of `sender`'s update failed with `error`."""
@@ -62,6 +86,8 @@ class GossipRound:
         """`sender` and why its update is not in: never announced, or announced and not
         fetched (how often, and the last error), for the log line of a round that closed
         without it."""
+        if sender in self.dropped:
+            return f"{sender} (not waited for: {self.dropped[sender]})"
         if sender not in self.announced:
             return f"{sender} (no announcement)"
         count, error = self.failures.get(sender, (0, ""))

@@ -23,6 +23,9 @@ class DriverProgress:
     rejected_updates: int = 0
     rejected_by_reason: Counter[str] = field(default_factory=Counter)  # rejection_kind → count
     replays: int = 0  # rounds applied again from a trusted record instead of a download
+    # rounds we closed with our own update alone while another member held a live lease: a
+    # member that lost sight of its group (it never should: the churn run's defect)
+    rounds_alone: int = 0
     state_downloads: int = 0  # states adopted by download
     state_donors: list[str] = field(default_factory=list)  # peers a download asked (the last 16)
     refused_states: int = 0  # downloads that failed or did not pass the checks

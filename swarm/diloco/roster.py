@@ -73,6 +73,17 @@ def _rank(round_: int, salt: bytes, peer: str) -> bytes:
     return hashlib.blake2b(b"%d|" % round_ + salt + peer.encode(), digest_size=16).digest()
 
 
+def expected_members(state: RunState, me: str, round_: int) -> set[str]:
+    """Whose updates round `round_` waits for before a driver exists: the live members that hold
+    state for it, and `me`. A driver replaces it on its gossip with its counted group (the
+    roster: roster.py), which a wave of fresh IDs cannot flood."""
+    live = {p for p in state.members() if state.is_live(p)} | {me}
+    providers = set()
+    for provs in state.checkpoints().get(round_, {}).values():
+        providers |= set(provs)
+    return (live & providers) | {me}
+
+
 class CountedGroup:
     """The roster read against RunState: who may send, whom a round waits for."""
 

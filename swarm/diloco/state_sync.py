@@ -122,6 +122,45 @@ class StateSync:
         if not await self._replay(round_ - 1, trusted):
             await self._adopt(round_, trusted)
 
+    async def keep_with_the_signers(self, *, wait: float) -> bool:
+        """Never run ahead of the run's trusted signers. Our round's state must be attested
+        before we exchange updates for it, while any other signer is live to attest: a member
+        restarted from its own checkpoint ahead of the group saw nobody else holding its round,
+        counted itself alone, and closed every later round alone in seconds, its own model,
+        while the group waited for it. Waits (at most `wait`) for that attestation. True: go on
+        (our state is the attested one, or no other signer is live); False: the round must
+        start again, from the trusted state we repaired or adopted, or from a newer one."""
+        round_ = self.member.round
+        with trio.move_on_after(wait):
+            while (  # noqa: ASYNC110 - replicated state and lease expiry change with no event to wait on
+                self.trust.verdict(round_) is None
+                and self.trust.newest_round() <= round_
+                and self.trust.other_attester_live()
+            ):
+                await trio.sleep(0.2)
+        trusted = self.trust.verdict(round_)
+        if trusted is not None:
+            if trusted == self.served:
+                return True
+            await self.repair(round_, trusted)  # our update was computed from another state
+            return False
+        newest = self.trust.newest_round()
+        if newest > round_ or not self.trust.other_attester_live():
+            return newest <= round_  # behind: the driver catches up; no signer: ours goes on
+        # the signers are live and stayed behind us for a whole round: we are the one that ran
+        # off alone, and their newest state is the run's
+        log.warning(
+            "round %d: no trusted signer attested our state in %.0f s while they are at round "
+            "%d: adopting theirs",
+            round_,
+            wait,
+            newest,
+        )
+        trusted = self.trust.verdict(newest) if newest >= 0 else None
+        if trusted is not None:
+            await self._adopt(newest, trusted)
+        return False
+
     def _settled(self, round_: int) -> bool:
         """Every live member of the last group announced its state of `round_` (so the next
         roster holds them all), and a trusted state of `round_` is known, or no trusted signer

@@ -48,6 +48,10 @@ class TrustedStates:
     def any_attester_live(self) -> bool:
         return any(p == self.me or self.state.is_live(p) for p in self.attesters())
 
+    def other_attester_live(self) -> bool:
+        """A trusted signer other than us holds a live lease (one that may still attest)."""
+        return any(p != self.me and self.state.is_live(p) for p in self.attesters())
+
     def _certified_live(self) -> set[str]:
         return {p for p in self.admission.certified() if p == self.me or self.state.is_live(p)}
 

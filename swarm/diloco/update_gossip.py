@@ -48,6 +48,7 @@ from peertrain.protocol.schema import IntRange, MaxLen
 
 from .exchange import Contribution
 from .gossip_round import GossipRound
+from .round_pace import RoundPace
 from .round_record import RoundRecord, RoundRecords, is_record, open_from_origin
 
 log = logging.getLogger(__name__)
@@ -130,11 +131,14 @@ class UpdateGossip:
         self.admits: Callable[[str], bool] = lambda peer: True  # invite runs: certified only
         self.dropped: Counter[str] = Counter()  # non-members' announcements and records, by kind
         self.expected = expected  # whose updates round r waits for
+        # the group moved past round r (a later trusted state): nobody sends an update for it
+        self.overtaken: Callable[[int], bool] = lambda round_: False
         self.current_round = 0
         self.window = ROUND_WINDOW  # rounds ahead we accept (a streaming run's rounds are slots)
         self._rounds: dict[int, GossipRound] = {}
         self.rejected = 0
         self._pulls = trio.CapacityLimiter(MAX_PULLS)
+        self.pace = RoundPace()  # whom an open round stops waiting for (round_pace.py)
         self.bytes_published = 0
         self.bytes_fetched = 0
         self.records = RoundRecords(run_id=run_id, key_pair=key_pair)  # share the topic
@@ -198,6 +202,12 @@ class UpdateGossip:
             del self._rounds[old]
         return self._rounds.setdefault(round_, GossipRound())
 
+    def left(self, peer: str) -> None:
+        """The node's last connection to `peer` closed (round_pace.py)."""
+        state = self._round(self.current_round)
+        if state is not None and peer != self.me:
+            state.left(peer)
+
     # -- one round ------------------------------------------------------------------------------
 
     async def exchange(self, round_: int, payload: bytes, *, deadline: float) -> list[Contribution]:
@@ -207,6 +217,7 @@ class UpdateGossip:
         assert state is not None
         checksum = await self.transport.serve(self.me, payload)
         state.payloads[self.me] = payload
+        state.arrived.setdefault(self.me, trio.current_time())
         state.announced[self.me] = UpdateAnnouncement(
             sender=self.me, nbytes=len(payload), checksum=checksum
         )
@@ -218,7 +229,9 @@ class UpdateGossip:
                 if self.on_payload is not None:
                     handing.start_soon(self.on_payload, self.me, payload)
                 await self._pull_all(round_, state, handing)
-        missing = self.expected(round_) - set(state.payloads)
+        expected = self.expected(round_)
+        self.pace.closed(state.arrived, counted=expected)
+        missing = expected - set(state.payloads)
         if missing:
             log.info(
                 "round %d closed without %d member(s): %s",
@@ -298,7 +311,9 @@ class UpdateGossip:
         return len(expected & set(state.payloads) if state else ()), len(expected)
 
     def _complete(self, round_: int, state: GossipRound) -> bool:
-        return self.expected(round_) <= set(state.payloads)
+        """Nobody's update is waited for any more (round_pace.py), or the group moved on."""
+        expected, now = self.expected(round_), trio.current_time()
+        return self.overtaken(round_) or not state.waiting_for(expected, self.pace, now)
 
     async def _pull_all(self, round_: int, state: GossipRound, handing: trio.Nursery) -> None:
         """Pull every announced member's update until the round's are all in."""

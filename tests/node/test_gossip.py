@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 import trio
-from peertrain.node.services.gossip import MAX_GOSSIP_MESSAGE
-from peertrain.protocol.errors import MessageTooLarge
 from peertrain.node.api.serve import serve_node
 from peertrain.node.config import NodeConfig
 from peertrain.node.daemon import Daemon
 from peertrain.node.net.identity import Identity
+from peertrain.node.services.gossip import MAX_GOSSIP_MESSAGE
+from peertrain.protocol.errors import MessageTooLarge
 from peertrain.testing import open_test_swarm, wait_until
 
 
@@ -59,8 +59,6 @@ async def test_oversized_publishes_are_refused_not_silently_lost(nursery):
         (gossip,) = await start_gossip(nursery, nodes)
         with pytest.raises(MessageTooLarge, match="announce large payloads"):
             await gossip.publish("t", b"x" * (MAX_GOSSIP_MESSAGE + 1))
-
-
 
 
 async def test_a_restarted_node_is_heard_though_its_last_life_published_faster_than_the_clock():

@@ -1,0 +1,82 @@
+"""Rounds close on the living: a member whose connection closed, or who is silent beyond its
+pace, is not waited for until the deadline (swarm/diloco/round_pace.py)."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+from peertrain.swarm.diloco.round_pace import PACE_FLOOR, RoundPace
+
+from .test_update_gossip import Group, run_round
+
+
+@pytest.fixture
+def group(memory_router):  # memory_router: peertrain's pytest plugin
+    return Group(memory_router)
+
+
+async def test_a_member_whose_connection_closed_before_it_announced_is_not_waited_for(
+    group, autojump_clock
+):
+    members = [group.add() for _ in range(2)]
+    killed = group.add()  # counted, leased for 30 s more, but its process is gone
+    started = trio.current_time()
+
+    async def kill_soon():
+        await trio.sleep(1.0)
+        for member in members:
+            member.left(killed.me)  # the node's `Departures`: its last connection closed
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(kill_soon)
+        results = await run_round(members, deadline=60.0)
+    assert trio.current_time() - started < 2.0  # not the 60 s deadline
+    assert all(len(r) == 2 for r in results.values())
+
+
+async def test_a_member_that_left_after_announcing_is_still_pulled_from_its_holders(group):
+    members = [group.add() for _ in range(3)]
+    results = await run_round(members[:1] + members[1:], deadline=5.0)  # everyone announced
+    members[0].left(members[1].me)  # too late to matter: its update is in
+    assert all(len(r) == 3 for r in results.values())
+
+
+async def test_a_frozen_member_is_dropped_once_silent_beyond_its_pace(group, autojump_clock):
+    """A SIGSTOPped process keeps its connections and its lease and says nothing. After three
+    rounds in which it kept pace, its silence is overdue after max(PACE_FLOOR, 3 × its median
+    lag)."""
+    members = [group.add() for _ in range(3)]
+    for round_ in range(3):
+        await run_round(members, round_=round_, deadline=60.0)
+    frozen = members.pop()
+    started = trio.current_time()
+    results = await run_round(members, round_=3, deadline=60.0)
+    assert trio.current_time() - started < PACE_FLOOR + 1.5
+    assert all(frozen.me not in {c.sender for c in r} and len(r) == 2 for r in results.values())
+
+
+async def test_silence_is_waited_for_until_the_deadline_while_no_pace_explains_it(
+    group, autojump_clock
+):
+    members = [group.add() for _ in range(2)]
+    newcomer = group.add()  # expected, never heard before: no lags
+    started = trio.current_time()
+    await run_round(members, deadline=20.0)
+    assert trio.current_time() - started >= 20.0
+    assert "no announcement" in members[0]._rounds[0].why_missing(newcomer.me)
+
+
+def test_patience_is_three_median_lags_and_never_under_the_floor():
+    pace = RoundPace()
+    for lag in (4.0, 5.0, 30.0):  # one slow round does not move the median much
+        pace.closed({"a": 0.0, "slow": lag, "quick": 0.1}, counted={"a", "slow", "quick"})
+    assert pace.patience("slow") == 3 * 5.0
+    assert pace.patience("quick") == PACE_FLOOR
+    assert pace.patience("a") == PACE_FLOOR
+
+
+def test_strangers_get_no_pace_and_no_table_slot():
+    pace = RoundPace()
+    for _ in range(3):
+        pace.closed({"member": 0.0, "stranger": 0.5}, counted={"member"})
+    assert pace.patience("stranger") is None and pace.patience("member") == PACE_FLOOR
