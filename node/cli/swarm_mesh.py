@@ -279,13 +279,25 @@ class MeshSwarm:
             ),
             "params": first["params"],
             "resyncs": sum(r["resyncs"] for r in runs),
-            "rounds_alone": sum(r.get("rounds_alone", 0) for r in runs),
+            "rounds_alone": self._rounds_alone(),
             "state_downloads": sum(r.get("state_downloads", 0) for r in runs),
             "dropped": _summed(r.get("dropped", {}) for r in runs),
             "rejected_updates": sum(r["rejected_updates"] for r in runs),
             "byzantine": self.options.byzantine,
             "attack": self.options.attack if self.options.byzantine else None,
         }
+
+    def _rounds_alone(self) -> int:
+        """Rounds any member closed with its own update alone while others were live, over
+        all its lives (a restart forgets its count; its log, appended to, does not)."""
+        from peertrain.swarm.diloco.driver import ROUND_ALONE
+
+        marker = f'"event": "{ROUND_ALONE}"'
+        return sum(
+            d.log_path.read_text(errors="replace").count(marker)
+            for d in self.daemons
+            if d.log_path.exists()
+        )
 
     def _sample(self) -> str | None:
         params = {"prompt": "def ", "tokens": 200}

@@ -38,6 +38,7 @@ from .update_gossip import UpdateGossip
 
 log = logging.getLogger(__name__)
 
+ROUND_ALONE = "round_alone"  # the log event of a round closed alone (the local swarm counts it)
 LEASE_MS = 30_000
 RETRY_PAUSE = 2.0  # seconds before a failed catch-up is tried again
 AGREEMENT_WAIT = 3.0  # seconds a member waits for the trusted state of a round it applied
@@ -334,6 +335,7 @@ class DiLoCoDriver:
                 "round %d closed with our own update alone while %d other member(s) are live",
                 round_,
                 len(others),
+                extra={"event": ROUND_ALONE},
             )
 
     async def _save_checkpoint(self) -> None:
