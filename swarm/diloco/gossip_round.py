@@ -1,5 +1,5 @@
 """What one member knows of one round of update gossip: who announced which update, who holds
-each payload, what is in, and why a fetch failed.
+each payload, what is in, and why a fetch failed; and when our own messages are sent again.
 
 Kept apart from update_gossip.py (the announce/pull machinery) because it is pure bookkeeping:
 no transport, no task; its bounds (`MAX_SENDERS`, `MAX_HOLDERS`) are what keep a flood of
@@ -8,6 +8,7 @@ announcements from growing a round's memory.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,20 @@ if TYPE_CHECKING:
 
 MAX_SENDERS = 256  # announced senders recorded per round (members are far fewer)
 MAX_HOLDERS = 64  # holders recorded per payload
+
+
+def _room(table: list[str], cap: int, newcomer: str, member: Callable[[str], bool], evict) -> bool:
+    """Whether `newcomer` gets a place in `table` (at most `cap`): while there is room, or as a
+    member, by evicting the newest stranger (`evict(peer)`)."""
+    if len(table) < cap:
+        return True
+    if not member(newcomer):
+        return False
+    stranger = next((p for p in reversed(table) if not member(p)), None)
+    if stranger is None:
+        return False
+    evict(stranger)
+    return True
 
 
 @dataclass
@@ -36,11 +51,15 @@ class GossipRound:
     # Set, then replaced, each time a holder is added: wakes every pull waiting for one.
     holder_added: trio.Event = field(default_factory=trio.Event)
 
-    def record(self, origin: str, ann: UpdateAnnouncement) -> None:
-        """Note an announcement: a sender's own (bounded count), or a holder of a payload that
-        its sender announced (a holds note for anything else names nothing we would fetch)."""
+    def record(self, origin: str, ann: UpdateAnnouncement, member: Callable[[str], bool]) -> None:
+        """Note an announcement: a sender's own (one per sender), or a holder of a payload that
+        its sender announced (a holds note for anything else names nothing we would fetch).
+        Both tables are bounded and first come is not first kept: a `member`'s entry always
+        goes in, evicting a stranger's, and strangers fill only the room left (256 fresh keys
+        announcing ahead of a round filled it, and the members' own announcements were
+        dropped: every round closed at its deadline with each member's update alone)."""
         if not ann.holds and ann.sender not in self.announced:
-            if len(self.announced) >= MAX_SENDERS:
+            if not _room(list(self.announced), MAX_SENDERS, ann.sender, member, self._forget):
                 return
             self.announced[ann.sender] = ann
             self.arrived[ann.sender] = trio.current_time()
@@ -48,11 +67,18 @@ class GossipRound:
         if own is None or own.checksum != ann.checksum:
             return
         holders = self.holders.setdefault(ann.checksum, [])
-        if origin not in holders and len(holders) < MAX_HOLDERS:
+        if origin not in holders and _room(holders, MAX_HOLDERS, origin, member, holders.remove):
             holders.append(origin)
             self.holder_added.set()
             self.holder_added = trio.Event()
         self.changed.set()
+
+    def _forget(self, sender: str) -> None:
+        """A stranger's announcement makes room for a member's (it was never pulled: only
+        members' updates are)."""
+        ann = self.announced.pop(sender)
+        self.arrived.pop(sender, None)
+        self.holders.pop(ann.checksum, None)
 
     def left(self, peer: str) -> None:
         """`peer`'s last connection closed: not waited for unless it announced its update
@@ -94,3 +120,20 @@ class GossipRound:
         if count:
             return f"{sender} (announced; {count} failed fetch(es), last {error})"
         return f"{sender} (announced; fetch still running or not started)"
+
+
+class Repeat:
+    """One of our own messages and when it is next sent again (update_gossip.py `repeat_loop`)."""
+
+    def __init__(self, sealed: bytes) -> None:
+        self.sealed = sealed
+        self.sent_at = trio.current_time()
+        self.gap = 0.0  # 0: not repeated yet
+
+    def due(self, now: float, first: float, most: float) -> bool:
+        """Whether a repeat is due at `now`; if so, the next one is scheduled."""
+        gap = self.gap or first
+        if now - self.sent_at < gap:
+            return False
+        self.sent_at, self.gap = now, min(2 * gap, most) if self.gap else first
+        return True

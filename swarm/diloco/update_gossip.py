@@ -47,7 +47,7 @@ from peertrain.protocol.messages import Message, decode, encode, message
 from peertrain.protocol.schema import IntRange, MaxLen
 
 from .exchange import Contribution
-from .gossip_round import GossipRound
+from .gossip_round import GossipRound, Repeat
 from .round_pace import RoundPace
 from .round_record import RoundRecord, RoundRecords, is_record, open_from_origin
 
@@ -88,23 +88,6 @@ class GroupTransport(Protocol):
         ...
 
 
-class _Repeat:
-    """One of our own messages and when it is next sent again (`UpdateGossip.repeat_loop`)."""
-
-    def __init__(self, sealed: bytes) -> None:
-        self.sealed = sealed
-        self.sent_at = trio.current_time()
-        self.gap = 0.0  # 0: not repeated yet
-
-    def due(self, now: float, first: float, most: float) -> bool:
-        """Whether a repeat is due at `now`; if so, the next one is scheduled."""
-        gap = self.gap or first
-        if now - self.sent_at < gap:
-            return False
-        self.sent_at, self.gap = now, min(2 * gap, most) if self.gap else first
-        return True
-
-
 class UpdateGossip:
     """The announce/pull machinery of one member for one run."""
 
@@ -129,6 +112,9 @@ class UpdateGossip:
         self.nbytes_of = nbytes_of or (lambda round_: expected_nbytes)
         self.is_member = is_member  # may this peer send updates at all (live lease in RunState)
         self.admits: Callable[[str], bool] = lambda peer: True  # invite runs: certified only
+        # whose messages we forward: a live lease in RunState (what `is_member` says until a
+        # driver narrows it to its counted group)
+        self.leased: Callable[[str], bool] = is_member
         self.dropped: Counter[str] = Counter()  # non-members' announcements and records, by kind
         self.expected = expected  # whose updates round r waits for
         # the group moved past round r (a later trusted state): nobody sends an update for it
@@ -142,36 +128,41 @@ class UpdateGossip:
         self.bytes_published = 0
         self.bytes_fetched = 0
         self.records = RoundRecords(run_id=run_id, key_pair=key_pair)  # share the topic
-        self._own: dict[int, dict[str, _Repeat]] = {}  # round → our announcement, record
+        self._own: dict[int, dict[str, Repeat]] = {}  # round → our announcement, record
         # told of each payload of the round as it is in (ours first), while the others are
         # still arriving: the member checks and measures it then (DiLoCoMember.admit)
         self.on_payload: Callable[[str, bytes], Awaitable[None]] | None = None
 
     # -- inbound --------------------------------------------------------------------------------
 
-    def validate(self, origin: str, raw: bytes) -> bool:
+    def validate(self, origin: str, raw: bytes) -> bool | None:
         """Gossip validator: verify and record an announcement (or a round record); False
         rejects (and penalises)."""
         if not self.admits(origin):  # invite runs: before anything is opened, kept or forwarded
             self.dropped["records" if is_record(raw) else "announcements"] += 1
             return False
-        if is_record(raw):
-            return self.records.validate(origin, raw)
+        if is_record(raw):  # (bounded in size by its envelope before anything else)
+            return self.records.validate(origin, raw) and self._forwarded(origin)
         try:
             round_, ann = self._open(origin, raw)
         except ProtocolError as exc:
             self.rejected += 1
             log.info("rejected update announcement from %s: %s", origin, exc)
             return False
-        if not self._in_window(round_):
-            return True  # honest peers run ahead or lag behind: ignore, never penalise
+        if not self._in_window(round_):  # honest peers run ahead or lag: never penalise
+            return self._forwarded(origin)
         # the last closed round too: an announcement that came after we closed it names an
         # update a replay of that round may need (replay.py); nothing is pulled for it now
         state = self._rounds.get(round_) if round_ < self.current_round else self._round(round_)
         if state is None:
-            return True
-        state.record(origin, ann)
-        return True
+            return self._forwarded(origin)
+        state.record(origin, ann, self.is_member)
+        return self._forwarded(origin)
+
+    def _forwarded(self, publisher: str) -> bool | None:
+        """A valid message is forwarded only when its publisher holds a live lease in the run:
+        a stranger's fresh keys flood no member's mesh (None: dropped without blame)."""
+        return True if self.leased(publisher) else None
 
     def _open(self, origin: str, raw: bytes) -> tuple[int, UpdateAnnouncement]:
         env = open_from_origin(
@@ -282,7 +273,7 @@ class UpdateGossip:
 
     async def publish_record(self, round_: int, record: RoundRecord) -> None:
         sealed = self.records.seal(round_, record)
-        self._own.setdefault(round_, {})["record"] = _Repeat(sealed)
+        self._own.setdefault(round_, {})["record"] = Repeat(sealed)
         await self.transport.publish(sealed)
 
     async def repeat_loop(self, first: float = REPEAT_EVERY, most: float = REPEAT_MAX) -> None:
@@ -394,7 +385,7 @@ class UpdateGossip:
         env = seal(self.key_pair, domain=DOMAIN, run=self.run_id, round=round_, payload=encode(ann))
         sealed = env.to_bytes()
         if not ann.holds:
-            self._own[round_] = {"announcement": _Repeat(sealed)}  # a new update replaces a record
+            self._own[round_] = {"announcement": Repeat(sealed)}  # a new update replaces a record
         await self.transport.publish(sealed)
         if not ann.holds:
             self.bytes_published += ann.nbytes
