@@ -124,6 +124,45 @@ class Aggregator(ABC):
         chosen = {v.index: sources[v.index] for v in verdicts if v.accepted}
         return self._run(verdicts, chosen, out, reference)
 
+    def statistics(self, sources: Sequence[UpdateSource]) -> InputStatistics:
+        """What the rule decides from: squared norms, and the Gram when it needs one. Both are
+        sums over coordinates, so a model cut in shards has them as the sum of its shards'."""
+        return accumulate_statistics(sources, chunk_size=self.chunk_size, with_gram=self.needs_gram)
+
+    def decide(
+        self,
+        verdicts: list[Verdict],
+        indices: Sequence[int],
+        stats: InputStatistics,
+        reference: Collection[int] = (),
+    ) -> tuple[list[int], InputStatistics]:
+        """Judge the inputs `indices` by their statistics (updating `verdicts`); the accepted
+        ones and their statistics. Raises NotEnoughUpdates when too few remain."""
+        accepted: list[int] = []
+        if indices:
+            judged = judge_values(
+                indices, stats.sq_norms, max_norm_ratio=self.max_norm_ratio, reference=reference
+            )
+            for verdict in judged:
+                verdicts[verdict.index] = verdict
+            keep = [k for k, i in enumerate(indices) if verdicts[i].accepted]
+            accepted, stats = [indices[k] for k in keep], _select(stats, keep)
+        if len(accepted) < self.min_inputs():
+            raise NotEnoughUpdates(
+                f"{self.name}: {len(accepted)} of {len(verdicts)} inputs accepted, "
+                f"needs at least {self.min_inputs()}",
+                verdicts=verdicts,
+            )
+        return accepted, stats
+
+    def write(
+        self, sources: list[UpdateSource], stats: InputStatistics, out: torch.Tensor
+    ) -> RuleOutput:
+        """Write the aggregate of the accepted `sources` (whole updates, or every input's slice
+        of one shard) into `out`; `stats` are the accepted inputs' whole-update statistics, so
+        a linear rule finds the same weights from any shard (swarm/aggregation/sharded.py)."""
+        return self._combine(sources, stats, out)
+
     def _run(
         self,
         verdicts: list[Verdict],
@@ -131,25 +170,10 @@ class Aggregator(ABC):
         out: torch.Tensor | None,
         reference: Collection[int] = (),
     ) -> AggregateResult:
-        if sources:
-            indices = list(sources)
-            stats = accumulate_statistics(
-                list(sources.values()), chunk_size=self.chunk_size, with_gram=self.needs_gram
-            )
-            judged = judge_values(
-                indices, stats.sq_norms, max_norm_ratio=self.max_norm_ratio, reference=reference
-            )
-            for verdict in judged:
-                verdicts[verdict.index] = verdict
-            keep = [k for k, i in enumerate(indices) if verdicts[i].accepted]
-            sources = {indices[k]: sources[indices[k]] for k in keep}
-            stats = _select(stats, keep)
-        if len(sources) < self.min_inputs():
-            raise NotEnoughUpdates(
-                f"{self.name}: {len(sources)} of {len(verdicts)} inputs accepted, "
-                f"needs at least {self.min_inputs()}",
-                verdicts=verdicts,
-            )
+        indices = list(sources)
+        stats = self.statistics(list(sources.values())) if indices else _NO_STATISTICS
+        kept, stats = self.decide(verdicts, indices, stats, reference)
+        sources = {i: sources[i] for i in kept}
         accepted = list(sources.values())
         if out is None:
             device = accepted[0].read(0, min(1, accepted[0].numel)).device
@@ -171,6 +195,9 @@ class Aggregator(ABC):
         self, sources: list[UpdateSource], stats: InputStatistics, out: torch.Tensor
     ) -> RuleOutput:
         """Write the aggregate of the (accepted) `sources` into `out`."""
+
+
+_NO_STATISTICS = InputStatistics(sq_norms=torch.zeros(0, dtype=torch.float64), gram=None)
 
 
 def _select(stats: InputStatistics, keep: list[int]) -> InputStatistics:
