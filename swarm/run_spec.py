@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 from peertrain.protocol.errors import DecodeError
 from peertrain.protocol.packing import pack, unpack
 
-from .models.config import ConfigError
+from .models.config import ConfigError, check_settings
 
 MAX_SPEC_BYTES = 16 * 1024
 
@@ -43,13 +43,20 @@ class RunSpec:
         fields = unpack(raw, max_size=MAX_SPEC_BYTES, what=cls.KIND)
         if not isinstance(fields, dict):
             raise DecodeError(f"a {cls.KIND} is a map")
-        unknown = set(fields) - {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-        if unknown:
-            raise DecodeError(f"unknown {cls.KIND} fields {sorted(unknown)[:4]}")
+        try:
+            return cls.checked(fields)
+        except ConfigError as exc:
+            raise DecodeError(f"invalid {cls.KIND}: {exc}") from None
+
+    @classmethod
+    def checked(cls, fields: Mapping[str, Any]) -> Self:
+        """The spec of `fields` (a user's settings, or a stranger's bytes decoded); ConfigError,
+        one line naming the field, for an unknown field, a wrong type or a non-finite number."""
+        check_settings(cls, fields, what=cls.KIND)
         try:
             return cls(**fields)
-        except (ConfigError, TypeError, ValueError) as exc:
-            raise DecodeError(f"invalid {cls.KIND}: {exc}") from None
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{cls.KIND}: {exc}") from None
 
     def model_config(self):
         from .models import model_config

@@ -460,7 +460,7 @@ def _spec_bytes(mode: str, spec: dict[str, Any]) -> bytes:
     try:
         if mode == "swarm":
             return PipelineSpec.from_settings(_open_pipeline(spec)).to_bytes()
-        return DiLoCoSpec(**spec).to_bytes()
+        return DiLoCoSpec.checked(spec).to_bytes()
     except (ConfigError, TypeError, ValueError) as exc:
         raise ControlError(f"invalid run settings: {exc}") from None
 

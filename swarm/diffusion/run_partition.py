@@ -67,7 +67,7 @@ def partition_address(artifact: bytes) -> str:
 
 def with_partition(settings: dict[str, Any]) -> tuple[DiffusionSpec, bytes]:
     """The creator's spec with its partition fitted and named (`settings`: DiffusionSpec fields)."""
-    spec = DiffusionSpec(**settings)
+    spec = DiffusionSpec.checked(settings)
     artifact = fit_run_partition(spec)
     sizes = tuple(int(n) for n in Partition.from_bytes(artifact).sizes())
     named = dataclasses.replace(spec, partition=partition_address(artifact), cluster_sizes=sizes)

@@ -9,6 +9,8 @@ them all.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import math
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -23,18 +25,52 @@ def config_from_dict(cls: type[C], values: Mapping[str, Any]) -> C:
     Lists are turned into tuples for tuple-typed fields, since JSON and msgpack have no tuples and
     the configs are frozen (hashable) dataclasses.
     """
-    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(values) - set(fields))
-    if unknown:
-        raise ConfigError(
-            f"{cls.__name__} has no setting {', '.join(unknown)}; "
-            f"valid settings are: {', '.join(sorted(fields))}"
-        )
+    check_settings(cls, values, what=cls.__name__)
     converted = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     try:
         return cls(**converted)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{cls.__name__}: {exc}") from exc
+
+
+# a field's annotation (a string: `from __future__ import annotations`) → the values it takes
+_KINDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "str": ((str,), "a string"),
+    "int": ((int,), "an integer"),
+    "float": ((int, float), "a number"),
+    "bool": ((bool,), "true or false"),
+}
+
+
+def check_settings(cls: type, values: Mapping[str, Any], *, what: str) -> None:
+    """Refuse, with one line naming the setting, what `cls` (a dataclass) must not be built from:
+    an unknown key (with the nearest known one and the list), a value of the wrong type, a
+    non-finite number. A manifest comes from anyone: none of it may reach a constructor as an
+    internal error ("'<' not supported between instances of 'str' and 'int'")."""
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    for key in sorted(set(values) - set(fields)):
+        near = difflib.get_close_matches(str(key), list(fields), n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        raise ConfigError(
+            f"{what}: unknown setting {key!r}{hint}; valid settings are: "
+            + ", ".join(sorted(fields))
+        )
+    for key, value in values.items():
+        annotation = str(fields[key].type)
+        kind = _KINDS.get(annotation)
+        if annotation.startswith("tuple"):
+            kind = ((list, tuple), "a list")
+        elif annotation.startswith("Mapping"):
+            kind = ((Mapping,), "a map")
+        if kind is None:
+            continue
+        types, words = kind
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise ConfigError(
+                f"{what} setting {key!r} must be {words}, got {type(value).__name__} {value!r:.40}"
+            )
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{what} setting {key!r} must be a finite number, got {value!r}")
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:

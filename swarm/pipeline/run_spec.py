@@ -99,7 +99,7 @@ class PipelineSpec(RunSpec):
         else:
             model_settings.setdefault("depth", max(2, stages - 1))
         settings["model_settings"] = model_settings
-        return cls(**settings)
+        return cls.checked(settings)
 
     # -- what it builds -------------------------------------------------------------------------
 

@@ -118,3 +118,42 @@ def dataset_settings_of(manifest: RunManifest) -> dict:
     from peertrain.swarm.diloco.run_spec import DiLoCoSpec
 
     return dict(DiLoCoSpec.from_bytes(manifest.spec).dataset_settings)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("model", 5, "setting 'model' must be a string, got int 5"),
+        ("inner_steps", "many", "setting 'inner_steps' must be an integer, got str 'many'"),
+        ("lr", float("nan"), "setting 'lr' must be a finite number, got nan"),
+        ("round_timeout", float("inf"), "setting 'round_timeout' must be a finite number"),
+        ("start_timeout", float("nan"), "setting 'start_timeout' must be a finite number"),
+        ("anchors", "12D3KooW", "setting 'anchors' must be a list"),
+        ("model_settings", [1, 2], "setting 'model_settings' must be a map"),
+        ("rounds", True, "setting 'rounds' must be an integer, got bool True"),
+    ],
+)
+def test_a_remote_spec_of_the_wrong_type_or_not_finite_is_refused_in_one_line_naming_the_field(
+    field, value, says
+):
+    """A stranger's spec is bytes it wrote by hand: `model: 5` answered "internal error", and a
+    NaN learning rate or an infinite round timeout passed every check."""
+    from peertrain.node.runs.spec_check import decode_spec
+
+    manifest = RunManifest(
+        creator="x", created_ms=1, name="odd", mode="diloco", spec=pack(canonical({field: value}))
+    )
+    with pytest.raises(ControlError, match="refusing run 'odd': invalid DiLoCo spec") as refused:
+        decode_spec(manifest)
+    assert says in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_misspelt_setting_names_the_nearest_one_and_the_list():
+    from peertrain.swarm.diloco.run_spec import DiLoCoSpec
+    from peertrain.swarm.errors import ConfigError
+
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown setting 'inner_step' \(did you mean 'inner_steps'\?\); valid settings are: accumulation, ",
+    ):
+        DiLoCoSpec.checked({"inner_step": 5})
