@@ -154,6 +154,7 @@ def test_a_misspelt_setting_names_the_nearest_one_and_the_list():
 
     with pytest.raises(
         ConfigError,
-        match=r"unknown setting 'inner_step' \(did you mean 'inner_steps'\?\); valid settings are: accumulation, ",
+        match=r"unknown setting 'inner_step' \(did you mean 'inner_steps'\?\); valid settings "
+        r"are: accumulation, ",
     ):
         DiLoCoSpec.checked({"inner_step": 5})
