@@ -86,6 +86,9 @@ class NodeConfig:
     budget_relay_reservations_per_prefix: int = 4  # per IPv4 /24 or IPv6 /48 (not local)
     # HOST:PORT serving Prometheus /metrics and the dashboard (node/api/web.py); None: off
     metrics_listen: str | None = None
+    # names besides `localhost` a request's Host may carry on metrics_listen (DNS rebinding:
+    # node/api/http.py); IP literals are always answered
+    dashboard_hosts: tuple[str, ...] = ()
     # rounds between the sample grids a diffusion member shows on its dashboard; 0: none
     sample_grid_every: int = 5
 

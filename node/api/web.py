@@ -25,6 +25,7 @@ from .http import Handler, HttpServer, Response
 if TYPE_CHECKING:
     from ..daemon import Daemon
 
+PRIVATE_STATUS = frozenset({"home", "pid"})  # left out of /api/status
 SAMPLE_INTERVAL = 1.0  # seconds between status snapshots for the history
 ASSETS = {
     "/": ("index.html", "text/html; charset=utf-8"),
@@ -55,7 +56,10 @@ class WebService:
         }
 
     def api_status(self) -> Response:
-        body = {**self.daemon.status(), "history": self.history.as_dict()}
+        """The status without what only the machine's owner needs (its home path, the pid):
+        anyone who can reach the port reads it."""
+        status = {k: v for k, v in self.daemon.status().items() if k not in PRIVATE_STATUS}
+        body = {**status, "history": self.history.as_dict()}
         return Response(200, json.dumps(body).encode(), "application/json")
 
     def metrics(self) -> Response:
@@ -64,7 +68,8 @@ class WebService:
     async def run(
         self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        server = HttpServer(self.routes(), self.host, self.port)
+        hosts = self.daemon.config.dashboard_hosts
+        server = HttpServer(self.routes(), self.host, self.port, allowed_hosts=hosts)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._sample)
             task_status.started(await nursery.start(server.run))

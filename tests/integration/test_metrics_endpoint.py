@@ -128,7 +128,7 @@ def check_bytes_against_the_report(samples, run, api) -> None:
     assert 0 < last["bytes_fetched"] <= got  # a late copy may still arrive after the round
 
 
-async def test_api_status_is_the_status_with_a_history_and_unknown_paths_are_404():
+async def test_api_status_is_the_status_without_local_paths_with_a_history_and_404s():
     port = free_tcp_port()
     async with open_test_swarm(2, first={"metrics_listen": f"127.0.0.1:{port}"}) as nodes:
         await wait_until(lambda: all(len(n.status()["peers"]) == 1 for n in nodes), timeout=20)
@@ -138,7 +138,9 @@ async def test_api_status_is_the_status_with_a_history_and_unknown_paths_are_404
         page_type, page = await trio.to_thread.run_sync(fetch, f"http://127.0.0.1:{port}/")
         missing = await trio.to_thread.run_sync(status_of, f"http://127.0.0.1:{port}/nope")
     api = json.loads(body)
-    assert set(api) == set(status) | {"history"}
+    # anyone who reaches the port reads it: not the home path nor the pid
+    assert set(api) == set(status) - {"home", "pid"} | {"history"}
+    assert status["home"] not in body.decode()
     assert api["peer_id"] == status["peer_id"] and api["peers"] == status["peers"]
     assert page_type.startswith("text/html") and b"/app.js" in page
     assert missing == 404

@@ -29,7 +29,7 @@ async def port(nursery):
 
 
 async def test_a_get_is_answered_once_and_the_connection_closed(port):
-    answer = await ask(port, b"GET /hello?x=1 HTTP/1.1\r\nHost: x\r\n\r\n")
+    answer = await ask(port, b"GET /hello?x=1 HTTP/1.1\r\nHost: localhost\r\n\r\n")
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 OK") and b"Connection: close" in head
     assert b"Content-Length: 3" in head and body == b"hi\n"
@@ -93,3 +93,39 @@ def test_metrics_listen_is_host_and_port_from_flag_env_or_file(tmp_path, monkeyp
     for bad in ("9464", "localhost:http", ":9464", "127.0.0.1:70000"):
         with pytest.raises(ConfigError, match="metrics_listen"):
             load_config(tmp_path, {"metrics_listen": bad})
+
+
+async def test_a_page_that_rebound_its_own_name_to_loopback_is_refused(nursery):
+    """DNS rebinding: a web page whose name now resolves to 127.0.0.1 reaches the dashboard with
+    its own name in `Host`. Only `localhost`, IP literals and the owner's names are answered."""
+    routes = {"/hello": lambda: Response(200, b"hi\n")}
+    server = HttpServer(routes, "127.0.0.1", 0, allowed_hosts=["mybox.lan"])
+    _, bound = await nursery.start(server.run)
+    for host, status in [
+        (b"evil.example:9464", b"403"),
+        (b"EVIL.example", b"403"),
+        (b"localhost:9464", b"200"),
+        (b"127.0.0.1:9464", b"200"),
+        (b"[::1]:9464", b"200"),
+        (b"192.0.2.7", b"200"),
+        (b"mybox.lan:9464", b"200"),
+    ]:
+        answer = await ask(bound, b"GET /hello HTTP/1.1\r\nHost: " + host + b"\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 " + status), (host, answer[:80])
+    refused = await ask(bound, b"GET /hello HTTP/1.1\r\nHost: evil.example\r\n\r\n")
+    assert b"dashboard_hosts" in refused
+
+
+async def test_idle_sockets_holding_every_slot_do_not_lock_the_owner_out(nursery):
+    """More idle connections than slots, none sending a head: the owner's request is answered
+    at once (the longest-waiting idle one gives up its slot), not after their read deadline."""
+    routes = {"/hello": lambda: Response(200, b"hi\n")}
+    server = HttpServer(routes, "127.0.0.1", 0, max_connections=16, read_timeout=10.0)
+    _, bound = await nursery.start(server.run)
+    idle = [await trio.open_tcp_stream("127.0.0.1", bound) for _ in range(40)]
+    await trio.sleep(0.2)
+    with trio.fail_after(2):
+        answer = await ask(bound, b"GET /hello HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 200")
+    for stream in idle:
+        await stream.aclose()

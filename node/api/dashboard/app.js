@@ -66,7 +66,6 @@ function renderNode(status) {
     ["relays held", String(status.reachability.relays.length)],
     ["DHT", `${status.dht.mode}, ${status.dht.routing.peers} in table`],
     ["connections", String(status.budget.connections.total ?? 0)],
-    ["pid", String(status.pid)],
   ];
   $("node-facts").replaceChildren(...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
   $("addresses").replaceChildren(...status.addrs.map((a) => el("li", {}, a)));
