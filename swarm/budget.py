@@ -7,7 +7,10 @@ dataset built: models/size.py) and refuses one over `--max-params` or `--max-mem
 The memory figure is an estimate, deliberately on the high side: a DiLoCo member holds about
 `BYTES_PER_PARAM` per parameter (fp32 weights, gradients, AdamW's two moments, θ_global, the
 outer momentum, the error-feedback residual and one decoded update = 8 copies of 4 bytes), plus
-the dataset (text is held as bytes and as a tensor: 2 × `max_bytes`).
+the dataset (text is held as bytes and as a tensor: 2 × `max_bytes`), plus one training step's
+activations for a micro-batch of `batch_size` (models/size.py `activation_bytes`: a spec whose
+`batch_size` was 20,000,000 on the MLP passed a 1 GiB limit as 4.3 MiB and failed its first
+inner step; on a real node the kernel's OOM killer ends the daemon, not just the run).
 """
 
 from __future__ import annotations
@@ -51,13 +54,18 @@ def machine_memory() -> int:
 def spec_size(spec: Any) -> SpecSize:
     """The size of what `spec` (a RunSpec) builds, from its model and dataset configs (or its
     own `size()`, for a spec that builds something the model registry does not size)."""
-    from .models.size import parameter_count
+    from .models.size import activation_bytes, parameter_count
 
     if hasattr(spec, "size"):
         params, memory = spec.size()
         return SpecSize(params=params, memory=memory)
-    params = parameter_count(spec.model_config())
-    return SpecSize(params=params, memory=params * BYTES_PER_PARAM + _dataset_bytes(spec))
+    config = spec.model_config()
+    params = parameter_count(config)
+    batch = getattr(spec, "batch_size", 1)
+    context = getattr(spec.dataset_config(), "block_size", None)
+    activations = activation_bytes(config, batch=batch, context=context)
+    memory = params * BYTES_PER_PARAM + _dataset_bytes(spec) + activations
+    return SpecSize(params=params, memory=memory)
 
 
 def _dataset_bytes(spec: Any) -> int:
@@ -76,7 +84,8 @@ def check_budget(spec: Any, budget: RunBudget) -> SpecSize:
     limit = budget.memory_limit()
     if size.memory > limit:
         raise SpecOverBudget(
-            f"this run would take about {size.memory / 2**20:,.0f} MiB (model and dataset), over "
+            f"this run would take about {size.memory / 2**20:,.0f} MiB (model, dataset and a "
+            "training step's activations), over "
             f"this node's limit of {limit / 2**20:,.0f} MiB (--max-memory)"
         )
     return size

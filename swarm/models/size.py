@@ -61,3 +61,52 @@ def _meta_parameters(config: FactoryModelConfig) -> int:
             seen.add(id(p))
             total += p.numel()
     return total
+
+
+# fp32 activations a training step holds, doubled: what backward keeps for each layer and the
+# gradients flowing back through it are of the same size
+_ACTIVATION_BYTES = 2 * 4
+
+
+def activation_bytes(config: Any, *, batch: int, context: int | None = None) -> int:
+    """Bytes a training step's activations take for a micro-batch of `batch` examples, from the
+    config alone (on the high side), or 0 for a model that gives no estimate of its own.
+
+    GPT (context T = block_size, width e, L layers, h heads, vocabulary V): per layer the saved
+    inputs of its LayerNorms, qkv, attention output and projection, the MLP's 4e-wide hidden and
+    activation (≈ 16·B·T·e) and the attention scores and probabilities (2·B·h·T²); then the
+    logits, their log-softmax and gradient (3·B·T·V). MLP: each layer's input and output. A
+    transformers model: the same GPT formula from its config's fields. An import-path model may
+    say itself, as a factory attribute `activation_bytes(batch, **settings)`. `context`: the
+    tokens per example the dataset cuts (else the model's own context length)."""
+    if isinstance(config, GPTConfig):
+        return _transformer_activations(
+            batch, context or config.block_size, config.n_embd, config.n_layer, config.n_head,
+            config.vocab_size,
+        )  # fmt: skip
+    if isinstance(config, MLPConfig):
+        widths = config.in_features + 2 * config.hidden * config.depth + 3 * config.num_classes
+        return _ACTIVATION_BYTES * batch * widths
+    if isinstance(config, HFModelConfig):
+        return _hf_activations(config, batch, context)
+    estimate = getattr(getattr(config, "factory", None), "activation_bytes", None)
+    if callable(estimate):
+        return int(estimate(batch, **dict(config.settings)))
+    return 0
+
+
+def _transformer_activations(batch: int, t: int, e: int, layers: int, heads: int, v: int) -> int:
+    per_layer = 16 * batch * t * e + 2 * batch * heads * t * t
+    return _ACTIVATION_BYTES * (layers * per_layer + batch * t * e + 3 * batch * t * v)
+
+
+def _hf_activations(config: HFModelConfig, batch: int, context: int | None) -> int:
+    hf = config.hf_config()
+    fields = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+    if not all(isinstance(getattr(hf, name, None), int) for name in fields):
+        return 0
+    context = context or int(getattr(hf, "max_position_embeddings", 0) or 2048)
+    return _transformer_activations(
+        batch, context, hf.hidden_size, hf.num_hidden_layers, hf.num_attention_heads,
+        hf.vocab_size,
+    )  # fmt: skip

@@ -158,3 +158,33 @@ def test_a_misspelt_setting_names_the_nearest_one_and_the_list():
         r"are: accumulation, ",
     ):
         DiLoCoSpec.checked({"inner_step": 5})
+
+
+@pytest.mark.parametrize(
+    ("model", "settings", "batch"),
+    [
+        ("mlp", {}, 20_000_000),  # estimated 4.3 MiB before: the first inner step failed
+        ("gpt", SMALL_GPT, 2_000_000),
+    ],
+)
+def test_a_batch_whose_activations_pass_the_memory_budget_is_refused_before_building(
+    model, settings, batch
+):
+    from peertrain.node.runs.spec_check import check_spec
+
+    spec = {"model": model, "model_settings": settings, "batch_size": batch}
+    if model == "gpt":
+        spec.update(dataset="text", dataset_settings=SMALL_TEXT)
+    else:
+        spec.update(dataset="digits")
+    manifest = RunManifest(
+        creator="x", created_ms=1, name="big-batch", mode="diloco", spec=pack(canonical(spec))
+    )
+    budget = RunBudget(max_memory=1 << 30)
+    with pytest.raises(ControlError, match="activations\\), over this node's limit of 1,024 MiB"):
+        check_spec(manifest, budget=budget, data=None)
+    spec["batch_size"] = 16  # the same run at an ordinary batch fits
+    small = RunManifest(
+        creator="x", created_ms=1, name="ok", mode="diloco", spec=pack(canonical(spec))
+    )
+    check_spec(small, budget=budget, data=None)
