@@ -4,15 +4,16 @@ A run is named by its ID (the hash of its signed manifest); its name is a label 
 reuse. Each member keeps one signed, expiring entry under `/peertrain/runs` listing the runs it
 takes part in (re-put every `ANNOUNCE_EVERY` and whenever its runs change, so a departed node's
 entry lapses within `ANNOUNCE_TTL`). An entry is a claim, not proof: `find` counts a run as a
-candidate only once a peer served a manifest that verifies against the run ID (or when the
-entry's writer is the creator it names, whose signature stands behind the name), so a liar can
-add noise to `run list` but cannot make a join pick its run.
+candidate only once a peer served a manifest that verifies against the run ID, and only such
+verified candidates can make a name ambiguous (run_lookup.py): a liar can add noise to `run
+list` but can neither make a join pick its run nor block a join by name with a listing alone.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import statistics
 import string
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -98,20 +99,30 @@ def announce_entry(listings: list[RunListing]) -> dict[str, Any]:
 
 def merge_entries(records: list[Record]) -> list[RunListing]:
     """One listing per run ID from every announcer's entry; the creator's own entry decides the
-    labels, member and round figures are the largest any announcer reports."""
+    labels and the member and round figures (it reads them from the run's own state). Without
+    it, the figures are the median of the claims: the largest was anyone's to set (a stranger's
+    entry showed 2^40 − 1 members)."""
     by_id: dict[str, RunListing] = {}
+    claims: dict[str, list[tuple[int, int]]] = {}
+    creators: set[str] = set()
     for record in sorted(records, key=lambda r: r.writer):
         for item in _entry_runs(record.value):
             by_creator = record.writer == item["creator"]
             known = by_id.setdefault(item["run_id"], item)
             if by_creator and known is not item:
                 known.update({k: item[k] for k in _LABELS})  # a member's claim gives way
-            known["members"] = max(known["members"], item["members"])
-            known["round"] = max(known["round"], item["round"])
             if by_creator:
+                creators.add(item["run_id"])
+                known["members"], known["round"] = item["members"], item["round"]
                 known["announced_by"].insert(0, record.writer)
             else:
                 known["announced_by"].append(record.writer)
+            claims.setdefault(item["run_id"], []).append((item["members"], item["round"]))
+    for run_id, known in by_id.items():
+        if run_id not in creators:
+            told = claims[run_id]
+            known["members"] = int(statistics.median_low(m for m, _ in told))
+            known["round"] = int(statistics.median_low(r for _, r in told))
     return sorted(by_id.values(), key=lambda r: (r["name"], r["run_id"]))
 
 

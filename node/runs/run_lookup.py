@@ -52,10 +52,14 @@ class RunFinder:
         with trio.move_on_after(within):
             while True:
                 candidates = await self.directory.find(query, self.fetch)
-                if len(candidates) > 1:
-                    raise ambiguous(query, candidates)
-                if candidates and candidates[0].envelope is not None:
-                    found = candidates[0]
+                # a listing whose manifest nobody served is a claim: it cannot make a name
+                # ambiguous (one fake entry naming itself creator blocked every join by name)
+                verified = [c for c in candidates if c.envelope is not None]
+                if len(verified) > 1:
+                    raise ambiguous(query, verified)
+                if verified:
+                    found = verified[0]
+                    assert found.envelope is not None
                     return found.run_id, found.envelope, found.seeds
                 await trio.sleep(0.5)
         raise ControlError(f"no peer knows a run named or with ID {query!r} (after {within:.0f} s)")

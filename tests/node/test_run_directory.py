@@ -38,13 +38,21 @@ def record(writer: str, value) -> Record:
     return Record(key=runs_key(), writer=writer, value=value, issued_at=0.0, expires_at=0.0)
 
 
-def test_the_creators_entry_names_the_run_and_counts_are_the_largest_reported():
-    liar = announce_entry([listing(name="renamed", members=9, round=2)])
+def test_the_creators_entry_names_the_run_and_gives_its_counts():
+    liar = announce_entry([listing(name="renamed", members=2**40 - 1, round=2**40 - 1)])
     own = announce_entry([listing(members=2, round=5)])
     [run] = merge_entries([record(MEMBER, liar), record(CREATOR, own)])
     assert run["name"] == "twin" and run["creator_name"] == friendly_name(CREATOR)
-    assert (run["members"], run["round"]) == (9, 5)
+    assert (run["members"], run["round"]) == (2, 5)  # not the largest anyone claims
     assert run["announced_by"] == [CREATOR, MEMBER]
+
+
+def test_without_the_creators_entry_a_minority_of_liars_cannot_inflate_the_counts():
+    honest = [announce_entry([listing(members=3, round=7)]) for _ in range(3)]
+    liar = announce_entry([listing(members=2**40 - 1, round=2**40 - 1)])
+    writers = [f"12D3KooWpeer{i}" for i in range(4)]
+    [run] = merge_entries([record(w, v) for w, v in zip(writers, [*honest, liar], strict=True)])
+    assert (run["members"], run["round"]) == (3, 7)
 
 
 def test_malformed_entries_are_skipped_and_admission_defaults_to_open():
@@ -77,3 +85,38 @@ def test_an_ambiguous_name_lists_every_candidate_with_its_creator_and_mode():
     assert RUN[:16] in text and "cd" * 8 in text
     assert friendly_name(CREATOR) in text and friendly_name(MEMBER) in text
     assert "diloco" in text and "swarm" in text
+
+
+async def test_one_fake_listing_cannot_block_a_join_by_name():
+    """A stranger's DHT entry names itself the creator of a run called `twin` and serves no
+    manifest: a claim. It used to count as a candidate, so `join --run twin` refused as
+    ambiguous beside the real run; only runs whose manifest verifies are candidates now."""
+    import trio
+    from peertrain.crdt.manifest import RunManifest, sign_manifest
+    from peertrain.node.net.rpc import RpcServer
+    from peertrain.node.runs.run_lookup import RUN_LOOKUP, RunFound, RunLookup
+    from peertrain.protocol.packing import pack
+    from peertrain.testing import open_test_swarm
+
+    async with open_test_swarm(3) as (creator, faker, victim):
+        services = creator.services
+        manifest = RunManifest(
+            creator=services.peer_id, created_ms=1, name="twin", mode="diloco", spec=pack({})
+        )
+        envelope = sign_manifest(services.identity.key_pair, manifest)
+
+        async def answer(peer, req: RunLookup):
+            return req.reply(RunFound, run_id=manifest.run_id, manifest=envelope)
+
+        RpcServer(
+            services.host, RUN_LOOKUP, RunLookup, answer, scoreboard=services.scoreboard
+        ).register()
+        fake = listing(run_id="cd" * 32, creator=faker.services.peer_id, members=2**40 - 1)
+        with trio.fail_after(20):
+            await faker.services.dht.dht.put(runs_key(), announce_entry([fake]), ttl=600)
+            while not any(
+                r["run_id"] == fake["run_id"] for r in await victim.runs.directory.list_runs()
+            ):
+                await trio.sleep(0.2)
+            run_id, _, seeds = await victim.runs.finder.find_one("twin", within=10)
+        assert run_id == manifest.run_id and creator.services.peer_id in seeds
