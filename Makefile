@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.peertrain-installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean docs
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,15 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	@mkdir -p build/typing && ln -sfn ../.. build/typing/peertrain  # see pyproject's [tool.mypy]
 	$(BIN)/mypy
+
+# The documentation site (mkdocs.yml, docs/) into build/site, strict: any warning fails it.
+# It needs only the `docs` extra's packages (not torch nor the package), installed when missing.
+DOCS_EXTRA = import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['docs'])
+
+docs:
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -c "import material" 2>/dev/null || $(BIN)/python -m pip install -q $$($(BIN)/python -c "$(DOCS_EXTRA)")
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -2,7 +2,7 @@
 
 Each sample is a fresh dialer connecting to a listener on loopback (TCP, security and muxer
 negotiation, until `host.connect` returns). Target (issue 20): ours p50 ≤ 5 ms (issue 2 asked
-≤ 10). The default host's dial loop waits ≈250 ms for more connections (LIBP2P-NOTES.md).
+≤ 10). The default host's dial loop waits ≈250 ms for more connections (docs/libp2p-notes.md).
 Both ends run in this process, so the CPU time per connection (p50, both ends' work) is printed
 too: on a loaded machine the wall clock is mostly waiting for a core. libp2p logs as in a node
 (`node/log_setup.py` silences it below CRITICAL): otherwise each dialer that leaves before the

@@ -7,7 +7,7 @@
     servers = await dht.get(stage_key("run1", 3))      # {writer peer ID: Record}
     info = await dht.resolve(peer_id)        # a bare peer ID → connected PeerInfo
 
-What differs from py-libp2p's KadDHT, and why (LIBP2P-NOTES.md):
+What differs from py-libp2p's KadDHT, and why (docs/libp2p-notes.md):
 - every connected DHT server joins the routing table (identify, a Ping, or its own request
   says it serves), and leaves it when it disconnects, so a node is useful as soon as it holds
   one connection instead of after a 120 s refresh;
@@ -322,7 +322,7 @@ class Dht:
         """Our peer record's value: where we can be dialled.
 
         `extra_addrs` come first: addresses the host cannot advertise itself, such as relay
-        circuit addresses (identify mangles those, LIBP2P-NOTES.md), set by whoever makes them.
+        circuit addresses (identify mangles those, docs/libp2p-notes.md), set by whoever makes them.
         """
         own = [str(a) for a in self.host.get_addrs()]
         return {"addrs": list(dict.fromkeys([*self.extra_addrs, *own]))[:MAX_PEER_ADDRS]}

@@ -1,6 +1,6 @@
 """Code shape: no module over 400 lines unless its docstring says why, no function over 60 lines.
 
-Product code, tests, benchmarks and examples alike (shared/STYLE.md: modules of 100–300 lines with
+Product code, tests, benchmarks and examples alike (docs/style.md: modules of 100–300 lines with
 one concept, functions of about 8–15 lines, a few up to ~40). A module that must stay longer says
 why in its docstring, on a line that starts with `LONG_MODULE_MARKER`.
 """

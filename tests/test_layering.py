@@ -1,4 +1,4 @@
-"""Dependencies point one way (DESIGN.md §1): each layer imports only the layers below it."""
+"""Dependencies point one way (docs/design.md §1): each layer imports only the layers below it."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def test_relative_imports_do_not_climb_out_of_a_layer():
     assert not offenders, "\n".join(offenders)
 
 
-# Inside node/ the same rule holds, one way down this list (README, Layout). Modules directly in
+# Inside node/ the same rule holds, one way down this list (docs/layout.md). Modules directly in
 # node/ are the daemon's level (daemon, config, log setup), except errors.py, which every
 # sub-layer may raise. TYPE_CHECKING imports count: a type hint that reaches up is still a knot.
 NODE_ORDER = ["net", "nat", "services", "runs", "<daemon>", "api", "cli"]

@@ -1,7 +1,7 @@
 """The report of `peertrain swarm local --mode swarm`, and how its polls and summary read.
 
-The keys (README documents them) are explained in swarm_pipeline.py's docstring; here they are
-computed from the last good status of every daemon.
+The keys (docs/usage.md documents them) are explained in swarm_pipeline.py's docstring; here they
+are computed from the last good status of every daemon.
 """
 
 from __future__ import annotations

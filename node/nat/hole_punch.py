@@ -1,7 +1,7 @@
 """From a relayed connection to a direct one: DCUtR, and the circuit back when a punch fails.
 
 py-libp2p 0.8.1's `DCUtRProtocol` punches by TCP simultaneous open from our listen port
-(LIBP2P-NOTES.md: about 1 s between port-preserving NATs, never through a symmetric one). Its
+(docs/libp2p-notes.md: about 1 s between port-preserving NATs, never through a symmetric one). Its
 service also starts punches by itself for relayed peers every 2 s; we start one at once after
 dialing a circuit, bounded by `budget`. A relayed connection sometimes closed during failed
 attempts (about 1 in 4 with a symmetric NAT; at least some of those were the relay closing one

@@ -1,6 +1,6 @@
 """Is this node reachable from the internet? Asked of peers, answered by a fresh dial back.
 
-libp2p's AutoNAT v1 gets this wrong both ways (LIBP2P-NOTES.md): a public node advertising
+libp2p's AutoNAT v1 gets this wrong both ways (docs/libp2p-notes.md): a public node advertising
 0.0.0.0 is told "private", and a NATed node is told "public" because the server "dials back"
 over the connection that already exists. Our check, `/peertrain/dialback/1.0.0` (its server and
 messages are in dialback.py; this module asks and decides):

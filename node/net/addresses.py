@@ -1,7 +1,7 @@
 """Concrete, routable addresses to advertise instead of /ip4/0.0.0.0, and address scope.
 
 py-libp2p advertises a wildcard listen address verbatim, which breaks everything that passes
-addresses around (LIBP2P-NOTES.md). We expand a wildcard into one address per interface and
+addresses around (docs/libp2p-notes.md). We expand a wildcard into one address per interface and
 order them so that the first one is the best to give other machines: public, then private
 (LAN), then loopback last. Link-local addresses are dropped: they need a zone to be dialed.
 `in_scope` keeps a peer's address hints within the scope we reach that peer in: a stranger on

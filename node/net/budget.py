@@ -1,6 +1,6 @@
 """One resource budget per daemon: what peers can make us take, bounded where it is taken.
 
-Peers are free to make (DESIGN.md §2), so every resource a stranger can make us spend is drawn
+Peers are free to make (docs/design.md §2), so every resource a stranger can make us spend is drawn
 from one budget, whose limits are set in config.toml (`budget_*` keys) and whose usage is shown
 under `budget` in `status --json`:
 
@@ -14,8 +14,9 @@ under `budget` in `status --json`:
                          and reservations per IP prefix (node/nat/relays/hop.py takes them)
 
 Connections are counted from the host's live table at each arrival rather than by our own
-bookkeeping: py-libp2p misses disconnect events of peers that die abruptly (LIBP2P-NOTES.md), and
-a count that only grows would lock every peer out. The newest connection over a limit is closed.
+bookkeeping: py-libp2p misses disconnect events of peers that die abruptly
+(docs/libp2p-notes.md), and a count that only grows would lock every peer out. The newest
+connection over a limit is closed.
 """
 
 from __future__ import annotations

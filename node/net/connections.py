@@ -2,7 +2,7 @@
 
 py-libp2p 0.8.1 raises where a caller wants an empty answer: `peerstore.addrs()` raises
 PeerStoreError for a connected peer it holds no address of, or one whose record expired
-(LIBP2P-NOTES.md), and a connection's addresses come through several wrapper classes (ours,
+(docs/libp2p-notes.md), and a connection's addresses come through several wrapper classes (ours,
 upstream's, the relay's). Every node sub-layer asks through these helpers instead.
 """
 

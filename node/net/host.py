@@ -1,6 +1,6 @@
 """Our libp2p host: TCP, Noise only, Yamux only, dials in milliseconds, concrete addresses.
 
-What py-libp2p 0.8.1 does by default and why we override it (LIBP2P-NOTES.md):
+What py-libp2p 0.8.1 does by default and why we override it (docs/libp2p-notes.md):
 - it offers plaintext, secio and TLS besides Noise; a plaintext-only peer could connect.
   We register Noise alone, so negotiation with anything else fails.
 - its dial loop waits ≈250 ms unless `max_connections_per_peer` connections exist;

@@ -1,7 +1,7 @@
 """One shield in front of every inbound stream: a peer's bytes can cost the peer, never the node.
 
 py-libp2p 0.8.1 runs each inbound stream's handler inside the connection's nursery, and an
-exception there cancels the host's whole service tree (LIBP2P-NOTES.md): one malformed
+exception there cancels the host's whole service tree (docs/libp2p-notes.md): one malformed
 gossipsub frame (protobuf's DecodeError out of `continuously_read_stream`) ended the daemon.
 Upstream handlers (identify, ping, relay, DCUtR, meshsub) are not ours to patch one by one, but
 all of them are reached through one function, the swarm's common stream handler; wrapping it

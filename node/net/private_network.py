@@ -2,7 +2,7 @@
 
 py-libp2p's own PSK support encrypts the raw connection but never checks the key: a peer with
 another key (or none) sends garbage that multistream-select waits on until a timeout, with no
-error that says why (LIBP2P-NOTES.md). Our wrapper around the TCP transport has both sides
+error that says why (docs/libp2p-notes.md). Our wrapper around the TCP transport has both sides
 send `nonce ‖ Salsa20(psk, nonce)(MAGIC)` first and verify the other's before the Noise
 handshake. A mismatch is refused in one round trip, with a clear error on both sides. The
 rest of the connection stays Salsa20-encrypted under the PSK, as in libp2p's pnet, so a

@@ -467,7 +467,7 @@ def _spec_bytes(mode: str, spec: dict[str, Any]) -> bytes:
 
 def _open_pipeline(spec: dict[str, Any]) -> dict[str, Any]:
     """A SWARM pipeline run is open: any peer with a live member record may call its stages
-    (README, Security model). An invite pipeline run is refused by name here, never created
+    (docs/security.md). An invite pipeline run is refused by name here, never created
     as an open one that a user believes closed; `admission: open` is what it is anyway."""
     admission = spec.get("admission", "open")
     if admission != "open":

@@ -1,6 +1,6 @@
 """The daemon's DHT: discovery wired to the node's penalties, bootstrap list and control API.
 
-`dht/` knows nothing of the node (DESIGN.md §1); this service hands it what the node has: the
+`dht/` knows nothing of the node (docs/design.md §1); this service hands it what the node has: the
 host, the bootstrap peers (the DHT bootstraps from them and from any peer that connects), the
 scoreboard (bad records cost their sender points, banned peers are refused), and exposes:
 

@@ -1,6 +1,6 @@
 """Gossip: py-libp2p's gossipsub, tuned and fenced for our use.
 
-What py-libp2p 0.8.1 does by default (LIBP2P-NOTES.md) and what we do about it:
+What py-libp2p 0.8.1 does by default (docs/libp2p-notes.md) and what we do about it:
 - heartbeat every 120 s: meshes form slowly and gossip repair is rare → 1 s;
 - spam protection drops > 10 msgs/s per peer and topic, and internal queues of 32 drop bursts
   regardless → we pace our own publishes per topic with a token bucket (`max_rate`), batch

@@ -225,7 +225,7 @@ class _Retries:
         return False
 
     async def _until_connected(self, holder: ID) -> None:
-        # libp2p's notifications miss connections (LIBP2P-NOTES.md): poll the swarm instead
+        # libp2p's notifications miss connections (docs/libp2p-notes.md): poll the swarm instead
         while not self.host.get_network().get_connections(holder):  # noqa: ASYNC110
             await trio.sleep(0.05)
 

@@ -6,7 +6,7 @@
     my_pkg.models:build            a factory by import path, when this process's user trusts it
 
 Trust: a run's spec travels from peer to peer, and importing a module runs its code. A remote
-manifest must never make a joiner run code it did not choose (DESIGN.md §5), so an import path
+manifest must never make a joiner run code it did not choose (docs/design.md §5), so an import path
 is resolved only after `trust_import(path)` — which the CLI calls when the local user passes the
 same `--model PATH` to `run create` or `join` — or when it is in PEERTRAIN_TRUSTED_MODELS.
 Installed entry points are trusted: installing a package was the user's choice.

@@ -1,4 +1,4 @@
-"""SWARM pipelines: a model cut into stages, many unreliable servers per stage (DESIGN.md §5).
+"""SWARM pipelines: a model cut into stages, many unreliable servers per stage (docs/design.md §5).
 
 Modules, each one concept:
 

@@ -4,8 +4,8 @@ A server that moves to another stage (rebalancing) or joins one mid-run must ser
 stage's *current* parameters and optimizer moments, or its first backwards push the stage's
 average the wrong way. `StageServer.state()` is a dict of tensors (convenient in-process); over
 the network we send one flat fp32 tensor [parameters | Adam first moments | Adam second moments]
-(no pickles: DESIGN.md §6), plus two integers that travel in the control message: the Adam step
-and the stage's averaging round. Its size is fixed by the slice's shape, so the receiver knows
+(no pickles: docs/design.md §6), plus two integers that travel in the control message: the Adam
+step and the stage's averaging round. Its size is fixed by the slice's shape, so the receiver knows
 exactly what to expect and refuses anything else.
 """
 

@@ -7,7 +7,7 @@
                                                      | ErrorResponse
                                                      + one raw frame per attached tensor
 
-Tensors never go through msgpack (DESIGN.md §3): a message carries one `TensorHeader` per
+Tensors never go through msgpack (docs/design.md §3): a message carries one `TensorHeader` per
 attached tensor (codec, shape, block size, payload size, blake3 digests) and the payloads follow
 as length-prefixed frames, read straight into a buffer preallocated from the checked header
 (`TensorDownload`), each verified against its digest. A boundary tensor is small (rows × width),

@@ -1,6 +1,6 @@
 """A stranger's garbage on any protocol the node speaks costs the stranger, never the node.
 
-py-libp2p ends its whole service tree when an upstream handler raises (LIBP2P-NOTES.md: a
+py-libp2p ends its whole service tree when an upstream handler raises (docs/libp2p-notes.md: a
 malformed gossipsub frame raises protobuf's DecodeError out of `continuously_read_stream`).
 Every inbound stream therefore passes one shield (node/net/inbound_shield.py).
 """

@@ -5,7 +5,7 @@ py-libp2p's `RelayDiscovery` reserves only every 5 minutes. `ReservationKeeper` 
 connection ends (checked every second), or that stops answering pings (every PING_EVERY s: a
 relay that vanished without closing its connection would otherwise be noticed only when TCP
 gives up, after minutes). Circuit addresses go to `on_change`: the daemon puts them in our DHT
-peer record, because identify mangles them (LIBP2P-NOTES.md).
+peer record, because identify mangles them (docs/libp2p-notes.md).
 """
 
 from __future__ import annotations
