@@ -33,6 +33,7 @@ class DiLoCoRunStatus(RunStatus):
     state_checksum: str
     resyncs: int
     rounds_alone: int  # rounds closed with our own update alone while others were live
+    unreliable_anchors: dict[str, str]  # signers whose attested state kept failing → why
     state_downloads: int  # states adopted by download (a replay costs none)
     state_donors: list[str]  # peers a state download asked, newest last (the last 16)
     rejected_updates: int

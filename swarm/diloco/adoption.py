@@ -92,6 +92,7 @@ class StateDownloads:
             log.warning(
                 "state of round %d not fetched from %d provider(s): %r", round_, len(providers), exc
             )
+            self.trust.failed(round_, checksum, f"not fetched: {exc!r}")
             return None
         finally:
             self.current = None
@@ -106,7 +107,9 @@ class StateDownloads:
             attesters = self.trust.attested(round_).get(checksum, frozenset())
             for peer in sorted(set(providers) | attesters):
                 self._penalise(peer, f"attested or served a bad state: {checked}")
+            self.trust.failed(round_, checksum, f"refused: {checked}")
             return None
+        self.trust.fetched(round_, checksum)
         return checked
 
     def _penalise(self, peer: str, reason: str) -> None:

@@ -79,7 +79,9 @@ class DiLoCoDriver:
         self._limiter = trio.CapacityLimiter(1)  # one torch job at a time per member
         self.replay = RoundReplay(gossip, self._thread)
         self.admission = self._install_admission()
-        self.trust = TrustedStates(self.state, self.admission, peer_id)
+        # an attested state failing for two round deadlines makes its signers unreliable
+        patience = 2 * spec.round_timeout
+        self.trust = TrustedStates(self.state, self.admission, peer_id, patience=patience)
         self.roster = self._roster()
         self.group = CountedGroup(self.state, self.admission, self.roster, peer_id)
         self.downloads = StateDownloads(

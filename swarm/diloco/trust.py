@@ -13,6 +13,13 @@ is adopted by download only when the run's trusted signers attest it:
   of them attested and none holds a majority (members that closed a round with different
   update sets), the most attested state, then the larger checksum, so they do not part for good.
 
+A trusted signer can still be wrong: a stolen or buggy anchor key attests a state of a far round
+that nobody serves, or one that fails the checks, and every member would hold in "downloading
+state" for good. A signer whose attested state could not be fetched, or was refused, for longer
+than `patience` is unreliable for `UNRELIABLE_FOR` seconds: its attestations stop counting, so
+the newest state the other signers attest decides again; with none left, members keep their own
+states (no state is adopted on anyone else's word), as when no signer is live.
+
 Whatever the attestation, the state itself is checked before use (`StateCheck`): the expected
 element count, finite values, a round no further than the newest trusted attestation, and, for
 a member that is already training, a bounded distance from its own state: the parameters may
@@ -23,27 +30,70 @@ lead is a replacement, not training, and is refused even from an anchor.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 
 import torch
+import trio
 from peertrain.crdt.admission import Admission
 from peertrain.crdt.runstate import RunState
 
+log = logging.getLogger(__name__)
+
 DRIFT_PER_ROUND = 1.0  # relative to max(‖θ_own‖, 1), per round the state is ahead of ours (+1)
+UNRELIABLE_FOR = 600.0  # seconds a signer's attestations stop counting (then it is tried again)
+MAX_FAILING = 16  # attested states whose failures are timed at once
 
 
 class TrustedStates:
     """The checkpoint registry as trusted signers attest it (a view of RunState)."""
 
-    def __init__(self, state: RunState, admission: Admission, me: str) -> None:
+    def __init__(
+        self, state: RunState, admission: Admission, me: str, *, patience: float = 120.0
+    ) -> None:
         self.state, self.admission, self.me = state, admission, me
+        self.patience = patience  # seconds an attested state may fail before its signers do
+        self.unreliable: dict[str, tuple[float, str]] = {}  # peer → (until, why) in trio time
+        self._failing: dict[tuple[int, bytes], float] = {}  # (round, checksum) → first failure
 
     def attesters(self) -> frozenset[str]:
-        """Whose checkpoint announcements count now."""
+        """Whose checkpoint announcements count now (unreliable signers' do not)."""
         if self.admission.invite:
-            return frozenset(self._certified_live())
-        return self.admission.trusted_attesters()
+            trusted = frozenset(self._certified_live())
+        else:
+            trusted = self.admission.trusted_attesters()
+        return trusted - self._unreliable_now() if self.unreliable else trusted
+
+    def _unreliable_now(self) -> frozenset[str]:
+        now = trio.current_time()
+        for peer in [p for p, (until, _) in self.unreliable.items() if until <= now]:
+            del self.unreliable[peer]
+        return frozenset(self.unreliable)
+
+    def failed(self, round_: int, checksum: bytes, why: str) -> None:
+        """The attested state `checksum` of `round_` could not be fetched or was refused; once
+        that lasted `patience`, its signers (not us) are unreliable."""
+        now = trio.current_time()
+        first = self._failing.setdefault((round_, checksum), now)
+        while len(self._failing) > MAX_FAILING:
+            del self._failing[next(iter(self._failing))]
+        if now - first < self.patience:
+            return
+        signers = self.attested(round_).get(checksum, frozenset()) - {self.me}
+        reason = f"its state of round {round_} failed for {now - first:.0f} s ({why[:120]})"
+        for peer in sorted(signers):
+            self.unreliable[peer] = (now + UNRELIABLE_FOR, reason)
+            log.warning("anchor %s is unreliable: %s", peer, reason)
+        del self._failing[(round_, checksum)]
+
+    def fetched(self, round_: int, checksum: bytes) -> None:
+        self._failing.pop((round_, checksum), None)
+
+    def unreliable_status(self) -> dict[str, str]:
+        """peer → why, for status."""
+        self._unreliable_now()
+        return {peer: why for peer, (_, why) in sorted(self.unreliable.items())}
 
     def any_attester_live(self) -> bool:
         return any(p == self.me or self.state.is_live(p) for p in self.attesters())
