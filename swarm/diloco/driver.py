@@ -93,20 +93,23 @@ class DiLoCoDriver:
             on_penalty=on_penalty,
         )
         self.sync = self._state_sync()
-        # the gossip waits for, and pulls from, the counted group only
+        self._steer(gossip)
+        if not self.admission.invite:  # the anchors' norms bound everyone's (validation.py),
+            # else our own: scaled updates that were most of what arrived moved the median of
+            # all (an honest member ended at loss 1.9e7). Anchored rounds stay deterministic.
+            built.member.norm_reference = (self.admission.anchors, frozenset({peer_id}))
+        self.hostile: HostileStates | None = hostile_states(attack, self)
+
+    def _steer(self, gossip: UpdateGossip) -> None:
+        """The gossip waits for, and pulls from, the counted group only."""
         gossip.expected = self.group.expected
-        gossip.overtaken = lambda round_: self.trust.newest_round() > round_
+        # the group is past round r + 1: nobody sends an update for r any more (the anchors
+        # attesting r + 1 while we pull is the usual race: the rest of r's updates still come)
+        gossip.overtaken = lambda round_: self.trust.newest_round() > round_ + 1
         gossip.is_member = self.group.may_send
         gossip.records.trusted = lambda peer: peer in self.trust.attesters()
         gossip.admits = self.admission.admits  # invite runs: non-members' traffic is dropped
         gossip.on_payload = self._admit  # each update checked as it arrives, the next in flight
-        if not self.admission.invite:  # the anchors' norms bound everyone's (validation.py);
-            # in a round whose anchors' updates were lost, our own does: an honest member trusts
-            # the update it computed, and scaled updates that were most of what arrived moved
-            # the median of all (10 daemons under a CPU burner: an honest member ended at loss
-            # 1.9e7). Rounds holding an anchor's update stay deterministic for every member.
-            built.member.norm_reference = (self.admission.anchors, frozenset({peer_id}))
-        self.hostile: HostileStates | None = hostile_states(attack, self)
 
     def _state_sync(self) -> StateSync:
         """Our state against the trusted one, repaired through our downloads and replays."""
@@ -294,7 +297,8 @@ class DiLoCoDriver:
             )
         finally:
             self.progress.waiting = None
-        if await self._overtaken(round_):
+        # the anchors closing this very round meanwhile is the usual race: apply and agree
+        if await self._overtaken(round_ + 1):
             return
         contributions = [c for c in contributions if c.sender in group]
         self._alone(round_, contributions)
@@ -320,9 +324,8 @@ class DiLoCoDriver:
         await self._save_checkpoint()
 
     async def _overtaken(self, round_: int) -> bool:
-        """The group finished round `round_` without us (we were too slow, restarted or
-        partitioned): our update is late; we adopt the group's state instead of computing a
-        divergent one."""
+        """The group finished round `round_` without us (too slow, restarted, partitioned): we
+        adopt its state instead of computing a divergent one."""
         if self.trust.newest_round() <= round_:
             return False
         await self.sync.catch_up()

@@ -384,33 +384,3 @@ async def test_an_anchor_whose_lease_lapses_during_a_download_costs_nobody_a_pen
     got = await downloads.fetch_checked(member, 1, prepared.header.checksum, running=False)
     assert got is not None and torch.equal(got, flat)
     assert penalties == [] and downloads.refused == 0
-
-
-async def test_an_anchor_attesting_a_state_nobody_serves_is_unreliable_and_the_run_goes_on():
-    """A stolen or buggy anchor key attests a state of a far round that nobody serves: every
-    member held in "downloading state" for good. After two round deadlines of failed fetches the
-    anchor's attestations stop counting; the other anchor's states decide again."""
-    from libp2p.crypto.ed25519 import create_new_key_pair
-    from libp2p.peer.id import ID
-
-    rogue_key = create_new_key_pair()
-    rogue = ID.from_pubkey(rogue_key.public_key).to_base58()
-    spec = dataclasses.replace(SPEC, anchors=(rogue,), rounds=4)
-    async with open_driver_group(spec) as group:
-        creator, member = await group.member(group.creator), await group.member()
-        group.members.append(await group.stranger())  # the rogue anchor: a lease, no driver
-        thief = group.members[-1]
-        await wait_until(lambda: creator.driver.progress.round >= 1, timeout=60)
-        stolen = await group._replica(rogue_key)
-        stolen.replicator.writer.announce(role="diloco", addrs=[], lease_ms=60_000)
-        stolen.replicator.writer.provide_checkpoint(50, b"\x09" * 32)  # nobody serves it
-        with trio.fail_after(120):
-            await group.finished()
-        for driver in (creator.driver, member.driver):
-            assert driver.progress.round == spec.rounds
-            assert rogue in driver.trust.unreliable_status()
-        assert (
-            len({creator.driver.progress.state_checksum, member.driver.progress.state_checksum})
-            == 1
-        )
-        assert thief.driver is None
