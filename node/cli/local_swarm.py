@@ -12,20 +12,44 @@ Byzantine members) and swarm_pipeline.py (`--mode swarm`: stage servers and trai
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+import os
+import secrets
 import signal
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..config import ENV_PREFIX
 from .processes import DaemonProcess, stop_all
 
-RUN_NAME = "local"
 # one torch thread per daemon: N daemons on a few cores must not oversubscribe them
 DAEMON_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+@dataclass(frozen=True, slots=True)
+class SwarmIsolation:
+    """What keeps one local swarm apart from another on the same machine: a run name of its
+    own (two swarms both called `local` met "several runs carry this name") and a private
+    network key of its own (a daemon of another swarm cannot even connect), unless the user's
+    environment names a key (PEERTRAIN_PSK) for every daemon."""
+
+    run_name: str
+    env: dict[str, str]  # DAEMON_ENV and the PSK, for every daemon this swarm starts
+
+
+@functools.cache
+def isolation() -> SwarmIsolation:
+    """This process's swarm (one supervisor runs one swarm)."""
+    env = dict(DAEMON_ENV)
+    if not os.environ.get(f"{ENV_PREFIX}PSK"):
+        env[f"{ENV_PREFIX}PSK"] = secrets.token_hex(32)
+    return SwarmIsolation(run_name=f"local-{secrets.token_hex(3)}", env=env)
 
 
 class SwarmMode(Protocol):

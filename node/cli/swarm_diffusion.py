@@ -17,7 +17,7 @@ from typing import Any
 
 from ..api.control import call_sync
 from ..errors import ControlError
-from .local_swarm import RUN_NAME
+from .local_swarm import isolation
 from .processes import DaemonProcess
 from .swarm_mesh import MeshSwarm
 
@@ -45,7 +45,7 @@ class DiffusionSwarm(MeshSwarm):
             "start_timeout": START_TIMEOUT,
             **self.options.spec,
         }
-        params = {"name": RUN_NAME, "mode": "diffusion", "spec": spec}
+        params = {"name": isolation().run_name, "mode": "diffusion", "spec": spec}
         created = call_sync(first.control_socket, "run.create", params, timeout=300)
         self.console.print(f"created diffusion run ({created['run_id'][:16]}…) on node 0")
         self._wait_for_group(first)
@@ -78,7 +78,7 @@ class DiffusionSwarm(MeshSwarm):
         for strategy in STRATEGIES:
             out = self.base / f"samples-{strategy}.npz"
             params = {
-                "run": RUN_NAME,
+                "run": isolation().run_name,
                 "n": SAMPLES,
                 "steps": SAMPLE_STEPS,
                 "strategy": strategy,

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..api.control import call_sync
 from ..errors import ControlError
-from .local_swarm import DAEMON_ENV, RUN_NAME
+from .local_swarm import isolation
 from .processes import DaemonProcess, node_args
 from .swarm_mesh_view import agreement, brief, line, summarise, table
 
@@ -81,7 +81,7 @@ class MeshSwarm:
 
     # --- start -----------------------------------------------------------------------------
     def start(self) -> None:
-        first = DaemonProcess(self.base / "node0", node_args(), DAEMON_ENV).start()
+        first = DaemonProcess(self.base / "node0", node_args(), isolation().env).start()
         self.daemons.append(first)
         status = first.wait_ready()
         self.first_addr = status["share"]
@@ -91,7 +91,7 @@ class MeshSwarm:
         for index in range(1, self.options.nodes):  # all at once: each start is seconds of CPU
             home = self.base / f"node{index}"
             args = self._member_args() + self._hostile_or_invited(index, home)
-            self.daemons.append(DaemonProcess(home, args, DAEMON_ENV).start())
+            self.daemons.append(DaemonProcess(home, args, isolation().env).start())
         for index, daemon in enumerate(self.daemons[1:], start=1):
             self._started(index, daemon.wait_ready())
         if self.options.kill_every:
@@ -99,9 +99,11 @@ class MeshSwarm:
 
     def _create_run(self, first: DaemonProcess) -> None:
         spec = {"min_members": self.options.nodes, **self.options.spec}
-        params = {"name": RUN_NAME, "mode": "diloco", "spec": spec}
+        params = {"name": isolation().run_name, "mode": "diloco", "spec": spec}
         created = call_sync(first.control_socket, "run.create", params, timeout=120)
-        self.console.print(f"created run [bold]{RUN_NAME}[/] ({created['run_id'][:16]}…) on node 0")
+        self.console.print(
+            f"created run [bold]{isolation().run_name}[/] ({created['run_id'][:16]}…) on node 0"
+        )
 
     def attack_of(self, index: int) -> str:
         """The attack of hostile member `index`: the `--attack` names, cycled."""
@@ -118,7 +120,7 @@ class MeshSwarm:
         from ..net.identity import load_or_create_identity
 
         peer = load_or_create_identity(home).peer_id.to_base58()
-        params = {"run": RUN_NAME, "peer": peer}
+        params = {"run": isolation().run_name, "peer": peer}
         invited = call_sync(self.daemons[0].control_socket, "run.invite", params, timeout=30)
         return ["--certificate", invited["certificate"]]
 
@@ -134,7 +136,7 @@ class MeshSwarm:
 
     def _member_args(self) -> list[str]:
         if self.training:
-            return ["join", self.first_addr, "--run", RUN_NAME, *JOIN_TAIL]
+            return ["join", self.first_addr, "--run", isolation().run_name, *JOIN_TAIL]
         return node_args(bootstrap=[self.first_addr])
 
     # --- watch -----------------------------------------------------------------------------

@@ -39,7 +39,7 @@ from typing import Any
 
 from ..api.control import call_sync
 from ..errors import NodeError
-from .local_swarm import DAEMON_ENV, RUN_NAME
+from .local_swarm import isolation
 from .processes import DaemonProcess, node_args
 from .swarm_pipeline_report import line, pipeline_report, summarise
 
@@ -110,11 +110,17 @@ class PipelineSwarm:
         created = call_sync(
             first.control_socket,
             "run.create",
-            {"name": RUN_NAME, "mode": "swarm", "spec": opts.run_spec(), **self.roles[0]},
+            {
+                "name": isolation().run_name,
+                "mode": "swarm",
+                "spec": opts.run_spec(),
+                **self.roles[0],
+            },
             timeout=120,
         )
         self.console.print(
-            f"created swarm run [bold]{RUN_NAME}[/] ({created['run_id'][:16]}…) on node 0"
+            f"created swarm run [bold]{isolation().run_name}[/] ({created['run_id'][:16]}…) "
+            "on node 0"
         )
         self._wait_connected()
         with ThreadPoolExecutor(max_workers=8) as pool:  # servers join together (stages are dealt)
@@ -126,11 +132,13 @@ class PipelineSwarm:
     def _start_daemons(self) -> DaemonProcess:
         """Node 0, then every other daemon bootstrapping from it; node 0."""
         opts = self.options
-        first = DaemonProcess(self.base / "node0", node_args(), DAEMON_ENV).start()
+        first = DaemonProcess(self.base / "node0", node_args(), isolation().env).start()
         self.daemons = [first]
         addr = first.wait_ready()["share"]
         self.daemons += [
-            DaemonProcess(self.base / f"node{i}", node_args(bootstrap=[addr]), DAEMON_ENV).start()
+            DaemonProcess(
+                self.base / f"node{i}", node_args(bootstrap=[addr]), isolation().env
+            ).start()
             for i in range(1, opts.nodes + opts.trainers)
         ]
         for daemon in self.daemons[1:]:
@@ -158,7 +166,7 @@ class PipelineSwarm:
         call_sync(
             self.daemons[index].control_socket,
             "run.join",
-            {"name": RUN_NAME, "timeout": 60, **self.roles[index]},
+            {"name": isolation().run_name, "timeout": 60, **self.roles[index]},
             timeout=120,
         )
         role = self.roles[index]

@@ -127,3 +127,19 @@ def test_sigterm_still_writes_the_report_of_what_happened(tmp_path):
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["interrupted"] is True and report["rounds_completed"] > 0, out[-2000:]
     assert all(code == 0 for code in report["exit_codes"])
+
+
+def test_two_local_swarms_at_once_on_one_machine_each_keep_to_their_own_members(tmp_path):
+    """Each local swarm has a run name and a private network key of its own: two started at
+    once used to meet each other's daemons (peer counts of 11-13 with `--nodes 2`) and the
+    "several runs carry this name" refusal."""
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    swarms = [swarm_local(tmp_path / name, "--rounds", "3") for name in ("a", "b")]
+    outs = [s.communicate(timeout=300)[0] for s in swarms]
+    names = set()
+    for swarm, out, name in zip(swarms, outs, ("a", "b"), strict=True):
+        assert swarm.returncode == 0, out[-3000:]
+        report = json.loads((tmp_path / name / "report.json").read_text())
+        assert [f["peers"] for f in report["final"]] == [2, 2, 2], out[-2000:]  # 3 nodes each
+        names.add(re.search(r"created run (local-[0-9a-f]{6})", out).group(1))
+    assert len(names) == 2
