@@ -17,7 +17,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/peertrain swarm local --nodes 4 --mode diloco --rounds 32 --inner-steps 50 --report demo-report.json
 
+# the rules the config holds run first: a lint failure is a test failure (CI runs this target)
 test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
