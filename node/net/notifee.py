@@ -10,11 +10,15 @@ from peertrain.protocol.connection_events import ConnectionEvents as ConnectionE
 
 
 class Departures(ConnectionEvents):
-    """Calls `on_left(peer)` (base58) when a peer's last connection closed: a peer that merely
-    replaced one connection by another (a hole punch over a relay) has not left."""
+    """Calls `on_left(peer)` (base58) when a peer's last connection closed (a peer that merely
+    replaced one connection by another, a hole punch over a relay, has not left), and
+    `on_back(peer)` when a connection to it opens."""
 
-    def __init__(self, on_left: Callable[[str], None]) -> None:
-        self.on_left = on_left
+    def __init__(self, on_left: Callable[[str], None], on_back: Callable[[str], None]) -> None:
+        self.on_left, self.on_back = on_left, on_back
+
+    async def connected(self, network: INetwork, conn: INetConn) -> None:
+        self.on_back(conn.muxed_conn.peer_id.to_base58())
 
     async def disconnected(self, network: INetwork, conn: INetConn) -> None:
         peer = conn.muxed_conn.peer_id

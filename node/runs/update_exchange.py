@@ -192,7 +192,7 @@ async def open_update_exchange(
         reserved.set()
 
     network = node.host.get_network()
-    departures = Departures(gossip.left)  # a killed member is not waited for (round_pace.py)
+    departures = Departures(gossip.left, gossip.back)  # the dead are not waited for
     network.register_notifee(departures)
     try:
         async with trio.open_nursery() as nursery:

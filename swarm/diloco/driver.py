@@ -103,9 +103,7 @@ class DiLoCoDriver:
     def _steer(self, gossip: UpdateGossip) -> None:
         """The gossip waits for, and pulls from, the counted group only."""
         gossip.expected = self.group.expected
-        # the group is past round r + 1: nobody sends an update for r any more (the anchors
-        # attesting r + 1 while we pull is the usual race: the rest of r's updates still come)
-        gossip.overtaken = lambda round_: self.trust.newest_round() > round_ + 1
+        gossip.trusted_round = self.trust.newest_round  # a group past us is not waited for
         gossip.is_member = self.group.may_send
         gossip.records.trusted = lambda peer: peer in self.trust.attesters()
         gossip.admits = self.admission.admits  # invite runs: non-members' traffic is dropped

@@ -104,8 +104,12 @@ class CountedGroup:
         state yet: one that repaired its state (a download, seconds under load) announced it
         after we decided, was left out and, always a step behind, never got back in (seen: an
         anchor alone for four rounds beside three honest members). One that is gone costs the
-        round its deadline once, then `contributed` drops it."""
-        candidates = self.candidates(round_) | self.live_counted()
+        round its deadline once, then `contributed` drops it. For the same reason a newcomer
+        may hold the state of the round before: a restarted member adopts each new state a
+        download's time after the group decided, and stayed a newcomer one step behind for
+        good (seen in the churn run; announcing an older state costs a stranger no more than
+        announcing the newest, and the rate still applies)."""
+        candidates = self.candidates(round_) | self.candidates(round_ - 1) | self.live_counted()
         return self.roster.advance(round_, candidates, salt) | {self.me}
 
     def expected(self, round_: int) -> set[str]:

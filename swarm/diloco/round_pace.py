@@ -8,8 +8,9 @@ neither about someone else:
 
 - its connection closed: the node says so (`left`) the moment its last connection to that peer
   is gone. A member that had not announced its update is not waited for in this round; one that
-  had stays, since any holder may still serve its payload. A member whose process was killed
-  loses its connections at once (the kernel closes them).
+  had stays, since any holder may still serve its payload. No later round waits for it either
+  until a connection to it opens again (`back`): its lease lives on for 30 s. A member whose
+  process was killed loses its connections at once (the kernel closes them).
 - silence beyond its pace: each member's lag (how long after a round's first update its own
   announcement arrives) is kept for the last `PACE_ROUNDS` rounds. One silent for longer than
   max(`PACE_FLOOR`, `PACE_FACTOR` × its median lag) after the round's first update is not waited
@@ -35,6 +36,7 @@ PACE_MIN_SAMPLES = 3  # lags a member needs before its silence can drop it
 PACE_FLOOR = 5.0
 PACE_FACTOR = 3.0  # × a member's median lag
 MAX_PACED = 1024  # members whose lags are kept (the counted group is at most 64; oldest go)
+MAX_GONE = 1024  # departed peers remembered, the oldest forgotten first
 
 
 class RoundPace:
@@ -42,6 +44,15 @@ class RoundPace:
 
     def __init__(self) -> None:
         self._lags: OrderedDict[str, deque[float]] = OrderedDict()
+        self.gone: dict[str, None] = {}  # peers whose last connection closed, oldest first
+
+    def left(self, peer: str) -> None:
+        self.gone[peer] = None
+        while len(self.gone) > MAX_GONE:
+            del self.gone[next(iter(self.gone))]
+
+    def back(self, peer: str) -> None:
+        self.gone.pop(peer, None)
 
     def closed(self, arrivals: dict[str, float], counted: set[str]) -> None:
         """A round closed; `arrivals`: sender → when its announcement arrived (trio time).

@@ -117,8 +117,8 @@ class UpdateGossip:
         self.leased: Callable[[str], bool] = is_member
         self.dropped: Counter[str] = Counter()  # non-members' announcements and records, by kind
         self.expected = expected  # whose updates round r waits for
-        # the group moved past round r (a later trusted state): nobody sends an update for it
-        self.overtaken: Callable[[int], bool] = lambda round_: False
+        # the newest round the run's trusted signers attest (the driver's): see `_complete`
+        self.trusted_round: Callable[[], int] = lambda: -1
         self.current_round = 0
         self.window = ROUND_WINDOW  # rounds ahead we accept (a streaming run's rounds are slots)
         self._rounds: dict[int, GossipRound] = {}
@@ -195,9 +195,13 @@ class UpdateGossip:
 
     def left(self, peer: str) -> None:
         """The node's last connection to `peer` closed (round_pace.py)."""
-        state = self._round(self.current_round)
-        if state is not None and peer != self.me:
-            state.left(peer)
+        if peer != self.me:
+            self.pace.left(peer)
+            if (state := self._round(self.current_round)) is not None:
+                state.left(peer)
+
+    def back(self, peer: str) -> None:
+        self.pace.back(peer)
 
     # -- one round ------------------------------------------------------------------------------
 
@@ -302,9 +306,14 @@ class UpdateGossip:
         return len(expected & set(state.payloads) if state else ()), len(expected)
 
     def _complete(self, round_: int, state: GossipRound) -> bool:
-        """Nobody's update is waited for any more (round_pace.py), or the group moved on."""
+        """Nobody's update is waited for any more (round_pace.py), or the group moved on: its
+        signers attest round r + 2, or r + 1 and repeats had their time (their closing r while
+        we pull is the usual race; past it, we waited for members that had finished the run)."""
         expected, now = self.expected(round_), trio.current_time()
-        return self.overtaken(round_) or not state.waiting_for(expected, self.pace, now)
+        ahead = self.trusted_round() - round_
+        if ahead > 1 or ahead == 1 and now - state.arrived.get(self.me, now) > REPEAT_WAIT:
+            return True
+        return not state.waiting_for(expected - self.pace.gone.keys(), self.pace, now)
 
     async def _pull_all(self, round_: int, state: GossipRound, handing: trio.Nursery) -> None:
         """Pull every announced member's update until the round's are all in."""

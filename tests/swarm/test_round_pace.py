@@ -80,3 +80,23 @@ def test_strangers_get_no_pace_and_no_table_slot():
     for _ in range(3):
         pace.closed({"member": 0.0, "stranger": 0.5}, counted={"member"})
     assert pace.patience("stranger") is None and pace.patience("member") == PACE_FLOOR
+
+
+async def test_a_member_that_left_is_not_waited_for_in_later_rounds_until_it_is_back(
+    group, autojump_clock
+):
+    """Its lease lives 30 s after its process died: rounds opened in that time would each wait
+    for it. Once a connection to it opens again, it is waited for as any member."""
+    members = [group.add() for _ in range(2)]
+    killed = group.add()
+    for member in members:
+        member.left(killed.me)
+    for round_ in (0, 1):
+        started = trio.current_time()
+        await run_round(members, round_=round_, deadline=60.0)
+        assert trio.current_time() - started < 1.0
+    for member in members:
+        member.back(killed.me)  # restarted: expected again (and silent: no pace explains it)
+    started = trio.current_time()
+    await run_round(members, round_=2, deadline=20.0)
+    assert trio.current_time() - started >= 20.0
