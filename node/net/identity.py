@@ -80,3 +80,8 @@ def _write_private(path: Path, data: bytes) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)  # the rename itself survives a power loss
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

@@ -22,6 +22,7 @@ from peertrain.crdt.admission import Admission
 from peertrain.crdt.certificates import MemberCertificate, open_certificate, sign_certificate
 from peertrain.crdt.hlc import wall_clock_ms
 from peertrain.protocol.errors import ProtocolError
+from peertrain.swarm.checkpoint_files import write_atomic
 
 from ..errors import ControlError
 from ..params import param
@@ -76,7 +77,7 @@ def save_certificate(directory: Path, raw: bytes | None) -> None:
     if raw is None:
         return  # a join without --certificate keeps the one given before
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    (directory / CERTIFICATE_FILE).write_bytes(raw)
+    write_atomic(directory / CERTIFICATE_FILE, raw)  # a torn one kept a restart from its run
 
 
 def load_certificate(directory: Path) -> bytes:

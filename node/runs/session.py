@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -25,6 +24,7 @@ from peertrain.crdt.replicator import Penalty, Replicator
 from peertrain.crdt.runstate import RunState
 from peertrain.crdt.sync import SyncReply, SyncRequest
 from peertrain.protocol.ids import protocol_id
+from peertrain.swarm.checkpoint_files import write_atomic
 
 from ..net.rpc import request
 from ..services.node_services import NodeServices
@@ -326,9 +326,7 @@ def save_manifest(directory: Path, envelope: bytes) -> None:
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = directory / "manifest.envelope"
     if not path.exists():
-        tmp = path.with_suffix(".tmp")
-        tmp.write_bytes(envelope)
-        os.replace(tmp, path)
+        write_atomic(path, envelope)
 
 
 def saved_manifests(home: Path) -> dict[str, bytes]:

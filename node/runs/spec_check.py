@@ -19,6 +19,7 @@ from typing import Any
 from peertrain.crdt.manifest import RunManifest
 from peertrain.protocol.errors import DecodeError
 from peertrain.swarm.budget import RunBudget, SpecOverBudget, check_budget
+from peertrain.swarm.checkpoint_files import write_atomic
 from peertrain.swarm.errors import ConfigError as SwarmConfigError
 
 from ..errors import ControlError
@@ -146,7 +147,8 @@ def remember_data(directory: Path, data: str | None) -> None:
         path.unlink(missing_ok=True)
         return
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path.write_text(str(Path(data).expanduser().absolute()) + "\n")
+    # atomic: written in place, a kill left an empty file and a restart trained without its data
+    write_atomic(path, (str(Path(data).expanduser().absolute()) + "\n").encode())
 
 
 def local_data(directory: Path) -> str | None:
