@@ -362,5 +362,6 @@ def _add_fault_options(p: argparse.ArgumentParser) -> None:
         default="sign-flip",
         metavar="NAME[,NAME…]",
         help="their attack, cycled over them: updates: sign-flip, sign-flip-10, scaled, noise, "
-        "alie, ipm, random, nan; states: future-round, poisoned-state",
+        "alie, ipm, random, nan; states: future-round, poisoned-state; gossip: announce-flood "
+        "(256 fresh keys announce ahead of every round)",
     )

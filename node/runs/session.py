@@ -206,6 +206,11 @@ class RunSession:
             # joiners need the state; a restarted creator needs its own old slots back too
             await context.replicator.bootstrap()
             await nursery.start(self.driver.run)
+            if node.attack == "announce-flood":  # a hostile member (swarm local --hostile)
+                from .announce_flood import announce_flood
+
+                member, nbytes = self.driver.member, exchange.gossip.expected_nbytes
+                nursery.start_soon(announce_flood, node, self.run_id, lambda: member.round, nbytes)
             task_status.started(self)
 
     async def _run_pipeline(self, task_status: trio.TaskStatus[RunSession]) -> None:

@@ -36,9 +36,12 @@ class Forger:
         return codec.encode(forged)
 
 
+GOSSIP_ATTACKS = ("announce-flood",)  # on the gossip itself (node/runs/announce_flood.py)
+
+
 def build_forger(name: str | None) -> Forger | None:
     """The forger of `--attack NAME`; None for an honest member, or one whose attack is on
     state agreement, not on its updates (hostile_states.py)."""
     from .hostile_states import STATE_ATTACKS
 
-    return Forger(name) if name and name not in STATE_ATTACKS else None
+    return Forger(name) if name and name not in (*STATE_ATTACKS, *GOSSIP_ATTACKS) else None

@@ -1,0 +1,42 @@
+"""One stranger with 256 fresh keys cannot stall an open run: a hostile member (`swarm local
+--hostile 1 --attack announce-flood`) announces updates for the next two rounds from 256 keys
+of its own, as their own gossipsub messages. Members' announcements used to find each round's
+table full of strangers, and every round waited its whole deadline."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+FLAGS = "--mode diloco --model mlp --dataset digits --batch-size 32 --inner-steps 20".split()
+
+
+def swarm(tmp_path, name: str, *extra: str) -> dict:
+    report = tmp_path / f"{name}.json"
+    command = [sys.executable, "-m", "peertrain", "swarm", "local", *FLAGS, *extra]
+    command += ["--rounds", "8", "--round-timeout", "20", "--report", str(report)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stdout[-3000:]
+    return json.loads(report.read_text())
+
+
+def test_an_announcement_flood_from_fresh_keys_leaves_every_round_to_the_members(tmp_path):
+    clean = swarm(tmp_path, "clean", "--nodes", "4")
+    flooded = swarm(
+        tmp_path, "flooded", "--nodes", "5", "--hostile", "1", "--attack", "announce-flood"
+    )
+    assert flooded["rounds_completed"] == 8 and flooded["rounds_alone"] == 0
+    assert len(flooded["state_hashes"]) == 4 and len(set(flooded["state_hashes"])) == 1
+    # a stalled round waits its 20 s deadline: 8 of them would be 160 s; the clean run's rounds
+    # take a few seconds in all (the flooded run also carries a fifth daemon on two cores)
+    rounds = {
+        r: report["total_s"] - report["startup_s"]
+        for r, report in (("clean", clean), ("flooded", flooded))
+    }
+    assert rounds["flooded"] < 3 * rounds["clean"] + 10, rounds
+    assert flooded["final_loss"] <= clean["final_loss"] * 1.05  # every honest update counted
