@@ -16,25 +16,11 @@ def render_status(status: dict[str, Any]) -> str:
     if "reachability" in status:
         lines.append(f"  reachable    {status['reachability']['text']}")
     run = status["run"]
-    if run and "runs" not in run:
-        loss = f"{run['loss']:.4f}" if run["loss"] is not None else "-"
-        lines.append(f"  run          {run['name']} ({run['mode']}, {run['run_id'][:12]}…)")
-        if run["mode"] == "swarm":
-            lines.append(f"    {swarm_line(run)}")
-        elif run["mode"] == "diffusion":
-            lines.extend(f"    {line}" for line in diffusion_lines(run))
-        else:
-            lines.append(
-                f"    round {run['round']}  loss {loss}  members {len(run['members'])}"
-                f"  phase {run['phase']}"
-            )
-    else:
-        lines.append(f"  run          {'-' if not run else len(run['runs'])}")
-    if run and "runs" not in run:
-        from .progress_view import progress_lines
-
-        # inner steps, a download, a wait (and the error, if any), under the run's line
-        lines += [f"  {line}" for line in progress_lines({"run": run})[1:]]
+    runs = [] if not run else list(run["runs"]) if "runs" in run else [run]
+    if not runs:
+        lines.append("  run          -")
+    for one in runs:  # each run's lines, whether the node takes part in one or several
+        lines += run_lines(one)
     for service in status.get("services", []):
         if service["state"] in ("restarting", "quarantined") or service.get("error"):
             lines.append(
@@ -45,6 +31,29 @@ def render_status(status: dict[str, Any]) -> str:
     for peer in status["peers"]:
         lines.append(f"    {status['peer_names'].get(peer, '')}  {peer}")
     return "\n".join(lines)
+
+
+def run_lines(run: dict[str, Any]) -> list[str]:
+    """A run's lines in `status`: its name and kind, its round, loss, members and phase (a
+    DiLoCo run: the round of its rounds and its state checksum), then what it waits on."""
+    from .progress_view import progress_lines
+
+    lines = [f"  run          {run['name']} ({run['mode']}, {run['run_id'][:12]}…)"]
+    if run["mode"] == "swarm":
+        lines.append(f"    {swarm_line(run)}")
+    elif run["mode"] == "diffusion":
+        lines.extend(f"    {line}" for line in diffusion_lines(run))
+    else:
+        loss = f"{run['loss']:.4f}" if run["loss"] is not None else "-"
+        total = (run.get("progress") or {}).get("rounds") or 0
+        of = f" of {total}" if total else ""
+        state = f"  state {run['state_checksum'][:12]}" if run.get("state_checksum") else ""
+        lines.append(
+            f"    round {run['round']}{of}  loss {loss}  members {len(run['members'])}"
+            f"  phase {run['phase']}{state}"
+        )
+    # inner steps, a download, a wait (and the error, if any), under the run's line
+    return lines + [f"  {line}" for line in progress_lines({"run": run})[1:]]
 
 
 def swarm_line(run: dict[str, Any]) -> str:

@@ -103,3 +103,38 @@ def test_a_diffusion_run_shows_every_groups_members_steps_and_loss():
         "  expert-0   members 2  steps 48  round 3  loss 0.5123",
         "  router     members 0  steps 0  round -  loss -",
     ]
+
+
+def test_a_node_in_several_runs_shows_each_runs_round_of_rounds_loss_phase_and_state():
+    """It printed `run 3` and nothing else: the per-run lines showed only under `--watch`."""
+
+    def run(name: str, round_: int, checksum: str) -> dict:
+        return {
+            "name": name,
+            "mode": "diloco",
+            "run_id": name * 8,
+            "round": round_,
+            "loss": 2.0,
+            "members": ["a", "b"],
+            "phase": "exchanging",
+            "state_checksum": checksum,
+            "progress": {"rounds": 30},
+        }
+
+    status = {
+        "name": "n",
+        "peer_id": "p",
+        "share": "s",
+        "uptime_s": 5,
+        "run": {"runs": [run("lm", 7, "ab12cd34ef56aa"), run("cv", 2, "99887766554433")]},
+        "peers": [],
+        "peer_names": {},
+    }
+    lines = render_status(status).splitlines()
+    assert "  run          lm (diloco, lmlmlmlmlmlm…)" in lines
+    assert (
+        "    round 7 of 30  loss 2.0000  members 2  phase exchanging  state ab12cd34ef56" in lines
+    )
+    assert (
+        "    round 2 of 30  loss 2.0000  members 2  phase exchanging  state 998877665544" in lines
+    )
