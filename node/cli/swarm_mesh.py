@@ -32,6 +32,7 @@ from .swarm_mesh_view import agreement, brief, line, summarise, table
 JOIN_TAIL = ["--listen", "/ip4/127.0.0.1/tcp/0", "--log-format", "json"]
 RESTART_AFTER = 3.0  # seconds a killed member stays down
 AGREE_GRACE = 60.0  # seconds all finished members get to follow the trusted final state
+JOIN_GRACE = 60.0  # seconds a started member may be up without the run before it counts failed
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,6 +72,7 @@ class MeshSwarm:
         self._next_kill: float | None = None
         self._restart_at: dict[int, float] = {}
         self._all_finished_at: float | None = None  # when every member first said finished
+        self._without_run: dict[int, float] = {}  # member → since when it is up without the run
 
     @property
     def training(self) -> bool:
@@ -135,9 +137,13 @@ class MeshSwarm:
         return index > 0 and index >= self.options.nodes - self.options.byzantine
 
     def _member_args(self) -> list[str]:
-        if self.training:
-            return ["join", self.first_addr, "--run", isolation().run_name, *JOIN_TAIL]
-        return node_args(bootstrap=[self.first_addr])
+        if not self.training:
+            return node_args(bootstrap=[self.first_addr])
+        args = ["join", self.first_addr, "--run", isolation().run_name, *JOIN_TAIL]
+        model = str(self.options.spec.get("model", ""))
+        if ":" in model and not model.startswith("hf:"):  # an import path: each member's user
+            args += ["--model", model]  # names it (a daemon imports no code a spec names)
+        return args
 
     # --- watch -----------------------------------------------------------------------------
     def step(self, elapsed: float) -> bool:
@@ -152,6 +158,7 @@ class MeshSwarm:
                 self._restart_at[killed] = now + RESTART_AFTER
                 self._next_kill = now + self.options.kill_every
         self.statuses = self.poll()
+        self.notice_refusals()
         for index in self.notice_deaths():
             died = self.died[index]
             code, error = died["exit_code"], died["error"]
@@ -183,6 +190,26 @@ class MeshSwarm:
             self.died[index] = {"node": index, "exit_code": code, "error": error.strip()[:400]}
             new.append(index)
         return new
+
+    def notice_refusals(self) -> None:
+        """A member up for `JOIN_GRACE` seconds without the run refused it (its log says why):
+        it counts as failed, so the swarm ends without it and exits non-zero; it never
+        trains, and the others would wait for it for good."""
+        if not self.training:
+            return
+        now = time.monotonic()
+        for index, status in enumerate(self.statuses):
+            if index == 0 or index in self.died or index in self.killed or status is None:
+                continue
+            if status.get("run"):
+                self._without_run.pop(index, None)
+                continue
+            since = self._without_run.setdefault(index, now)
+            if now - since >= JOIN_GRACE:
+                tail = self.daemons[index].log_path.read_text(errors="replace").splitlines()
+                why = next((line for line in reversed(tail) if "refus" in line), "no run")
+                self.died[index] = {"node": index, "exit_code": None, "error": why.strip()[:400]}
+                self.console.print(f"[red]node {index} did not join the run[/]: {why[:200]}")
 
     def kill_one(self) -> int | None:
         if self.kills_stopped:

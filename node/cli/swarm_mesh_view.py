@@ -88,8 +88,12 @@ def summarise(console, report: dict[str, Any]) -> None:
             f"{report.get('final_loss', 0):.4f}; models identical on all nodes: "
             f"{agreement(report.get('state_hashes', []))}"
         )
-        if report.get("ddp_bytes"):
-            ratio = report["ddp_bytes"] / max(1, report["bytes_sent"])
+        if report.get("ddp_bytes") and not report.get("bytes_sent"):
+            console.print(
+                "outer-update traffic: none crossed a link (no member trained beside another)"
+            )
+        elif report.get("ddp_bytes"):
+            ratio = report["ddp_bytes"] / report["bytes_sent"]
             console.print(
                 f"outer-update traffic {report['bytes_sent'] / 1e6:.1f} MB vs data parallel "
                 f"{report['ddp_bytes'] / 1e6:.1f} MB ({ratio:.0f}x less); "

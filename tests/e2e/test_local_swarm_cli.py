@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import psutil
 import pytest
@@ -143,3 +144,23 @@ def test_two_local_swarms_at_once_on_one_machine_each_keep_to_their_own_members(
         assert [f["peers"] for f in report["final"]] == [2, 2, 2], out[-2000:]  # 3 nodes each
         names.add(re.search(r"created run (local-[0-9a-f]{6})", out).group(1))
     assert len(names) == 2
+
+
+def test_a_member_frozen_mid_run_does_not_hold_the_rounds_of_the_others(tmp_path):
+    """SIGSTOP: alive to TCP, its lease live, silent to everything else. After a few rounds
+    in which it kept pace, the others stop waiting for it once its silence is beyond its pace
+    (max(5 s, 3 × its median lag)), not at the 8 s round timeout of every round; thawed, it
+    catches up and the run ends with one model."""
+    supervisor = swarm_local(tmp_path, "--rounds", "14", "--round-timeout", "30")
+    read_until_round(supervisor, 4)
+    frozen = members(supervisor)[2]
+    frozen.suspend()
+    before = time.monotonic()
+    seen = read_until_round(supervisor, 8, timeout=120)  # four rounds while it is frozen
+    frozen_for = time.monotonic() - before
+    frozen.resume()
+    out, _ = supervisor.communicate(timeout=300)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert supervisor.returncode == 0, seen + out[-3000:]
+    assert frozen_for < 4 * 30, f"four rounds took {frozen_for:.0f} s: the round timeout each"
+    assert report["rounds_completed"] == 14 and len(set(report["state_hashes"])) == 1

@@ -109,3 +109,23 @@ def test_an_own_model_trains_by_import_path_and_exports_for_plain_torch(tmp_path
     round_, expected = group_logits(daemons[0].home, runs[0]["run_id"], x)
     assert round_ == 3
     assert torch.equal(torch.tensor(fresh["logits"]), expected)
+
+
+def test_a_local_swarm_of_your_own_model_gives_every_member_the_import_path(tmp_path):
+    """`swarm local --model mymod:build` (the manual's command): the joiners were started
+    without `--model`, refused the run, stayed up as plain nodes while the creator trained alone,
+    and the summary said "models identical on all nodes: yes" of that one model."""
+    report = tmp_path / "report.json"
+    command = "swarm local --nodes 2 --mode diloco --rounds 3 --dataset digits --report".split()
+    done = subprocess.run(
+        [sys.executable, "-m", "peertrain", *command, str(report), "--model", MODEL],
+        cwd=FIXTURES,  # where the user's module is, as for any import path
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:]
+    found = json.loads(report.read_text())
+    assert found["rounds_completed"] == 3 and found["bytes_sent"] > 0
+    assert len(found["state_hashes"]) == 2 and len(set(found["state_hashes"])) == 1
+    assert "models identical on all nodes: yes" in done.stdout
