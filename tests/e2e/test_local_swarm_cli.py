@@ -162,5 +162,6 @@ def test_a_member_frozen_mid_run_does_not_hold_the_rounds_of_the_others(tmp_path
     out, _ = supervisor.communicate(timeout=300)
     report = json.loads((tmp_path / "report.json").read_text())
     assert supervisor.returncode == 0, seen + out[-3000:]
-    assert frozen_for < 4 * 30, f"four rounds took {frozen_for:.0f} s: the round timeout each"
+    # 5 s here; waiting for it took the round timeout (30 s) or its lease (up to 30 s) once
+    assert frozen_for < 20, f"four rounds took {frozen_for:.0f} s while a member was frozen"
     assert report["rounds_completed"] == 14 and len(set(report["state_hashes"])) == 1
