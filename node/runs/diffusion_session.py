@@ -20,6 +20,7 @@ import trio
 from libp2p.abc import IHost
 from peertrain.crdt.replicator import Replicator
 from peertrain.crdt.runstate import RunState
+from peertrain.swarm.checkpoint_files import write_atomic
 
 from ..services.tensor_fetch import fetch_tensor
 from .group_seed import seed_from_group
@@ -41,7 +42,7 @@ GROUP_FILE = "group"  # a restarted member goes back to its group (and its check
 def save_partition(directory: Path, artifact: bytes) -> None:
     """The creator's partition artifact, beside the run's manifest (members fit or fetch it)."""
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    (directory / PARTITION_FILE).write_bytes(artifact)
+    write_atomic(directory / PARTITION_FILE, artifact)
 
 
 def group_run_id(run_id: str, group: str) -> str:
@@ -93,7 +94,7 @@ class DiffusionSession:
             if self.group is None:  # by the sizes the spec names: no data needed to choose
                 sizes = list(self.spec.cluster_sizes) or [1] * self.spec.experts
                 self.group = choose_group(context.state, self.spec, sizes, context.node.peer_id)
-            (context.directory / GROUP_FILE).write_text(self.group + "\n")
+            write_atomic(context.directory / GROUP_FILE, (self.group + "\n").encode())
             log.info("diffusion run %s: training %s", context.run_id[:12], self.group)
             nursery.start_soon(self._announce_loop)  # the next joiner sees our choice at once
             self.phase = "partition"
@@ -126,7 +127,7 @@ class DiffusionSession:
             log.info("fitted partition differs from the run's (%s): fetching it", exc)
             artifact = await self._fetch_partition()
             partition = await trio.to_thread.run_sync(open_partition, self.spec, artifact)
-        path.write_bytes(artifact)
+        write_atomic(path, artifact)
         prepared = await trio.to_thread.run_sync(partition_tensor, artifact)
         self.context.node.tensors.put(prepared, pin=True)
         return partition

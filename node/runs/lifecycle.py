@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from peertrain.swarm.checkpoint_files import write_atomic
 
 from ..services.node_services import NodeServices
 from ..supervision import ServiceHealth, describe
@@ -79,4 +80,4 @@ def quarantine(home: Path, run_id: str, reason: str) -> None:
     """Mark a run so the daemon does not restart it from its saved manifest by itself."""
     path = quarantine_file(home, run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(reason + "\n")
+    write_atomic(path, (reason + "\n").encode())
