@@ -200,6 +200,7 @@ class RunDirectory:
     def __init__(self, node: NodeServices, listings: Callable[[], list[RunListing]]) -> None:
         self.node, self.listings = node, listings
         self._changed = trio.Event()
+        self.listed_names: list[str] = []  # every run name the last `find` saw listed
 
     def changed(self) -> None:
         """Our runs changed: announce now rather than at the next period."""
@@ -247,9 +248,9 @@ class RunDirectory:
         and verified, plus any run a connected peer serves under `query`. `fetch(peer, query)`
         asks one peer (RUN_LOOKUP) and returns (run ID, envelope) or None."""
         found: dict[str, Candidate] = {}
-        listings = [
-            r for r in await self.list_runs(within=within) if matches(query, r["run_id"], r["name"])
-        ]
+        everything = await self.list_runs(within=within)
+        self.listed_names = sorted({r["name"] for r in everything})
+        listings = [r for r in everything if matches(query, r["run_id"], r["name"])]
         for listing in listings[:MAX_CANDIDATES]:
             candidate = Candidate(
                 listing["run_id"], listing["name"], listing["creator"], listing["mode"]

@@ -9,6 +9,7 @@ is refused with the list, because silently picking one let a squatter take a joi
 
 from __future__ import annotations
 
+import difflib
 import logging
 from typing import Annotated
 
@@ -27,6 +28,7 @@ from .directory import RunDirectory, ambiguous
 log = logging.getLogger(__name__)
 
 RUN_LOOKUP = protocol_id("run/lookup", "1.0.0")
+UNKNOWN_AFTER = 10.0  # seconds a name is looked for while the DHT lists only other runs
 
 
 @message("node/run-lookup", max_size=512)
@@ -49,9 +51,11 @@ class RunFinder:
         ControlError listing the candidates when several runs match, or none within `within`."""
         with trio.move_on_after(min(within, 10.0)):  # a DHT without peers yet knows no runs
             await self.node.dht.dht.wait_bootstrapped()
+        nothing_since: float | None = None
         with trio.move_on_after(within):
             while True:
                 candidates = await self.directory.find(query, self.fetch)
+                nothing_since = self._unknown(query, candidates, nothing_since)
                 # a listing whose manifest nobody served is a claim: it cannot make a name
                 # ambiguous (one fake entry naming itself creator blocked every join by name)
                 verified = [c for c in candidates if c.envelope is not None]
@@ -62,7 +66,31 @@ class RunFinder:
                     assert found.envelope is not None
                     return found.run_id, found.envelope, found.seeds
                 await trio.sleep(0.5)
-        raise ControlError(f"no peer knows a run named or with ID {query!r} (after {within:.0f} s)")
+        raise ControlError(
+            f"no peer knows a run named or with ID {query!r} (after {within:.0f} s)"
+            + self._near(query)
+        )
+
+    def _unknown(self, query: str, candidates: list, since: float | None) -> float | None:
+        """Give up early on a name nobody knows: the DHT lists other runs (it works) and none
+        matched for `UNKNOWN_AFTER` seconds (a run just created is listed within seconds). It
+        cost a whole join timeout (60 s) before, though `run list` answers in a fraction of a
+        second. Returns when the listings first said nothing, or raises."""
+        if candidates or not self.directory.listed_names:
+            return None
+        now = trio.current_time()
+        if since is not None and now - since >= UNKNOWN_AFTER:
+            raise ControlError(
+                f"no run named or with ID {query!r} is listed (after {now - since:.0f} s)"
+                + self._near(query)
+            )
+        return now if since is None else since
+
+    def _near(self, query: str) -> str:
+        near = difflib.get_close_matches(query, self.directory.listed_names, n=3)
+        if near:
+            return f"; did you mean {', '.join(map(repr, near))}? (`peertrain run list`)"
+        return "; `peertrain run list` shows the runs the DHT lists"
 
     async def fetch(self, peer: str, query: str) -> tuple[str, bytes] | None:
         """Ask `peer` (connecting through the DHT if need be) for the run `query`; the caller

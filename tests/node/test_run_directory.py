@@ -3,6 +3,7 @@ labels, anything malformed skipped; a query means a run by name, whole ID or ID 
 
 from __future__ import annotations
 
+import pytest
 from peertrain.dht import Record, runs_key
 from peertrain.node.net.names import friendly_name
 from peertrain.node.runs.directory import (
@@ -120,3 +121,19 @@ async def test_one_fake_listing_cannot_block_a_join_by_name():
                 await trio.sleep(0.2)
             run_id, _, seeds = await victim.runs.finder.find_one("twin", within=10)
         assert run_id == manifest.run_id and creator.services.peer_id in seeds
+
+
+async def test_an_unknown_run_name_is_refused_in_seconds_with_the_names_it_may_mean():
+    """It cost the whole join timeout (60 s) before "no peer knows…", with no suggestion,
+    though `run list` answered at once."""
+    import trio
+    from peertrain.node.errors import ControlError
+    from peertrain.testing import open_test_swarm
+
+    async with open_test_swarm(2) as (lister, victim):
+        entry = announce_entry([listing(name="stdlib-gpt", creator=lister.services.peer_id)])
+        await lister.services.dht.dht.put(runs_key(), entry, ttl=600)
+        started = trio.current_time()
+        with pytest.raises(ControlError, match=r"did you mean 'stdlib-gpt'\?"):
+            await victim.runs.finder.find_one("stdlib-gtp", within=60)
+        assert trio.current_time() - started < 30
