@@ -16,6 +16,7 @@ from .commands import (
     cmd_id,
     cmd_join,
     cmd_node_start,
+    cmd_node_stop,
     cmd_run_create,
     cmd_run_export,
     cmd_run_join,
@@ -110,6 +111,8 @@ def _add_node_commands(
     _json_and_handler(p, cmd_id)
 
     node = commands.add_parser("node", help="run a node").add_subparsers(metavar="ACTION")
+    p = node.add_parser("stop", parents=[home], help="stop the daemon of this home and wait")
+    p.set_defaults(handler=cmd_node_stop)
     p = node.add_parser("start", parents=[daemon], help="run the daemon in the foreground")
     p.set_defaults(handler=cmd_node_start)
 

@@ -84,6 +84,19 @@ def test_a_signal_ends_the_daemon_within_5s_cleanly(tmp_path, signum):
         bootstrap.stop()
 
 
+def test_node_stop_ends_the_daemon_of_its_home_and_waits_for_it(tmp_path):
+    node = DaemonProcess(tmp_path / "node", node_args()).start()
+    try:
+        name = node.wait_ready()["name"]
+        result = peertrain("node", "stop", "--home", str(tmp_path / "node"))
+        assert result.returncode == 0 and f"stopped {name}" in result.stdout
+        assert node.process.wait(timeout=5) == 0 and not node.control_socket.exists()
+    finally:
+        node.stop()
+    again = peertrain("node", "stop", "--home", str(tmp_path / "node"), check=False)
+    assert again.returncode != 0 and "no daemon is running" in again.stderr
+
+
 def test_status_without_a_daemon_fails_clearly(tmp_path):
     result = peertrain("status", "--home", str(tmp_path), check=False)
     assert result.returncode != 0 and "no daemon is running" in result.stderr
