@@ -16,7 +16,6 @@ from .commands import (
     cmd_id,
     cmd_join,
     cmd_node_start,
-    cmd_node_stop,
     cmd_run_create,
     cmd_run_export,
     cmd_run_join,
@@ -27,6 +26,7 @@ from .commands import (
     cmd_swarm_local,
 )
 from .invite_commands import cmd_run_invite, cmd_run_revoke
+from .node_stop import cmd_node_stop
 from .options import add_budget_options, add_role_options, add_run_options
 
 

@@ -43,7 +43,7 @@ class GossipRound:
     payloads: dict[str, bytes] = field(default_factory=dict)  # sender → verified payload
     # sender → (failed fetches, the last one's error): why a round closed without an update
     failures: dict[str, tuple[int, str]] = field(default_factory=dict)
-    # sender → when its own announcement first arrived (trio time): its lag, for round_pace.py
+    # sender → when its payload was in (trio time): its lag, for round_pace.py
     arrived: dict[str, float] = field(default_factory=dict)
     # sender → why this round no longer waits for it (round_pace.py): it left, or fell silent
     dropped: dict[str, str] = field(default_factory=dict)
@@ -62,7 +62,6 @@ class GossipRound:
             if not _room(list(self.announced), MAX_SENDERS, ann.sender, member, self._forget):
                 return
             self.announced[ann.sender] = ann
-            self.arrived[ann.sender] = trio.current_time()
         own = self.announced.get(ann.sender)
         if own is None or own.checksum != ann.checksum:
             return
@@ -77,7 +76,6 @@ class GossipRound:
         """A stranger's announcement makes room for a member's (it was never pulled: only
         members' updates are)."""
         ann = self.announced.pop(sender)
-        self.arrived.pop(sender, None)
         self.holders.pop(ann.checksum, None)
 
     def left(self, peer: str) -> None:
@@ -89,11 +87,10 @@ class GossipRound:
 
     def waiting_for(self, expected: set[str], pace: RoundPace, now: float) -> set[str]:
         """Of the `expected` members, those whose updates are not in and who are still waited
-        for: one silent beyond its pace is dropped here."""
+        for: one whose update is not in beyond its pace is dropped here."""
         waiting = expected - set(self.payloads) - set(self.dropped)
-        silent = waiting - set(self.announced)
-        if silent and self.arrived:
-            overdue = pace.overdue(silent, min(self.arrived.values()), now)
+        if waiting and self.arrived:  # announced or not: a frozen sender serves nothing either
+            overdue = pace.overdue(waiting, min(self.arrived.values()), now)
             self.dropped.update(overdue)
             waiting -= set(overdue)
         return waiting

@@ -11,12 +11,13 @@ neither about someone else:
   had stays, since any holder may still serve its payload. No later round waits for it either
   until a connection to it opens again (`back`): its lease lives on for 30 s. A member whose
   process was killed loses its connections at once (the kernel closes them).
-- silence beyond its pace: each member's lag (how long after a round's first update its own
-  announcement arrives) is kept for the last `PACE_ROUNDS` rounds. One silent for longer than
-  max(`PACE_FLOOR`, `PACE_FACTOR` × its median lag) after the round's first update is not waited
-  for: a frozen process (SIGSTOP, a swapping laptop) keeps its connections and lease but says
-  nothing. Until a member has `PACE_MIN_SAMPLES` lags nothing explains its silence, and the
-  round waits for it until the deadline.
+- silence beyond its pace: each member's lag (how long after a round's first update its own is
+  in, announced and fetched) is kept for the last `PACE_ROUNDS` rounds. One whose update is not
+  in for longer than max(`PACE_FLOOR`, `PACE_FACTOR` × its median lag) after the round's first
+  is not waited for: a frozen process (SIGSTOP, a swapping laptop) keeps its connections and
+  lease but says nothing, and serves nothing it announced before it froze (its fetch hangs).
+  Until a member has `PACE_MIN_SAMPLES` lags nothing explains its silence, and the round waits
+  for it until the deadline.
 
 Dropping is for the open round only, and changes nothing about who may send: an update that
 arrives before the round closes still counts. Dropping a member that was merely slow costs it
@@ -55,7 +56,7 @@ class RoundPace:
         self.gone.pop(peer, None)
 
     def closed(self, arrivals: dict[str, float], counted: set[str]) -> None:
-        """A round closed; `arrivals`: sender → when its announcement arrived (trio time).
+        """A round closed; `arrivals`: sender → when its update was in (trio time).
         Only counted members' lags are kept: a stranger's announcements cost no table slot."""
         if not arrivals:
             return
@@ -78,7 +79,7 @@ class RoundPace:
         return max(PACE_FLOOR, PACE_FACTOR * statistics.median(lags))
 
     def overdue(self, silent: set[str], first: float, now: float) -> dict[str, str]:
-        """Of the `silent` members (no announcement yet), those silent beyond their pace, each
+        """Of the `silent` members (no update in yet), those silent beyond their pace, each
         with why."""
         out = {}
         for sender in sorted(silent):

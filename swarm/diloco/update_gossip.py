@@ -129,8 +129,7 @@ class UpdateGossip:
         self.bytes_fetched = 0
         self.records = RoundRecords(run_id=run_id, key_pair=key_pair)  # share the topic
         self._own: dict[int, dict[str, Repeat]] = {}  # round → our announcement, record
-        # told of each payload of the round as it is in (ours first), while the others are
-        # still arriving: the member checks and measures it then (DiLoCoMember.admit)
+        # told of each payload as it is in (ours first): the member checks it then (admit)
         self.on_payload: Callable[[str, bytes], Awaitable[None]] | None = None
 
     # -- inbound --------------------------------------------------------------------------------
@@ -200,7 +199,7 @@ class UpdateGossip:
             if (state := self._round(self.current_round)) is not None:
                 state.left(peer)
 
-    def back(self, peer: str) -> None:
+    def back(self, peer: str) -> None:  # a connection to `peer` opened
         self.pace.back(peer)
 
     # -- one round ------------------------------------------------------------------------------
@@ -372,6 +371,7 @@ class UpdateGossip:
                 tries = 0
                 continue
             state.payloads[ann.sender] = payload
+            state.arrived.setdefault(ann.sender, trio.current_time())
             self.bytes_fetched += len(payload)
             fetching.discard(ann.sender)
             state.changed.set()  # the round may close now; telling others we hold it can follow
