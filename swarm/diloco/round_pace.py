@@ -37,7 +37,7 @@ PACE_MIN_SAMPLES = 3  # lags a member needs before its silence can drop it
 PACE_FLOOR = 5.0
 PACE_FACTOR = 3.0  # × a member's median lag
 MAX_PACED = 1024  # members whose lags are kept (the counted group is at most 64; oldest go)
-MAX_GONE = 1024  # departed peers remembered, the oldest forgotten first
+MAX_GONE = 1024  # departed members remembered (only members: strangers would evict them)
 
 
 class RoundPace:

@@ -194,7 +194,7 @@ class UpdateGossip:
 
     def left(self, peer: str) -> None:
         """The node's last connection to `peer` closed (round_pace.py)."""
-        if peer != self.me:
+        if peer != self.me and self.is_member(peer):  # fresh keys come and go for free
             self.pace.left(peer)
             if (state := self._round(self.current_round)) is not None:
                 state.left(peer)

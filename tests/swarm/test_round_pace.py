@@ -100,3 +100,20 @@ async def test_a_member_that_left_is_not_waited_for_in_later_rounds_until_it_is_
     started = trio.current_time()
     await run_round(members, round_=2, deadline=20.0)
     assert trio.current_time() - started >= 20.0
+
+
+async def test_fresh_keys_that_come_and_go_cannot_push_a_departed_member_out_of_the_gone_table(
+    group, autojump_clock
+):
+    """Peer IDs are free: connections of fresh keys opened and closed in the thousands must not
+    evict a departed member's entry, or rounds would wait for it again."""
+    members = [group.add() for _ in range(2)]
+    killed = group.add()
+    for member in members:
+        member.left(killed.me)
+        for index in range(3000):
+            member.left(f"12D3KooWstranger{index}")
+    started = trio.current_time()
+    await run_round(members, round_=0, deadline=60.0)
+    assert trio.current_time() - started < 1.0
+    assert all(len(m.pace.gone) <= 64 for m in members)
