@@ -5,7 +5,7 @@ Arms, on fresh daemons each, one after another (the same machine load for all):
   local    every daemon trains alone in a run of its own (no communication: the floor);
   diloco   one run of all W, the whole model's update every H steps (the plain driver);
   stream   one run of all W with P fragments, τ steps of overlap (the Streaming driver).
-Each member's `status` gives its totals (swarm/diloco/progress.py timing): inner steps, seconds
+Each member's `status` gives its totals (group/progress.py timing): inner steps, seconds
 of torch work, wall seconds from each round's first inner step to its agreement. Wall time per
 100 inner steps and the idle fraction (1 − compute/wall) are means over the members.
 """

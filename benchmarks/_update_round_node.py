@@ -16,7 +16,7 @@ from typing import Any
 
 import trio
 from peertrain.node.runs.update_exchange import NodeTensors, UpdateTransport, open_update_exchange
-from peertrain.swarm.diloco.payload_source import Admissions
+from peertrain.swarm.exchange.payload_source import Admissions
 
 RUN_ID = "bench-update-round"
 CODEC = "int8"
@@ -124,9 +124,9 @@ class RoundCompute:
         import torch
         from peertrain.swarm.aggregation import build_aggregator
         from peertrain.swarm.aggregation.validation import RUN_MAX_NORM_RATIO
-        from peertrain.swarm.diloco.compression import ErrorFeedbackEncoder, ProtocolCodec
-        from peertrain.swarm.diloco.config import OuterConfig
-        from peertrain.swarm.diloco.outer_step import NesterovOuterOptimizer
+        from peertrain.swarm.diloco.member.config import OuterConfig
+        from peertrain.swarm.diloco.member.outer_step import NesterovOuterOptimizer
+        from peertrain.swarm.exchange.codec import ErrorFeedbackEncoder, ProtocolCodec
 
         self.numel = numel
         self.delta = torch.randn(numel, generator=torch.Generator().manual_seed(seed)).mul_(1e-3)
@@ -147,7 +147,7 @@ class RoundCompute:
         return self.encoder.encode(self.delta)
 
     def apply(self, contributions) -> float:
-        from peertrain.swarm.diloco.member import apply_contributions
+        from peertrain.swarm.diloco.member.member import apply_contributions
 
         accepted, rejected, norm = apply_contributions(
             contributions,
@@ -171,7 +171,7 @@ class RoundCompute:
         payload), to compare the member's encode with."""
         import torch
         from peertrain.protocol.error_feedback import ErrorFeedback
-        from peertrain.swarm.diloco.exchange import Contribution
+        from peertrain.swarm.exchange.interface import Contribution
 
         self.encode()  # a member's first encode of a session; every later round's is timed
         cpu0, t0 = time.process_time(), time.perf_counter()
@@ -225,7 +225,7 @@ class BenchNode:
     async def joined(self, members: Iterable[str], seed: int) -> AsyncIterator[BenchNode]:
         """The member-side state, then the run's update exchange open as in a session (the
         encoder writing into its recycled buffers), the receive buffers faulted in."""
-        from peertrain.swarm.diloco.compression import ProtocolCodec
+        from peertrain.swarm.exchange.codec import ProtocolCodec
 
         self.members = set(members)
         self.compute = await trio.to_thread.run_sync(

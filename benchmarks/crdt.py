@@ -139,7 +139,7 @@ async def memory_arm(name: str, n: int, faults: Faults, trials: int, seed: int) 
 
 async def libp2p_arm(n: int, trials: int, seed: int, settle: float) -> ArmResult:
     """Real daemons: the replicators use the node's gossip and sync RPC, as RunSession does."""
-    from peertrain.node.runs.session import SyncExchange
+    from peertrain.node.runs.run_sync import SyncExchange
     from peertrain.testing import open_test_swarm
 
     class _Registered:  # what the daemon's sync dispatcher needs of a session

@@ -51,7 +51,7 @@ from peertrain.swarm.diloco import (
     StreamingConfig,
     StreamingMember,
 )
-from peertrain.swarm.diloco.streaming_loop import StreamingLoop
+from peertrain.swarm.diloco.group.streaming_loop import StreamingLoop
 from peertrain.swarm.models import GPTConfig, count_parameters
 from peertrain.testing.memory_router import open_memory_router
 from peertrain.testing.streaming_group import fragment_gossip

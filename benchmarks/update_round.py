@@ -107,7 +107,7 @@ def node_process(
     # torch and the update gossip load before the roster, as a session's node has them when its
     # run starts: imported on the event loop while the others dial us, they stall the handshakes
     # for seconds, and a pubsub hello lost then leaves the mesh unformed (the setup never ends)
-    import peertrain.swarm.diloco.update_gossip  # noqa: F401
+    import peertrain.swarm.exchange.gossip  # noqa: F401
 
     try:
         trio.run(_node_main, index, numel, peers, Path(home), conn, profile, aggregator)
@@ -363,7 +363,7 @@ def main() -> None:
     args = _arguments()
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger().addHandler(TALLY)
-    from peertrain.swarm.diloco.compression import ProtocolCodec
+    from peertrain.swarm.exchange.codec import ProtocolCodec
 
     nbytes = ProtocolCodec(CODEC).payload_bytes(args.numel)
     load0 = os.getloadavg()[0]

@@ -1,6 +1,6 @@
 """Files of content-addressed checkpoints: blake2b names, atomic writes, crash leftovers.
 
-Shared by DiLoCo member checkpoints (diloco/checkpoint.py), SWARM stage checkpoints
+Shared by DiLoCo member checkpoints (diloco/member/checkpoint.py), SWARM stage checkpoints
 (pipeline/checkpoint.py) and the node's own files of a run (manifest, certificate, data path):
 every durable write goes through `write_atomic` (tests/hostile/test_kill_points.py kills a writer
 at each of its steps). A file is written under a temporary name, fsynced, renamed and its

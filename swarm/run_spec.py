@@ -4,7 +4,7 @@ A run's spec is the manifest's opaque `spec` (crdt/manifest.py), and the manifes
 the hash of its bytes, so a spec must encode canonically: msgpack of a key-sorted map, with no
 floats that differ by platform (plain Python floats round-trip exactly). Decoding is strict:
 unknown fields and invalid values are a `DecodeError`, as for any untrusted bytes. The DiLoCo
-spec (diloco/run_spec.py) and the pipeline spec (pipeline/run_spec.py) add their own fields.
+spec (diloco/member/run_spec.py) and the pipeline spec (pipeline/run_spec.py) add their own fields.
 """
 
 from __future__ import annotations

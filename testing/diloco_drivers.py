@@ -28,14 +28,15 @@ from peertrain.crdt.manifest import RunManifest, sign_manifest
 from peertrain.crdt.replicator import Penalty, Replicator, ReplicatorConfig
 from peertrain.crdt.runstate import RunState
 from peertrain.protocol.tensors import PreparedTensor, TensorDownload
-from peertrain.swarm.diloco.build import build_member
-from peertrain.swarm.diloco.checkpoint import CheckpointStore
-from peertrain.swarm.diloco.driver import DiLoCoDriver
-from peertrain.swarm.diloco.member import DiLoCoMember
-from peertrain.swarm.diloco.run_spec import DiLoCoSpec
-from peertrain.swarm.diloco.streaming import StreamingMember
-from peertrain.swarm.diloco.streaming_driver import StreamingDriver
-from peertrain.swarm.diloco.update_gossip import UpdateGossip
+from peertrain.swarm.diloco.adversary import adversary_for
+from peertrain.swarm.diloco.group.driver import DiLoCoDriver
+from peertrain.swarm.diloco.group.streaming_driver import StreamingDriver
+from peertrain.swarm.diloco.member.build import build_member
+from peertrain.swarm.diloco.member.checkpoint import CheckpointStore
+from peertrain.swarm.diloco.member.member import DiLoCoMember
+from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
+from peertrain.swarm.diloco.member.streaming import StreamingMember
+from peertrain.swarm.exchange.gossip import UpdateGossip
 
 from .crdt_network import MemoryRouter
 from .waiting import wait_until
@@ -206,7 +207,7 @@ class DriverGroup:
         slowdown: float = 1.0,
     ) -> Peer:
         """A member with a running driver: honest, or with one `attack` on (swarm/attacks.py,
-        swarm/diloco/hostile_states.py); its checkpoints in `checkpoints` (a new member on an
+        diloco/adversary/); its checkpoints in `checkpoints` (a new member on an
         old member's store is that member restarted). A Streaming DiLoCo spec gets a
         StreamingDriver, its inner steps `slowdown` times as slow."""
         peer = await self._replica(key_pair or create_new_key_pair())
@@ -234,7 +235,7 @@ class DriverGroup:
             addrs=lambda: [],
             on_penalty=lambda p, why: self.penalties.append((p, why)),
             certificate=certificate,
-            attack=attack,
+            adversary=adversary_for(attack),
             checkpoints=checkpoints,
         )
         self.members.append(peer)

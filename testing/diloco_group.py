@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from peertrain.swarm.diloco.errors import RoundFailed
-from peertrain.swarm.diloco.exchange import Contribution
-from peertrain.swarm.diloco.member import DiLoCoMember, RoundReport
+from peertrain.swarm.diloco.member.member import DiLoCoMember, RoundReport
+from peertrain.swarm.exchange.interface import Contribution
 
 
 class LocalGroup:

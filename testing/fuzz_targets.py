@@ -55,8 +55,8 @@ from peertrain.protocol.tensor_transfer import (
     serve_tensor_request,
 )
 from peertrain.protocol.tensors import prepare_tensor
-from peertrain.swarm.diloco.round_record import RECORD_DOMAIN, RoundRecord
-from peertrain.swarm.diloco.update_gossip import DOMAIN, UpdateAnnouncement, UpdateGossip
+from peertrain.swarm.exchange.gossip import DOMAIN, UpdateAnnouncement, UpdateGossip
+from peertrain.swarm.exchange.round_record import RECORD_DOMAIN, RoundRecord
 
 from .byte_streams import TrioByteStream
 from .crdt_network import new_run

@@ -29,7 +29,7 @@ from peertrain.node.runs.update_exchange import update_topic
 from peertrain.node.services.gossip import Gossip
 from peertrain.protocol.envelope import seal
 from peertrain.protocol.messages import encode
-from peertrain.swarm.diloco.update_gossip import DOMAIN, UpdateAnnouncement
+from peertrain.swarm.exchange.gossip import DOMAIN, UpdateAnnouncement
 
 from .attacks import Attacker, AttackReport
 

@@ -1,4 +1,4 @@
-"""One node of two ranks (swarm/diloco/intra_node.py) in a DiLoCo group, as real processes.
+"""One node of two ranks (swarm/diloco/member/intra_node.py) in a DiLoCo group, as real processes.
 
 `python -m peertrain.testing.intra_node --rank R --world N --port P --out DIR` runs rank R: rank 0
 is member "a" of a two-member group whose other member "b" lives in the same process (the
@@ -14,10 +14,10 @@ import dataclasses
 from pathlib import Path
 
 import torch
-from peertrain.swarm.diloco.build import build_member, run_follower
-from peertrain.swarm.diloco.flat import ParamLayout
-from peertrain.swarm.diloco.intra_node import IntraNode
-from peertrain.swarm.diloco.run_spec import DiLoCoSpec
+from peertrain.swarm.diloco.member.build import build_member, run_follower
+from peertrain.swarm.diloco.member.flat import ParamLayout
+from peertrain.swarm.diloco.member.intra_node import IntraNode
+from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
 
 from .diloco_group import LocalGroup
 

@@ -36,7 +36,7 @@ from typing import Any
 
 
 def _certificate() -> tuple[Callable, Callable, Callable]:
-    from peertrain.node.runs.invites import load_certificate, save_certificate
+    from peertrain.node.runs.certificate_file import load_certificate, save_certificate
 
     return (
         lambda d: save_certificate(d, b"old certificate " * 64),
@@ -77,8 +77,8 @@ def _identity() -> tuple[Callable, Callable, Callable]:
 
 def _checkpoint() -> tuple[Callable, Callable, Callable]:
     import torch
-    from peertrain.swarm.diloco.checkpoint import CheckpointStore
-    from peertrain.swarm.diloco.member import MemberState
+    from peertrain.swarm.diloco.member.checkpoint import CheckpointStore
+    from peertrain.swarm.diloco.member.member import MemberState
 
     def state(round_: int) -> MemberState:
         params = {"w": torch.full((4096,), float(round_))}

@@ -3,7 +3,7 @@
 `MemoryRouter` connects many peers in one process; each peer's `MemoryEndpoint` implements
   - the CRDT replicator's `PubSub` and `Exchange` (crdt/transport.py), and
   - through `endpoint.group(topic)`, the update gossip's `GroupTransport`
-    (swarm/diloco/update_gossip.py): announce on a topic, serve payloads by checksum, fetch them
+    (swarm/exchange/gossip.py): announce on a topic, serve payloads by checksum, fetch them
     from holders.
 Faults come from `Faults`, drawn from one seeded `random.Random`: each pubsub delivery may be
 dropped, duplicated, delayed and held back (so later messages overtake it); a request, its reply

@@ -1,6 +1,6 @@
 """Gossipsub's mesh on the simulated Internet, behind the transports our replication and update
 gossip are written against: the CRDT replicator's `PubSub` and `Exchange` (crdt/transport.py) and
-the update gossip's `GroupTransport` (swarm/diloco/update_gossip.py), as `MemoryRouter` offers
+the update gossip's `GroupTransport` (swarm/exchange/gossip.py), as `MemoryRouter` offers
 them in memory, but with mesh forwarding, link costs (sim_net.py) and counters.
 
 Gossipsub is libp2p's, so it is modelled, not run: every subscriber has mesh peers (each node
@@ -9,7 +9,7 @@ the publisher's mesh peers, and each receiver runs the topic validator (our code
 once (seen by content hash) and forwards it to its mesh peers but the one it came from.
 IHAVE/IWANT gossip is left out: what eager push loses, our anti-entropy repairs, and that runs
 for real. Anti-entropy partners are the mesh peers: the connected run members a node syncs with
-(node/runs/session.py `SyncExchange`).
+(node/runs/run_sync.py `SyncExchange`).
 """
 
 from __future__ import annotations

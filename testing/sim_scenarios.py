@@ -25,7 +25,7 @@ from libp2p.peer.id import ID
 from peertrain.crdt.replicator import Replicator
 from peertrain.crdt.runstate import RunState
 from peertrain.dht import DhtConfig, peer_record_key
-from peertrain.swarm.diloco.update_gossip import UpdateGossip
+from peertrain.swarm.exchange.gossip import UpdateGossip
 
 from .crdt_network import new_run
 from .sim_dht import GetResult, open_sim_dht

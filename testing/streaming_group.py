@@ -15,11 +15,11 @@ from dataclasses import dataclass
 import trio
 from libp2p.crypto.keys import KeyPair
 from libp2p.peer.id import ID
-from peertrain.swarm.diloco.compression import Payload
-from peertrain.swarm.diloco.exchange import Contribution
-from peertrain.swarm.diloco.streaming import FragmentReport, StreamingMember
-from peertrain.swarm.diloco.streaming_loop import FragmentExchange
-from peertrain.swarm.diloco.update_gossip import UpdateGossip
+from peertrain.swarm.diloco.group.streaming_loop import FragmentExchange
+from peertrain.swarm.diloco.member.streaming import FragmentReport, StreamingMember
+from peertrain.swarm.exchange.codec import Payload
+from peertrain.swarm.exchange.gossip import UpdateGossip
+from peertrain.swarm.exchange.interface import Contribution
 
 from .memory_router import MemoryRouter
 

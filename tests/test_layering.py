@@ -127,3 +127,115 @@ def test_no_product_layer_imports_the_testing_package():
                 if module == "peertrain.testing" or module.startswith("peertrain.testing."):
                     offenders.append(f"{path.relative_to(ROOT)}:{lineno} imports {module}")
     assert not offenders, "\n".join(offenders)
+
+
+# Inside swarm/ the update exchange sits under the DiLoCo member, the member under its group,
+# and simulated attackers on top: a level imports only levels at or below its own. Modules not
+# listed (swarm/'s own, models/, data/) are the base every level may use; package __init__s are
+# facades that re-export and are not checked.
+SWARM_ORDER = [
+    ("peertrain.swarm.aggregation", 1),
+    ("peertrain.swarm.exchange", 2),
+    ("peertrain.swarm.diloco.errors", 3),
+    ("peertrain.swarm.diloco.member", 3),
+    ("peertrain.swarm.diloco.group", 4),
+    ("peertrain.swarm.diloco.adversary", 5),
+    ("peertrain.swarm.diffusion", 6),
+    ("peertrain.swarm.pipeline", 6),
+]
+
+
+def _swarm_level(module: str) -> int:
+    for prefix, level in SWARM_ORDER:
+        if module == prefix or module.startswith(prefix + "."):
+            return level
+    return 0
+
+
+def swarm_upward_imports(root: Path = ROOT) -> list[str]:
+    found: dict[str, str] = {}  # "path:line" -> the module named there (the shortest name)
+    for path in sorted((root / "swarm").rglob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        mine = _swarm_level(".".join(["peertrain", *path.relative_to(root).with_suffix("").parts]))
+        for lineno, module in _absolute_imports(path, root):
+            if module.startswith("peertrain.swarm.") and _swarm_level(module) > mine:
+                where = f"{path.relative_to(root)}:{lineno}"
+                found[where] = min(found.get(where, module), module, key=len)
+    return sorted(f"{where} imports {module}" for where, module in found.items())
+
+
+def test_swarm_levels_import_only_downwards():
+    violations = swarm_upward_imports()
+    assert not violations, "\n".join(violations)
+
+
+def test_a_driver_importing_its_attacker_is_caught(tmp_path):
+    (tmp_path / "swarm" / "diloco" / "group").mkdir(parents=True)
+    (tmp_path / "swarm" / "diloco" / "group" / "driver.py").write_text(
+        "from peertrain.swarm.diloco.adversary.forger import Forger\n"
+    )
+    assert swarm_upward_imports(tmp_path) == [
+        "swarm/diloco/group/driver.py:1 imports peertrain.swarm.diloco.adversary.forger"
+    ]
+
+
+def _modules(root: Path) -> dict[str, Path]:
+    found = {}
+    for layer in [*ALLOWED, "testing"]:
+        for path in sorted((root / layer).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(["peertrain", *parts])] = path
+    return found
+
+
+def import_circles(root: Path = ROOT) -> list[list[str]]:
+    """Every strongly connected set of two or more modules (Tarjan), TYPE_CHECKING included."""
+    modules = _modules(root)
+    graph = {
+        name: sorted({m for _, m in _absolute_imports(path, root) if m in modules} - {name})
+        for name, path in modules.items()
+    }
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while (w := stack.pop()) != v:
+                component.append(w)
+            if component:
+                circles.append(sorted([v, *component]))
+
+    for name in graph:
+        if name not in index:
+            visit(name)
+    return circles
+
+
+def test_no_import_circles():
+    circles = import_circles()
+    assert not circles, "\n".join(" <-> ".join(c) for c in circles)
+
+
+def test_a_circle_through_a_type_hint_is_found(tmp_path):
+    (tmp_path / "swarm" / "exchange").mkdir(parents=True)
+    (tmp_path / "swarm" / "exchange" / "gossip.py").write_text("from .gossip_round import Round\n")
+    (tmp_path / "swarm" / "exchange" / "gossip_round.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .gossip import Gossip\n"
+    )
+    assert import_circles(tmp_path) == [
+        ["peertrain.swarm.exchange.gossip", "peertrain.swarm.exchange.gossip_round"]
+    ]

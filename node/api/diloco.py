@@ -6,7 +6,7 @@
         diloco.step(loss)   # every 20th call: exchange with the group, θ_global now in `model`
 
 The process runs an embedded node (embedded.py) whose run's member is built around the user's
-model and whose inner loop is the user's (swarm/diloco/external.py): `step()` counts their
+model and whose inner loop is the user's (swarm/diloco/member/external.py): `step()` counts their
 optimizer steps, and at H hands the model to the driver, which computes Δ = θ_global − θ_local,
 exchanges it (int8 by default, robust aggregation), takes the outer Nesterov step and hands the
 model back holding θ_global. The run's spec names the model by a fingerprint of its parameter
@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 from peertrain.swarm.diloco.errors import DiLoCoError
-from peertrain.swarm.diloco.external import StepHandshake, build_external_member
+from peertrain.swarm.diloco.member.external import StepHandshake, build_external_member
 from peertrain.swarm.models import count_parameters, external_model_name
 from torch import nn
 
@@ -38,7 +38,7 @@ class DiLoCo:
     `create=False`). `node`: a started `peertrain.Node` to use, e.g. to print its address before
     the group forms (default: one started here with `listen` and `peers`; then `close()` stops
     it). `run_settings`: any other DiLoCo run setting (rounds, min_members, codec,
-    aggregator, outer_lr, outer_momentum, round_timeout, start_timeout; swarm/diloco/run_spec.py),
+    aggregator, outer_lr, outer_momentum, round_timeout, start_timeout; diloco/member/run_spec.py),
     used when this process creates the run. `eval_fn(model) -> loss` evaluates θ_global after
     each round for status (default: the mean of the losses passed to `step`). `timeout`: the
     longest `step()` waits for the group at the end of a round (or the constructor for a start).

@@ -1,5 +1,5 @@
 """A follower rank of a `--ranks N` node: no network, no home; it trains each DiLoCo run that
-rank 0 (the daemon) sends it, as rank 0 commands (swarm/diloco/intra_node.py), until killed."""
+rank 0 (the daemon) sends it, as rank 0 commands (diloco/member/intra_node.py), until killed."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import time
 
 
 def main() -> None:
-    from peertrain.swarm.diloco.build import run_follower
-    from peertrain.swarm.diloco.intra_node import IntraNode, serve_jobs
-    from peertrain.swarm.diloco.run_spec import DiLoCoSpec
+    from peertrain.swarm.diloco.member.build import run_follower
+    from peertrain.swarm.diloco.member.intra_node import IntraNode, serve_jobs
+    from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
 
     parser = argparse.ArgumentParser(prog="peertrain rank follower")
     for name in ("--rank", "--world", "--port"):

@@ -3,7 +3,7 @@
 The daemon starts the N-1 followers (`python -m peertrain.node.cli.rank_follower`, no network
 of their own, their output in the daemon's), joins their torch.distributed group on a loopback
 port, and lends the group to one DiLoCo run at a time (node/runs/ranks.py). Followers end with
-the daemon. Design: swarm/diloco/intra_node.py.
+the daemon. Design: swarm/diloco/member/intra_node.py.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ..errors import NodeError
 
 def start_ranks(config: Any) -> tuple[Any, list[subprocess.Popen]]:
     """Start the followers and meet them: (RankLease, follower processes)."""
-    from peertrain.swarm.diloco.intra_node import IntraNode, RankLease
+    from peertrain.swarm.diloco.member.intra_node import IntraNode, RankLease
 
     port = _free_port()
     followers = [subprocess.Popen(_follower_command(config, rank, port))
@@ -67,7 +67,7 @@ def stop_ranks(lease: Any, followers: list[subprocess.Popen]) -> None:
 
 
 def _goodbye(node: Any) -> None:
-    from peertrain.swarm.diloco.intra_node import send_job
+    from peertrain.swarm.diloco.member.intra_node import send_job
 
     try:
         send_job(node, None)

@@ -285,7 +285,7 @@ class MeshSwarm:
         return out
 
     def _training_report(self) -> dict[str, Any]:
-        from peertrain.swarm.diloco.traffic import data_parallel_bytes
+        from peertrain.swarm.exchange.traffic import data_parallel_bytes
 
         honest = len(self.statuses) - self.options.byzantine
         runs = [  # what honest members still in the swarm end with
@@ -319,7 +319,7 @@ class MeshSwarm:
     def _rounds_alone(self) -> int:
         """Rounds any member closed with its own update alone while others were live, over
         all its lives (a restart forgets its count; its log, appended to, does not)."""
-        from peertrain.swarm.diloco.driver import ROUND_ALONE
+        from peertrain.swarm.diloco.group.driver import ROUND_ALONE
 
         marker = f'"event": "{ROUND_ALONE}"'
         return sum(

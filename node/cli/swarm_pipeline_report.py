@@ -6,10 +6,16 @@ are computed from the last good status of every daemon.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from .swarm_pipeline import PipelineSwarm
+
+class PipelineSwarm(Protocol):
+    """What the report reads of a local pipeline swarm (swarm_pipeline.py)."""
+
+    options: Any  # PipelineLocalOptions
+    killed: dict[str, Any] | None
+    stage_sizes: list[dict[str, Any]]
+    started_wall: float
 
 
 def pipeline_report(swarm: PipelineSwarm, runs: list[dict[str, Any] | None]) -> dict[str, Any]:

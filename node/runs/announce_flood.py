@@ -5,7 +5,7 @@ an open run must shrug off: peer IDs are free, so beside training as usual this 
 `FRESH_KEYS` keys of its own and, once for each of the next two rounds, signs an update
 announcement of the right size with each and pushes it into gossipsub as that key's own message
 (signed by the key, as strict signing demands), past its own validator. Before members recorded
-their own announcements first (swarm/diloco/gossip_round.py), the strangers filled each round's
+their own announcements first (swarm/exchange/gossip_round.py), the strangers filled each round's
 table and every round closed at its deadline with each member's own update alone. Nothing is
 served behind the announcements.
 """
@@ -41,7 +41,7 @@ async def announce_flood(
     node: NodeServices, run_id: str, current_round: Callable[[], int], nbytes: int
 ) -> None:
     """Flood rounds r + 1 and r + 2 of `run_id` (r = `current_round()`) once each, for ever."""
-    from peertrain.swarm.diloco.update_gossip import DOMAIN, UpdateAnnouncement
+    from peertrain.swarm.exchange.gossip import DOMAIN, UpdateAnnouncement
 
     keys = await trio.to_thread.run_sync(lambda: [create_new_key_pair() for _ in range(FRESH_KEYS)])
     log.warning("this member is hostile: %d fresh keys flood update announcements", len(keys))

@@ -26,7 +26,8 @@ from ..services.node_services import NodeServices
 from ..services.tensor_fetch import fetch_tensor
 from .directory import matches
 from .peer_addrs import reach
-from .session import RunSession, SyncExchange
+from .run_sync import SyncExchange
+from .session import RunSession
 
 if TYPE_CHECKING:
     from .run_lookup import RunFinder

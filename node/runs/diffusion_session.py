@@ -60,7 +60,7 @@ class GroupExchange:
         return sorted(connected & (set(self.state.members()) | self.peers_of_group()))
 
     async def request(self, peer: str, req):
-        from .session import SyncExchange
+        from .run_sync import SyncExchange
 
         return await SyncExchange.request(self, peer, req)  # type: ignore[arg-type]
 
@@ -212,7 +212,7 @@ class DiffusionSession:
                 nursery.start_soon(self._router_accuracy_loop, images, partition)
 
     def _blame(self, peer: str, reason: str) -> None:
-        from .session import STATE_PENALTY
+        from .run_sync import STATE_PENALTY
 
         board = self.context.node.scoreboard
         board.penalise(

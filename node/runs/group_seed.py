@@ -45,7 +45,7 @@ async def seed_from_group(
     """Write the group's newest state into our checkpoints in `directory` when we have none as
     new and no trusted signer trains the group; the round written, or None."""
     from peertrain.swarm.diffusion.groups import seed_state
-    from peertrain.swarm.diloco.checkpoint import CheckpointStore
+    from peertrain.swarm.diloco.member.checkpoint import CheckpointStore
 
     manifest = state.manifest
     if manifest is None:

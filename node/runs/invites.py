@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from libp2p.peer.id import ID
@@ -22,16 +22,14 @@ from peertrain.crdt.admission import Admission
 from peertrain.crdt.certificates import MemberCertificate, open_certificate, sign_certificate
 from peertrain.crdt.hlc import wall_clock_ms
 from peertrain.protocol.errors import ProtocolError
-from peertrain.swarm.checkpoint_files import write_atomic
 
 from ..errors import ControlError
 from ..params import param
 
 if TYPE_CHECKING:
-    from .manager import RunManager
+    from ..services.node_services import NodeServices
     from .session import RunSession
 
-CERTIFICATE_FILE = "certificate"
 DEFAULT_EXPIRES = "30d"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -73,18 +71,6 @@ def check_certificate(token: str, run_id: str, peer_id: str) -> bytes:
     return raw
 
 
-def save_certificate(directory: Path, raw: bytes | None) -> None:
-    if raw is None:
-        return  # a join without --certificate keeps the one given before
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    write_atomic(directory / CERTIFICATE_FILE, raw)  # a torn one kept a restart from its run
-
-
-def load_certificate(directory: Path) -> bytes:
-    path = directory / CERTIFICATE_FILE
-    return path.read_bytes() if path.exists() else b""
-
-
 def _issuer_admission(session: RunSession, me: str) -> Admission:
     """The run's admission, if this node may certify and revoke in it; ControlError else."""
     driver = session.driver
@@ -101,12 +87,13 @@ def _issuer_admission(session: RunSession, me: str) -> Admission:
     return admission
 
 
-def invite_methods(manager: RunManager) -> dict[str, Any]:
+def invite_methods(
+    node: NodeServices, session_named: Callable[[str], RunSession]
+) -> dict[str, Any]:
     """`run.invite` and `run.revoke` on the control socket."""
-    node = manager.node
 
     async def invite_peer(params: dict[str, Any]) -> dict[str, Any]:
-        session = manager.session_named(param(params, "run", str, ""))
+        session = session_named(param(params, "run", str, ""))
         return invite(
             session,
             node.peer_id,
@@ -117,7 +104,7 @@ def invite_methods(manager: RunManager) -> dict[str, Any]:
         )
 
     async def revoke_peer(params: dict[str, Any]) -> dict[str, Any]:
-        session = manager.session_named(param(params, "run", str, ""))
+        session = session_named(param(params, "run", str, ""))
         return revoke(session, node.peer_id, _peer(params))
 
     return {"run.invite": invite_peer, "run.revoke": revoke_peer}

@@ -34,14 +34,16 @@ from ..net.rpc import RpcServer, refuse
 from ..params import param
 from ..services.node_services import NodeServices
 from ..supervision import ServiceHealthStatus, Supervisor
+from .certificate_file import save_certificate
 from .diffusion_sample import DiffusionSampler
 from .diffusion_session import save_partition
 from .directory import Candidate, RunDirectory, ambiguous, listing_of, matches
-from .invites import check_certificate, invite_methods, save_certificate
+from .invites import check_certificate, invite_methods
 from .lifecycle import SessionLifecycle, quarantine, quarantine_file
 from .run_export import export_run
 from .run_lookup import RUN_LOOKUP, RunFinder, RunFound, RunLookup
-from .session import CRDT_SYNC, RunSession, import_off_the_loop, saved_manifests
+from .run_sync import CRDT_SYNC
+from .session import RunSession, import_off_the_loop, saved_manifests
 from .spec_check import (
     check_spec,
     local_data,
@@ -60,7 +62,7 @@ log = logging.getLogger(__name__)
 MAX_RUNS = 8
 # What reading and checking a spec imports (the swarm packages import torch): off the event loop,
 # or a create or join leaves the daemon deaf for seconds (session.py says why that hurts)
-SPEC_MODULES = ("peertrain.swarm.diloco.run_spec", "peertrain.swarm.pipeline.run_spec")
+SPEC_MODULES = ("peertrain.swarm.diloco.member.run_spec", "peertrain.swarm.pipeline.run_spec")
 
 
 class RunManager:
@@ -172,7 +174,7 @@ class RunManager:
             "run.export": export,
             "run.leave": leave,
             "diffusion.sample": self.sampler.sample,
-            **invite_methods(self),
+            **invite_methods(self.node, self.session_named),
         }
 
     def leave(self, name: str) -> RunSession:
@@ -453,7 +455,7 @@ def _spec_bytes(mode: str, spec: dict[str, Any]) -> bytes:
         raise ControlError(
             f"unknown mode {mode!r}; this version trains `diloco`, `swarm` and `diffusion` runs"
         )
-    from peertrain.swarm.diloco.run_spec import DiLoCoSpec
+    from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
     from peertrain.swarm.models.config import ConfigError
     from peertrain.swarm.pipeline.run_spec import PipelineSpec
 

@@ -1,7 +1,7 @@
 """A node of several ranks (`--ranks N`) lends them to one DiLoCo run at a time.
 
 The session asks for the ranks before building its member: when it gets them, the followers
-are sent the run's spec and data path (swarm/diloco/intra_node.py: `send_job`) and build the same
+are sent the run's spec and data path (diloco/member/intra_node.py: `send_job`) and build the same
 model, and the member's inner loop is the distributed one. When the session ends, for whatever
 reason, the followers are released (`close`: they end at θ_global) and the ranks are free for
 the next run. Torch's collectives block, so both run in a worker thread, shielded on the way out.
@@ -29,7 +29,7 @@ async def lend_ranks(node: NodeServices, run_id: str, spec: bytes, data: str | N
         log.warning("run %s trains on rank 0 alone: run %s holds the node's ranks",
                     run_id[:12], (node.ranks.holder or "")[:12])  # fmt: skip
         return None
-    from peertrain.swarm.diloco.intra_node import send_job
+    from peertrain.swarm.diloco.member.intra_node import send_job
 
     await trio.to_thread.run_sync(send_job, intra, {"spec": spec, "data": data})
     log.info("run %s trains on %d ranks", run_id[:12], intra.world)

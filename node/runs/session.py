@@ -17,63 +17,36 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import trio
-from libp2p.abc import IHost
-from libp2p.peer.id import ID
 from peertrain.crdt.manifest import RunManifest
 from peertrain.crdt.replicator import Penalty, Replicator
 from peertrain.crdt.runstate import RunState
-from peertrain.crdt.sync import SyncReply, SyncRequest
-from peertrain.protocol.ids import protocol_id
 from peertrain.swarm.checkpoint_files import write_atomic
 
-from ..net.rpc import request
 from ..services.node_services import NodeServices
+from .certificate_file import load_certificate
 from .context import RunContext
-from .invites import load_certificate
 from .ranks import lend_ranks, return_ranks
+from .run_sync import STATE_PENALTY, SyncExchange
 from .spec_check import local_data
 from .status import DiffusionRunStatus, DiLoCoRunStatus, RunStatus, SwarmRunStatus
 from .update_exchange import member_driver, open_member_exchange
 
 if TYPE_CHECKING:
-    from peertrain.swarm.diloco.build import BuiltMember
-    from peertrain.swarm.diloco.run_spec import DiLoCoSpec
+    from peertrain.swarm.diloco.member.build import BuiltMember
+    from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
 
     # (spec, this node's peer ID) -> the member; called on a worker thread
     MemberFactory = Callable[[DiLoCoSpec, str], BuiltMember]
 
 log = logging.getLogger(__name__)
 
-CRDT_SYNC = protocol_id("crdt/sync", "1.0.0")
-STATE_PENALTY = (
-    50.0  # a signed attestation of a state that is not finite, not the run's, or far off
-)
-
-
-class SyncExchange:
-    """Anti-entropy partners: connected members of the run, or the peers that told us of it."""
-
-    def __init__(self, host: IHost, state: RunState, seeds: set[str]) -> None:
-        self.host, self.state, self.seeds = host, state, seeds
-
-    def peers(self) -> list[str]:
-        connected = {p.to_base58() for p in self.host.get_connected_peers()}
-        members = set(self.state.members()) | self.seeds
-        return sorted(connected & members)
-
-    async def request(self, peer: str, req: SyncRequest) -> SyncReply:
-        return await request(
-            self.host, ID.from_base58(peer), CRDT_SYNC, req, SyncReply, timeout=10.0
-        )
-
-
 # The training code imports torch: seconds of CPU. Imported on the event loop, it stalls the
 # whole daemon meanwhile, and under load a joining node then loses pubsub hellos and times out
 # handshakes with the very peers it joins. A worker thread leaves the loop running.
 DILOCO_MODULES = (
-    "peertrain.swarm.diloco.build",
-    "peertrain.swarm.diloco.driver",
-    "peertrain.swarm.diloco.update_gossip",
+    "peertrain.swarm.diloco.member.build",
+    "peertrain.swarm.diloco.group.driver",
+    "peertrain.swarm.exchange.gossip",
 )
 
 
@@ -164,8 +137,8 @@ class RunSession:
 
     async def _run_diloco(self, task_status: trio.TaskStatus[RunSession]) -> None:
         await import_off_the_loop(DILOCO_MODULES)
-        from peertrain.swarm.diloco.build import build_member
-        from peertrain.swarm.diloco.run_spec import DiLoCoSpec
+        from peertrain.swarm.diloco.member.build import build_member
+        from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
         from peertrain.swarm.models.external import is_external
 
         context, node = self.context, self.context.node

@@ -30,7 +30,7 @@ LOCAL_DATA_FILE = "local-data"
 def decode_spec(manifest: RunManifest) -> Any:
     """The manifest's spec as its mode's RunSpec; ControlError when it is not one."""
     from peertrain.swarm.diffusion.run_spec import DiffusionSpec
-    from peertrain.swarm.diloco.run_spec import DiLoCoSpec
+    from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
     from peertrain.swarm.pipeline.run_spec import PipelineSpec
 
     kinds = {"diloco": DiLoCoSpec, "swarm": PipelineSpec, "diffusion": DiffusionSpec}

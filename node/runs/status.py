@@ -37,7 +37,7 @@ class DiLoCoRunStatus(RunStatus):
     state_downloads: int  # states adopted by download (a replay costs none)
     state_donors: list[str]  # peers a state download asked, newest last (the last 16)
     rejected_updates: int
-    rejected_by_reason: dict[str, int]  # swarm/diloco/member.py rejection_kind → count
+    rejected_by_reason: dict[str, int]  # swarm/diloco/member/member.py rejection_kind → count
     bytes_published: int
     bytes_fetched: int
     finished: bool
@@ -50,7 +50,7 @@ class DiLoCoRunStatus(RunStatus):
     # elapsed_s, bytes_per_s} | None, waiting {what, have, need, elapsed_s} | None
     # (swarm/progress.py); None until the driver runs
     progress: dict[str, Any] | None
-    # Streaming DiLoCo runs (swarm/diloco/streaming_driver.py), else None: fragments, overlap,
+    # Streaming DiLoCo runs (swarm/diloco/group/streaming_driver.py), else None: fragments, overlap,
     # round_seconds, fragment_states [{fragment, round, checksum}], samples_by_member {peer: n},
     # last_round {round, steps, samples, fragments_landed}, loop {steps, compute_s, idle_s,
     # idle_fraction}

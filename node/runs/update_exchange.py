@@ -30,12 +30,12 @@ if TYPE_CHECKING:
 
     from peertrain.crdt.replicator import Replicator
     from peertrain.crdt.runstate import RunState
-    from peertrain.swarm.diloco.build import BuiltMember
-    from peertrain.swarm.diloco.compression import ErrorFeedbackEncoder, ProtocolCodec
-    from peertrain.swarm.diloco.driver import DiLoCoDriver
-    from peertrain.swarm.diloco.member import RoundReport
-    from peertrain.swarm.diloco.run_spec import DiLoCoSpec
-    from peertrain.swarm.diloco.update_gossip import GroupTransport, UpdateGossip
+    from peertrain.swarm.diloco.group.driver import DiLoCoDriver
+    from peertrain.swarm.diloco.member.build import BuiltMember
+    from peertrain.swarm.diloco.member.member import RoundReport
+    from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
+    from peertrain.swarm.exchange.codec import ErrorFeedbackEncoder, ProtocolCodec
+    from peertrain.swarm.exchange.gossip import GroupTransport, UpdateGossip
 
 
 def update_topic(run_id: str) -> str:
@@ -86,7 +86,7 @@ class NodeTensors:
     async def serve(self, owner: str, payload) -> bytes:
         import torch
         from peertrain.protocol.tensors import prepare_encoded
-        from peertrain.swarm.diloco.compression import payload_tensor
+        from peertrain.swarm.exchange.codec import payload_tensor
 
         def prepare():
             raw = payload_tensor(payload)  # our encoder's buffer itself, hashed in place
@@ -167,7 +167,7 @@ async def open_update_exchange(
     session overlaps that with its first inner steps). `nbytes_of(round)`: each round's payload
     size (at most `nbytes`) when they differ; the payloads are then opaque bytes (Streaming
     DiLoCo's fragments)."""
-    from peertrain.swarm.diloco.update_gossip import UpdateGossip
+    from peertrain.swarm.exchange.gossip import UpdateGossip
 
     topic = update_topic(run_id)
     name = codec.name if nbytes_of is None else None
@@ -209,8 +209,8 @@ def open_member_exchange(node: NodeServices, state: RunState, built: BuiltMember
     """The update exchange of a DiLoCo member of the group `state` replicates (a run, or one
     expert group of a diffusion run): its members are the live ones there; a quorum's receive
     buffers are faulted in while the first inner steps run."""
-    from peertrain.swarm.diloco.roster import expected_members
-    from peertrain.swarm.diloco.streaming import StreamingMember
+    from peertrain.swarm.diloco.group.roster import expected_members
+    from peertrain.swarm.diloco.member.streaming import StreamingMember
 
     me, member = node.peer_id, built.member
     sizes: dict = {}
@@ -248,9 +248,10 @@ def member_driver(
     last `keep` checkpoints in `checkpoints`, within the node's disk budget. `on_penalty` hears
     of providers and attesters of a state that fails its checks; `certificate`: our member
     certificate of an invite run (`run invite`'s token, node/runs/invites.py)."""
-    from peertrain.swarm.diloco.checkpoint import CheckpointStore
-    from peertrain.swarm.diloco.driver import DiLoCoDriver
-    from peertrain.swarm.diloco.streaming_driver import StreamingDriver
+    from peertrain.swarm.diloco.adversary import adversary_for
+    from peertrain.swarm.diloco.group.driver import DiLoCoDriver
+    from peertrain.swarm.diloco.group.streaming_driver import StreamingDriver
+    from peertrain.swarm.diloco.member.checkpoint import CheckpointStore
 
     kind, extra = DiLoCoDriver, {}
     if spec.streaming:
@@ -264,7 +265,7 @@ def member_driver(
         gossip=exchange.gossip,
         tensors=exchange.tensors,
         addrs=node.addrs,
-        attack=node.attack,
+        adversary=adversary_for(node.attack),
         on_round=on_round,
         checkpoints=CheckpointStore(
             checkpoints, keep=keep, room=node.budget.check_disk if node.budget else None

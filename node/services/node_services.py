@@ -23,7 +23,7 @@ from .gossip import Gossip
 from .tensors import TensorStore
 
 if TYPE_CHECKING:  # at run time a node without --ranks never imports torch.distributed here
-    from peertrain.swarm.diloco.intra_node import RankLease
+    from peertrain.swarm.diloco.member.intra_node import RankLease
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,7 +43,7 @@ class NodeServices:
     device: str = "auto"
     precision: str = "fp32"
     sample_grid_every: int = 5  # rounds between a diffusion member's sample grids; 0: none
-    # the ranks of a multi-GPU node (`--ranks N`; swarm/diloco/intra_node.py), lent to one run
+    # the ranks of a multi-GPU node (`--ranks N`; diloco/member/intra_node.py), lent to one run
     ranks: RankLease | None = None
     # the daemon's resource budget: downloads are admitted against its receive memory, and
     # checkpoints against its disk (node/net/budget.py); None: unbounded (tests, tools)

@@ -149,7 +149,7 @@ def source_sq_norm(source: UpdateSource, *, chunk_size: int) -> float:
     """One source's squared norm as the statistics pass takes it: fp64 window totals added in
     coordinate order. Reads of `chunk_size` are copied into whole spans first, so the value does
     not depend on it. A source may carry it precomputed as `known_sq_norm` (a payload measured
-    while the next one was still arriving: swarm/diloco/payload_source.py)."""
+    while the next one was still arriving: swarm/exchange/payload_source.py)."""
     total = 0.0
     for start, stop in iter_chunks(source.numel, _NORM_SPAN):
         for window in _window_sq_norms(_read_window(source, start, stop, chunk_size)):

@@ -16,7 +16,7 @@ is undefined), and the norm test never rejects a majority, because the median is
 Two bounds. `DEFAULT_MAX_NORM_RATIO` (1000×) is the rules' own default: it only catches absurd
 inputs and leaves robustness to the rule, which is what the rule benchmarks measure. Runs use
 the tight `RUN_MAX_NORM_RATIO` = 4× the median unless their manifest says otherwise
-(swarm/diloco/run_spec.py). Honest DiLoCo updates of one round differ in norm by well under 2×
+(diloco/member/run_spec.py). Honest DiLoCo updates of one round differ in norm by well under 2×
 (same model, same steps, other shards), so 4× leaves room for an unlucky shard while an attacker
 who scales its update is held to a few honest updates' worth; with fewer than half the inputs
 Byzantine the median is an honest norm. (Runs used 1000× too, which let one update at 990× the
@@ -25,7 +25,7 @@ median dominate a mean.) The pipeline's gradient averaging applies the same boun
 
 The median of everyone is an honest norm only while fewer than half the inputs are Byzantine.
 A caller that knows whose word it trusts passes `reference` (inputs whose norms set the scale:
-an open run's anchors, swarm/diloco/member.py); the median is then taken over those alone, and
+an open run's anchors, diloco/member/member.py); the median is then taken over those alone, and
 any number of scaled inputs is held to `max_norm_ratio` × a trusted norm. With no finite
 reference input present, the median of all stands in.
 """

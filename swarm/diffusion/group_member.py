@@ -14,13 +14,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn.functional as F
+from peertrain.swarm.diloco.member.build import BuiltMember, member_settings
+from peertrain.swarm.diloco.member.config import InnerConfig
+from peertrain.swarm.diloco.member.flat import ParamLayout
+from peertrain.swarm.diloco.member.member import DiLoCoMember, MemberState
 from torch import Tensor, nn
 
 from ..data.shards import seeded_int
-from ..diloco.build import BuiltMember, member_settings
-from ..diloco.config import InnerConfig
-from ..diloco.flat import ParamLayout
-from ..diloco.member import DiLoCoMember, MemberState
 from .errors import DiffusionError
 from .flow import RectifiedFlow, conditional_velocity, noised
 from .model import DiT

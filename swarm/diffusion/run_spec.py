@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..diloco.run_spec import ADMISSIONS, CODECS, MAX_ANCHORS, DiLoCoSpec
+from peertrain.swarm.diloco.member.run_spec import ADMISSIONS, CODECS, MAX_ANCHORS, DiLoCoSpec
+
 from ..errors import ConfigError
 from ..run_spec import RunSpec
 from .model import DiTConfig

@@ -17,18 +17,19 @@ against transport interfaces, and runs its torch phases in worker threads::
 
 from __future__ import annotations
 
-from .checkpoint import CheckpointInfo, CheckpointStore
-from .compression import ErrorFeedbackEncoder, ProtocolCodec, UpdateCodec
-from .config import InnerConfig, OuterConfig, StreamingConfig
+from peertrain.swarm.diloco.member.checkpoint import CheckpointInfo, CheckpointStore
+from peertrain.swarm.diloco.member.config import InnerConfig, OuterConfig, StreamingConfig
+from peertrain.swarm.diloco.member.flat import ParamLayout
+from peertrain.swarm.diloco.member.inner_loop import InnerLoop, InnerReport, evaluate, learning_rate
+from peertrain.swarm.diloco.member.member import DiLoCoMember, MemberState, RoundReport
+from peertrain.swarm.diloco.member.outer_step import NesterovOuterOptimizer
+from peertrain.swarm.diloco.member.state_hash import state_hash
+from peertrain.swarm.diloco.member.streaming import FragmentReport, StreamingMember
+from peertrain.swarm.exchange.codec import ErrorFeedbackEncoder, ProtocolCodec, UpdateCodec
+from peertrain.swarm.exchange.interface import Contribution, UpdateExchange
+from peertrain.swarm.exchange.traffic import data_parallel_bytes
+
 from .errors import CheckpointCorrupt, CheckpointError, DiLoCoError, RoundFailed
-from .exchange import Contribution, UpdateExchange
-from .flat import ParamLayout
-from .inner_loop import InnerLoop, InnerReport, evaluate, learning_rate
-from .member import DiLoCoMember, MemberState, RoundReport
-from .outer_step import NesterovOuterOptimizer
-from .state_hash import state_hash
-from .streaming import FragmentReport, StreamingMember
-from .traffic import data_parallel_bytes
 
 __all__ = [
     "CheckpointCorrupt",

@@ -3,7 +3,7 @@
 A stage whose servers all die would otherwise restart from its seed (the trainers' loss jumps
 back to where the run began). Every `checkpoint_every` averaging rounds a server writes the
 state it would hand a mover (migration.py: flat [params | Adam moments], the Adam step, the
-rounds applied), as DiLoCo members do (diloco/checkpoint.py): a safetensors file named by its
+rounds applied), as DiLoCo members do (diloco/member/checkpoint.py): a safetensors file named by its
 blake2b digest and a JSON sidecar named by its own hash, the commit point, each written
 atomically (swarm/checkpoint_files.py). Loading re-hashes both and recomputes the stage's
 state checksum (drift.py) from the tensors; a checkpoint that fails is skipped, the one before

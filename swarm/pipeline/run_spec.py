@@ -1,7 +1,7 @@
 """What a SWARM pipeline run trains, as the manifest's opaque `spec`: canonical, strictly checked.
 
 The manifest names a run by the hash of its bytes (crdt/manifest.py), so the spec encodes
-canonically, as the DiLoCo spec does (swarm/diloco/run_spec.py). Every server builds its stage
+canonically, as the DiLoCo spec does (diloco/member/run_spec.py). Every server builds its stage
 slice from the same model config and seed (slices.py), so servers of one stage start identical
 without downloading anything; every trainer builds the same dataset and takes its own shard.
 

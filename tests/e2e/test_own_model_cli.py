@@ -15,7 +15,7 @@ import pytest
 import torch
 from peertrain.node.cli.local_swarm import DAEMON_ENV
 from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
-from peertrain.swarm.diloco.checkpoint import CheckpointStore
+from peertrain.swarm.diloco.member.checkpoint import CheckpointStore
 from peertrain.testing import wait_until_sync
 from peertrain.testing.processes import peertrain_cli, run_status
 

@@ -1,6 +1,6 @@
 """A node of two ranks (`--ranks 2`: torch.distributed on gloo inside, one peer ID outside)
 trains a DiLoCo run through the CLI with a plain node; its follower takes part in every round
-and ends with the node (swarm/diloco/intra_node.py, node/cli/ranks.py)."""
+and ends with the node (swarm/diloco/member/intra_node.py, node/cli/ranks.py)."""
 
 from __future__ import annotations
 

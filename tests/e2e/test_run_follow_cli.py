@@ -42,7 +42,7 @@ def waiting(node) -> dict:
 
 async def test_run_create_follow_shows_the_wait_for_members_then_the_rounds_to_the_end():
     records = JsonRecords()
-    driver_log = logging.getLogger("peertrain.swarm.diloco.driver")
+    driver_log = logging.getLogger("peertrain.swarm.diloco.group.driver")
     driver_log.addHandler(records)
     driver_log.setLevel(logging.INFO)
     try:

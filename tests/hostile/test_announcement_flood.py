@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import trio
 from libp2p.crypto.ed25519 import create_new_key_pair
-from peertrain.swarm.diloco.gossip_round import MAX_HOLDERS, MAX_SENDERS
-from peertrain.swarm.diloco.update_gossip import UpdateAnnouncement
+from peertrain.swarm.exchange.gossip import UpdateAnnouncement
+from peertrain.swarm.exchange.gossip_round import MAX_HOLDERS, MAX_SENDERS
 
 from ..swarm.test_update_gossip import NBYTES, Group, forged, run_round
 

@@ -116,7 +116,7 @@ def check_bytes_against_the_report(samples, run, api) -> None:
     """The byte counters are the run's own figures: each round this node sent one update of
     the int8 codec's size for the run's parameters and fetched whole updates only, and the
     dashboard's traffic per round (history) ends at the same total sent."""
-    from peertrain.swarm.diloco.compression import ProtocolCodec
+    from peertrain.swarm.exchange.codec import ProtocolCodec
 
     sent = samples[("peertrain_run_update_bytes_total", (("direction", "out"),) + RUN)]
     got = samples[("peertrain_run_update_bytes_total", (("direction", "in"),) + RUN)]

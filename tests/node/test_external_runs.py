@@ -7,7 +7,7 @@ import pytest
 import torch
 import trio
 from peertrain.node.errors import ControlError
-from peertrain.swarm.diloco.external import StepHandshake, build_external_member
+from peertrain.swarm.diloco.member.external import StepHandshake, build_external_member
 from peertrain.swarm.models import count_parameters, external_model_name
 from peertrain.testing import open_test_swarm
 from torch import nn

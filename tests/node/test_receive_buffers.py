@@ -55,7 +55,7 @@ def test_reserve_faults_in_buffers_for_later():
 def test_a_members_encoder_writes_its_payloads_into_idle_buffers_only():
     """The member's own update reuses an old round's payload memory (no 100 MB faulted in per
     round), never one still referenced: a payload kept (served on, replayed) keeps its bytes."""
-    from peertrain.swarm.diloco.compression import ErrorFeedbackEncoder, ProtocolCodec
+    from peertrain.swarm.exchange.codec import ErrorFeedbackEncoder, ProtocolCodec
 
     numel = 10_000
     codec = ProtocolCodec("int8")

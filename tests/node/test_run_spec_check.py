@@ -115,7 +115,7 @@ async def test_user_data_is_named_by_digest_and_a_member_with_other_data_is_refu
 
 
 def dataset_settings_of(manifest: RunManifest) -> dict:
-    from peertrain.swarm.diloco.run_spec import DiLoCoSpec
+    from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
 
     return dict(DiLoCoSpec.from_bytes(manifest.spec).dataset_settings)
 
@@ -149,7 +149,7 @@ def test_a_remote_spec_of_the_wrong_type_or_not_finite_is_refused_in_one_line_na
 
 
 def test_a_misspelt_setting_names_the_nearest_one_and_the_list():
-    from peertrain.swarm.diloco.run_spec import DiLoCoSpec
+    from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
     from peertrain.swarm.errors import ConfigError
 
     with pytest.raises(

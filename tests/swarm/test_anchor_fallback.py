@@ -1,5 +1,5 @@
 """A trusted signer can be wrong (a stolen or buggy anchor key): its failing attestations stop
-counting after a deadline, and the run goes on on the other anchors' word (diloco/trust.py)."""
+counting after a deadline, and the run goes on on the other anchors' word (group/trust.py)."""
 
 from __future__ import annotations
 

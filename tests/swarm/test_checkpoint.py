@@ -15,7 +15,7 @@ from peertrain.swarm.diloco import (
     InnerConfig,
     ProtocolCodec,
 )
-from peertrain.swarm.diloco.checkpoint import content_hash
+from peertrain.swarm.diloco.member.checkpoint import content_hash
 from peertrain.swarm.models import MLPConfig
 from peertrain.testing.diloco_group import LocalGroup
 
@@ -118,7 +118,7 @@ def test_corruption_is_detected_and_latest_falls_back(tmp_path, digits, target):
 
 
 def test_tensors_that_do_not_match_the_recorded_state_hash_are_rejected(tmp_path, digits):
-    from peertrain.swarm.diloco.checkpoint import decode_checkpoint, encode_checkpoint
+    from peertrain.swarm.diloco.member.checkpoint import decode_checkpoint, encode_checkpoint
 
     member = trained_group(digits, 1).members[0]
     good = encode_checkpoint(member.snapshot())

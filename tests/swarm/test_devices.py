@@ -6,8 +6,8 @@ import pytest
 import torch
 from peertrain.swarm.data import DigitsDataset, DigitsDatasetConfig
 from peertrain.swarm.devices import autocast_dtype, resolve_device
-from peertrain.swarm.diloco.config import InnerConfig
-from peertrain.swarm.diloco.inner_loop import InnerLoop, evaluate
+from peertrain.swarm.diloco.member.config import InnerConfig
+from peertrain.swarm.diloco.member.inner_loop import InnerLoop, evaluate
 from peertrain.swarm.models import ConfigError, MLPConfig
 
 BF16_TOLERANCE = 0.02  # relative: bf16 keeps 8 bits of mantissa in matmuls; fp32 master weights
@@ -68,7 +68,7 @@ DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]
 
 
 def _spec(**changes):
-    from peertrain.swarm.diloco.run_spec import DiLoCoSpec
+    from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
 
     return DiLoCoSpec(
         model="mlp", dataset="digits", inner_steps=4, batch_size=16, num_shards=2, **changes
@@ -76,7 +76,7 @@ def _spec(**changes):
 
 
 def test_a_member_takes_the_runs_accumulation_and_its_own_device_and_precision():
-    from peertrain.swarm.diloco.build import build_member
+    from peertrain.swarm.diloco.member.build import build_member
 
     built = build_member(_spec(accumulation=3), "peer-a", device="cpu", precision="bf16")
     inner = built.member.inner
@@ -91,7 +91,7 @@ def test_a_member_takes_the_runs_accumulation_and_its_own_device_and_precision()
 def test_members_on_any_device_keep_the_outer_state_on_the_host_and_agree(device):
     """θ_global, momentum and the codec live on the host (ParamLayout.flatten): a member
     training on a GPU ends a round with the same state checksum as one on the CPU."""
-    from peertrain.swarm.diloco.build import build_member
+    from peertrain.swarm.diloco.member.build import build_member
     from peertrain.testing import LocalGroup
 
     built = [build_member(_spec(), p, device=d) for p, d in (("a", device), ("b", "cpu"))]

@@ -22,7 +22,7 @@ from peertrain.swarm.diloco import (
     evaluate,
     learning_rate,
 )
-from peertrain.swarm.diloco.member import rejection_kind
+from peertrain.swarm.diloco.member.member import rejection_kind
 from peertrain.swarm.models import MLPConfig
 from peertrain.testing.diloco_group import InProcessExchange, LocalGroup
 

@@ -1,4 +1,4 @@
-"""A member whose inner steps are the user's own loop (swarm/diloco/external.py): the user's
+"""A member whose inner steps are the user's own loop (swarm/diloco/member/external.py): the user's
 thread and the driver's thread take turns on one model, and a run names the model by layout."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from peertrain.swarm.diloco.errors import DiLoCoError, LoopClosed
-from peertrain.swarm.diloco.external import StepHandshake, build_external_member
-from peertrain.swarm.diloco.member import MemberState
-from peertrain.swarm.diloco.run_spec import DiLoCoSpec
+from peertrain.swarm.diloco.member.external import StepHandshake, build_external_member
+from peertrain.swarm.diloco.member.member import MemberState
+from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
 from peertrain.swarm.models import ConfigError, count_parameters, external_model_name
 from torch import nn
 

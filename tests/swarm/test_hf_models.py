@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from peertrain.swarm.diloco.run_spec import DiLoCoSpec
+from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
 from peertrain.swarm.export import export_model
 from peertrain.swarm.models import ConfigError, model_config, resolve_hf
 from peertrain.swarm.models.size import parameter_count

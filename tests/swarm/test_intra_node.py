@@ -1,4 +1,4 @@
-"""A node of several ranks behind one identity (swarm/diloco/intra_node.py): two processes on
+"""A node of several ranks behind one identity (swarm/diloco/member/intra_node.py): two processes on
 gloo average their inner gradients and end every round at rank 0's θ_global."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def test_two_gpus_on_nccl_train_as_one_member(tmp_path):
 
 
 def test_a_nodes_ranks_are_lent_to_one_run_at_a_time():
-    from peertrain.swarm.diloco.intra_node import IntraNode, RankLease
+    from peertrain.swarm.diloco.member.intra_node import IntraNode, RankLease
 
     node = IntraNode(rank=0, world=2, device=torch.device("cpu"))
     lease = RankLease(node)

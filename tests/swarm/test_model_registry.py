@@ -9,7 +9,7 @@ import pytest
 import torch
 from peertrain.protocol.errors import DecodeError
 from peertrain.protocol.packing import pack, unpack
-from peertrain.swarm.diloco.run_spec import DiLoCoSpec
+from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
 from peertrain.swarm.models import ConfigError, model_config, registry
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

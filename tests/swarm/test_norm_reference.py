@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from peertrain.swarm.aggregation import build_aggregator
 from peertrain.swarm.aggregation.validation import RUN_MAX_NORM_RATIO
-from peertrain.swarm.diloco.member import aggregate_deltas
+from peertrain.swarm.diloco.member.member import aggregate_deltas
 
 RULE = build_aggregator("flag", max_norm_ratio=RUN_MAX_NORM_RATIO, r=None)
 TIERS = (frozenset({"anchor"}), frozenset({"me"}))

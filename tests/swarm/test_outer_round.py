@@ -10,17 +10,17 @@ import pytest
 import torch
 from peertrain.protocol import int8_blockwise, int8_fused
 from peertrain.swarm.aggregation import AGGREGATORS, build_aggregator
-from peertrain.swarm.diloco import outer_step
-from peertrain.swarm.diloco.compression import ProtocolCodec
-from peertrain.swarm.diloco.config import OuterConfig
-from peertrain.swarm.diloco.exchange import Contribution
-from peertrain.swarm.diloco.member import (
+from peertrain.swarm.diloco.member import outer_step
+from peertrain.swarm.diloco.member.config import OuterConfig
+from peertrain.swarm.diloco.member.member import (
     apply_contributions,
     decode_contributions,
     rejection_kind,
 )
-from peertrain.swarm.diloco.outer_step import NesterovOuterOptimizer
-from peertrain.swarm.diloco.payload_source import QuantizedSource
+from peertrain.swarm.diloco.member.outer_step import NesterovOuterOptimizer
+from peertrain.swarm.exchange.codec import ProtocolCodec
+from peertrain.swarm.exchange.interface import Contribution
+from peertrain.swarm.exchange.payload_source import QuantizedSource
 
 pytestmark = pytest.mark.skipif(not int8_fused.available(), reason="numba is not installed")
 
@@ -135,7 +135,7 @@ def test_payloads_admitted_as_they_arrive_aggregate_as_if_checked_at_the_end(in_
     """A member checks and measures each payload as it arrives (DiLoCoMember.admit); the
     round then skips that work and ends in the same state, bit for bit. An admitted entry
     counts only for the very payload admitted, and an undecodable one is left to be refused."""
-    from peertrain.swarm.diloco.payload_source import Admissions
+    from peertrain.swarm.exchange.payload_source import Admissions
 
     contributions = _payloads(p=4)
     codec, rule = ProtocolCodec("int8"), build_aggregator("mean", max_norm_ratio=4.0)

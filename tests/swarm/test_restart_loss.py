@@ -12,8 +12,8 @@ import dataclasses
 
 import trio
 import trio.lowlevel
-from peertrain.swarm.diloco.checkpoint import CheckpointStore
-from peertrain.swarm.diloco.driver import DiLoCoDriver
+from peertrain.swarm.diloco.group.driver import DiLoCoDriver
+from peertrain.swarm.diloco.member.checkpoint import CheckpointStore
 from peertrain.testing.diloco_drivers import open_driver_group
 
 from .test_run_progress import SPEC as SMALL_SPEC

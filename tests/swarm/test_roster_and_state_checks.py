@@ -4,8 +4,8 @@ functions: a wave of fresh IDs takes rounds to arrive, and a state is checked wh
 from __future__ import annotations
 
 import torch
-from peertrain.swarm.diloco.roster import Roster
-from peertrain.swarm.diloco.trust import DRIFT_PER_ROUND, StateCheck
+from peertrain.swarm.diloco.group.roster import Roster
+from peertrain.swarm.diloco.group.trust import DRIFT_PER_ROUND, StateCheck
 
 
 def test_a_wave_of_fresh_ids_joins_the_counted_group_at_the_admission_rate_only():

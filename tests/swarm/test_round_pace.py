@@ -1,11 +1,11 @@
 """Rounds close on the living: a member whose connection closed, or who is silent beyond its
-pace, is not waited for until the deadline (swarm/diloco/round_pace.py)."""
+pace, is not waited for until the deadline (swarm/exchange/round_pace.py)."""
 
 from __future__ import annotations
 
 import pytest
 import trio
-from peertrain.swarm.diloco.round_pace import PACE_FLOOR, RoundPace
+from peertrain.swarm.exchange.round_pace import PACE_FLOOR, RoundPace
 
 from .test_update_gossip import Group, run_round
 

@@ -7,7 +7,7 @@ import hashlib
 import pytest
 from peertrain.protocol.errors import DecodeError, MessageTooLarge
 from peertrain.protocol.packing import pack
-from peertrain.swarm.diloco.run_spec import DiLoCoSpec
+from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
 from peertrain.swarm.pipeline.run_spec import PipelineSpec
 
 SPECS = [DiLoCoSpec, PipelineSpec]

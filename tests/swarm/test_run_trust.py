@@ -9,8 +9,8 @@ import os
 import torch
 import trio
 from peertrain.protocol.tensors import prepare_tensor
-from peertrain.swarm.diloco.run_spec import DiLoCoSpec
-from peertrain.swarm.diloco.state_sync import STATE_NAME
+from peertrain.swarm.diloco.group.state_sync import STATE_NAME
+from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
 from peertrain.testing.diloco_drivers import digits_spec, open_driver_group
 from peertrain.testing.waiting import wait_until
 
@@ -316,7 +316,7 @@ async def test_members_claiming_future_and_poisoned_states_change_nothing_for_th
         assert all(torch.isfinite(d.member.global_params).all() for d in drivers)
         rounds = {r for d in drivers for r in d.state.checkpoints()}
         assert 10**9 in rounds  # the claims did arrive: they were refused, not missed
-        assert hostile[1].driver.hostile is not None
+        assert hostile[1].driver.adversary is not None
 
 
 def test_a_majority_of_scaled_updates_is_held_to_the_anchors_norm():
@@ -345,9 +345,9 @@ async def test_an_anchor_whose_lease_lapses_during_a_download_costs_nobody_a_pen
     from peertrain.crdt.admission import Admission
     from peertrain.crdt.runstate import RunState
     from peertrain.crdt.writer import RunWriter
-    from peertrain.swarm.diloco.adoption import StateDownloads
-    from peertrain.swarm.diloco.build import build_member
-    from peertrain.swarm.diloco.trust import TrustedStates
+    from peertrain.swarm.diloco.group.adoption import StateDownloads
+    from peertrain.swarm.diloco.group.trust import TrustedStates
+    from peertrain.swarm.diloco.member.build import build_member
     from peertrain.testing.crdt_network import new_run
     from peertrain.testing.diloco_drivers import TensorNetwork
 

@@ -9,7 +9,7 @@ from peertrain.protocol.errors import DecodeError
 from peertrain.protocol.packing import pack
 from peertrain.swarm.budget import RunBudget, SpecOverBudget, check_budget, spec_size
 from peertrain.swarm.data import TextDatasetConfig, dataset_config, file_digest
-from peertrain.swarm.diloco.run_spec import DiLoCoSpec
+from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
 from peertrain.swarm.models import GPTConfig, MLPConfig, count_parameters
 from peertrain.swarm.models.config import ConfigError
 from peertrain.swarm.models.registry import FactoryModelConfig

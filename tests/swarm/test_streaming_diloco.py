@@ -18,7 +18,7 @@ from peertrain.swarm.diloco import (
     StreamingMember,
     evaluate,
 )
-from peertrain.swarm.diloco.fragments import FragmentSchedule, block_index, split_fragments
+from peertrain.swarm.diloco.member.fragments import FragmentSchedule, block_index, split_fragments
 from peertrain.swarm.models import ConfigError, GPTConfig
 from peertrain.testing import LocalGroup, StreamingGroup
 

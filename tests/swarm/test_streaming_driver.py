@@ -4,12 +4,12 @@ state that members agree on, checkpoints that restore every fragment, members of
 from __future__ import annotations
 
 import pytest
-from peertrain.swarm.diloco.build import build_member
-from peertrain.swarm.diloco.checkpoint import CheckpointStore
 from peertrain.swarm.diloco.errors import DiLoCoError
-from peertrain.swarm.diloco.run_spec import DiLoCoSpec
-from peertrain.swarm.diloco.streaming import StreamingMember
-from peertrain.swarm.diloco.streaming_driver import StreamingDriver
+from peertrain.swarm.diloco.group.streaming_driver import StreamingDriver
+from peertrain.swarm.diloco.member.build import build_member
+from peertrain.swarm.diloco.member.checkpoint import CheckpointStore
+from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
+from peertrain.swarm.diloco.member.streaming import StreamingMember
 from peertrain.swarm.models.config import ConfigError
 from peertrain.testing.diloco_drivers import digits_spec, open_driver_group
 
@@ -37,7 +37,7 @@ def test_a_checkpoint_restores_every_fragment_and_none_is_taken_mid_round(tmp_pa
     payload = member.prepare_fragment(slot)
     with pytest.raises(DiLoCoError, match="mid-round"):
         member.snapshot()
-    from peertrain.swarm.diloco.exchange import Contribution
+    from peertrain.swarm.exchange.interface import Contribution
 
     member.apply_fragment(slot, [Contribution(sender="a", payload=payload)])
     with pytest.raises(DiLoCoError, match="mid-round"):  # fragment 1 is a round ahead of 0

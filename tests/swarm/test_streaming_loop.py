@@ -24,8 +24,8 @@ from peertrain.swarm.diloco import (
     StreamingConfig,
     StreamingMember,
 )
-from peertrain.swarm.diloco.streaming_loop import StreamingLoop
-from peertrain.swarm.diloco.update_gossip import DOMAIN, UpdateAnnouncement
+from peertrain.swarm.diloco.group.streaming_loop import StreamingLoop
+from peertrain.swarm.exchange.gossip import DOMAIN, UpdateAnnouncement
 from peertrain.swarm.models import GPTConfig
 from peertrain.testing import StreamingGroup
 from peertrain.testing.memory_router import open_memory_router

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from peertrain.protocol import int8_blockwise, int8_fused
-from peertrain.swarm.diloco.compression import ErrorFeedbackEncoder, ProtocolCodec
+from peertrain.swarm.exchange.codec import ErrorFeedbackEncoder, ProtocolCodec
 
 pytestmark = pytest.mark.skipif(not int8_fused.available(), reason="numba is not installed")
 

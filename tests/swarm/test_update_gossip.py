@@ -10,13 +10,13 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 from peertrain.protocol.envelope import seal
 from peertrain.protocol.messages import encode
-from peertrain.swarm.diloco.gossip_round import MAX_SENDERS
-from peertrain.swarm.diloco.update_gossip import (
+from peertrain.swarm.exchange.gossip import (
     DOMAIN,
     FETCH_TRIES,
     UpdateAnnouncement,
     UpdateGossip,
 )
+from peertrain.swarm.exchange.gossip_round import MAX_SENDERS
 from peertrain.testing import wait_until
 from peertrain.testing.memory_router import (
     Faults,
@@ -332,7 +332,7 @@ async def test_a_holder_that_is_no_member_is_never_asked(group, autojump_clock):
 
 
 def _empty():
-    from peertrain.swarm.diloco.gossip_round import GossipRound
+    from peertrain.swarm.exchange.gossip_round import GossipRound
 
     return GossipRound()
 
@@ -342,7 +342,7 @@ async def test_an_invite_run_rejects_non_members_announcements_and_records_befor
 ):
     """Invite runs (issue 14): what a non-member signs is refused at the validator (so never
     forwarded, and its publisher is penalised), counted by kind, and nothing of it is recorded."""
-    from peertrain.swarm.diloco.round_record import RoundRecord, RoundRecords
+    from peertrain.swarm.exchange.round_record import RoundRecord, RoundRecords
 
     b = group.add()
     key = create_new_key_pair()

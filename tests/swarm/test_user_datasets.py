@@ -12,8 +12,8 @@ from peertrain.swarm.data import (
     dataset_config,
     folder_digest,
 )
-from peertrain.swarm.diloco.build import build_member
-from peertrain.swarm.diloco.run_spec import DiLoCoSpec
+from peertrain.swarm.diloco.member.build import build_member
+from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
 from peertrain.swarm.models import ConfigError
 
 

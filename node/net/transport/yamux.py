@@ -51,12 +51,12 @@ from .yamux_wire import (
     FIN,
     GO_AWAY,
     GO_AWAY_NORMAL,
-    INITIAL_WINDOW,
     MAX_STREAM_ID,
     PROTOCOL_ID,
     RST,
     SYN,
     WINDOW_UPDATE,
+    YamuxConfig,
     header,
 )  # fmt: skip
 
@@ -64,25 +64,7 @@ __all__ = ["PROTOCOL_ID", "YamuxConfig", "YamuxConnection", "YamuxStatistics"]
 
 log = logging.getLogger(__name__)
 
-MAX_PEER_FRAME = 1 << 20  # rust-yamux rejects DATA bodies above 1 MiB
 MAX_QUEUED_CONTROL = 4096  # frames; a peer that makes us queue more is flooding us
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class YamuxConfig:
-    max_window: int = 16 << 20  # per-stream receive window ceiling (go-yamux's default too)
-    max_frame: int = 1 << 20  # payload bytes per DATA frame we send (rust-yamux takes <= 1 MiB)
-    max_streams: int = 1024  # open streams per connection, both directions
-    accept_backlog: int = 256  # inbound streams not yet accepted
-
-    def __post_init__(self) -> None:
-        if self.max_window < INITIAL_WINDOW:
-            raise ValueError(f"max_window must be at least the initial {INITIAL_WINDOW} bytes")
-        if not 0 < self.max_frame <= min(self.max_window, MAX_PEER_FRAME):
-            raise ValueError(
-                f"max_frame must be positive, at most max_window and at most {MAX_PEER_FRAME}"
-                " (rust-libp2p's Yamux refuses larger DATA frames)"
-            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

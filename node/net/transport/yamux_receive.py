@@ -38,7 +38,7 @@ from .yamux_wire import (
 )  # fmt: skip
 
 if TYPE_CHECKING:
-    from .yamux import YamuxConfig
+    from .yamux_wire import YamuxConfig
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import deque
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 from libp2p.abc import IMuxedStream
@@ -31,13 +31,29 @@ from libp2p.stream_muxer.exceptions import MuxedStreamClosed, MuxedStreamEOF, Mu
 from .yamux_wire import INITIAL_WINDOW
 
 if TYPE_CHECKING:
-    from .yamux import YamuxConnection
+    from .yamux_wire import YamuxConfig
 
 Buffer = bytes | bytearray | memoryview
 
 
+class StreamOwner(Protocol):
+    """What a stream asks of its connection (yamux.py's `YamuxConnection`)."""
+
+    config: YamuxConfig
+
+    def queue_window_update(self, stream_id: int, delta: int) -> None: ...
+
+    async def send_data(self, stream: YamuxStream, payload: memoryview) -> None: ...
+
+    async def send_fin(self, stream: YamuxStream) -> None: ...
+
+    async def send_reset(self, stream: YamuxStream) -> None: ...
+
+    def get_remote_address(self) -> tuple[str, int] | None: ...
+
+
 class YamuxStream(IMuxedStream):
-    def __init__(self, conn: YamuxConnection, stream_id: int, *, is_initiator: bool) -> None:
+    def __init__(self, conn: StreamOwner, stream_id: int, *, is_initiator: bool) -> None:
         self.muxed_conn = conn
         self.stream_id = stream_id
         self.is_initiator = is_initiator

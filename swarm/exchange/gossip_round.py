@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 import trio
 
 if TYPE_CHECKING:
-    from .round_pace import RoundPace
-    from .update_gossip import UpdateAnnouncement
+    from peertrain.swarm.exchange.announcement import UpdateAnnouncement
+    from peertrain.swarm.exchange.round_pace import RoundPace
 
 MAX_SENDERS = 256  # announced senders recorded per round (members are far fewer)
 MAX_HOLDERS = 64  # holders recorded per payload

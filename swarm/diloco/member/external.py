@@ -19,16 +19,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from peertrain.swarm.diloco.errors import DiLoCoError, LoopClosed
+from peertrain.swarm.diloco.member.build import BuiltMember, member_settings
+from peertrain.swarm.diloco.member.config import InnerConfig
+from peertrain.swarm.diloco.member.inner_loop import InnerReport
+from peertrain.swarm.diloco.member.member import DiLoCoMember
+from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
+from peertrain.swarm.models.config import ConfigError
+from peertrain.swarm.models.external import ExternalModelConfig
 from torch import nn
-
-from ..models.config import ConfigError
-from ..models.external import ExternalModelConfig
-from .build import BuiltMember, member_settings
-from .config import InnerConfig
-from .errors import DiLoCoError, LoopClosed
-from .inner_loop import InnerReport
-from .member import DiLoCoMember
-from .run_spec import DiLoCoSpec
 
 USER, DRIVER = "user", "driver"
 

@@ -15,17 +15,16 @@ from typing import Any
 
 import torch
 from peertrain.protocol.packing import pack
-
-from ..devices import resolve_device
-from ..models.config import ConfigError
-from .compression import ProtocolCodec
-from .config import InnerConfig, OuterConfig
-from .flat import ParamLayout
-from .inner_loop import evaluate
-from .intra_node import DistributedInnerLoop, IntraNode, follow
-from .member import DiLoCoMember
-from .run_spec import DiLoCoSpec
-from .streaming import StreamingMember
+from peertrain.swarm.devices import resolve_device
+from peertrain.swarm.diloco.member.config import InnerConfig, OuterConfig
+from peertrain.swarm.diloco.member.flat import ParamLayout
+from peertrain.swarm.diloco.member.inner_loop import evaluate
+from peertrain.swarm.diloco.member.intra_node import DistributedInnerLoop, IntraNode, follow
+from peertrain.swarm.diloco.member.member import DiLoCoMember
+from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
+from peertrain.swarm.diloco.member.streaming import StreamingMember
+from peertrain.swarm.exchange.codec import ProtocolCodec
+from peertrain.swarm.models.config import ConfigError
 
 
 @dataclass(slots=True, kw_only=True)
@@ -46,7 +45,7 @@ class BuiltMember:
 
     def sample(self, prompt: str, max_new_tokens: int = 160, *, seed: int = 0) -> str:
         """Text from θ_global (GPT runs only), on a copy so training is never disturbed."""
-        from ..models import GPT, sample_text
+        from peertrain.swarm.models import GPT, sample_text
 
         if not isinstance(self.member.model, GPT):
             raise TypeError("only GPT runs can sample text")
@@ -147,7 +146,6 @@ def member_settings(spec: DiLoCoSpec) -> dict[str, Any]:
 @functools.lru_cache(maxsize=4)
 def _dataset(name: str, settings: bytes, data: str | None = None):
     from peertrain.protocol.packing import unpack
-
-    from ..data import dataset_config
+    from peertrain.swarm.data import dataset_config
 
     return dataset_config(name, unpack(settings, max_size=1 << 16)).build(data)

@@ -9,8 +9,7 @@ from __future__ import annotations
 import logging
 
 import torch
-
-from .member import DiLoCoMember
+from peertrain.swarm.diloco.member.member import DiLoCoMember
 
 log = logging.getLogger(__name__)
 
@@ -19,13 +18,13 @@ class Forger:
     """Decodes our honest update, passes it through the named attack, encodes what is sent."""
 
     def __init__(self, name: str) -> None:
-        from ..attacks import build_attack
+        from peertrain.swarm.attacks import build_attack
 
         log.warning("this member is Byzantine: its updates go through the %r attack", name)
         self.attack = build_attack(name)
 
     def forge(self, member: DiLoCoMember, payload: bytes, *, members: int) -> bytes:
-        from ..attacks import AttackContext
+        from peertrain.swarm.attacks import AttackContext
 
         codec, numel = member.encoder.codec, member.layout.numel
         honest = codec.decode(payload, numel)
@@ -42,6 +41,6 @@ GOSSIP_ATTACKS = ("announce-flood",)  # on the gossip itself (node/runs/announce
 def build_forger(name: str | None) -> Forger | None:
     """The forger of `--attack NAME`; None for an honest member, or one whose attack is on
     state agreement, not on its updates (hostile_states.py)."""
-    from .hostile_states import STATE_ATTACKS
+    from peertrain.swarm.diloco.adversary.hostile_states import STATE_ATTACKS
 
     return Forger(name) if name and name not in (*STATE_ATTACKS, *GOSSIP_ATTACKS) else None

@@ -18,10 +18,9 @@ import torch
 from peertrain.crdt.runstate import RunState
 from peertrain.protocol.errors import ProtocolError
 from peertrain.protocol.tensors import PreparedTensor, TensorDownload
-
-from ..progress import MB, Download
-from .member import DiLoCoMember
-from .trust import StateCheck, TrustedStates
+from peertrain.swarm.diloco.group.trust import StateCheck, TrustedStates
+from peertrain.swarm.diloco.member.member import DiLoCoMember
+from peertrain.swarm.progress import MB, Download
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,7 @@ temporary (a fresh 400 MB one at 100M parameters cost more in page faults than t
 from __future__ import annotations
 
 import torch
-
-from .config import OuterConfig
+from peertrain.swarm.diloco.member.config import OuterConfig
 
 CHUNK = 1 << 18  # values per step of the walk: 1 MiB per vector, four vectors in L2/L3
 

@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from peertrain.swarm.data.batches import Batches
+from peertrain.swarm.devices import autocast, to_device
+from peertrain.swarm.diloco.member.config import InnerConfig
 from torch import nn
-
-from ..data.batches import Batches
-from ..devices import autocast, to_device
-from .config import InnerConfig
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

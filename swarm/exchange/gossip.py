@@ -36,20 +36,24 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Annotated, Protocol
+from typing import Protocol
 
 import trio
 from libp2p.crypto.keys import KeyPair
 from libp2p.peer.id import ID
 from peertrain.protocol.envelope import seal
 from peertrain.protocol.errors import ProtocolError
-from peertrain.protocol.messages import Message, decode, encode, message
-from peertrain.protocol.schema import IntRange, MaxLen
-
-from .exchange import Contribution
-from .gossip_round import GossipRound, Repeat
-from .round_pace import RoundPace
-from .round_record import RoundRecord, RoundRecords, is_record, open_from_origin
+from peertrain.protocol.messages import decode, encode
+from peertrain.swarm.exchange.announcement import UpdateAnnouncement
+from peertrain.swarm.exchange.gossip_round import GossipRound, Repeat
+from peertrain.swarm.exchange.interface import Contribution
+from peertrain.swarm.exchange.round_pace import RoundPace
+from peertrain.swarm.exchange.round_record import (
+    RoundRecord,
+    RoundRecords,
+    is_record,
+    open_from_origin,
+)
 
 log = logging.getLogger(__name__)
 
@@ -62,14 +66,6 @@ MAX_PULLS = 4  # downloads in flight at once, per round
 REPEAT_EVERY = 2.0  # seconds from sending our announcement or record to its first repeat
 REPEAT_MAX = 8.0  # the gap doubles after each repeat up to this (`repeat_loop`)
 REPEAT_WAIT = 1.25 * REPEAT_MAX  # how long a member waits for a repeat it needs (replays)
-
-
-@message("diloco/update-announcement", max_size=512)
-class UpdateAnnouncement(Message):
-    sender: Annotated[str, MaxLen(128)]  # whose update it is
-    nbytes: Annotated[int, IntRange(0, 2**40)]
-    checksum: Annotated[bytes, MaxLen(32)]
-    holds: bool = False  # True: the signer is not the sender, it merely holds a copy
 
 
 class GroupTransport(Protocol):

@@ -19,9 +19,8 @@ import re
 from dataclasses import dataclass
 
 import torch
-
-from ..models.config import ConfigError
-from .flat import ParamLayout
+from peertrain.swarm.diloco.member.flat import ParamLayout
+from peertrain.swarm.models.config import ConfigError
 
 # the first numeric part of a name ("blocks.3.attn.qkv.weight", "hidden.3.bias", "3.weight"):
 # the index of a layer in a ModuleList or Sequential

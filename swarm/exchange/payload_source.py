@@ -14,16 +14,18 @@ write pass.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from peertrain.protocol import codecs, int8_blockwise, int8_fused
 from peertrain.protocol.errors import DecodeError
+from peertrain.swarm.aggregation.streaming import DEFAULT_CHUNK_SIZE, UpdateSource, source_sq_norm
 
-from ..aggregation.streaming import DEFAULT_CHUNK_SIZE, UpdateSource, source_sq_norm
 
-if TYPE_CHECKING:
-    from .compression import UpdateCodec
+class SourceCodec(Protocol):
+    """What admitting a payload needs of its codec (codec.py's `UpdateCodec`)."""
+
+    def source(self, payload: Any, numel: int) -> UpdateSource: ...
 
 
 class QuantizedSource:
@@ -86,7 +88,7 @@ class Admissions:
     def __init__(self) -> None:
         self._sources: dict[str, tuple[Any, UpdateSource]] = {}
 
-    def admit(self, codec: UpdateCodec, numel: int, sender: str, payload: Any) -> None:
+    def admit(self, codec: SourceCodec, numel: int, sender: str, payload: Any) -> None:
         try:
             source = codec.source(payload, numel)
         except DecodeError:

@@ -24,13 +24,12 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from peertrain.swarm.data.batches import Batches
+from peertrain.swarm.devices import resolve_device
+from peertrain.swarm.diloco.member.config import InnerConfig
+from peertrain.swarm.diloco.member.flat import ParamLayout
+from peertrain.swarm.diloco.member.inner_loop import InnerLoop, InnerReport
 from torch import nn
-
-from ..data.batches import Batches
-from ..devices import resolve_device
-from .config import InnerConfig
-from .flat import ParamLayout
-from .inner_loop import InnerLoop, InnerReport
 
 _STOP, _RUN = 0, 1
 

@@ -21,20 +21,19 @@ from typing import Any
 
 import torch
 from peertrain.protocol.errors import DecodeError
+from peertrain.swarm.aggregation import Aggregator, NotEnoughUpdates, RejectReason, build_aggregator
+from peertrain.swarm.aggregation.streaming import UpdateSource
+from peertrain.swarm.data.batches import Batches
+from peertrain.swarm.diloco.errors import DiLoCoError
+from peertrain.swarm.diloco.member.config import InnerConfig, OuterConfig
+from peertrain.swarm.diloco.member.flat import ParamLayout
+from peertrain.swarm.diloco.member.inner_loop import InnerLoop, InnerReport
+from peertrain.swarm.diloco.member.outer_step import NesterovOuterOptimizer
+from peertrain.swarm.diloco.member.state_hash import state_hash
+from peertrain.swarm.exchange.codec import ErrorFeedbackEncoder, Payload, ProtocolCodec, UpdateCodec
+from peertrain.swarm.exchange.interface import Contribution, UpdateExchange
+from peertrain.swarm.exchange.payload_source import Admissions
 from torch import nn
-
-from ..aggregation import Aggregator, NotEnoughUpdates, RejectReason, build_aggregator
-from ..aggregation.streaming import UpdateSource
-from ..data.batches import Batches
-from .compression import ErrorFeedbackEncoder, Payload, ProtocolCodec, UpdateCodec
-from .config import InnerConfig, OuterConfig
-from .errors import DiLoCoError
-from .exchange import Contribution, UpdateExchange
-from .flat import ParamLayout
-from .inner_loop import InnerLoop, InnerReport
-from .outer_step import NesterovOuterOptimizer
-from .payload_source import Admissions
-from .state_hash import state_hash
 
 EQUIVOCATION = "equivocation"  # a sender with several updates for one round
 UNDECODABLE = "undecodable"  # the codec refused the payload
@@ -234,7 +233,7 @@ class DiLoCoMember:
         inner_loop: InnerLoop | None = None,
     ) -> None:
         """`inner_loop`: who takes the H inner steps (default: our AdamW on `batches`; a user's
-        own loop is swarm/diloco/external.py's ExternalInnerLoop)."""
+        own loop is swarm/diloco/member/external.py's ExternalInnerLoop)."""
         self.model = model
         self.layout = ParamLayout(model)
         self.inner = inner_loop or InnerLoop(model, batches, inner)

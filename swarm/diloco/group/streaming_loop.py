@@ -27,11 +27,10 @@ from typing import TypeVar
 
 import torch
 import trio
-
-from .compression import Payload
-from .errors import DiLoCoError, LoopHalted
-from .exchange import Contribution
-from .streaming import FragmentReport, StreamingMember
+from peertrain.swarm.diloco.errors import DiLoCoError, LoopHalted
+from peertrain.swarm.diloco.member.streaming import FragmentReport, StreamingMember
+from peertrain.swarm.exchange.codec import Payload
+from peertrain.swarm.exchange.interface import Contribution
 
 FragmentExchange = Callable[[int, Payload], Awaitable[Sequence[Contribution]]]
 Boundary = TypeVar("Boundary")

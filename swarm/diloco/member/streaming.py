@@ -21,21 +21,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from peertrain.swarm.aggregation import Aggregator, build_aggregator
+from peertrain.swarm.data.batches import Batches
+from peertrain.swarm.diloco.errors import DiLoCoError
+from peertrain.swarm.diloco.member.config import InnerConfig, OuterConfig, StreamingConfig
+from peertrain.swarm.diloco.member.flat import ParamLayout
+from peertrain.swarm.diloco.member.fragments import Fragment, FragmentSchedule, split_fragments
+from peertrain.swarm.diloco.member.inner_loop import InnerLoop, InnerReport
+from peertrain.swarm.diloco.member.member import MemberState, aggregate_deltas, decode_contributions
+from peertrain.swarm.diloco.member.outer_step import NesterovOuterOptimizer
+from peertrain.swarm.diloco.member.sample_weights import HEADER, split_samples, weigh, with_samples
+from peertrain.swarm.diloco.member.state_hash import state_hash
+from peertrain.swarm.exchange.codec import ErrorFeedbackEncoder, ProtocolCodec, UpdateCodec
+from peertrain.swarm.exchange.interface import Contribution
 from torch import nn
-
-from ..aggregation import Aggregator, build_aggregator
-from ..data.batches import Batches
-from .compression import ErrorFeedbackEncoder, ProtocolCodec, UpdateCodec
-from .config import InnerConfig, OuterConfig, StreamingConfig
-from .errors import DiLoCoError
-from .exchange import Contribution
-from .flat import ParamLayout
-from .fragments import Fragment, FragmentSchedule, split_fragments
-from .inner_loop import InnerLoop, InnerReport
-from .member import MemberState, aggregate_deltas, decode_contributions
-from .outer_step import NesterovOuterOptimizer
-from .sample_weights import HEADER, split_samples, weigh, with_samples
-from .state_hash import state_hash
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

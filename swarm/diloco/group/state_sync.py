@@ -19,16 +19,15 @@ import torch
 import trio
 from peertrain.crdt.replicator import Replicator
 from peertrain.protocol.tensors import prepare_tensor
-
-from .adoption import StateDownloads, TensorTransport
-from .build import BuiltMember
-from .checkpoint import CheckpointStore
-from .member import DiLoCoMember, MemberState
-from .progress import DriverProgress
-from .replay import RoundReplay
-from .roster import CountedGroup, Roster
-from .trust import TrustedStates
-from .update_gossip import UpdateGossip
+from peertrain.swarm.diloco.group.adoption import StateDownloads, TensorTransport
+from peertrain.swarm.diloco.group.progress import DriverProgress
+from peertrain.swarm.diloco.group.replay import RoundReplay
+from peertrain.swarm.diloco.group.roster import CountedGroup, Roster
+from peertrain.swarm.diloco.group.trust import TrustedStates
+from peertrain.swarm.diloco.member.build import BuiltMember
+from peertrain.swarm.diloco.member.checkpoint import CheckpointStore
+from peertrain.swarm.diloco.member.member import DiLoCoMember, MemberState
+from peertrain.swarm.exchange.gossip import UpdateGossip
 
 log = logging.getLogger(__name__)
 

@@ -20,11 +20,10 @@ from dataclasses import dataclass
 
 import torch
 import trio
-
-from .exchange import Contribution
-from .member import DiLoCoMember, RoundReport
-from .round_record import RecordedUpdate, RoundRecord
-from .update_gossip import REPEAT_WAIT, UpdateGossip
+from peertrain.swarm.diloco.member.member import DiLoCoMember, RoundReport
+from peertrain.swarm.exchange.gossip import REPEAT_WAIT, UpdateGossip
+from peertrain.swarm.exchange.interface import Contribution
+from peertrain.swarm.exchange.round_record import RecordedUpdate, RoundRecord
 
 log = logging.getLogger(__name__)
 

@@ -27,10 +27,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from peertrain.protocol.packing import pack
-
-from ..models.config import ConfigError
-from ..run_spec import RunSpec, canonical
-from .config import StreamingConfig
+from peertrain.swarm.diloco.member.config import StreamingConfig
+from peertrain.swarm.models.config import ConfigError
+from peertrain.swarm.run_spec import RunSpec, canonical
 
 CODECS = ("fp32", "fp16", "bf16", "int8", "int4")
 ADMISSIONS = ("open", "invite")
@@ -126,8 +125,8 @@ class DiLoCoSpec(RunSpec):
         )
 
     def build_aggregator(self):
-        from ..aggregation import build_aggregator
-        from ..aggregation.validation import RUN_MAX_NORM_RATIO
+        from peertrain.swarm.aggregation import build_aggregator
+        from peertrain.swarm.aggregation.validation import RUN_MAX_NORM_RATIO
 
         settings = {"max_norm_ratio": RUN_MAX_NORM_RATIO, **dict(self.aggregator_settings)}
         name = self.aggregator
@@ -148,6 +147,6 @@ class DiLoCoSpec(RunSpec):
         return ranked.index(peer_id) % self.num_shards
 
     def shard_of(self, peer_id: str) -> int:
-        from ..data import seeded_int
+        from peertrain.swarm.data import seeded_int
 
         return seeded_int("diloco-shard", self.seed, peer_id) % self.num_shards

@@ -23,12 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from peertrain.swarm.checkpoint_files import content_hash, is_hash, remove_temporaries, write_atomic
+from peertrain.swarm.diloco.errors import CheckpointCorrupt, CheckpointError
+from peertrain.swarm.diloco.member.member import MemberState
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
-
-from ..checkpoint_files import content_hash, is_hash, remove_temporaries, write_atomic
-from .errors import CheckpointCorrupt, CheckpointError
-from .member import MemberState
 
 log = logging.getLogger(__name__)
 

@@ -18,11 +18,10 @@ from typing import Protocol
 import torch
 from peertrain.protocol import codecs
 from peertrain.protocol.int8_blockwise import DEFAULT_BLOCK_SIZE
-
-from ..aggregation.streaming import TensorSource, UpdateSource
-from ..models.config import ConfigError
-from . import payload_source
-from .payload_source import QuantizedSource
+from peertrain.swarm.aggregation.streaming import TensorSource, UpdateSource
+from peertrain.swarm.exchange import payload_source
+from peertrain.swarm.exchange.payload_source import QuantizedSource
+from peertrain.swarm.models.config import ConfigError
 
 # A payload is any bytes-like object. Ours are writable memoryviews over the encoder's output
 # tensor: 100M int8 values are not copied into a `bytes` on the way to the wire (nor back out on

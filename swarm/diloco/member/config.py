@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..models.config import ConfigError
+from peertrain.swarm.models.config import ConfigError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,9 +14,8 @@ import struct
 from collections.abc import Sequence
 
 import torch
-
-from .compression import Payload
-from .exchange import Contribution
+from peertrain.swarm.exchange.codec import Payload
+from peertrain.swarm.exchange.interface import Contribution
 
 HEADER = struct.Struct("<Q")
 

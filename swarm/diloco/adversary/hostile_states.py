@@ -9,7 +9,7 @@ keeps claiming states nobody should adopt, the way a stranger on the internet wo
                     one round ahead of its own
 
 Honest members must not adopt either, nor stop, nor spend a download on them in an invite run
-(swarm/diloco/trust.py, adoption.py, and the admission's drops). `swarm local --hostile K
+(swarm/diloco/group/trust.py, adoption.py, and the admission's drops). `swarm local --hostile K
 --attack NAME` runs daemons with one of these on beside honest ones.
 """
 
@@ -24,13 +24,12 @@ import torch
 import trio
 from peertrain.crdt.writer import RunWriter
 from peertrain.protocol.tensors import prepare_tensor
-
-from .round_record import RoundRecord
-from .state_sync import STATE_NAME
-from .update_gossip import UpdateGossip
+from peertrain.swarm.diloco.group.state_sync import STATE_NAME
+from peertrain.swarm.exchange.gossip import UpdateGossip
+from peertrain.swarm.exchange.round_record import RoundRecord
 
 if TYPE_CHECKING:
-    from .driver import DiLoCoDriver
+    from peertrain.swarm.diloco.group.driver import DiLoCoDriver
 
 log = logging.getLogger(__name__)
 

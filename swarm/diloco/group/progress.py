@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..progress import Download, Waiting
+from peertrain.swarm.progress import Download, Waiting
 
 
 @dataclass

@@ -7,7 +7,8 @@ Each round's phases run here, in order; what has a concept of its own lives besi
 state_sync.py (serve our state, agree with the trusted one, replay or adopt, catch up),
 trust.py (whom to believe), roster.py (whose updates count: last round's group plus a few
 newcomers per round, so a wave of fresh IDs takes rounds to arrive and never exceeds the cap),
-round_record.py (the signed statement of a round), byzantine.py (the `--attack` member).
+exchange/round_record.py (the signed statement of a round); `--attack` members plug in through
+the `Adversary` seam (diloco/adversary/), never imported here.
 """
 
 from __future__ import annotations
@@ -19,22 +20,20 @@ from collections.abc import Callable
 import trio
 from peertrain.crdt.admission import Admission
 from peertrain.crdt.replicator import Replicator
-
-from ..progress import Waiting, log_progress
-from .adoption import StateDownloads, TensorTransport
-from .build import BuiltMember
-from .byzantine import build_forger
-from .checkpoint import CheckpointStore
-from .errors import CheckpointError
-from .hostile_states import HostileStates, hostile_states
-from .member import DiLoCoMember, RoundReport, rejection_kind
-from .progress import DriverProgress
-from .replay import RoundReplay
-from .roster import CountedGroup, Roster
-from .run_spec import DiLoCoSpec
-from .state_sync import StateSync
-from .trust import TrustedStates
-from .update_gossip import UpdateGossip
+from peertrain.swarm.diloco.errors import CheckpointError
+from peertrain.swarm.diloco.group.adoption import StateDownloads, TensorTransport
+from peertrain.swarm.diloco.group.adversary_seam import Adversary
+from peertrain.swarm.diloco.group.progress import DriverProgress
+from peertrain.swarm.diloco.group.replay import RoundReplay
+from peertrain.swarm.diloco.group.roster import CountedGroup, Roster
+from peertrain.swarm.diloco.group.state_sync import StateSync
+from peertrain.swarm.diloco.group.trust import TrustedStates
+from peertrain.swarm.diloco.member.build import BuiltMember
+from peertrain.swarm.diloco.member.checkpoint import CheckpointStore
+from peertrain.swarm.diloco.member.member import DiLoCoMember, RoundReport, rejection_kind
+from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
+from peertrain.swarm.exchange.gossip import UpdateGossip
+from peertrain.swarm.progress import Waiting, log_progress
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +56,7 @@ class DiLoCoDriver:
         tensors: TensorTransport,
         addrs: Callable[[], list[str]],
         on_round: Callable[[RoundReport], None] | None = None,
-        attack: str | None = None,
+        adversary: Callable[[DiLoCoDriver], Adversary] | None = None,
         checkpoints: CheckpointStore | None = None,
         on_penalty: Callable[[str, str], None] | None = None,
         certificate: bytes = b"",
@@ -72,7 +71,6 @@ class DiLoCoDriver:
         self.on_round = on_round
         self.on_penalty = on_penalty  # (peer, reason): a provider or attester of a bad state
         self.certificate = certificate  # ours, in invite runs
-        self.forger = build_forger(attack)
         self.checkpoints = checkpoints
         self.progress = DriverProgress()
         self.built = built
@@ -98,7 +96,7 @@ class DiLoCoDriver:
             # else our own: scaled updates that were most of what arrived moved the median of
             # all (an honest member ended at loss 1.9e7). Anchored rounds stay deterministic.
             built.member.norm_reference = (self.admission.anchors, frozenset({peer_id}))
-        self.hostile: HostileStates | None = hostile_states(attack, self)
+        self.adversary = adversary(self) if adversary is not None else None
 
     def _steer(self, gossip: UpdateGossip) -> None:
         """The gossip waits for, and pulls from, the counted group only."""
@@ -165,8 +163,8 @@ class DiLoCoDriver:
             nursery.start_soon(self._lease_loop)
             nursery.start_soon(self.gossip.repeat_loop)  # gossip loses messages
             nursery.start_soon(log_progress, log, self.progress_status)
-            if self.hostile is not None:
-                nursery.start_soon(self.hostile.run)
+            if self.adversary is not None:
+                nursery.start_soon(self.adversary.run)
             await self.sync.catch_up(initial=True)
             task_status.started(self)
             if self.member.round > 0 and self.spec.min_members > 1:
@@ -276,10 +274,10 @@ class DiLoCoDriver:
         started = time.perf_counter()
         payload = await self._thread(self.member.prepare_update)
         compute = time.perf_counter() - started
-        if self.forger is not None:
+        if (adversary := self.adversary) is not None:
             members = max(len(self.roster.counted), 2)
             payload = await self._thread(
-                lambda: self.forger.forge(self.member, payload, members=members)
+                lambda: adversary.forge(self.member, payload, members=members)
             )
         if await self._overtaken(round_):
             return

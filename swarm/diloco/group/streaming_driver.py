@@ -35,14 +35,13 @@ from typing import Any
 
 import torch
 import trio
-
-from .compression import Payload
-from .driver import AGREEMENT_WAIT, RETRY_PAUSE, DiLoCoDriver
-from .errors import CheckpointError
-from .exchange import Contribution
-from .member import MemberState, RoundReport, rejection_kind
-from .streaming import FragmentReport, StreamingMember
-from .streaming_loop import LoopStatistics, StreamingLoop
+from peertrain.swarm.diloco.errors import CheckpointError
+from peertrain.swarm.diloco.group.driver import AGREEMENT_WAIT, RETRY_PAUSE, DiLoCoDriver
+from peertrain.swarm.diloco.group.streaming_loop import LoopStatistics, StreamingLoop
+from peertrain.swarm.diloco.member.member import MemberState, RoundReport, rejection_kind
+from peertrain.swarm.diloco.member.streaming import FragmentReport, StreamingMember
+from peertrain.swarm.exchange.codec import Payload
+from peertrain.swarm.exchange.interface import Contribution
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +65,7 @@ class StreamingDriver(DiLoCoDriver):
     def __init__(self, *, slowdown: float = 1.0, **kwargs: Any) -> None:
         """`slowdown` (research/testing): every inner step takes this many times as long."""
         super().__init__(**kwargs)
-        if self.forger is not None:
+        if self.adversary is not None and self.adversary.forges:
             log.warning("update attacks are not built for Streaming DiLoCo runs: sending honestly")
         fragments = self.spec.fragments
         # the gossip's rounds are slots: P per round, the group of a slot is its round's
