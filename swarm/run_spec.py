@@ -32,7 +32,9 @@ class RunSpec:
     if TYPE_CHECKING:
         model: str
         dataset: str
+    # the model's own settings (model_settings.KEY below, per model)
     model_settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # the dataset's own settings (dataset_settings.KEY below, per dataset)
     dataset_settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_bytes(self) -> bytes:

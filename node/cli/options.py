@@ -227,7 +227,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="KEY=VALUE",
         help="any other run setting, e.g. model_settings.n_layer=4 (value parsed as JSON); "
-        "env PEERTRAIN_SET takes several separated by ';'",
+        "env PEERTRAIN_SET takes several separated by ';'; `--set help` (or `peertrain run "
+        "options`) lists every setting with its type, default and meaning",
     )
 
 
@@ -246,6 +247,11 @@ def run_spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
             spec[dest] = getattr(args, dest)
     if "model" in spec:
         spec["model"] = model_option(spec["model"])
+    if "help" in (args.set or ()):
+        from .run_options import render
+
+        print(render(None if getattr(args, "mode", "none") == "none" else args.mode))
+        raise SystemExit(0)
     for item in args.set or ():
         key, sep, raw = item.partition("=")
         if not sep or not key:

@@ -28,6 +28,7 @@ from .commands import (
 from .invite_commands import cmd_run_invite, cmd_run_revoke
 from .node_stop import cmd_node_stop
 from .options import add_budget_options, add_role_options, add_run_options
+from .run_options import cmd_run_options
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -206,10 +207,22 @@ def _add_run_commands(commands: Any, home: argparse.ArgumentParser) -> None:
     p = run.add_parser("leave", parents=[home], help="stop taking part in a run")
     _add_run_option(p)
     _json_and_handler(p, cmd_run_leave)
+    _add_listing_commands(run, home)
+    _add_sample_command(commands, home)
+
+
+def _add_listing_commands(run: Any, home: argparse.ArgumentParser) -> None:
+    """run list (runs in the DHT), run options (every run setting)."""
     p = run.add_parser("list", parents=[home], help="runs announced in the DHT")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=cmd_run_list)
-    _add_sample_command(commands, home)
+    p = run.add_parser(
+        "options", help="every run setting (--set KEY=VALUE) with its type, default and meaning"
+    )
+    p.add_argument(
+        "--mode", choices=["diloco", "swarm", "diffusion"], help="only this mode's settings"
+    )
+    _json_and_handler(p, cmd_run_options)
 
 
 def _add_sample_command(commands: Any, home: argparse.ArgumentParser) -> None:

@@ -71,7 +71,9 @@ def dataset_config(name: str, settings: Mapping[str, Any] | None = None) -> Any:
         )
     if name not in DATASET_CONFIGS:
         raise ConfigError(f"unknown dataset {name!r}; choose one of {', '.join(DATASET_CONFIGS)}")
-    return config_from_dict(DATASET_CONFIGS[name], settings or {})
+    return config_from_dict(
+        DATASET_CONFIGS[name], settings or {}, what=f"dataset {name!r}", under="dataset_settings"
+    )
 
 
 __all__ = [

@@ -21,8 +21,8 @@ from .shards import seeded_int, shard_indices, split_eval
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DigitsDatasetConfig:
-    eval_items: int = 360
-    split_seed: int = 0
+    eval_items: int = 360  # images held out for evaluation
+    split_seed: int = 0  # seed of the train/eval split
 
     def build(self, data: object = None) -> DigitsDataset:
         if data is not None:

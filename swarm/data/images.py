@@ -22,12 +22,12 @@ from .user_data import check_user_data, image_files, is_digest
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ImageFolderConfig:
-    data_digest: str = ""
-    image_size: int = 32
-    channels: int = 3
-    eval_items: int = 64
-    max_images: int = 100_000
-    split_seed: int = 0
+    data_digest: str = ""  # the image folder, by content digest (run create --data DIR fills it in)
+    image_size: int = 32  # images are resized to this many pixels square
+    channels: int = 3  # 1 (grey) or 3 (RGB)
+    eval_items: int = 64  # images held out for evaluation
+    max_images: int = 100_000  # images read at most
+    split_seed: int = 0  # seed of the train/eval split
 
     def __post_init__(self) -> None:
         if self.channels not in (1, 3):

@@ -28,13 +28,14 @@ class TextDatasetConfig:
     """Where the text comes from and how it is cut. The user's file (digest `data_digest`, given
     to `build`) is read after the named `sources`."""
 
+    # named corpora read first: stdlib (CPython's library sources), pydoc
     sources: tuple[str, ...] = ("stdlib",)
     data_digest: str = ""  # the user's own text, by content digest (file_digest); "" = none
-    max_bytes: int = 4_000_000
-    chunk_bytes: int = 1024
-    block_size: int = 64
-    eval_chunks: int = 64
-    split_seed: int = 0
+    max_bytes: int = 4_000_000  # bytes of text kept at most
+    chunk_bytes: int = 1024  # the text is dealt to shards in chunks of this many bytes
+    block_size: int = 64  # bytes per training window (a gpt's block_size or less)
+    eval_chunks: int = 64  # chunks held out for evaluation
+    split_seed: int = 0  # seed of the train/eval split
 
     def __post_init__(self) -> None:
         if self.chunk_bytes < self.block_size + 1:

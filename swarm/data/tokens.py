@@ -27,12 +27,13 @@ DTYPES = {"uint16": np.uint16, "uint32": np.uint32}
 class TokenDatasetConfig:
     """`data_digest`: the token file's digest; `dtype`: how its ids are stored."""
 
+    # the token file, by content digest (run create --data FILE.bin fills it in)
     data_digest: str = ""
-    dtype: str = "uint16"
-    chunk_tokens: int = 1024
-    block_size: int = 64
-    eval_chunks: int = 64
-    split_seed: int = 0
+    dtype: str = "uint16"  # how the file stores token ids: uint16 (nanoGPT) or uint32
+    chunk_tokens: int = 1024  # tokens are dealt to shards in chunks of this many
+    block_size: int = 64  # tokens per training window
+    eval_chunks: int = 64  # chunks held out for evaluation
+    split_seed: int = 0  # seed of the train/eval split
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:

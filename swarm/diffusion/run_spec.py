@@ -33,27 +33,28 @@ def expert_group(k: int) -> str:
 class DiffusionSpec(RunSpec):
     KIND: ClassVar[str] = "diffusion spec"
 
-    model: str = "dit-tiny"
+    model: str = "dit-tiny"  # the experts' DiT preset: dit-tiny, …
     dataset: str = "digits"  # dataset_settings (RunSpec): {"limit": N}
-    experts: int = 4
+    experts: int = 4  # expert groups, one per data cluster (2..32)
     partition: str = ""  # hex root checksum of the partition artifact; run create fills it in
     cluster_sizes: tuple[int, ...] = ()  # images per expert's cluster (joiners choose by them)
-    fine_clusters: int = 64
-    features: int = 16
-    inner_steps: int = 50
-    batch_size: int = 32
-    lr: float = 2e-3
-    warmup_steps: int = 20
-    outer_lr: float = 0.7
-    outer_momentum: float = 0.9
-    codec: str = "int8"
+    fine_clusters: int = 64  # k-means clusters first fitted, then merged into `experts` clusters
+    features: int = 16  # PCA components the images are clustered on
+    inner_steps: int = 50  # inner steps per round of every group
+    batch_size: int = 32  # images per inner step
+    lr: float = 2e-3  # inner learning rate (peak, after warmup)
+    warmup_steps: int = 20  # inner steps of linear learning-rate warmup
+    outer_lr: float = 0.7  # outer Nesterov learning rate of every group
+    outer_momentum: float = 0.9  # outer Nesterov momentum
+    codec: str = "int8"  # outer-update encoding: fp32, fp16, bf16, int8 or int4
     num_shards: int = 8  # of each group's data, dealt among that group's members
     rounds: int = 0  # 0: until stopped
-    round_timeout: float = 60.0
+    round_timeout: float = 60.0  # seconds a round waits for missing members after our update
     min_members: int = 1  # per group
-    start_timeout: float = 120.0
-    seed: int = 0
-    admission: str = "open"
+    start_timeout: float = 120.0  # seconds round 0 waits for min_members before starting anyway
+    seed: int = 0  # seed of the partition and of each group's initial weights
+    admission: str = "open"  # open (anyone may train) or invite (members hold a certificate)
+    # peers whose state attestations open runs trust (besides the creator)
     anchors: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:

@@ -25,7 +25,9 @@ def model_config(
     script holds (`external:<fingerprint>`, see external.py) or a transformers causal LM
     (`hf:<model_type>`, see hf.py)."""
     if name in MODEL_CONFIGS:
-        return config_from_dict(MODEL_CONFIGS[name], settings or {})
+        return config_from_dict(
+            MODEL_CONFIGS[name], settings or {}, what=f"model {name!r}", under="model_settings"
+        )
     if is_external(name):
         return ExternalModelConfig.of(name, settings or {})
     if is_hf(name):

@@ -26,12 +26,12 @@ from .pipeline_parts import SEQ, Boundary, PipelineParts
 class GPTConfig:
     """Shape of the GPT. `build(seed=...)` returns a freshly initialised model."""
 
-    vocab_size: int = 256
-    block_size: int = 64
-    n_layer: int = 2
-    n_head: int = 4
-    n_embd: int = 64
-    dropout: float = 0.0
+    vocab_size: int = 256  # token ids (256: bytes; 50304 for GPT-2 tokens)
+    block_size: int = 64  # context length in tokens
+    n_layer: int = 2  # transformer blocks
+    n_head: int = 4  # attention heads (n_embd must be a multiple)
+    n_embd: int = 64  # width of the residual stream
+    dropout: float = 0.0  # dropout probability (0 for pipelines)
 
     def __post_init__(self) -> None:
         if self.n_embd % self.n_head:

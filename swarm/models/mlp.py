@@ -18,10 +18,10 @@ from .pipeline_parts import Boundary, PipelineParts
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MLPConfig:
-    in_features: int = 64
-    hidden: int = 64
-    depth: int = 2
-    num_classes: int = 10
+    in_features: int = 64  # inputs per sample (64: the 8x8 digits)
+    hidden: int = 64  # width of each hidden layer
+    depth: int = 2  # hidden layers
+    num_classes: int = 10  # classes of the output layer
 
     def __post_init__(self) -> None:
         if min(self.in_features, self.hidden, self.depth, self.num_classes) < 1:

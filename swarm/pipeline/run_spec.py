@@ -31,12 +31,12 @@ from .wiring import BACKWARD_COST
 class PipelineSpec(RunSpec):
     KIND: ClassVar[str] = "pipeline spec"
 
-    model: str = "mlp"
-    dataset: str = "digits"
-    stages: int = 3
+    model: str = "mlp"  # mlp or gpt (any model offering pipeline_parts), cut into `stages` slices
+    dataset: str = "digits"  # digits, or text for a gpt
+    stages: int = 3  # pipeline stages the model is cut into (at least 2)
     batch_size: int = 16  # rows per microbatch
     target_batch: int = 128  # samples a stage accumulates (over its servers) before it steps
-    lr: float = 3e-3
+    lr: float = 3e-3  # learning rate of each stage's optimizer
     codec: str = "int8"  # at stage boundaries: int8 blockwise, as in the paper
     in_flight: int = 8  # microbatches in flight per trainer
     microbatches: int = 0  # per trainer; 0: until stopped
@@ -44,7 +44,7 @@ class PipelineSpec(RunSpec):
     static_seconds: float = 0.0  # a fixed one-server-per-stage phase first (the baseline)
     base_seconds: float = 0.0  # artificial seconds per forward sample at speed 1 (testing)
     checkpoint_every: int = 10  # averaging rounds between a server's stage checkpoints; 0: never
-    seed: int = 0
+    seed: int = 0  # seed of every stage's initial weights and the data order
 
     def __post_init__(self) -> None:
         if self.codec not in BOUNDARY_CODECS:

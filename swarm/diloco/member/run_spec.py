@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 
 from peertrain.protocol.packing import pack
 from peertrain.swarm.diloco.member.config import StreamingConfig
+from peertrain.swarm.errors import SwarmError
 from peertrain.swarm.models.config import ConfigError
 from peertrain.swarm.run_spec import RunSpec, canonical
 
@@ -48,36 +49,38 @@ STREAMING_DEFAULTS: dict[str, Any] = {
 class DiLoCoSpec(RunSpec):
     KIND: ClassVar[str] = "DiLoCo spec"
 
-    model: str = "gpt"
-    dataset: str = "text"
-    inner_steps: int = 50
-    batch_size: int = 16
+    model: str = "gpt"  # gpt, mlp, an installed plugin, package.module:factory or hf:PATH_OR_CONFIG
+    dataset: str = "text"  # text, tokens, images or digits
+    inner_steps: int = 50  # inner AdamW steps per round (H) before members exchange updates
+    batch_size: int = 16  # samples per inner step
     accumulation: int = 1  # micro-batches of batch_size per inner step (gradient accumulation)
-    lr: float = 4e-4
-    warmup_steps: int = 50
-    outer_lr: float = 0.7
-    outer_momentum: float = 0.9
-    codec: str = "int8"
-    error_feedback: bool = True
-    aggregator: str = "auto"
+    lr: float = 4e-4  # inner AdamW learning rate (peak, after warmup)
+    warmup_steps: int = 50  # inner steps of linear learning-rate warmup
+    outer_lr: float = 0.7  # outer Nesterov learning rate on the aggregated pseudo-gradient
+    outer_momentum: float = 0.9  # outer Nesterov momentum
+    codec: str = "int8"  # outer-update encoding: fp32, fp16, bf16, int8 or int4 (blockwise)
+    error_feedback: bool = True  # carry what the codec rounded away into the next round's update
+    aggregator: str = "auto"  # robust rule: auto, mean, median, trimmed-mean, multi-krum or flag
+    # options of the aggregator rule (e.g. r for flag, f for trimmed-mean)
     aggregator_settings: Mapping[str, Any] = field(default_factory=dict)
-    num_shards: int = 16
+    num_shards: int = 16  # data shards dealt among members (distinct shards for up to this many)
     rounds: int = 0  # 0: until stopped
     round_timeout: float = 60.0  # seconds a round waits for missing members after our update
     min_members: int = 1  # round 0 waits (up to start_timeout) until this many members are in
-    start_timeout: float = 120.0
-    seed: int = 0
-    admission: str = "open"
+    start_timeout: float = 120.0  # seconds round 0 waits for min_members before starting anyway
+    seed: int = 0  # seed of the initial weights and the data order
+    admission: str = "open"  # open (anyone may train) or invite (members hold a certificate)
     anchors: tuple[str, ...] = ()  # peers whose state attestations open runs trust (+ creator)
     max_members: int = 64  # updates counted per round (open runs)
     admit_per_round: int = 4  # newcomers counted per round (open runs)
     # Streaming DiLoCo (config.StreamingConfig): P fragments syncing in turn, outer steps τ
     # inner steps late, mixed by α, Eager; `round_seconds` > 0: a round is a compute window of
     # that many seconds (each member takes the steps it can) instead of `inner_steps` steps
-    fragments: int = 1
-    overlap: int = 0
-    mix: float = 0.0
-    eager: bool = False
+    fragments: int = 1  # Streaming DiLoCo: the model in P fragments syncing in turn (1: off)
+    overlap: int = 0  # Streaming: a fragment's outer step lands this many inner steps late (τ)
+    mix: float = 0.0  # Streaming: α in θ_local ← α·θ_local + (1−α)·θ_global when a fragment lands
+    eager: bool = False  # Streaming: apply our own outer gradient at once while the others' travel
+    # Streaming: a round is a compute window of this many seconds (0: by steps)
     round_seconds: float = 0.0
 
     def __post_init__(self) -> None:
@@ -103,7 +106,12 @@ class DiLoCoSpec(RunSpec):
         self.streaming_config().check(self.inner_steps)
         self.model_config()
         self.dataset_config()
-        self.build_aggregator()
+        try:
+            self.build_aggregator()
+        except ConfigError:
+            raise
+        except SwarmError as exc:  # the aggregator's own refusal: name the setting it came from
+            raise ConfigError(f"setting 'aggregator_settings' ({self.aggregator}): {exc}") from None
 
     def to_bytes(self) -> bytes:
         fields = asdict(self)
