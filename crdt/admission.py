@@ -2,7 +2,8 @@
 
 Peer IDs cost nothing, so nothing a peer says about itself admits it. An **invite** run admits
 its creator and holders of a valid member certificate (crdt/certificates.py) signed by the
-creator or by an admin the creator certified; a revocation signed by the same signers ends it.
+creator or by an admin the creator certified; a revocation signed by the same signers ends it
+(kept whole in the run's `RevocationSet`, crdt/revocations.py, so every replica agrees).
 Certificates travel in the holder's own member record (`MemberInfo.certificate`), so a replica
 learns them with the first delta that needs one; anything a non-member signs is dropped by
 `RunState.check_remote` (`NotAdmitted`) before it is stored, forwarded or counted.
@@ -22,9 +23,9 @@ from collections.abc import Callable
 from .certificates import MemberCertificate, open_certificate, open_revocation
 from .errors import NotAdmitted
 from .hlc import wall_clock_ms
+from .revocations import RevocationSet
 
 MAX_CERTIFICATES = 4096  # certified peers remembered (an invite run's member count is far lower)
-MAX_REVOCATIONS = 4096
 ISSUER_ROLES = ("admin",)
 
 
@@ -53,7 +54,8 @@ class Admission:
         self.anchors = frozenset(anchors) | {creator}
         self.wall_ms = wall_ms
         self._certificates: dict[str, MemberCertificate] = {}
-        self._revoked: set[str] = set()
+        # the run's revocations; RunState.install_admission hands in the replica's own set
+        self.revocations = RevocationSet(run_id, creator, wall_ms=wall_ms)
 
     @property
     def invite(self) -> bool:
@@ -66,7 +68,7 @@ class Admission:
         certificate = open_certificate(raw, self.run_id)
         if not self._may_issue(certificate.issuer):
             raise NotAdmitted(f"{certificate.issuer} may not certify members of this run")
-        if certificate.peer in self._revoked:
+        if self.revocations.revoked(certificate.peer):
             raise NotAdmitted(f"{certificate.peer} was revoked from this run")
         known = self._certificates.get(certificate.peer)
         if known is None and len(self._certificates) >= MAX_CERTIFICATES:
@@ -76,8 +78,15 @@ class Admission:
         return certificate
 
     def revoke(self, raw: bytes) -> str:
-        """Verify a revocation and apply it; the revoked peer's ID. `ProtocolError` if invalid."""
+        """Verify a revocation and apply it; the revoked peer's ID. `ProtocolError` if invalid.
+        One carrying its time (and an admin's certificate) is kept in the set to be forwarded."""
         revocation = open_revocation(raw, self.run_id)
+        if revocation.issued_ms and (
+            revocation.issuer == self.creator or revocation.issuer_certificate
+        ):
+            self.revocations.add(raw)
+            self._certificates.pop(revocation.peer, None)
+            return revocation.peer
         return self.revoke_by(revocation.issuer, revocation.peer)
 
     def revoke_by(self, issuer: str, peer: str) -> str:
@@ -87,14 +96,12 @@ class Admission:
             raise NotAdmitted(f"{issuer} may not revoke members of this run")
         if peer == self.creator:
             raise NotAdmitted("nobody revokes a run's creator")
-        if peer not in self._revoked and len(self._revoked) >= MAX_REVOCATIONS:
-            raise NotAdmitted("this run's revocation table is full")
-        self._revoked.add(peer)
+        self.revocations.note(issuer, peer)
         self._certificates.pop(peer, None)
         return peer
 
     def revoked(self, peer: str) -> bool:
-        return peer in self._revoked
+        return self.revocations.revoked(peer)
 
     def _may_issue(self, issuer: str) -> bool:
         if issuer == self.creator:
@@ -104,7 +111,7 @@ class Admission:
 
     def _valid(self, peer: str) -> MemberCertificate | None:
         certificate = self._certificates.get(peer)
-        if certificate is None or peer in self._revoked:
+        if certificate is None or self.revocations.revoked(peer):
             return None
         if certificate.expires_ms < self.wall_ms():
             return None
@@ -119,7 +126,7 @@ class Admission:
             issuer is not None
             and issuer.role in ISSUER_ROLES
             and issuer.issuer == self.creator
-            and certificate.issuer not in self._revoked
+            and not self.revocations.revoked(certificate.issuer)
             and issuer.expires_ms >= self.wall_ms()
         )
 

@@ -162,6 +162,19 @@ class Intake:
         self._last_applied = True
         return None
 
+    def accept_revocations(self, sender: str, envelopes: Iterable[bytes]) -> None:
+        """Keep an anti-entropy message's revocations. A valid envelope signed by one who may
+        not revoke costs its signer; bytes that are no revocation, the sender, once."""
+        blamed = self.state.add_revocations(list(envelopes))
+        unopened = sum(1 for peer, _ in blamed if peer is None)
+        for peer, reason in blamed:
+            if peer is not None:
+                self.counts.rejected += 1
+                self.penalise(peer, reason)
+        if unopened:
+            self.counts.rejected += unopened
+            self.penalise(sender, f"{unopened} revocation(s) that are none of this run")
+
     def accept_manifest(self, peer: str, raw: bytes | None) -> None:
         if raw is not None and self.state.manifest is None:
             try:

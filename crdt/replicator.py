@@ -38,7 +38,7 @@ from .proofs import ProofStore, ProofStoreStatistics
 from .rundoc import RunDoc
 from .runstate import RunState, RunStateStatistics
 from .signed import SignedDelta, seal_delta
-from .sync import SyncReply, SyncRequest
+from .sync import MAX_SYNC_REVOCATIONS, SyncReply, SyncRequest
 from .transport import Exchange, Inbound, PubSub
 from .writer import RunWriter
 
@@ -114,7 +114,7 @@ class Replicator:
         self.peer_id = ID.from_pubkey(key_pair.public_key).to_base58()
         self.pubsub, self.exchange, self.config = pubsub, exchange, config
         self.topic = topic_for(state.run_id)
-        self.writer = RunWriter(state, self.peer_id, on_delta=self._queue)
+        self.writer = RunWriter(state, self.peer_id, on_delta=self._queue, key_pair=key_pair)
         self.proofs = ProofStore(max_deltas=config.max_proof_deltas)
         self.intake = Intake(
             state=state,
@@ -248,7 +248,10 @@ class Replicator:
     # -- anti-entropy
 
     def _request(
-        self, envelopes: Sequence[bytes] = (), manifest: bytes | None = None
+        self,
+        envelopes: Sequence[bytes] = (),
+        manifest: bytes | None = None,
+        revocations: Sequence[bytes] = (),
     ) -> SyncRequest:
         return SyncRequest(
             run=self.state.run_id,
@@ -256,7 +259,21 @@ class Replicator:
             summary=self.state.summary(),
             envelopes=tuple(envelopes),
             manifest=manifest,
+            revocations_digest=self._revocations()[0],
+            revocations=tuple(revocations),
         )
+
+    def _revocations(self, their_digest: bytes | None = None) -> tuple[bytes, list[bytes]]:
+        """Our revocation set's digest, and its envelopes when `their_digest` differs."""
+        revocations = self.state.revocations
+        if revocations is None:
+            return b"", []
+        mine = revocations.digest()
+        if their_digest is None or their_digest == mine:
+            return mine, []
+        envelopes = revocations.envelopes()
+        self._rng.shuffle(envelopes)  # more than a message holds: a different part each time
+        return mine, envelopes[:MAX_SYNC_REVOCATIONS]
 
     async def sync_with(self, peer: str) -> SyncReply | None:
         """One push-pull exchange with `peer`; its (first) reply, or None if it failed."""
@@ -269,8 +286,9 @@ class Replicator:
         stale = [o for o, h in reply.differing.items() if mine.get(o, h) != h]
         push = self._envelopes_for(stale)[0]
         manifest = None if reply.has_manifest else self.state.manifest_envelope
-        if push or manifest is not None:
-            second = await self._ask(peer, self._request(push, manifest))
+        revocations = self._revocations(reply.revocations_digest)[1]
+        if push or manifest is not None or revocations:
+            second = await self._ask(peer, self._request(push, manifest, revocations))
             if second is not None:
                 self._absorb(peer, second)
         return reply
@@ -305,6 +323,7 @@ class Replicator:
     def _absorb(self, peer: str, reply: SyncReply) -> None:
         self.intake.accept_manifest(peer, reply.manifest)
         self.intake.accept_answer(peer, reply.envelopes)
+        self.intake.accept_revocations(peer, reply.revocations)
 
     def handle_sync(self, peer: str, request: SyncRequest) -> SyncReply | ErrorResponse:
         """Serve one anti-entropy request (sync: no awaits, so it never interleaves)."""
@@ -312,6 +331,8 @@ class Replicator:
             return request.reply(ErrorResponse, code=ErrorCode.NOT_FOUND, reason="not in that run")
         self.intake.accept_manifest(peer, request.manifest)
         self.intake.accept_answer(peer, request.envelopes)
+        self.intake.accept_revocations(peer, request.revocations)
+        revocations_digest, revocations = self._revocations(request.revocations_digest)
         mine, theirs = self.state.summary(), request.summary
         differ = [o for o in mine.keys() | theirs.keys() if mine.get(o) != theirs.get(o)]
         self._rng.shuffle(differ)
@@ -323,6 +344,8 @@ class Replicator:
             envelopes=tuple(envelopes),
             differing={o: mine.get(o, b"") for o in differ if o in theirs},
             more=more,
+            revocations_digest=revocations_digest,
+            revocations=tuple(revocations),
         )
 
     def _envelopes_for(self, owners: Iterable[str]) -> tuple[list[bytes], bool]:

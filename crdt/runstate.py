@@ -39,6 +39,7 @@ from .errors import ClockDrift, ForbiddenWrite, NotAdmitted, StateFull
 from .hlc import Stamp, wall_clock_ms
 from .manifest import RunManifest, open_manifest
 from .records import BanVote, CheckpointRef, MemberInfo
+from .revocations import RevocationSet
 from .rundoc import RunDoc
 
 OWNER_HASH_LEN = 16
@@ -93,6 +94,7 @@ class RunState:
         self.admission: Admission | None = None
         self._vouched: set[str] = set()
         self._evicted: list[str] = []
+        self._revocations: RevocationSet | None = None  # from the manifest on: its creator's
 
     @property
     def doc(self) -> RunDoc:
@@ -107,7 +109,49 @@ class RunState:
             return False
         self.manifest = open_manifest(raw_envelope, self.run_id)
         self.manifest_envelope = raw_envelope
+        self._revocations = RevocationSet(
+            self.run_id,
+            self.manifest.creator,
+            max_drift_ms=self.limits.max_drift_ms,
+            wall_ms=self.wall_ms,
+        )
         return True
+
+    # -- revocations (invite runs): a grow-only set every replica keeps whole
+
+    @property
+    def revocations(self) -> RevocationSet | None:
+        """The run's revocations: the admission's once installed, else ours (None before the
+        manifest names the creator)."""
+        if self.admission is not None:
+            return self.admission.revocations
+        return self._revocations
+
+    def add_revocations(
+        self, envelopes: list[bytes], *, strict: bool = False
+    ) -> list[tuple[str | None, str]]:
+        """Keep the valid revocations among `envelopes` and forget the peers they revoke; who
+        is to blame for the rest (None: bytes that are no revocation of this run). `strict`:
+        raise the first refusal instead (our own)."""
+        revocations = self.revocations
+        if revocations is None or not envelopes:
+            return []
+        blamed: list[tuple[str | None, str]] = []
+        if strict:
+            added = sum(revocations.add(raw) for raw in envelopes)
+        else:
+            added, blamed = revocations.absorb(envelopes)
+        if added:
+            self._forget_revoked()
+        return blamed
+
+    def _forget_revoked(self) -> None:
+        revocations = self.revocations
+        if revocations is None or (self.admission is not None and not self.admission.invite):
+            return
+        for peer in self._owners & revocations.revoked_peers():
+            self._forget(peer)
+            self._evicted.append(peer)
 
     # -- writes
 
@@ -154,6 +198,9 @@ class RunState:
     def install_admission(self, admission: Admission) -> list[str]:
         """Guard this replica with `admission` from now on. In an invite run, owners stored
         before (without a valid certificate in their record) are forgotten; returns them."""
+        if self._revocations is not None:  # ours were replicated (and loaded) before: keep them
+            self._revocations.absorb(admission.revocations.envelopes())
+            admission.revocations = self._revocations
         self.admission = admission
         if not admission.invite:
             return []
@@ -165,6 +212,7 @@ class RunState:
                 except ProtocolError:
                     pass  # no valid certificate: forgotten below
         self._apply_revocations(self._doc)
+        self._forget_revoked()
         strangers = [o for o in self._owners if not admission.admits(o)]
         for owner in strangers:
             self._forget(owner)

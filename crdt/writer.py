@@ -14,7 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from libp2p.crypto.keys import KeyPair
+
 from .admission import revocation_evidence
+from .certificates import sign_revocation
 from .hlc import HybridClock
 from .orset import AWORSet
 from .records import BanVote, CheckpointRef, MemberInfo
@@ -32,8 +35,10 @@ class RunWriter:
         *,
         clock: HybridClock | None = None,
         on_delta: Callable[[RunDoc], None] | None = None,
+        key_pair: KeyPair | None = None,
     ) -> None:
         self.state = state
+        self.key_pair = key_pair  # signs our revocations (invite runs' creator and admins)
         self.peer_id = peer_id
         self.clock = clock or HybridClock(
             peer_id, wall_ms=state.wall_ms, max_drift_ms=state.limits.max_drift_ms
@@ -105,7 +110,23 @@ class RunWriter:
 
     def revoke(self, peer: str) -> RunDoc:
         """Invite runs: end `peer`'s membership (we must be the creator or an admin; replicas
-        check that, crdt/admission.py). It travels as our ban vote with revocation evidence."""
+        check that, crdt/admission.py). With our key, a signed revocation joins the run's set,
+        which every replica keeps whole (crdt/revocations.py; `StateFull` past our quota,
+        `NotAdmitted` if we may not revoke); our ban vote with revocation evidence carries it
+        by gossip at once too."""
+        revocations = self.state.revocations
+        if self.key_pair is not None and revocations is not None:
+            mine = self.state.member(self.peer_id)
+            raw = sign_revocation(
+                self.key_pair,
+                self.state.run_id,
+                peer,
+                issued_ms=self.state.wall_ms(),
+                issuer_certificate=b""
+                if revocations.creator == self.peer_id or mine is None
+                else mine.info.certificate,
+            )
+            self.state.add_revocations([raw], strict=True)  # refused with its reason, if so
         return self.vote_ban(peer, revocation_evidence(self.state.run_id, peer))
 
     def withdraw_ban(self, peer: str) -> RunDoc:

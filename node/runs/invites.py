@@ -4,9 +4,10 @@ and hold the certificate this node was given (`join --certificate`).
 A certificate is a small signed envelope (crdt/certificates.py); the issuer hands it to the
 invitee as a base64 token, out of band, and the invitee's node keeps it beside the run's saved
 manifest (`<home>/runs/<run id>/certificate`) and carries it in its member record, where every
-replica verifies it. A revocation is the issuer's own signed delta (crdt/admission.py), so it
-reaches every replica as run state does. Who may issue is checked here for a clear error, and
-again by every replica, which is what counts.
+replica verifies it. A revocation is the issuer's own signed envelope in the run's grow-only
+revocation set (crdt/revocations.py), which every replica keeps whole and the node persists
+(revocation_file.py). Who may issue is checked here for a clear error, and again by every
+replica, which is what counts.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from libp2p.peer.id import ID
 from peertrain.crdt.admission import Admission
 from peertrain.crdt.certificates import MemberCertificate, open_certificate, sign_certificate
+from peertrain.crdt.errors import StateFull
 from peertrain.crdt.hlc import wall_clock_ms
 from peertrain.protocol.errors import ProtocolError
 
@@ -149,5 +151,8 @@ def revoke(session: RunSession, me: str, peer: str) -> dict[str, Any]:
     admission = _issuer_admission(session, me)
     if peer == session.manifest.creator:
         raise ControlError("nobody revokes a run's creator")
-    session.replicator.writer.revoke(peer)
+    try:
+        session.replicator.writer.revoke(peer)
+    except (StateFull, ProtocolError) as exc:  # our quota of revocations is spent, say
+        raise ControlError(f"cannot revoke {peer}: {exc}") from None
     return {"run_id": session.run_id, "peer": peer, "revoked": admission.revoked(peer)}

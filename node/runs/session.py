@@ -26,6 +26,7 @@ from ..services.node_services import NodeServices
 from .certificate_file import load_certificate
 from .context import RunContext
 from .ranks import lend_ranks, return_ranks
+from .revocation_file import keep_revocations
 from .run_sync import STATE_PENALTY, SyncExchange
 from .spec_check import local_data
 from .status import DiffusionRunStatus, DiLoCoRunStatus, RunStatus, SwarmRunStatus
@@ -75,6 +76,7 @@ class RunSession:
         self.diffusion = None
         state = RunState(run_id)
         state.accept_manifest(manifest_envelope)
+        keep_revocations(state, node.home / "runs" / run_id)  # invite runs: none forgotten
         self.seeds = set(seeds)
         replicator = Replicator(
             state=state,
