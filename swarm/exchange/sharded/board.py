@@ -1,0 +1,135 @@
+"""Everything signed that a member of a sharded round has received, checked as it arrives.
+
+Only the round's group may write here, each sender once per kind and slot: a stranger's message
+costs a signature check; a member's second, different commitment is kept as proof that it
+equivocated (two signed statements of one round), and the member is out of the round."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+
+import trio
+from libp2p.peer.id import ID
+from peertrain.protocol.envelope import open_envelope
+from peertrain.protocol.errors import ProtocolError
+from peertrain.protocol.messages import Message, decode
+
+from .messages import NonceReveal, SenderChecks, ShardCommitment, ShardOutput, ShardStatistics
+
+log = logging.getLogger(__name__)
+
+DOMAIN = "exchange/shard"
+MAX_ENVELOPE = 600 * 1024  # the largest statistics message (256 × 256 float64) and its seal
+EQUIVOCATION = 100.0  # penalty: two signed commitments for one round
+
+
+@dataclass
+class Board:
+    run_id: str
+    round_: int
+    members: Collection[str]
+    shards: int
+    on_penalty: Callable[[str, str], None] = lambda peer, why: None
+    commitments: dict[str, ShardCommitment] = field(default_factory=dict)
+    equivocators: dict[str, tuple[bytes, bytes]] = field(default_factory=dict)  # the two proofs
+    statistics: dict[tuple[int, str], ShardStatistics] = field(default_factory=dict)
+    outputs: dict[tuple[int, int, str], ShardOutput] = field(default_factory=dict)
+    reveals: dict[tuple[int, str], NonceReveal] = field(default_factory=dict)
+    checks: dict[tuple[int, str], SenderChecks] = field(default_factory=dict)
+    _raw_commitments: dict[str, bytes] = field(default_factory=dict)
+    _changed: trio.Event = field(default_factory=trio.Event)
+
+    def receive(self, raw: bytes) -> None:
+        """A broadcast envelope: stored if it is a group member's and new; dropped otherwise."""
+        try:
+            env = open_envelope(
+                raw,
+                expected_domain=DOMAIN,
+                expected_run=self.run_id,
+                expected_round=self.round_,
+                max_size=MAX_ENVELOPE,
+            )
+            sender = ID(env.sender).to_base58()
+            if sender not in self.members:
+                return  # not of this round's group: cost us a signature check, nothing more
+            msg = decode(
+                env.payload,
+                (ShardCommitment, ShardStatistics, ShardOutput, NonceReveal, SenderChecks),
+            )
+        except ProtocolError as exc:
+            log.debug("refused a sharded-round message: %s", exc)
+            return
+        if (wrong := self._malformed(msg)) is not None:
+            self.on_penalty(sender, f"a malformed {type(msg).__name__}: {wrong}")
+            return
+        if self._store(sender, msg, raw):
+            self._changed.set()
+            self._changed = trio.Event()
+
+    def _malformed(self, msg: Message) -> str | None:
+        """What makes a well-signed message unusable (sizes that do not fit this round)."""
+        n = self.shards
+        if isinstance(msg, ShardCommitment):
+            ok = len(msg.digests) == len(msg.sizes) == n and all(len(d) == 32 for d in msg.digests)
+            return None if ok else f"{len(msg.digests)} digests for {n} shards"
+        if isinstance(msg, ShardStatistics):
+            p = len(msg.senders)
+            if (
+                msg.shard >= n
+                or len(set(msg.senders)) != p
+                or not set(msg.senders) <= set(self.members)
+            ):
+                return "a shard or senders not of this round"
+            if len(msg.sq_norms) != 8 * p or len(msg.gram) not in (0, 8 * p * p):
+                return f"statistics of the wrong size for {p} senders"
+        if isinstance(msg, ShardOutput) and msg.shard >= n:
+            return f"shard {msg.shard} of {n}"
+        if isinstance(msg, SenderChecks):
+            sizes = {len(msg.projections), len(msg.sq_norms), len(msg.rows)}
+            if sizes != {8 * n}:
+                return f"checks of the wrong size for {n} shards"
+        return None
+
+    def _store(self, sender: str, msg: Message, raw: bytes) -> bool:
+        if isinstance(msg, ShardCommitment):
+            return self._commit(sender, msg, raw)
+        table: dict
+        key: tuple
+        if isinstance(msg, ShardStatistics):
+            table, key = self.statistics, (msg.shard, sender)
+        elif isinstance(msg, ShardOutput):
+            table, key = self.outputs, (msg.attempt, msg.shard, sender)
+        elif isinstance(msg, NonceReveal):
+            table, key = self.reveals, (msg.attempt, sender)
+        else:
+            assert isinstance(msg, SenderChecks)
+            table, key = self.checks, (msg.attempt, sender)
+        if key in table:
+            return False
+        table[key] = msg
+        return True
+
+    def _commit(self, sender: str, msg: ShardCommitment, raw: bytes) -> bool:
+        known = self.commitments.get(sender)
+        if known is None:
+            self.commitments[sender], self._raw_commitments[sender] = msg, raw
+            return True
+        if known == msg or sender in self.equivocators:
+            return False
+        self.equivocators[sender] = (self._raw_commitments[sender], raw)
+        self.on_penalty(sender, f"two commitments for round {self.round_}: equivocation")
+        return True
+
+    def committed(self) -> list[str]:
+        """Senders with one commitment this round, sorted (the equivocators are out)."""
+        return sorted(s for s in self.commitments if s not in self.equivocators)
+
+    async def wait(self, ready: Callable[[], bool], deadline: float) -> bool:
+        """Until `ready()` holds (True) or trio's clock passes `deadline` (False)."""
+        with trio.move_on_at(deadline):
+            while not ready():
+                await self._changed.wait()
+            return True
+        return ready()

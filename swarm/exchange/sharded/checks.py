@@ -1,0 +1,85 @@
+"""Checks every member runs on what owners claim, from numbers senders signed about their own
+shards. A linear rule writes out_k = Σ_i a_i g_i[k] on every shard k with weights a that come
+from the summed statistics alone, so three cheap facts pin an owner down:
+
+- ‖g_i[k]‖², signed by sender i, must be the diagonal of owner k's partial Gram G_k;
+- ⟨g_i[k], out_k⟩, signed by sender i once out_k is public, must be (G_k a)_i: the Gram is
+  checked in the direction the round used it;
+- ⟨ρ_k, out_k⟩ must be Σ_i a_i ⟨ρ_k, g_i[k]⟩ for a random ±1 vector ρ_k drawn from nonces the
+  senders committed to before any output existed, so no owner can aim a lie at ρ.
+
+Outputs travel quantized (int8, like hivemind's 8-bit all-reduce), so the last two hold within
+the quantization's own error: `slack` bounds it per shard, and a lie below it is no larger than
+the noise the codec adds anyway. A check that fails makes the shard disputed (round.py
+recomputes it from the committed inputs and blames whoever signed the false number).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+RELATIVE = 1e-6  # float64 sums of float32 values in other orders
+SIGMAS = 6.0  # a ±1 projection of independent rounding errors: this many standard deviations
+
+
+def rho(seed: bytes, shard: int, numel: int) -> torch.Tensor:
+    """ρ_k: ±1 values drawn from the round's seed (the same on every member)."""
+    digest = hashlib.blake2b(seed + shard.to_bytes(4, "big"), digest_size=8).digest()
+    generator = torch.Generator().manual_seed(int.from_bytes(digest, "big") >> 1)
+    return torch.randint(0, 2, (numel,), generator=generator).to(torch.float64).mul_(2).sub_(1)
+
+
+def draw_seed(round_: int, attempt: int, nonces: Sequence[bytes]) -> bytes:
+    h = hashlib.blake2b(round_.to_bytes(8, "big") + attempt.to_bytes(2, "big"), digest_size=32)
+    for nonce in nonces:
+        h.update(nonce)
+    return h.digest()
+
+
+def quantization_slack(decoded: torch.Tensor, block_size: int) -> float:
+    """The standard deviation bound of ⟨ρ, e⟩ for int8 rounding errors e of `decoded`: each
+    value is off by at most half its block's step (absmax / 127)."""
+    n = decoded.numel()
+    pad = (-n) % block_size
+    blocks = torch.nn.functional.pad(decoded.abs().to(torch.float64), (0, pad)).view(-1, block_size)
+    steps = blocks.amax(dim=1) / 127.0
+    counts = torch.full_like(steps, float(block_size))
+    counts[-1] = block_size - pad
+    return math.sqrt(float((counts * (steps / 2) ** 2).sum()) / 3.0)  # uniform rounding
+
+
+@dataclass(frozen=True, slots=True)
+class ShardClaims:
+    """Shard k as every member sees it: the owner's numbers and the accepted senders'."""
+
+    gram_diagonal: torch.Tensor  # owner's G_k[i, i] for the accepted senders, float64
+    gram_times_weights: torch.Tensor | None  # owner's (G_k a)_i; None: the rule has no Gram
+    out_projection: float  # ⟨ρ_k, out_k⟩ on the decoded output
+    out_slack: float  # quantization_slack of the decoded output
+    sender_projections: torch.Tensor  # ⟨ρ_k, g_i[k]⟩, signed by each sender
+    sender_sq_norms: torch.Tensor  # ‖g_i[k]‖²
+    sender_rows: torch.Tensor  # ⟨g_i[k], out_k⟩
+    weights: torch.Tensor  # a
+
+
+def failed_check(claims: ShardClaims) -> str | None:
+    """None when shard k is as claimed; else which check failed."""
+    c = claims
+    norms = c.sender_sq_norms.clamp_min(0).sqrt()
+    if not torch.allclose(c.gram_diagonal, c.sender_sq_norms, rtol=RELATIVE, atol=1e-30):
+        return "the partial Gram's diagonal is not the senders' squared norms"
+    expected = float((c.weights * c.sender_projections).sum())
+    spread = float((c.weights.abs() * norms).sum())
+    if abs(c.out_projection - expected) > SIGMAS * c.out_slack + RELATIVE * spread * 10:
+        return f"⟨ρ, out⟩ = {c.out_projection:.6g}, the senders' projections give {expected:.6g}"
+    if c.gram_times_weights is None:
+        return None
+    row_slack = norms * (SIGMAS * c.out_slack) + RELATIVE * norms * spread * 10
+    if ((c.sender_rows - c.gram_times_weights).abs() > row_slack).any():
+        return "the partial Gram does not match ⟨g_i, out⟩ in the weights' direction"
+    return None

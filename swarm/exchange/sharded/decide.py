@@ -1,0 +1,75 @@
+"""The decision every member takes alike from the chosen statistics of every shard: whose
+updates are the round's inputs, which the rule accepts, and their weights."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+import torch
+from peertrain.swarm.aggregation.base import Aggregator
+from peertrain.swarm.aggregation.sharded import total_statistics
+from peertrain.swarm.aggregation.streaming import InputStatistics, TensorSource
+from peertrain.swarm.aggregation.validation import Verdict
+
+from .messages import ShardStatistics, floats
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    attempt: int
+    senders: tuple[str, ...]  # in every chosen statistics, committed once, sorted
+    accepted: tuple[str, ...]  # those the rule accepted
+    stats: InputStatistics  # of the accepted, summed over shards in shard order
+    weights: torch.Tensor  # a, float64, one per accepted sender
+    owners: dict[int, str | None]  # shard → who writes its output (None: every member itself)
+    parts: dict[int, InputStatistics]  # each shard's statistics over `senders`
+
+
+def part_tensors(part: ShardStatistics) -> InputStatistics:
+    p = len(part.senders)
+    gram = floats(part.gram, p * p, what="gram").view(p, p) if part.gram else None
+    return InputStatistics(sq_norms=floats(part.sq_norms, p, what="norms"), gram=gram)
+
+
+def rows_of(part: ShardStatistics, senders: Sequence[str]) -> InputStatistics:
+    """`part`'s statistics restricted to `senders`, in that order."""
+    full = part_tensors(part)
+    index = {s: i for i, s in enumerate(part.senders)}
+    rows = torch.tensor([index[s] for s in senders], dtype=torch.long)
+    gram = None if full.gram is None else full.gram[rows][:, rows]
+    return InputStatistics(sq_norms=full.sq_norms[rows], gram=gram)
+
+
+def linear_weights(rule: Aggregator, stats: InputStatistics) -> torch.Tensor:
+    """a for a linear rule, from the statistics alone (the rule writes an empty output)."""
+    p = stats.sq_norms.numel()
+    empty = [TensorSource(torch.empty(0)) for _ in range(p)]
+    report = rule.write(empty, stats, torch.empty(0))
+    if report.weights is None:
+        raise ValueError(f"{rule.name} is not a linear rule: the sharded exchange checks weights")
+    return torch.tensor(report.weights, dtype=torch.float64)
+
+
+def decide(round_, attempt: int, chosen: dict[int, tuple[str | None, ShardStatistics]]) -> Decision:
+    committed = set(round_.board.committed())
+    senders = sorted(committed.intersection(*(set(p.senders) for _, p in chosen.values())))
+    parts = {k: rows_of(chosen[k][1], senders) for k in sorted(chosen)}
+    total = total_statistics([parts[k] for k in sorted(parts)])
+    verdicts = [Verdict(index=i) for i in range(len(senders))]
+    reference = _indices(senders, round_.reference)
+    kept, stats = round_.rule.decide(verdicts, range(len(senders)), total, reference)
+    accepted = tuple(senders[i] for i in kept)
+    return Decision(
+        attempt=attempt,
+        senders=tuple(senders),
+        accepted=accepted,
+        stats=stats,
+        weights=linear_weights(round_.rule, stats),
+        owners={k: owner for k, (owner, _) in chosen.items()},
+        parts=parts,
+    )
+
+
+def _indices(senders: Sequence[str], reference: Collection[str]) -> list[int]:
+    return [i for i, s in enumerate(senders) if s in reference]

@@ -1,0 +1,121 @@
+"""A disputed shard: every member fetches its inputs (each checked against its sender's signed
+commitment), recomputes the owner's statistics and output, and blames whoever signed a false
+number: the owner (false statistics, an output that is not the aggregate, or none), or the
+senders whose signed checks accused an honest owner. Every member holds the same signed
+messages and the same inputs, so every member reaches the same verdict."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+import trio
+
+from .checks import RELATIVE, rho
+from .decide import Decision, part_tensors
+from .messages import ShardStatistics, digest, floats, pack_floats
+from .owners import owner_order
+from .transport import FetchFailed
+
+log = logging.getLogger(__name__)
+
+
+async def recompute(r, decision: Decision, seed: bytes, bad, chosen, local, disputes) -> bool:
+    """Recompute the `bad` shards from their inputs; True when a shard's statistics were false
+    (the round must decide again), False when only outputs or accusers were."""
+    replaced = False
+    for k in bad:
+        owner, part = chosen[k]
+        local[k] = await _inputs(r, k, part.senders, owner)
+        held = [s for s in part.senders if s in local[k]]
+        true = r.rule.statistics([local[k][s] for s in held])
+        if held != list(part.senders) or not _same(true, part_tensors(part)):
+            _blame(r, disputes, k, owner, "partial statistics that its inputs do not give")
+            chosen[k] = (None, _statistics(k, held, true))
+            replaced = True
+            continue
+        _judge_output(r, decision, seed, k, owner, disputes, local[k])
+    return replaced
+
+
+def _judge_output(r, decision, seed, k, owner, disputes, sources) -> None:
+    out = r.write_shard(k, decision, sources)
+    payload = bytes(r.codec.encode(out))
+    claim = r.board.outputs.get((decision.attempt, k, owner))
+    if claim is None:
+        _blame(r, disputes, k, owner, "no output for its shard")
+    elif claim.digest != digest(payload):
+        _blame(r, disputes, k, owner, "an output that is not the aggregate of its inputs")
+    else:  # the owner was right: whoever signed checks that disagree with its inputs lied
+        decoded = r.codec.decode(payload, out.numel())
+        for sender in decision.accepted:
+            if _checks_lie(r, decision, seed, k, sender, sources[sender], decoded):
+                _blame(r, disputes, k, sender, "checks that accuse an honest owner")
+
+
+def _checks_lie(r, decision, seed, k, sender, source, out) -> bool:
+    checks = r.board.checks.get((decision.attempt, sender))
+    if checks is None:
+        return True  # withheld: it made every member fetch the shard's inputs
+    n = len(r.shards)
+    g = source.read(0, source.numel).to(torch.float64)
+    true = torch.tensor(
+        [float(rho(seed, k, g.numel()) @ g), float(g @ g), float(g @ out.to(torch.float64))]
+    )
+    signed = torch.tensor(
+        [floats(getattr(checks, f), n, what=f)[k] for f in ("projections", "sq_norms", "rows")]
+    )
+    scale = true.abs().max().clamp_min(1e-30)
+    return bool(((signed - true).abs() > 1e-4 * scale).any())
+
+
+async def _inputs(r, k: int, senders, owner) -> dict:
+    """Shard k of every sender's update, checked against its commitment: from the sender, or
+    from the owner (which serves what it received)."""
+    got: dict = {}
+
+    async def one(sender: str) -> None:
+        commitment = r.board.commitments[sender]
+        want = commitment.digests[k]
+        for peer in (sender, owner, *owner_order(r.group, k, round_=r.round_, salt=r.salt)[:2]):
+            if peer is None:
+                continue
+            try:
+                payload = await r.transport.fetch(peer, b"in" + want)
+            except FetchFailed:
+                continue
+            if digest(payload) == want:
+                got[sender] = r.slice_source(k, payload)
+                return
+
+    async with trio.open_nursery() as nursery:
+        for sender in senders:
+            nursery.start_soon(one, sender)
+    return got
+
+
+def _same(a, b) -> bool:
+    if not torch.allclose(a.sq_norms, b.sq_norms, rtol=RELATIVE, atol=0):
+        return False
+    if (a.gram is None) != (b.gram is None):
+        return False
+    return a.gram is None or torch.allclose(
+        a.gram, b.gram, rtol=RELATIVE, atol=1e-12 * float(a.sq_norms.abs().max())
+    )
+
+
+def _statistics(k: int, senders, stats) -> ShardStatistics:
+    return ShardStatistics(
+        shard=k,
+        senders=tuple(senders),
+        sq_norms=pack_floats(stats.sq_norms),
+        gram=b"" if stats.gram is None else pack_floats(stats.gram.flatten()),
+    )
+
+
+def _blame(r, disputes, k: int, peer, why: str) -> None:
+    if peer is None:
+        return
+    log.warning("round %d shard %d: %s sent %s", r.round_, k, peer[:12], why)
+    disputes.append((k, peer, why))
+    r.on_penalty(peer, f"round {r.round_} shard {k}: {why}")

@@ -1,0 +1,159 @@
+"""The member's side of a sharded round, top to bottom (round.py holds its state, owner.py the
+owners' duties, checks.py the checks, disputes.py what a failed check costs and whom)."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+import trio
+from peertrain.swarm.exchange.errors import ExchangeFailed
+
+from .checks import ShardClaims, draw_seed, failed_check, quantization_slack, rho
+from .decide import Decision
+from .disputes import recompute
+from .messages import NonceReveal, digest, floats
+from .round import ShardedResult, ShardedRound
+from .transport import FetchFailed
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 3  # a corrected statistic means a new decision; a liar is out after one
+
+
+async def run_round(r: ShardedRound, update: torch.Tensor) -> ShardedResult:
+    now = trio.current_time()
+    r.commit_deadline, deadline = now + r.patience, now + r.timeout
+    nonce = await r.commit(update)
+    async with trio.open_nursery() as nursery:
+        r.owner_tasks(nursery)
+        result = await _attempts(r, nonce, deadline)
+        nursery.cancel_scope.cancel()
+    return result
+
+
+async def _attempts(r: ShardedRound, nonce: bytes, deadline: float) -> ShardedResult:
+    shards = [s.index for s in r.shards]
+    if not await r.board.wait(lambda: all(r.statistics_of(k) for k in shards), deadline):
+        missing = [k for k in shards if r.statistics_of(k) is None]
+        raise ExchangeFailed(f"round {r.round_}: no statistics for shard(s) {missing}")
+    chosen = {k: r.statistics_of(k) for k in shards}
+    local: dict[int, dict] = {}  # disputed shards: their inputs, recomputed by us
+    disputes: list[tuple[int, str, str]] = []
+    for attempt in range(MAX_ATTEMPTS):
+        decision = r.decide(
+            attempt, {k: (None if k in local else o, p) for k, (o, p) in chosen.items()}
+        )
+        outputs = await _outputs(r, decision, local, deadline)
+        verified, seed = await _verify(r, decision, outputs, nonce, deadline)
+        bad = [k for k in shards if k not in local and not verified.get(k)]
+        if not bad:
+            return _result(r, decision, outputs, disputes)
+        replaced = await recompute(r, decision, seed, bad, chosen, local, disputes)
+        if not replaced:  # outputs only were wrong: ours are recomputed from the inputs
+            outputs.update({k: r.local_output(k, decision, local[k]) for k in bad})
+            return _result(r, decision, outputs, disputes)
+    raise ExchangeFailed(f"round {r.round_}: statistics disputed in {MAX_ATTEMPTS} attempts")
+
+
+async def _outputs(r: ShardedRound, decision: Decision, local: dict, deadline: float) -> dict:
+    """Every shard of the aggregate, decoded: fetched from its owner and checked against the
+    owner's committed digest, or written by us for shards we hold the inputs of; None where
+    an owner published nothing or served bytes it did not commit to."""
+    got: dict[int, torch.Tensor | None] = {}
+    for k in local:
+        got[k] = r.local_output(k, decision, local[k])
+    wanted = [k for k in decision.owners if k not in local]
+    a = decision.attempt
+
+    def announced() -> bool:
+        return all((a, k, decision.owners[k]) in r.board.outputs for k in wanted)
+
+    await r.board.wait(announced, deadline)
+    async with trio.open_nursery() as nursery:
+        for k in wanted:
+            nursery.start_soon(_fetch_output, r, decision, k, got)
+    return got
+
+
+async def _fetch_output(r: ShardedRound, decision: Decision, k: int, got: dict) -> None:
+    owner = decision.owners[k]
+    claim = r.board.outputs.get((decision.attempt, k, owner))
+    got[k] = None
+    if claim is None or owner is None:
+        return
+    key = b"out" + decision.attempt.to_bytes(2, "big") + claim.digest
+    try:
+        payload = await r.transport.fetch(owner, key)
+    except FetchFailed:
+        return
+    if len(payload) == claim.nbytes and digest(payload) == claim.digest:
+        s = r.shards[k]
+        got[k] = r.codec.decode(payload, s.stop - s.start)
+
+
+async def _verify(
+    r: ShardedRound, decision: Decision, outputs: dict, nonce: bytes, deadline: float
+) -> tuple[dict[int, bool], bytes]:
+    """Reveal our nonce, draw ρ from the accepted senders' nonces, sign our checks, and run
+    everyone's against every owner's claims. (Shard → whether it holds, the seed.)"""
+    a, accepted = decision.attempt, decision.accepted
+    await r.publish(NonceReveal(attempt=a, nonce=nonce))
+    await r.board.wait(lambda: all((a, s) in r.board.reveals for s in accepted), deadline)
+    nonces = [
+        reveal.nonce
+        for s in accepted
+        if (reveal := r.board.reveals.get((a, s))) is not None
+        and digest(reveal.nonce) == r.board.commitments[s].nonce_hash
+    ]
+    seed = draw_seed(r.round_, a, nonces)
+    if r.me in accepted:
+        await r.publish(r.my_checks(a, seed, outputs))
+    await r.board.wait(lambda: all((a, s) in r.board.checks for s in accepted), deadline)
+    return {k: _shard_holds(r, decision, k, outputs.get(k), seed) for k in decision.owners}, seed
+
+
+def _shard_holds(r: ShardedRound, decision: Decision, k: int, out, seed: bytes) -> bool:
+    if out is None:
+        return False
+    checks = [r.board.checks.get((decision.attempt, s)) for s in decision.accepted]
+    if any(c is None for c in checks):
+        return False  # a sender withheld its checks: the shard is recomputed from its inputs
+    n = len(r.shards)
+    column = torch.tensor(
+        [
+            [floats(getattr(c, f), n, what=f)[k] for f in ("projections", "sq_norms", "rows")]
+            for c in checks
+        ],
+        dtype=torch.float64,
+    )
+    part = decision.parts[k]
+    index = {s: i for i, s in enumerate(decision.senders)}
+    rows = torch.tensor([index[s] for s in decision.accepted], dtype=torch.long)
+    claims = ShardClaims(
+        gram_diagonal=part.sq_norms[rows],
+        gram_times_weights=None
+        if part.gram is None
+        else part.gram[rows][:, rows] @ decision.weights,
+        out_projection=float(rho(seed, k, out.numel()) @ out.to(torch.float64)),
+        out_slack=quantization_slack(out, r.codec.block_size),
+        sender_projections=column[:, 0],
+        sender_sq_norms=column[:, 1],
+        sender_rows=column[:, 2],
+        weights=decision.weights,
+    )
+    why = failed_check(claims)
+    if why is not None:
+        log.warning("round %d shard %d disputed: %s", r.round_, k, why)
+    return why is None
+
+
+def _result(r: ShardedRound, decision: Decision, outputs: dict, disputes: list) -> ShardedResult:
+    update = torch.cat([outputs[k] for k in sorted(outputs)])
+    return ShardedResult(
+        update=update,
+        accepted=decision.accepted,
+        weights=tuple(decision.weights.tolist()),
+        attempts=decision.attempt + 1,
+        disputes=disputes,
+    )

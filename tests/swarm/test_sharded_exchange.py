@@ -1,0 +1,203 @@
+"""The sharded update exchange over the in-memory network: every member ends a round with the
+same aggregate, the one an all-gather of the same updates gives as int8 sends it, and an owner
+or sender that lies is caught in the round it lies, by proof every member checks, while every
+honest member ends with the honest result."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import trio
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.peer.id import ID
+from peertrain.swarm.aggregation import build_aggregator
+from peertrain.swarm.aggregation.sharded import aggregate_sharded
+from peertrain.swarm.aggregation.streaming import STATS_WINDOW
+from peertrain.swarm.exchange.codec import ProtocolCodec
+from peertrain.swarm.exchange.sharded import ShardedRound, run_round
+from peertrain.swarm.exchange.sharded.owner import ShardOwner
+from peertrain.testing.shard_network import shard_network
+
+NUMEL = 3 * STATS_WINDOW + 77  # four shards: three of whole statistics windows and a ragged tail
+
+
+def keys(n: int):
+    pairs = [create_new_key_pair(bytes([i + 1]) * 32) for i in range(n)]
+    return {ID.from_pubkey(k.public_key).to_base58(): k for k in pairs}
+
+
+def updates(peers, seed: int = 0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    base = torch.randn(NUMEL, generator=g)
+    return {p: base + 0.3 * torch.randn(NUMEL, generator=g) for p in sorted(peers)}
+
+
+def all_gather_aggregate(rule_name: str, ups: dict[str, torch.Tensor], rnd: ShardedRound):
+    """What an all-gather of the same int8 inputs aggregates to, fp32."""
+    codec = ProtocolCodec("int8")
+
+    def int8(u: torch.Tensor) -> torch.Tensor:
+        parts = [u[s.start : s.stop].contiguous() for s in rnd.shards]
+        return torch.cat([codec.decode(bytes(codec.encode(p)), p.numel()) for p in parts])
+
+    decoded = [int8(u) for u in ups.values()]
+    return aggregate_sharded(build_aggregator(rule_name), decoded, shards=len(rnd.shards)).update
+
+
+def within_one_int8_rounding(sent: torch.Tensor, exact: torch.Tensor) -> bool:
+    """`sent` is `exact` as int8 sends it: each value within half its block's step."""
+    block = ProtocolCodec("int8").block_size
+    pad = (-exact.numel()) % block
+    steps = torch.nn.functional.pad(exact.abs(), (0, pad)).view(-1, block).amax(dim=1) / 127
+    half = (steps / 2).repeat_interleave(block)[: exact.numel()]
+    return bool(((sent - exact).abs() <= half * (1 + 1e-4) + 1e-6).all())
+
+
+async def run_group(rule_name: str, ups, kinds=None, *, patience: float = 2.0):
+    """One round of every member; (peer → result or exception, peer → penalties it gave)."""
+    kinds = kinds or {}
+    peers = keys(len(ups))
+    ups = dict(zip(peers, ups.values(), strict=True))
+    results, penalties, rounds = {}, {p: [] for p in peers}, {}
+    async with shard_network() as net:
+        for peer, key in peers.items():
+            endpoint = net.endpoint(peer)
+            cls = kinds.get(list(peers).index(peer), ShardedRound)
+            rnd = cls(
+                run_id="run",
+                round_=3,
+                me=peer,
+                key_pair=key,
+                group=list(peers),
+                transport=endpoint,
+                rule=build_aggregator(rule_name),
+                numel=NUMEL,
+                patience=patience,
+                on_penalty=lambda who, why, me=peer: penalties[me].append((who, why)),
+            )
+            endpoint.deliver = rnd.board.receive
+            rounds[peer] = rnd
+
+        async def one(peer):
+            results[peer] = await run_round(rounds[peer], ups[peer])
+
+        async with trio.open_nursery() as nursery:
+            for peer in peers:
+                nursery.start_soon(one, peer)
+    return results, penalties, rounds, ups
+
+
+@pytest.mark.parametrize("rule_name", ["mean", "flag", "multi-krum"])
+async def test_every_member_gets_the_all_gather_aggregate(rule_name):
+    results, penalties, rounds, ups = await run_group(rule_name, updates(range(6)))
+    first = next(iter(results.values())).update
+    for result in results.values():
+        assert torch.equal(result.update, first)
+        assert result.disputes == [] and result.attempts == 1
+    exact = all_gather_aggregate(rule_name, ups, next(iter(rounds.values())))
+    assert within_one_int8_rounding(first, exact)
+    assert all(not p for p in penalties.values())
+
+
+class WrongGram(ShardedRound):
+    def owner(self, shard, position):
+        owner = ShardOwner(self, shard, position)
+        honest = owner.statistics
+
+        def statistics(sources):
+            stats = honest(sources)
+            if stats.gram is not None:
+                stats.gram[0, 1] += 0.5 * float(stats.gram[0, 0])
+                stats.gram[1, 0] = stats.gram[0, 1]
+            return stats
+
+        owner.statistics = statistics
+        return owner
+
+
+class WrongOutput(ShardedRound):
+    def owner(self, shard, position):
+        owner = ShardOwner(self, shard, position)
+        honest = owner.output
+        owner.output = lambda decision: honest(decision) * 1.5
+        return owner
+
+
+class SilentOwner(ShardedRound):
+    def owner(self, shard, position):
+        owner = ShardOwner(self, shard, position)
+
+        async def nothing():
+            await trio.sleep_forever()
+
+        owner.run = nothing
+        return owner
+
+
+class FalseAccuser(ShardedRound):
+    def my_checks(self, attempt, seed, outputs):
+        honest = super().my_checks(attempt, seed, outputs)
+        rows = bytearray(honest.rows)
+        rows[:8] = torch.tensor([1e6], dtype=torch.float64).numpy().tobytes()
+        return type(honest)(
+            attempt=attempt,
+            projections=honest.projections,
+            sq_norms=honest.sq_norms,
+            rows=bytes(rows),
+        )
+
+
+@pytest.mark.parametrize(
+    ("cheat", "rule_name", "why"),
+    [
+        (WrongGram, "flag", "partial statistics"),
+        (WrongOutput, "flag", "not the aggregate"),
+        (WrongOutput, "mean", "not the aggregate"),
+        (SilentOwner, "flag", None),
+    ],
+)
+async def test_a_cheating_owner_is_caught_and_the_round_ends_honest(cheat, rule_name, why):
+    ups = updates(range(4), seed=1)
+    honest, *_ = await run_group(rule_name, ups)
+    results, penalties, rounds, _ = await run_group(rule_name, ups, kinds={0: cheat}, patience=1.0)
+    cheater = list(rounds)[0]
+    reference = next(iter(honest.values())).update
+    for peer, result in results.items():
+        if peer == cheater:
+            continue
+        assert torch.equal(result.update, reference), peer[:12]
+        if why is not None:
+            assert [who for who, _ in penalties[peer]] == [cheater] * len(penalties[peer])
+            assert any(why in w for _, w in penalties[peer])
+
+
+async def test_a_false_accusation_is_refuted_and_the_accuser_penalised():
+    ups = updates(range(4), seed=2)
+    honest, *_ = await run_group("flag", ups)
+    results, penalties, rounds, _ = await run_group("flag", ups, kinds={1: FalseAccuser})
+    accuser = list(rounds)[1]
+    reference = next(iter(honest.values())).update
+    for peer, result in results.items():
+        assert torch.equal(result.update, reference)
+        assert {who for who, _ in penalties[peer]} == {accuser}
+
+
+class Equivocator(ShardedRound):
+    async def commit(self, update):
+        nonce = await super().commit(update)
+        await super().commit(update + 1.0)  # a second, different commitment for the round
+        return nonce
+
+
+async def test_a_sender_equivocating_between_owners_is_out_of_the_round_and_penalised():
+    ups = updates(range(5), seed=3)
+    results, penalties, rounds, _ = await run_group("flag", ups, kinds={2: Equivocator})
+    cheater = list(rounds)[2]
+    updates_seen = {bytes(r.update.numpy().tobytes()) for r in results.values()}
+    assert len(updates_seen) == 1
+    for peer, result in results.items():
+        assert cheater not in result.accepted and len(result.accepted) == 4
+        if peer != cheater:
+            assert [who for who, _ in penalties[peer]] == [cheater]
+            assert "equivocation" in penalties[peer][0][1]
+            assert len(rounds[peer].board.equivocators[cheater]) == 2  # both signed proofs kept
