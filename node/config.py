@@ -91,6 +91,9 @@ class NodeConfig:
     dashboard_hosts: tuple[str, ...] = ()
     # rounds between the sample grids a diffusion member shows on its dashboard; 0: none
     sample_grid_every: int = 5
+    # the name this node's owner gives it (`--name`), shown in status; "" = none. At most
+    # PUBLIC_NAME_MAX printable characters (a peer's name reaches other people's terminals)
+    public_name: str = ""
 
     @property
     def control_socket(self) -> Path:
@@ -219,6 +222,7 @@ def _validate(config: NodeConfig) -> None:
         raise ConfigError("`max_params` must be positive and `max_memory` ≥ 0 (0: half the RAM)")
     if config.sample_grid_every < 0:
         raise ConfigError("`sample_grid_every` must be ≥ 0 (0: no sample grids)")
+    _check_public_name(config.public_name)
     if not 1 <= config.ranks <= 64:
         raise ConfigError(f"`ranks` must be 1..64, got {config.ranks}")
     if not config.listen:
@@ -278,6 +282,25 @@ def config_as_dict(config: NodeConfig) -> dict[str, Any]:
     out["psk"] = "set" if config.psk else None
     out = {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
     return out
+
+
+PUBLIC_NAME_MAX = 32
+
+
+def _check_public_name(name: str) -> None:
+    """A public name is shown on other people's terminals and pages: printable characters only
+    (no escape sequences, no line breaks), at most PUBLIC_NAME_MAX of them."""
+    fix = f"give --name at most {PUBLIC_NAME_MAX} printable characters, e.g. --name alice-gpu-1"
+    if len(name) > PUBLIC_NAME_MAX:
+        raise ConfigError(f"`public_name` (--name) is {len(name)} characters long; {fix}")
+    bad = next((c for c in name if not c.isprintable()), None)
+    if bad is not None:
+        raise ConfigError(
+            f"`public_name` (--name) holds the control character {bad!r} at "
+            f"{name.index(bad)}; {fix}"
+        )
+    if name != name.strip():
+        raise ConfigError(f"`public_name` (--name) {name!r} starts or ends with a space; {fix}")
 
 
 def field_names() -> tuple[str, ...]:

@@ -64,6 +64,7 @@ class DaemonStatus(TypedDict):
 
     peer_id: str
     name: str
+    public_name: str  # the owner's --name for this node; "" when none
     addrs: list[str]  # best first
     share: str | None  # the address to give other machines
     peers: list[str]
@@ -230,6 +231,7 @@ class Daemon:
         return DaemonStatus(
             peer_id=self.identity.peer_id.to_base58(),
             name=self.identity.name,
+            public_name=self.config.public_name,
             addrs=addrs,
             share=addrs[0] if addrs else None,
             peers=peers,

@@ -9,8 +9,10 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import sys
 import time
+from pathlib import Path
 
 
 class JsonLines(logging.Formatter):
@@ -43,7 +45,15 @@ def rich_console():
     return Console(stderr=True)
 
 
-def setup_logging(level: str = "info", fmt: str = "auto") -> None:
+LOG_FILE = "daemon.log"  # in the node's home: what `peertrain logs` prints
+LOG_FILE_BYTES = 16 << 20  # rotated at this size, keeping LOG_FILE_BACKUPS older files (.1, .2)
+LOG_FILE_BACKUPS = 2
+
+
+def setup_logging(level: str = "info", fmt: str = "auto", log_file: Path | None = None) -> None:
+    """Log records to stderr as `fmt` says and, when `log_file` is given, to that file too (plain
+    text, or JSON lines with `fmt` json), unless stderr already is that file (a supervisor
+    that sends the daemon's output there: node/cli/processes.py)."""
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
@@ -57,14 +67,39 @@ def setup_logging(level: str = "info", fmt: str = "auto") -> None:
         handler.setFormatter(logging.Formatter("%(message)s"))
     else:
         handler = logging.StreamHandler(sys.stderr)
-        if fmt == "json":
-            handler.setFormatter(JsonLines())
-        else:
-            formatter = logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
-            formatter.converter = time.gmtime
-            handler.setFormatter(formatter)
+        handler.setFormatter(_formatter(fmt))
     root.addHandler(handler)
+    if log_file is not None and not _is_stderr(log_file):
+        root.addHandler(_file_handler(log_file, fmt))
     root.setLevel(level.upper())
     quiet = logging.DEBUG if level.lower() == "debug" else logging.CRITICAL
     for noisy in ("libp2p", "multiaddr", "async_service"):
         logging.getLogger(noisy).setLevel(quiet)
+
+
+def _formatter(fmt: str) -> logging.Formatter:
+    if fmt == "json":
+        return JsonLines()
+    formatter = logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    formatter.converter = time.gmtime
+    return formatter
+
+
+def _file_handler(path: Path, fmt: str) -> logging.Handler:
+    from logging.handlers import RotatingFileHandler
+
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    handler = RotatingFileHandler(
+        path, maxBytes=LOG_FILE_BYTES, backupCount=LOG_FILE_BACKUPS, encoding="utf-8"
+    )
+    handler.setFormatter(_formatter("json" if fmt == "json" else "plain"))
+    return handler
+
+
+def _is_stderr(path: Path) -> bool:
+    """Does our stderr already write to `path`?"""
+    try:
+        ours, theirs = os.fstat(sys.stderr.fileno()), os.stat(path)
+    except (OSError, ValueError, AttributeError):  # no such file yet, or no real stderr
+        return False
+    return (ours.st_dev, ours.st_ino) == (theirs.st_dev, theirs.st_ino)

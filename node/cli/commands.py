@@ -37,6 +37,7 @@ def _load(args: argparse.Namespace, **extra: Any):
         "device": getattr(args, "device", None),
         "precision": getattr(args, "precision", None),
         "ranks": getattr(args, "ranks", None),
+        "public_name": getattr(args, "public_name", None),
         **extra,
     }
     return load_config(args.home, overrides)
@@ -65,11 +66,11 @@ def cmd_node_start(args: argparse.Namespace, config=None) -> int:
     slim_imports.install()  # before libp2p loads: keeps its unused dependencies out of memory
     import trio
 
-    from ..log_setup import setup_logging
+    from ..log_setup import LOG_FILE, setup_logging
     from .runner import serve_until_signalled
 
     config = config or _load(args)
-    setup_logging(config.log_level, config.log_format)
+    setup_logging(config.log_level, config.log_format, config.home / LOG_FILE)
     # OpenMP's default spin-waiting turns every parallel torch op into a wait for the scheduler
     # when other processes hold the cores (measured: int8 encode 3-5x slower); set before torch
     # loads
@@ -142,7 +143,7 @@ def _join_by_peer_id(args: argparse.Namespace) -> int:
     from libp2p.peer.id import ID
 
     from ..errors import ConfigError
-    from ..log_setup import setup_logging
+    from ..log_setup import LOG_FILE, setup_logging
 
     try:
         multihash.decode(ID.from_base58(args.peer).to_bytes())
@@ -156,7 +157,7 @@ def _join_by_peer_id(args: argparse.Namespace) -> int:
             f"to join {args.peer} by its peer ID, also give --bootstrap with the address of "
             "any node of the network: the DHT finds the peer from there"
         )
-    setup_logging(config.log_level, config.log_format)
+    setup_logging(config.log_level, config.log_format, config.home / LOG_FILE)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see cmd_node_start
     _check_device(config)
     trio.run(_serve_and_join, config, args.peer)

@@ -9,6 +9,8 @@
     peertrain run join --name N       join a run from the daemon of this home (swarm: --role)
     peertrain run export --out DIR    write the run's current model as a plain state_dict
     peertrain run leave [--run R]     stop taking part in a run (run list: runs in the DHT)
+    peertrain run options             every run setting (--set KEY=VALUE): type, default, meaning
+    peertrain logs [--follow]         the daemon's log (<home>/daemon.log)
     peertrain swarm local --nodes N   N daemons on loopback, as separate processes
 
 Every option is also an environment variable: `--log-format json` is PEERTRAIN_LOG_FORMAT=json,

@@ -110,20 +110,31 @@ def role_params(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+# The built-in names --help lists (the registries import torch, so they are named here;
+# tests/e2e/test_cli_explains_itself.py checks them against swarm/models, swarm/data, diffusion)
+MODEL_CHOICES = ("gpt", "mlp")
+DIFFUSION_MODEL_CHOICES = ("dit-tiny", "dit-small")
+DATASET_CHOICES = ("text", "tokens", "images", "digits")
+DIFFUSION_DATASET_CHOICES = ("digits", "fashion-mnist")
+
 # flag → (spec field, type, help, choices). Choices are imported lazily where they live (the
 # aggregator names come from swarm/aggregation, which imports torch), so --help stays light.
 RUN_OPTIONS: dict[str, tuple[str, type, str, tuple[str, ...] | None]] = {
     "--model": (
         "model",
         str,
-        "model to train (default: gpt for diloco, mlp for swarm, dit-tiny for diffusion)",
+        f"model to train: {', '.join(MODEL_CHOICES)} (diloco, swarm); "
+        f"{', '.join(DIFFUSION_MODEL_CHOICES)} (diffusion); an installed plugin, "
+        "package.module:factory or hf:PATH_OR_CONFIG (default: gpt for diloco, mlp for swarm, "
+        "dit-tiny for diffusion)",
         None,
     ),
     "--dataset": (
         "dataset",
         str,
-        "dataset (default: text for diloco, digits for swarm and diffusion; diffusion: digits "
-        "or fashion-mnist)",
+        f"dataset: {', '.join(DATASET_CHOICES)} (diloco, swarm); "
+        f"{', '.join(DIFFUSION_DATASET_CHOICES)} (diffusion) (default: text for diloco, digits "
+        "for swarm and diffusion)",
         None,
     ),
     "--inner-steps": ("inner_steps", int, "DiLoCo inner AdamW steps per round (default: 50)", None),
@@ -307,6 +318,34 @@ def _convert(action: argparse.Action, dest: str, raw: str) -> Any:
         choices = ", ".join(map(str, action.choices))
         raise NodeError(f"{ENV_PREFIX}{dest.upper()}={raw!r}: {flag} must be one of {choices}")
     return value
+
+
+def name_env_vars(parser: argparse.ArgumentParser, loads_config: tuple[Any, ...]) -> None:
+    """End the help of every option that an environment variable sets with its name, as
+    `apply_env` (or `load_config`, for node-config keys in commands whose handler is one of
+    `loads_config`) reads it."""
+    config_keys = set(field_names())
+    commands = [parser]
+    while commands:
+        command = commands.pop()
+        for action in command._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                commands.extend(action.choices.values())
+            elif _takes_env(action, command, config_keys, loads_config):
+                action.help = f"{action.help or ''} (env {ENV_PREFIX}{action.dest.upper()})".strip()
+
+
+def _takes_env(
+    action: argparse.Action,
+    command: argparse.ArgumentParser,
+    config_keys: set[str],
+    loads_config: tuple[Any, ...],
+) -> bool:
+    if not action.option_strings or action.help == argparse.SUPPRESS or action.required:
+        return False  # a required option is checked before the environment is read
+    if action.dest in ("help", "version", argparse.SUPPRESS) or ENV_PREFIX in (action.help or ""):
+        return False
+    return action.dest not in config_keys or command.get_default("handler") in loads_config
 
 
 def _all_actions(parser: argparse.ArgumentParser):

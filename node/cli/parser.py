@@ -10,8 +10,6 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from peertrain import __version__
-
 from .commands import (
     cmd_id,
     cmd_join,
@@ -23,24 +21,31 @@ from .commands import (
     cmd_run_list,
     cmd_sample,
     cmd_status,
-    cmd_swarm_local,
 )
 from .invite_commands import cmd_run_invite, cmd_run_revoke
+from .logs import cmd_logs
 from .node_stop import cmd_node_stop
-from .options import add_budget_options, add_role_options, add_run_options
+from .options import add_budget_options, add_role_options, add_run_options, name_env_vars
 from .run_options import cmd_run_options
+from .swarm_parser import add_swarm_commands
+from .version import VersionAction
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="peertrain", description="Decentralized peer-to-peer training."
     )
-    parser.add_argument("--version", action="version", version=f"peertrain {__version__}")
+    parser.add_argument(
+        "--version",
+        action=VersionAction,
+        help="the version, the git commit of a checkout, python, torch and libp2p versions",
+    )
     commands = parser.add_subparsers(metavar="COMMAND")
     home = _home_options()
     _add_node_commands(commands, home, _daemon_options(home))
     _add_run_commands(commands, home)
-    _add_swarm_commands(commands)
+    add_swarm_commands(commands)
+    name_env_vars(parser, loads_config=(cmd_node_start, cmd_join))
     return parser
 
 
@@ -68,8 +73,21 @@ def _daemon_options(home: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--announce", action="append", metavar="MULTIADDR", help="extra address to advertise"
     )
     daemon.add_argument("--psk", metavar="HEX64", help="pre-shared key of a private network")
-    daemon.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
-    daemon.add_argument("--log-format", choices=["auto", "rich", "plain", "json"])
+    daemon.add_argument(
+        "--name",
+        dest="public_name",
+        metavar="NAME",
+        help="this node's public name, shown in status (at most 32 printable characters; "
+        "default: none, the friendly name of the peer ID stands for it)",
+    )
+    daemon.add_argument(
+        "--log-level", choices=["debug", "info", "warning", "error"], help="default info"
+    )
+    daemon.add_argument(
+        "--log-format",
+        choices=["auto", "rich", "plain", "json"],
+        help="default auto: rich on a terminal, plain in a pipe; also in <home>/daemon.log",
+    )
     daemon.add_argument(
         "--metrics-listen",
         metavar="HOST:PORT",
@@ -116,6 +134,7 @@ def _add_node_commands(
     p.set_defaults(handler=cmd_node_stop)
     p = node.add_parser("start", parents=[daemon], help="run the daemon in the foreground")
     p.set_defaults(handler=cmd_node_start)
+    _add_logs_command(commands, home)
 
     p = commands.add_parser("join", parents=[daemon], help="run the daemon connected to PEER")
     p.add_argument(
@@ -155,6 +174,17 @@ def _add_node_commands(
         help="redraw every SECONDS (default 1) until Ctrl-C",
     )
     p.set_defaults(handler=cmd_status)
+
+
+def _add_logs_command(commands: Any, home: argparse.ArgumentParser) -> None:
+    p = commands.add_parser(
+        "logs", parents=[home], help="print the log of this home's daemon (<home>/daemon.log)"
+    )
+    p.add_argument(
+        "--follow", "-f", action="store_true", help="then print new lines as they come (Ctrl-C)"
+    )
+    p.add_argument("--lines", "-n", type=int, metavar="N", help="only the last N lines")
+    p.set_defaults(handler=cmd_logs)
 
 
 def _add_run_commands(commands: Any, home: argparse.ArgumentParser) -> None:
@@ -318,66 +348,3 @@ def _add_trust_option(p: argparse.ArgumentParser) -> None:
 def _add_data_options(p: argparse.ArgumentParser, data_help: str) -> None:
     p.add_argument("--data", metavar="PATH", type=Path, help=data_help)
     add_budget_options(p)
-
-
-def _add_swarm_commands(commands: Any) -> None:
-    """swarm local: N daemons on loopback, with churn, Byzantine members or a SWARM pipeline."""
-    swarm = commands.add_parser("swarm", help="local multi-node swarms").add_subparsers(
-        metavar="ACTION"
-    )
-    p = swarm.add_parser("local", help="spawn N daemons on loopback and watch them")
-    p.add_argument("--nodes", type=int, default=4, help="number of daemons (default 4)")
-    p.add_argument("--duration", type=float, default=0.0, help="seconds to run; 0 = until Ctrl-C")
-    p.add_argument("--report", type=Path, help="write a JSON report here at the end")
-    p.add_argument("--log-format", choices=["auto", "rich", "plain", "json"])
-    p.add_argument(
-        "--mode",
-        choices=["none", "diloco", "swarm", "diffusion"],
-        default="none",
-        help="none: daemons only; diloco: train a DiLoCo run together; swarm: a SWARM pipeline; "
-        "diffusion: expert groups and a router (--experts K)",
-    )
-    _add_fault_options(p)
-    p.add_argument(
-        "--trainers", type=int, default=2, help="swarm: trainer daemons besides the --nodes servers"
-    )
-    p.add_argument(
-        "--speeds", default="1", metavar="S1,S2,…", help="swarm: server speeds, cycled over servers"
-    )
-    p.add_argument(
-        "--kill-at",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="swarm: kill a stage-1 server then",
-    )
-    add_run_options(p)
-    p.set_defaults(handler=cmd_swarm_local)
-
-
-def _add_fault_options(p: argparse.ArgumentParser) -> None:
-    """Churn and Byzantine members of a local swarm."""
-    p.add_argument(
-        "--kill-every",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="kill a random member (not the creator) this often, and restart it",
-    )
-    p.add_argument(
-        "--hostile",
-        "--byzantine",
-        dest="byzantine",
-        type=int,
-        default=0,
-        metavar="K",
-        help="make the last K members hostile (fresh IDs, each an ordinary daemon with an attack)",
-    )
-    p.add_argument(
-        "--attack",
-        default="sign-flip",
-        metavar="NAME[,NAME…]",
-        help="their attack, cycled over them: updates: sign-flip, sign-flip-10, scaled, noise, "
-        "alie, ipm, random, nan; states: future-round, poisoned-state; gossip: announce-flood "
-        "(256 fresh keys announce ahead of every round)",
-    )

@@ -11,6 +11,8 @@ from typing import Any
 def render_status(status: dict[str, Any]) -> str:
     lines: list[str] = []
     lines.append(f"{status['name']}  {status['peer_id']}")
+    if status.get("public_name"):
+        lines.append(f"  public name  {status['public_name']}")
     lines.append(f"  give others  {status['share']}")
     lines.append(f"  uptime       {status['uptime_s']:.0f} s")
     if "reachability" in status:

@@ -61,7 +61,7 @@ def test_version():
     out = subprocess.run(
         [sys.executable, "-m", "peertrain", "--version"], capture_output=True, text=True, check=True
     ).stdout
-    assert out.strip() == f"peertrain {__version__}"
+    assert out.splitlines()[0] == f"peertrain {__version__}"  # then commit and versions
 
 
 def test_budget_and_data_options_reach_the_daemon_and_the_control_call(tmp_path):

@@ -1,0 +1,74 @@
+"""The `peertrain swarm` commands' options: N daemons on loopback, their run, churn and
+Byzantine members (the rest of the parser is in parser.py)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from .commands import cmd_swarm_local
+from .options import add_run_options
+
+
+def add_swarm_commands(commands: Any) -> None:
+    """swarm local: N daemons on loopback, with churn, Byzantine members or a SWARM pipeline."""
+    swarm = commands.add_parser("swarm", help="local multi-node swarms").add_subparsers(
+        metavar="ACTION"
+    )
+    p = swarm.add_parser("local", help="spawn N daemons on loopback and watch them")
+    p.add_argument("--nodes", type=int, default=4, help="number of daemons (default 4)")
+    p.add_argument("--duration", type=float, default=0.0, help="seconds to run; 0 = until Ctrl-C")
+    p.add_argument("--report", type=Path, help="write a JSON report here at the end")
+    p.add_argument("--log-format", choices=["auto", "rich", "plain", "json"])
+    p.add_argument(
+        "--mode",
+        choices=["none", "diloco", "swarm", "diffusion"],
+        default="none",
+        help="none: daemons only; diloco: train a DiLoCo run together; swarm: a SWARM pipeline; "
+        "diffusion: expert groups and a router (--experts K)",
+    )
+    _add_fault_options(p)
+    p.add_argument(
+        "--trainers", type=int, default=2, help="swarm: trainer daemons besides the --nodes servers"
+    )
+    p.add_argument(
+        "--speeds", default="1", metavar="S1,S2,…", help="swarm: server speeds, cycled over servers"
+    )
+    p.add_argument(
+        "--kill-at",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="swarm: kill a stage-1 server then",
+    )
+    add_run_options(p)
+    p.set_defaults(handler=cmd_swarm_local)
+
+
+def _add_fault_options(p: argparse.ArgumentParser) -> None:
+    """Churn and Byzantine members of a local swarm."""
+    p.add_argument(
+        "--kill-every",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="kill a random member (not the creator) this often, and restart it",
+    )
+    p.add_argument(
+        "--hostile",
+        "--byzantine",
+        dest="byzantine",
+        type=int,
+        default=0,
+        metavar="K",
+        help="make the last K members hostile (fresh IDs, each an ordinary daemon with an attack)",
+    )
+    p.add_argument(
+        "--attack",
+        default="sign-flip",
+        metavar="NAME[,NAME…]",
+        help="their attack, cycled over them: updates: sign-flip, sign-flip-10, scaled, noise, "
+        "alie, ipm, random, nan; states: future-round, poisoned-state; gossip: announce-flood "
+        "(256 fresh keys announce ahead of every round)",
+    )
