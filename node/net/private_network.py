@@ -131,17 +131,46 @@ class PrivateTCP(TCP):
 
     def create_listener(self, handler_function) -> TCPListener:  # type: ignore[override]
         psk = self._psk
+        refusals = RefusalLog()
 
         async def checked(stream: ReadWriteCloser) -> None:
             try:
                 protected = await psk_handshake(stream, psk)
             except OpenConnectionError as exc:
-                log.warning("refused connection from %s: %s", _peer_text(stream), exc)
+                refusals.refused(stream, exc)
                 await stream.close()
                 return
             await handler_function(protected)
 
         return TCPListener(checked)
+
+
+REFUSAL_LOG_SECONDS = 60.0  # one warning per remote host this often, however often it dials
+
+
+class RefusalLog:
+    """Warn about a refused connection once per remote host per REFUSAL_LOG_SECONDS: a peer
+    with another key redials every few seconds (and py-libp2p retries each dial), which
+    flooded the log with the same warning (20 in 6 s). The next warning counts those skipped."""
+
+    def __init__(self, max_hosts: int = 256) -> None:
+        self._hosts: OrderedDict[str, tuple[float, int]] = OrderedDict()  # → (last warned, skipped)
+        self._max_hosts = max_hosts
+
+    def refused(self, stream: ReadWriteCloser, exc: Exception) -> None:
+        text = _peer_text(stream)
+        host = text.rsplit(":", 1)[0]
+        now = trio.current_time()
+        warned, skipped = self._hosts.get(host, (float("-inf"), 0))
+        if now - warned < REFUSAL_LOG_SECONDS:
+            self._hosts[host] = (warned, skipped + 1)
+            return
+        more = f" ({skipped} more from {host} refused since)" if skipped else ""
+        log.warning("refused connection from %s: %s%s", text, exc, more)
+        self._hosts[host] = (now, 0)
+        self._hosts.move_to_end(host)
+        while len(self._hosts) > self._max_hosts:
+            self._hosts.popitem(last=False)
 
 
 def _peer_of(maddr: Multiaddr) -> str:
