@@ -10,6 +10,7 @@ peers and no entries, without penalty: a newer node may know namespaces we do no
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable
 
@@ -19,6 +20,7 @@ from peertrain.protocol.messages import Request, Response
 from .errors import RecordRejected
 from .keyspace import key_from_bytes, peer_key, record_key
 from .messages import (
+    MAX_ENTRIES_PER_VALUE,
     MAX_VALUE_ANSWER,
     FindNode,
     FindValue,
@@ -66,6 +68,7 @@ class Responder:
         )
         self.clock = clock
         self.answered = 0
+        self._rng = random.Random()
 
     def __call__(self, peer: ID, request: Request) -> Response:
         self.answered += 1
@@ -98,18 +101,39 @@ class Responder:
         return self.book.describe_all(peers)
 
     def _find_value(self, peer: ID, request: FindValue) -> Value:
-        now = now_ms(self.clock)
-        entries: list[SignedEntry] = []
-        budget = MAX_VALUE_ANSWER
-        for entry in sorted(self.store.get(request.key, now=now), key=lambda e: -e.issued_ms):
-            budget -= entry.size + 64
-            if budget < 0:
-                break
-            entries.append(entry)
+        entries = self.answer(request.key)
         target = record_key(request.key)
         return request.reply(
             Value, entries=tuple(entries), peers=self.closest(target, request.count, peer)
         )
+
+    def answer(self, key: str) -> list[SignedEntry]:
+        """The entries a FindValue for `key` gets, within the answer's byte and entry budget.
+
+        Half the budget goes to the writers this server has held longest (`RecordStore.ranked`),
+        the rest to a random sample of the others: a writer's own stamps earn nothing, so a
+        flood of fresh, future-stamped or 4 KB entries cannot push a long-held listing out of
+        an answer (newest-first under the budget let ~125 such entries hide every honest one),
+        and newcomers are still seen."""
+        ranked = self.store.ranked(key, now=now_ms(self.clock))
+        taken: list[SignedEntry] = []
+        used = 0
+        for entry in ranked:  # the senior share: half the bytes and entries
+            cost = entry.size + 64
+            if used + cost > MAX_VALUE_ANSWER // 2 or len(taken) >= MAX_ENTRIES_PER_VALUE // 2:
+                break
+            used += cost
+            taken.append(entry)
+        rest = ranked[len(taken) :]
+        self._rng.shuffle(rest)
+        for entry in rest:  # the rest, at random
+            cost = entry.size + 64
+            if len(taken) >= MAX_ENTRIES_PER_VALUE:
+                break
+            if used + cost <= MAX_VALUE_ANSWER:
+                used += cost
+                taken.append(entry)
+        return taken
 
     def _store(self, peer: ID, request: Store) -> Stored:
         now = now_ms(self.clock)

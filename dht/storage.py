@@ -2,15 +2,24 @@
 
 Bounded three ways, so that no peer can make us grow without limit: a total entry count and
 byte budget, a per-key writer count (the namespace's `max_writers`), and a per-writer key count
-(one writer cannot fill the store with many keys). When a key is full, a newcomer replaces the
-entry that expires first, if the newcomer outlives it. Expired entries are never returned and
-are swept from a heap; an entry replaced by a newer one leaves a stale heap item behind, which
-the sweep skips (and the heap is rebuilt when stale items outnumber live ones).
+(one writer cannot fill the store with many keys). Expired entries are never returned and are
+swept from a heap; an entry replaced by a newer one leaves a stale heap item behind, which the
+sweep skips (and the heap is rebuilt when stale items outnumber live ones).
+
+Peer IDs cost nothing, so a full key must not go to whoever floods it. Each writer under a key
+has a *seniority*: when this server first stored it there, kept while the writer renews its
+entry. A newcomer to a full key evicts a random entry of the younger half (by seniority), so the
+older half is a reserved share for long-lived writers: a flood of fresh writers churns among
+itself and the newest arrivals, and never pushes out a listing that was here before it. (Before,
+the entry expiring first was evicted: 1024 writers with 1-hour TTLs pushed out every honest
+600 s listing of `/peertrain/runs`, and refused any new one.) Answers rank by seniority too
+(`ranked`), never by the writer's own stamps (serving.py).
 """
 
 from __future__ import annotations
 
 import heapq
+import random
 from collections import Counter
 from dataclasses import dataclass
 
@@ -35,11 +44,14 @@ class RecordStore:
         max_entries: int = 100_000,
         max_bytes: int = 64 << 20,
         max_keys_per_writer: int = 1024,
+        seed: int | None = None,
     ) -> None:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.max_keys_per_writer = max_keys_per_writer
         self._by_key: dict[str, dict[bytes, SignedEntry]] = {}
+        self._since: dict[str, dict[bytes, int]] = {}  # key → writer → first stored (ms)
+        self._rng = random.Random(seed)
         self._expiry: list[tuple[int, str, bytes]] = []
         self._per_writer: Counter[bytes] = Counter()
         self._entries = 0
@@ -54,11 +66,12 @@ class RecordStore:
         if current is not None:
             if not entry.newer_than(current):
                 return False
-            self._drop(entry.key, entry.writer)
+            self._drop(entry.key, entry.writer, renewed=True)  # its seniority stays
         elif not self._make_room(entry, writers, namespace):
             self._refused_full += 1
             return False
         self._by_key.setdefault(entry.key, {})[entry.writer] = entry
+        self._since.setdefault(entry.key, {}).setdefault(entry.writer, now)
         self._per_writer[entry.writer] += 1
         self._entries += 1
         self._bytes += entry.size
@@ -72,9 +85,7 @@ class RecordStore:
             return False
         evict = None
         if len(writers) >= ns.max_writers:
-            evict = min(writers.values(), key=lambda e: e.expires_ms)
-            if evict.expires_ms >= entry.expires_ms:
-                return False
+            evict = writers[self._younger_half_victim(entry.key)]
         entries = self._entries - (evict is not None)
         size = self._bytes - (evict.size if evict is not None else 0)
         if entries >= self.max_entries or size + entry.size > self.max_bytes:
@@ -83,11 +94,28 @@ class RecordStore:
             self._drop(entry.key, evict.writer)
         return True
 
-    def _drop(self, key: str, writer: bytes) -> None:
+    def _younger_half_victim(self, key: str) -> bytes:
+        """A random writer of the younger half under `key` (by seniority): the older half is
+        kept for long-lived writers, whatever a flood of new ones does."""
+        since = self._since[key]
+        youngest_first = sorted(since, key=lambda w: (-since[w], w))
+        return self._rng.choice(youngest_first[: max(1, (len(youngest_first) + 1) // 2)])
+
+    def ranked(self, key: str, *, now: int) -> list[SignedEntry]:
+        """The unexpired entries under `key`, longest-held writer first."""
+        since = self._since.get(key, {})
+        return sorted(self.get(key, now=now), key=lambda e: (since.get(e.writer, now), e.writer))
+
+    def _drop(self, key: str, writer: bytes, *, renewed: bool = False) -> None:
         writers = self._by_key[key]
         entry = writers.pop(writer)
         if not writers:
             del self._by_key[key]
+        if not renewed:
+            since = self._since[key]
+            del since[writer]
+            if not since:
+                del self._since[key]
         self._per_writer[writer] -= 1
         if not self._per_writer[writer]:
             del self._per_writer[writer]

@@ -39,20 +39,25 @@ def test_expired_entries_are_neither_returned_nor_kept():
     assert len(store) == 1 and store.statistics().keys == 1
 
 
-def test_a_full_key_replaces_its_soonest_expiring_writer_only_with_a_longer_lived_one():
+def test_a_full_key_lets_a_newcomer_evict_only_from_its_younger_half():
+    """Issue 29: the entry expiring first used to go, so long TTLs won every full key. Now a
+    newcomer evicts a writer of the younger half by seniority, whatever the TTLs say, and a
+    writer renewing its entry keeps its seniority."""
     narrow = Namespace(
         name="narrow", pattern="/peertrain/{run}/narrow", max_ttl=3600, max_writers=2
     )
-    store = RecordStore()
+    store = RecordStore(seed=1)
     key = "/peertrain/r/narrow"
     a, b = entry(0, key, ttl=10), entry(1, key, ttl=100)
     now = a.issued_ms
     store.put(a, narrow, now=now)
-    store.put(b, narrow, now=now)
-    newcomer = entry(3, key, ttl=50)
-    assert not store.put(entry(2, key, ttl=5), narrow, now=now)
-    assert store.put(newcomer, narrow, now=now)
-    assert {e.writer for e in store.get(key, now=now)} == {b.writer, newcomer.writer}
+    store.put(b, narrow, now=now + 1)
+    renewed = dataclasses.replace(entry(0, key, ttl=10), issued_ms=a.issued_ms + 5)
+    assert store.put(renewed, narrow, now=now + 2)  # a renews: still the senior writer
+    for i in (2, 3, 4, 5):
+        assert store.put(entry(i, key, ttl=3000), narrow, now=now + 3 + i)
+        assert a.writer in {e.writer for e in store.get(key, now=now)}
+    assert [e.writer for e in store.ranked(key, now=now)] == [a.writer, entry(5, key).writer]
 
 
 def test_total_entry_byte_and_per_writer_budgets_hold():
