@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from ..errors import FetchFailed
+
+__all__ = ["FetchFailed", "ShardTransport"]
+
 
 class ShardTransport(Protocol):
     async def broadcast(self, raw: bytes) -> None:
@@ -21,7 +25,3 @@ class ShardTransport(Protocol):
     async def fetch(self, peer: str, key: bytes) -> bytes:
         """`peer`'s payload served under `key`; raises `FetchFailed` when it has none."""
         ...
-
-
-class FetchFailed(Exception):
-    """A payload could not be fetched from a peer (gone, or not serving it)."""
