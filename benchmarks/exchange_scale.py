@@ -101,7 +101,7 @@ async def all_gather(n: int, payload_bytes: int) -> dict:
     done = {}
     async with shard_network(HOME) as net:
         for peer in peers:
-            net.endpoint(peer).serve(b"update", payload)
+            key = await net.endpoint(peer).serve(payload)
 
         async def one(peer: str) -> None:
             me = net.endpoints[peer]
@@ -110,7 +110,7 @@ async def all_gather(n: int, payload_bytes: int) -> dict:
 
             async def pull(other: str) -> None:
                 async with limiter:
-                    await me.fetch(other, b"update")
+                    await me.fetch(other, key, len(payload))
 
             async with trio.open_nursery() as pulls:
                 for other in peers:

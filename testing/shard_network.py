@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
+import blake3
 import trio
 from peertrain.swarm.exchange.sharded.transport import FetchFailed
 
@@ -41,19 +42,23 @@ class Endpoint:
             if other is not self and not other.gone:
                 self.net.nursery.start_soon(self.net.carry, self, other, raw)
 
-    def serve(self, key: bytes, payload: bytes) -> None:
+    async def serve(self, payload: bytes) -> bytes:
+        key = blake3.blake3(payload).digest()
         self.served[key] = payload
+        return key
 
-    async def fetch(self, peer: str, key: bytes) -> bytes:
+    async def fetch(self, peer: str, key: bytes, nbytes: int) -> bytes:
         source = self.net.endpoints.get(peer)
         if source is None or source.gone:
             await trio.sleep(self.net.link.latency)
             raise FetchFailed(f"{peer[:12]} is not reachable")
         await self.net.transfer(self, source, REQUEST_BYTES)
         payload = source.served.get(key)
-        if payload is None:
-            raise FetchFailed(f"{peer[:12]} does not serve {key[:8].hex()}")
+        if payload is None or len(payload) != nbytes:
+            raise FetchFailed(f"{peer[:12]} does not serve {key[:8].hex()} ({nbytes} bytes)")
         await self.net.transfer(source, self, len(payload))
+        if blake3.blake3(payload).digest() != key:  # a cheat's `served` table in a test
+            raise FetchFailed(f"{peer[:12]} served bytes that are not {key[:8].hex()}")
         return payload
 
 

@@ -13,7 +13,7 @@ import trio
 
 from .checks import RELATIVE, rho
 from .decide import Decision, part_tensors
-from .messages import ShardStatistics, digest, floats, pack_floats
+from .messages import ShardStatistics, floats, pack_floats
 from .owners import owner_order
 from .transport import FetchFailed
 
@@ -44,7 +44,7 @@ def _judge_output(r, decision, seed, k, owner, disputes, sources) -> None:
     claim = r.board.outputs.get((decision.attempt, k, owner))
     if claim is None:
         _blame(r, disputes, k, owner, "no output for its shard")
-    elif claim.digest != digest(payload):
+    elif r.fetched.get((decision.attempt, k)) != payload:
         _blame(r, disputes, k, owner, "an output that is not the aggregate of its inputs")
     else:  # the owner was right: whoever signed checks that disagree with its inputs lied
         decoded = r.codec.decode(payload, out.numel())
@@ -76,17 +76,16 @@ async def _inputs(r, k: int, senders, owner) -> dict:
 
     async def one(sender: str) -> None:
         commitment = r.board.commitments[sender]
-        want = commitment.digests[k]
+        want, size = commitment.digests[k], commitment.sizes[k]
         for peer in (sender, owner, *owner_order(r.group, k, round_=r.round_, salt=r.salt)[:2]):
             if peer is None:
                 continue
             try:
-                payload = await r.transport.fetch(peer, b"in" + want)
+                payload = await r.transport.fetch(peer, want, size)
             except FetchFailed:
                 continue
-            if digest(payload) == want:
-                got[sender] = r.slice_source(k, payload)
-                return
+            got[sender] = r.slice_source(k, payload)
+            return
 
     async with trio.open_nursery() as nursery:
         for sender in senders:

@@ -82,14 +82,13 @@ async def _fetch_output(r: ShardedRound, decision: Decision, k: int, got: dict) 
     got[k] = None
     if claim is None or owner is None:
         return
-    key = b"out" + decision.attempt.to_bytes(2, "big") + claim.digest
     try:
-        payload = await r.transport.fetch(owner, key)
+        payload = await r.transport.fetch(owner, claim.digest, claim.nbytes)
     except FetchFailed:
         return
-    if len(payload) == claim.nbytes and digest(payload) == claim.digest:
-        s = r.shards[k]
-        got[k] = r.codec.decode(payload, s.stop - s.start)
+    s = r.shards[k]
+    got[k] = r.codec.decode(payload, s.stop - s.start)
+    r.fetched[(decision.attempt, k)] = payload
 
 
 async def _verify(

@@ -16,7 +16,7 @@ from peertrain.swarm.exchange.codec import ProtocolCodec
 
 from .board import Board
 from .decide import Decision
-from .messages import ShardOutput, ShardStatistics, digest, pack_floats
+from .messages import ShardOutput, ShardStatistics, pack_floats
 from .transport import FetchFailed, ShardTransport
 
 log = logging.getLogger(__name__)
@@ -95,15 +95,12 @@ class ShardOwner:
         want, size = commitment.digests[self.shard], commitment.sizes[self.shard]
         async with limiter:
             try:
-                payload = await r.transport.fetch(sender, b"in" + want)
+                payload = await r.transport.fetch(sender, want, size)
             except FetchFailed as exc:
                 log.info("shard %d: no slice from %s: %s", self.shard, sender[:12], exc)
                 return
-        if len(payload) != size or digest(payload) != want:
-            r.on_penalty(sender, f"shard {self.shard}: a slice that is not the one it committed")
-            return
         self.sources[sender] = r.slice_source(self.shard, payload)
-        r.transport.serve(b"in" + want, payload)  # for a dispute, if the sender withholds it
+        await r.transport.serve(payload)  # for a dispute, if the sender withholds it
 
     def statistics(self, sources: list[UpdateSource]) -> InputStatistics:
         """The partial statistics we publish (a test's cheating owner overrides this)."""
@@ -119,8 +116,7 @@ class ShardOwner:
             return  # decided on senders we do not hold: our statistics were not chosen
         out = await r.compute(self.output, decision)
         payload = bytes(r.codec.encode(out))
-        key = digest(payload)
-        r.transport.serve(b"out" + attempt.to_bytes(2, "big") + key, payload)
+        key = await r.transport.serve(payload)
         await r.publish(
             ShardOutput(shard=self.shard, attempt=attempt, digest=key, nbytes=len(payload))
         )

@@ -73,7 +73,8 @@ class ShardedRound:
         self.board = Board(
             self.run_id, self.round_, frozenset(self.group), len(self.plan.shards), self.on_penalty
         )
-        self.mine: list[torch.Tensor] = []  # our decoded slices, as the owners see them
+        self.mine: list[bytes] = []  # our slices' payloads, as the owners receive them
+        self.fetched: dict[tuple[int, int], bytes] = {}  # (attempt, shard) → its output payload
         self._decisions: dict[int, Decision] = {}
         self._decided = trio.Event()
         self.commit_deadline = 0.0  # set when the round starts
@@ -138,7 +139,9 @@ class ShardedRound:
         """Our signed facts about our own slices: ⟨ρ_k, g_k⟩, ‖g_k‖², ⟨g_k, out_k⟩ per shard
         (a test's lying sender overrides this)."""
         projections, sq_norms, rows = [], [], []
-        for k, mine in enumerate(self.mine):
+        for k, payload in enumerate(self.mine):
+            s = self.shards[k]
+            mine = self.codec.decode(payload, s.stop - s.start)
             g, out = mine.to(torch.float64), outputs.get(k)
             projections.append(float(rho(seed, k, g.numel()) @ g))
             sq_norms.append(float(self.rule.statistics([TensorSource(mine)]).sq_norms[0]))
@@ -155,9 +158,8 @@ class ShardedRound:
         digests, sizes = [], []
         for s in self.shards:
             payload = bytes(self.codec.encode(update[s.start : s.stop].contiguous()))
-            self.mine.append(self.codec.decode(payload, s.stop - s.start))
-            key = digest(payload)
-            self.transport.serve(b"in" + key, payload)
+            self.mine.append(payload)
+            key = await self.transport.serve(payload)
             digests.append(key)
             sizes.append(len(payload))
         nonce = os.urandom(32)

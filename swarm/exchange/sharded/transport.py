@@ -1,8 +1,8 @@
 """The one seam between a sharded round and the network (testing/shard_network.py is its
 in-memory implementation, with per-link bandwidth and latency for the scale benchmark).
 
-Small signed messages are broadcast to the group (gossip in a node); payloads are served by key
-and fetched point to point, and the fetcher checks them against a committed digest."""
+Small signed messages are broadcast to the group (gossip in a node); payloads are served under
+their content address and fetched point to point, checked against the address on arrival."""
 
 from __future__ import annotations
 
@@ -18,10 +18,12 @@ class ShardTransport(Protocol):
         """Send a sealed envelope to every member of the group (delivered to `Board.receive`)."""
         ...
 
-    def serve(self, key: bytes, payload: bytes) -> None:
-        """Make `payload` fetchable by `key` from us until the round ends."""
+    async def serve(self, payload: bytes) -> bytes:
+        """Make `payload` fetchable from us until the round ends; its content address (a hash
+        that binds its bytes, so a commitment to the address is a commitment to the bytes)."""
         ...
 
-    async def fetch(self, peer: str, key: bytes) -> bytes:
-        """`peer`'s payload served under `key`; raises `FetchFailed` when it has none."""
+    async def fetch(self, peer: str, key: bytes, nbytes: int) -> bytes:
+        """The `nbytes` payload `peer` serves under `key`, checked against `key`; raises
+        `FetchFailed` when it has none or sends other bytes."""
         ...
