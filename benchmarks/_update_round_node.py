@@ -209,9 +209,12 @@ class RoundCompute:
 class BenchNode:
     """One daemon taking part in the round through the session's update exchange."""
 
-    def __init__(self, daemon, numel: int, peers: int, aggregator: str = "mean"):
+    def __init__(
+        self, daemon, numel: int, peers: int, aggregator: str = "mean", exchange: str = "gather"
+    ):
         self.daemon, self.numel, self.peers = daemon, numel, peers
-        self.aggregator = aggregator
+        self.aggregator, self.exchange_kind = aggregator, exchange
+        self.sharded = None  # the sharded exchange's member side, with `--exchange sharded`
         self.me = daemon.identity.peer_id.to_base58()
         self.members: set[str] = {self.me}
         self.compute: RoundCompute | None = None
@@ -244,8 +247,29 @@ class BenchNode:
             transport_class=TimedTransport,
         ) as exchange:
             self.gossip, self.transport = exchange.gossip, exchange.gossip.transport
+            if self.exchange_kind == "sharded":
+                self._shard(exchange.shards)
             await exchange.reserved.wait()  # a session overlaps it with inner steps: not timed
             yield self
+
+    def _shard(self, transport) -> None:
+        """The sharded exchange on the session's shard transport, its fetches timed too."""
+        from peertrain.swarm.diloco.group.sharded_updates import ShardedUpdates
+
+        transport.tensors.events = self.transport.events
+        transport.tensors.origin = self.transport.origin
+        self.sharded = ShardedUpdates(
+            run_id=RUN_ID,
+            me=self.me,
+            key_pair=self.daemon.identity.key_pair,
+            transport=transport,
+            rule=self.compute.aggregator,
+            codec=self.compute.encoder.codec,
+            numel=self.numel,
+            leased=lambda peer: True,
+            on_penalty=None,
+        )
+        self.gossip.shard_inbox = self.sharded.receive
 
     async def wait_connected(self) -> None:
         # an announcement published before the gossipsub mesh forms (next heartbeat) is lost
@@ -283,13 +307,17 @@ class BenchNode:
         self.transport.start_clock(start_at)
         payload = await trio.to_thread.run_sync(compute.encode, limiter=self.torch)
         encoded = time.monotonic() - start_at
-        contributions = await self.gossip.exchange(
-            0, payload, deadline=trio.current_time() + deadline_s
-        )
-        exchanged = time.monotonic() - start_at
-        got = {c.sender for c in contributions}
-        if got == self.members:
-            await trio.to_thread.run_sync(compute.apply, contributions, limiter=self.torch)
+        if self.sharded is not None:
+            got, exchanged = await self._sharded_round(payload, start_at, deadline_s)
+            contributions = sorted(got)
+        else:
+            contributions = await self.gossip.exchange(
+                0, payload, deadline=trio.current_time() + deadline_s
+            )
+            exchanged = time.monotonic() - start_at
+            got = {c.sender for c in contributions}
+            if got == self.members:
+                await trio.to_thread.run_sync(compute.apply, contributions, limiter=self.torch)
         done = time.monotonic() - start_at
         return {
             "peer": self.me,
@@ -304,6 +332,23 @@ class BenchNode:
             "missing": sorted(self.members - got),
             "links": self.remote_ports(),
         }
+
+    async def _sharded_round(self, payload, start_at: float, deadline_s: float):
+        """Our update (as sent) in, the group's checked aggregate out, then the outer step."""
+        compute, sharded = self.compute, self.sharded
+        sharded.transport.tensors.origin = start_at  # its fetches on the round's clock
+        update = await trio.to_thread.run_sync(
+            compute.encoder.codec.decode, payload, self.numel, limiter=self.torch
+        )
+        result = await sharded.exchange(
+            0, update, group=self.members, reference=(), salt=b"", timeout=deadline_s
+        )
+        exchanged = time.monotonic() - start_at
+        if set(result.accepted) == self.members:
+            await trio.to_thread.run_sync(
+                compute.outer.step, compute.params, result.update, limiter=self.torch
+            )
+        return set(result.accepted), exchanged
 
     async def digest(self) -> dict[str, Any]:
         assert self.compute is not None

@@ -101,7 +101,11 @@ def _pulls(reports: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[fl
     announced: dict[str, float] = {}
     prepare: list[float] = []
     for r in reports:
-        own = next(e for e in r["events"] if e["op"] == "serve" and e["owner"] == r["peer"])
+        own = next(
+            (e for e in r["events"] if e.get("op") == "serve" and e["owner"] == r["peer"]), None
+        )
+        if own is None:  # the sharded exchange: no whole update is served or pulled
+            return [], [float("nan")]
         owner_of[own["checksum"]] = r["peer"]
         prepare.append(own["t1"] - own["t0"])
         announced[r["peer"]] = next(e for e in r["events"] if e["op"] == "publish")["t1"]
@@ -226,9 +230,9 @@ def report(
 
 def _nodes_table(title: str, reports: list[dict[str, Any]], names: dict[str, str]) -> None:
     def own_serve(r: dict[str, Any]) -> float:
-        serves = (e for e in r["events"] if e["op"] == "serve" and e.get("owner") == r["peer"])
-        e = next(serves)
-        return e["t1"] - e["t0"]
+        serves = (e for e in r["events"] if e.get("op") == "serve" and e.get("owner") == r["peer"])
+        e = next(serves, None)  # none in a sharded round: its slices are served as shards
+        return e["t1"] - e["t0"] if e is not None else float("nan")
 
     rows = [
         (

@@ -49,7 +49,8 @@ nodes happen to reuse; libp2p then logs failed streams, counted per round ("log_
 
     python benchmarks/update_round.py [--numel 100000000] [--peers 4] [--mode processes|inproc]
                                       [--deadline 300] [--no-baseline] [--profile DIR]
-                                      [--aggregator mean] [--hivemind [PYTHON]]
+                                      [--aggregator mean] [--exchange gather|sharded]
+                                      [--hivemind [PYTHON]]
 """
 
 from __future__ import annotations
@@ -99,7 +100,14 @@ def _node_config(home: Path, bootstrap: Sequence[str]):
 
 
 def node_process(
-    index: int, numel: int, peers: int, home: str, conn, profile: str | None, aggregator: str
+    index: int,
+    numel: int,
+    peers: int,
+    home: str,
+    conn,
+    profile: str | None,
+    aggregator: str,
+    exchange: str = "gather",
 ) -> None:
     """Child: one daemon; commands from the parent over `conn` (see `run_processes`)."""
     logging.basicConfig(level=logging.WARNING)
@@ -110,7 +118,7 @@ def node_process(
     import peertrain.swarm.exchange.gossip  # noqa: F401
 
     try:
-        trio.run(_node_main, index, numel, peers, Path(home), conn, profile, aggregator)
+        trio.run(_node_main, index, numel, peers, Path(home), conn, profile, aggregator, exchange)
     except BaseException as exc:  # noqa: BLE001 - a child process: the parent reports it
         import traceback
 
@@ -118,7 +126,14 @@ def node_process(
 
 
 async def _node_main(
-    index: int, numel: int, peers: int, home: Path, conn, profile: str | None, aggregator: str
+    index: int,
+    numel: int,
+    peers: int,
+    home: Path,
+    conn,
+    profile: str | None,
+    aggregator: str,
+    exchange: str = "gather",
 ) -> None:
     from peertrain.node.api.serve import serve_node
     from peertrain.node.daemon import Daemon
@@ -129,7 +144,7 @@ async def _node_main(
         daemon = await nursery.start(
             serve_node, Daemon(_node_config(home, ()), Identity.generate())
         )
-        node = BenchNode(daemon, numel, peers, aggregator)
+        node = BenchNode(daemon, numel, peers, aggregator, exchange)
         conn.send({"peer": node.me, "addr": daemon.addrs()[0], "port": node.listen_port()})
         roster = await _recv(conn)
         for addr in roster["addrs"][:index]:  # node i dials the nodes before it: one a pair
@@ -212,6 +227,7 @@ def run_processes(args: argparse.Namespace) -> dict[str, Any]:
                         child,
                         args.profile,
                         args.aggregator,
+                        args.exchange,
                     ),
                 )
                 proc.start()
@@ -273,7 +289,9 @@ async def run_inproc(args: argparse.Namespace) -> dict[str, Any]:
             lambda: all(len(d.host.get_connected_peers()) >= args.peers - 1 for d in daemons),
             timeout=SETUP_TIMEOUT,
         )
-        nodes = [BenchNode(d, args.numel, args.peers, args.aggregator) for d in daemons]
+        nodes = [
+            BenchNode(d, args.numel, args.peers, args.aggregator, args.exchange) for d in daemons
+        ]
         members = {n.me for n in nodes}
         for index, node in enumerate(nodes):
             await joined.enter_async_context(node.joined(members, seed=index))
@@ -343,6 +361,12 @@ def _arguments() -> argparse.Namespace:
     )
     parser.add_argument(
         "--aggregator", default="mean", help="the rule the nodes aggregate with (mean, flag, ...)"
+    )
+    parser.add_argument(
+        "--exchange",
+        choices=("gather", "sharded"),
+        default="gather",
+        help="the update exchange: every member pulls every update, or each owns a shard",
     )
     parser.add_argument(
         "--hivemind",

@@ -24,6 +24,7 @@ from ..net.notifee import Departures
 from ..net.receive_buffers import ReceiveBuffers
 from ..services.node_services import NodeServices
 from ..services.tensor_fetch import fetch_tensor
+from .shard_transport import NodeShardTransport
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -107,6 +108,13 @@ class NodeTensors:
         self.node.tensors.put(prepared)
         return prepared.header.checksum
 
+    def local_payload(self, checksum: bytes, nbytes: int) -> memoryview | None:
+        """A payload our store holds (served or fetched before), as `fetch_payload` gives it."""
+        prepared = self.node.tensors.get(checksum)
+        if prepared is None or prepared.header.nbytes < nbytes:
+            return None
+        return memoryview(prepared.payload.numpy())[:nbytes]
+
     async def fetch_payload(self, holders, checksum: bytes, nbytes: int) -> memoryview:
         """The verified payload, served on to others as is (no copy, no second hash)."""
         from peertrain.protocol.tensors import PreparedTensor
@@ -140,6 +148,7 @@ class UpdateExchange:
     tensors: NodeTensors  # the driver's TensorTransport
     gossip: UpdateGossip  # `exchange(round, payload, deadline)` → every member's contribution
     reserved: trio.Event  # set once the receive buffers are faulted in
+    shards: NodeShardTransport  # the sharded exchange's, when the run's spec asks for it
 
 
 @asynccontextmanager
@@ -158,15 +167,13 @@ async def open_update_exchange(
     nbytes: int | None = None,
     nbytes_of: Callable[[int], int] | None = None,
 ) -> AsyncIterator[UpdateExchange]:
-    """Update gossip for `run_id` on the node's services, subscribed to its topic while open.
-
-    `codec`: the one the member encodes its updates with. `is_member(peer)`: may this peer send
-    updates; `expected(round)`: whose updates the round waits for. Buffers for `reserve_updates`
-    incoming updates (and our own next one, when `encoder` is given: the member's encoder then
-    writes its payloads into the same recycled buffers) are faulted in in the background (a
-    session overlaps that with its first inner steps). `nbytes_of(round)`: each round's payload
-    size (at most `nbytes`) when they differ; the payloads are then opaque bytes (Streaming
-    DiLoCo's fragments)."""
+    """Update gossip for `run_id` on the node's services, subscribed to its topic while open
+    (and a sharded run's transport on the same). `codec`: the one the member encodes with.
+    `is_member(peer)`: may this peer send updates; `expected(round)`: whose updates the round
+    waits for. Buffers for `reserve_updates` incoming updates (and our own next one, when
+    `encoder` is given: its payloads then go into the same recycled buffers) are faulted in in
+    the background. `nbytes_of(round)`: each round's payload size (at most `nbytes`) when they
+    differ: opaque bytes then (Streaming DiLoCo's)."""
     from peertrain.swarm.exchange.gossip import UpdateGossip
 
     topic = update_topic(run_id)
@@ -199,7 +206,9 @@ async def open_update_exchange(
             inbox = await node.gossip.subscribe(topic, validator=gossip.validate)
             nursery.start_soon(_drain, inbox)  # announcements act in the validator; drop copies
             nursery.start_soon(reserve)
-            yield UpdateExchange(tensors=tensors, gossip=gossip, reserved=reserved)
+            opaque = tensors_class(node, topic, codec=None, block_size=codec.block_size, numel=0)
+            shards = NodeShardTransport(opaque, gossip.count_fetched)  # a sharded run's
+            yield UpdateExchange(tensors=tensors, gossip=gossip, reserved=reserved, shards=shards)
             nursery.cancel_scope.cancel()
     finally:
         network.remove_notifee(departures)
@@ -272,6 +281,7 @@ def member_driver(
         ),
         on_penalty=on_penalty,
         certificate=certificate,  # ours, in an invite run
+        shard_transport=exchange.shards,
     )
 
 

@@ -54,6 +54,7 @@ from peertrain.swarm.exchange.round_record import (
     is_record,
     open_from_origin,
 )
+from peertrain.swarm.exchange.sharded.board import is_shard_message
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,7 @@ class UpdateGossip:
         self._own: dict[int, dict[str, Repeat]] = {}  # round → our announcement, record
         # told of each payload as it is in (ours first): the member checks it then (admit)
         self.on_payload: Callable[[str, bytes], Awaitable[None]] | None = None
+        self.shard_inbox: Callable[[str, bytes], bool | None] | None = None
 
     # -- inbound --------------------------------------------------------------------------------
 
@@ -136,6 +138,8 @@ class UpdateGossip:
         if not self.admits(origin):  # invite runs: before anything is opened, kept or forwarded
             self.dropped["records" if is_record(raw) else "announcements"] += 1
             return False
+        if is_shard_message(raw):  # a sharded round's (group/sharded_updates.py), if we run one
+            return self.shard_inbox(origin, raw) if self.shard_inbox is not None else None
         if is_record(raw):  # (bounded in size by its envelope before anything else)
             return self.records.validate(origin, raw) and self._forwarded(origin)
         try:
@@ -270,6 +274,9 @@ class UpdateGossip:
         self.bytes_fetched += len(payload)
         return payload
 
+    def count_fetched(self, nbytes: int) -> None:  # a sharded round's payloads, too
+        self.bytes_fetched += nbytes
+
     async def publish_record(self, round_: int, record: RoundRecord) -> None:
         sealed = self.records.seal(round_, record)
         self._own.setdefault(round_, {})["record"] = Repeat(sealed)
@@ -277,12 +284,9 @@ class UpdateGossip:
 
     async def repeat_loop(self, first: float = REPEAT_EVERY, most: float = REPEAT_MAX) -> None:
         """Publish our announcement and record of the open and the last closed round again,
-        `first` seconds after each was sent, then at gaps doubling up to `most`. Gossip loses
-        messages (a mesh still forming, a full queue, a busy peer), and a peer that missed our
-        one announcement would close its round without our update and aggregate another set
-        (seen under load: every member of a round alone with its own update, each then on its
-        own state). A repeat costs a signed envelope that every member forwards; receivers keep
-        the first copy and drop the rest."""
+        `first` seconds after each was sent, then at gaps doubling up to `most`: gossip loses
+        messages, and a peer that missed our one announcement would aggregate another set (seen
+        under load: every member alone with its own update). Receivers drop the copies."""
         while True:
             await trio.sleep(first / 4)
             now = trio.current_time()

@@ -1,5 +1,6 @@
 """Issue 8 end to end: a local swarm with two Byzantine members (ordinary daemons with an attack
-hook) trains as well as the clean swarm when the group aggregates with Flag."""
+hook) trains as well as the clean swarm when the group aggregates with Flag, on either update
+exchange: the all-gather, or the sharded one (where the attackers also own shards)."""
 
 from __future__ import annotations
 
@@ -66,12 +67,20 @@ def swarm(tmp_path, name: str, *extra: str) -> dict:
 
 
 def test_two_sign_flipping_members_do_not_hurt_a_flag_aggregated_run(tmp_path):
-    clean = swarm(tmp_path, "clean")
-    attacked = swarm(tmp_path, "attacked", "--byzantine", "2", "--attack", "sign-flip")
-    assert (
-        attacked["byzantine"] == 2
-        and attacked["rounds_completed"] == clean["rounds_completed"] == ROUNDS
-    )
-    assert len(set(attacked["state_hashes"])) == 1  # honest members agree
-    assert attacked["final_loss"] < 0.5 * attacked["initial_loss"]
-    assert attacked["final_loss"] <= 1.02 * clean["final_loss"]
+    clean = {}
+    for exchange in ("gather", "sharded"):
+        how = ["--set", f"exchange={exchange}"]
+        clean[exchange] = swarm(tmp_path, f"clean-{exchange}", *how)
+        attacked = swarm(
+            tmp_path, f"attacked-{exchange}", *how, "--byzantine", "2", "--attack", "sign-flip"
+        )
+        assert (
+            attacked["byzantine"] == 2
+            and attacked["rounds_completed"] == clean[exchange]["rounds_completed"] == ROUNDS
+        ), exchange
+        assert len(set(attacked["state_hashes"])) == 1, exchange  # honest members agree
+        assert attacked["final_loss"] < 0.5 * attacked["initial_loss"], exchange
+        assert attacked["final_loss"] <= 1.02 * clean[exchange]["final_loss"], exchange
+    # seven members: each pulls 6 whole updates a round gathering, about 2 sharded
+    assert clean["sharded"]["bytes_sent"] < 0.5 * clean["gather"]["bytes_sent"]
+    assert len(set(clean["sharded"]["state_hashes"])) == 1

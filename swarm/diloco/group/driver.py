@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable
 
 import trio
-from peertrain.crdt.admission import Admission
 from peertrain.crdt.replicator import Replicator
 from peertrain.swarm.diloco.errors import CheckpointError
 from peertrain.swarm.diloco.group.adoption import StateDownloads, TensorTransport
@@ -26,13 +25,15 @@ from peertrain.swarm.diloco.group.adversary_seam import Adversary
 from peertrain.swarm.diloco.group.progress import DriverProgress
 from peertrain.swarm.diloco.group.replay import RoundReplay
 from peertrain.swarm.diloco.group.roster import CountedGroup, Roster
+from peertrain.swarm.diloco.group.sharded_updates import sharded_round, sharded_updates
 from peertrain.swarm.diloco.group.state_sync import StateSync
-from peertrain.swarm.diloco.group.trust import TrustedStates
+from peertrain.swarm.diloco.group.trust import TrustedStates, install_admission
 from peertrain.swarm.diloco.member.build import BuiltMember
 from peertrain.swarm.diloco.member.checkpoint import CheckpointStore
 from peertrain.swarm.diloco.member.member import DiLoCoMember, RoundReport, rejection_kind
 from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
 from peertrain.swarm.exchange.gossip import UpdateGossip
+from peertrain.swarm.exchange.sharded import ShardTransport
 from peertrain.swarm.progress import Waiting, log_progress
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,7 @@ class DiLoCoDriver:
         checkpoints: CheckpointStore | None = None,
         on_penalty: Callable[[str, str], None] | None = None,
         certificate: bytes = b"",
+        shard_transport: ShardTransport | None = None,
     ):
         self.spec = spec
         self.peer_id = peer_id
@@ -76,7 +78,7 @@ class DiLoCoDriver:
         self.built = built
         self._limiter = trio.CapacityLimiter(1)  # one torch job at a time per member
         self.replay = RoundReplay(gossip, self._thread)
-        self.admission = self._install_admission()
+        self.admission = install_admission(self.state, spec, peer_id, certificate)
         # an attested state failing for two round deadlines makes its signers unreliable
         patience = 2 * spec.round_timeout
         self.trust = TrustedStates(self.state, self.admission, peer_id, patience=patience)
@@ -91,6 +93,9 @@ class DiLoCoDriver:
             on_penalty=on_penalty,
         )
         self.sync = self._state_sync()
+        self.sharded = (
+            sharded_updates(self, shard_transport) if spec.exchange == "sharded" else None
+        )
         self._steer(gossip)
         if not self.admission.invite:  # the anchors' norms bound everyone's (validation.py),
             # else our own: scaled updates that were most of what arrived moved the median of
@@ -106,6 +111,7 @@ class DiLoCoDriver:
         gossip.records.trusted = lambda peer: peer in self.trust.attesters()
         gossip.admits = self.admission.admits  # invite runs: non-members' traffic is dropped
         gossip.on_payload = self._admit  # each update checked as it arrives, the next in flight
+        gossip.shard_inbox = self.sharded.receive if self.sharded is not None else None
 
     def _state_sync(self) -> StateSync:
         """Our state against the trusted one, repaired through our downloads and replays."""
@@ -133,26 +139,6 @@ class DiLoCoDriver:
             protected=() if invite else self.admission.anchors,
             first_round=self.spec.min_members,
         )
-
-    def _install_admission(self) -> Admission:
-        """The run's admission policy, from the signed spec, on the replica it guards."""
-        if self.state.admission is not None:
-            return self.state.admission
-        manifest = self.state.manifest
-        creator = manifest.creator if manifest is not None else self.peer_id
-        admission = Admission(
-            run_id=self.state.run_id,
-            creator=creator,
-            mode=self.spec.admission,
-            anchors=frozenset(self.spec.anchors),
-            wall_ms=self.state.wall_ms,
-        )
-        if self.certificate:
-            admission.add_certificate(self.certificate)
-        dropped = self.state.install_admission(admission)
-        if dropped:
-            log.info("forgot %d non-member(s) of this invite run", len(dropped))
-        return admission
 
     # -- service --------------------------------------------------------------------------------
 
@@ -285,25 +271,14 @@ class DiLoCoDriver:
         if not await self.sync.keep_with_the_signers(wait=self.spec.round_timeout):
             return  # our update was not computed from the run's state: the round starts again
         self.progress.phase = "exchanging"
-        self.progress.waiting = Waiting("members' updates", *self.gossip.received(round_))
         self.replay.begin(self.member, round_, self.sync.served or b"")
-        try:
-            contributions = await self.gossip.exchange(
-                round_, payload, deadline=trio.current_time() + self.spec.round_timeout
-            )
-        finally:
-            self.progress.waiting = None
-        # the anchors closing this very round meanwhile is the usual race: apply and agree
-        if await self._overtaken(round_ + 1):
+        if self.sharded is not None:
+            report = await sharded_round(self, round_, payload, group)
+        else:
+            report = await self._gathered_round(round_, payload, group)
+        if report is None:  # overtaken meanwhile: we adopted the group's state instead
             return
-        contributions = [c for c in contributions if c.sender in group]
-        self._alone(round_, contributions)
-        self.replay.closed(contributions)
-        self.progress.phase = "outer step"
-        outer_started = time.perf_counter()
-        report = await self._thread(self.member.apply_update, contributions)
-        compute += time.perf_counter() - outer_started
-        self.roster.contributed({c.sender for c in contributions})
+        compute += self.progress.outer_seconds
         self.progress.rejected_updates += len(report.rejected)
         self.progress.rejected_by_reason.update(rejection_kind(why) for _, why in report.rejected)
         if not self.admission.invite:
@@ -319,6 +294,28 @@ class DiLoCoDriver:
         await self._record(report)
         await self._save_checkpoint()
 
+    async def _gathered_round(self, round_: int, payload, group) -> RoundReport | None:
+        """The all-gather exchange: every member pulls every counted update and aggregates."""
+        self.progress.waiting = Waiting("members' updates", *self.gossip.received(round_))
+        try:
+            contributions = await self.gossip.exchange(
+                round_, payload, deadline=trio.current_time() + self.spec.round_timeout
+            )
+        finally:
+            self.progress.waiting = None
+        # the anchors closing this very round meanwhile is the usual race: apply and agree
+        if await self._overtaken(round_ + 1):
+            return None
+        contributions = [c for c in contributions if c.sender in group]
+        self._alone(round_, [c.sender for c in contributions])
+        self.replay.closed(contributions)
+        self.progress.phase = "outer step"
+        outer_started = time.perf_counter()
+        report = await self._thread(self.member.apply_update, contributions)
+        self.progress.outer_seconds = time.perf_counter() - outer_started
+        self.roster.contributed({c.sender for c in contributions})
+        return report
+
     async def _overtaken(self, round_: int) -> bool:
         """The group finished round `round_` without us (too slow, restarted, partitioned): we
         adopt its state instead of computing a divergent one."""
@@ -327,10 +324,10 @@ class DiLoCoDriver:
         await self.sync.catch_up()
         return True
 
-    def _alone(self, round_: int, contributions: list) -> None:
+    def _alone(self, round_: int, senders: list[str]) -> None:
         """Count (and say) a round closed with our update alone while others are live."""
         others = [p for p in self.state.members() if p != self.peer_id and self.state.is_live(p)]
-        if others and all(c.sender == self.peer_id for c in contributions):
+        if others and all(sender == self.peer_id for sender in senders):
             self.progress.rounds_alone += 1
             log.warning(
                 "round %d closed with our own update alone while %d other member(s) are live",

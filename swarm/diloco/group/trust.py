@@ -38,6 +38,7 @@ import torch
 import trio
 from peertrain.crdt.admission import Admission
 from peertrain.crdt.runstate import RunState
+from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
 
 log = logging.getLogger(__name__)
 
@@ -162,3 +163,26 @@ class StateCheck:
             if not math.isfinite(distance) or distance > bound:
                 return f"state lies {distance:.3g} from ours, more than {bound:.3g} allows"
         return None
+
+
+def install_admission(
+    state: RunState, spec: DiLoCoSpec, me: str, certificate: bytes = b""
+) -> Admission:
+    """The run's admission policy (who is a member, who is trusted), from the signed spec, on
+    the replica it guards; `certificate`: ours, in invite runs."""
+    if state.admission is not None:
+        return state.admission
+    manifest = state.manifest
+    admission = Admission(
+        run_id=state.run_id,
+        creator=manifest.creator if manifest is not None else me,
+        mode=spec.admission,
+        anchors=frozenset(spec.anchors),
+        wall_ms=state.wall_ms,
+    )
+    if certificate:
+        admission.add_certificate(certificate)
+    dropped = state.install_admission(admission)
+    if dropped:
+        log.info("forgot %d non-member(s) of this invite run", len(dropped))
+    return admission

@@ -277,6 +277,21 @@ class DiLoCoMember:
             out=self._update,
             admitted=self.admissions.take(),
         )
+        return self._finish_round(accepted, rejected, update_norm)
+
+    def apply_aggregate(self, update: torch.Tensor, accepted: Sequence[str]) -> RoundReport:
+        """The outer step with an aggregate the group computed together (the sharded exchange
+        checks it there); the update exchange already judged who counts."""
+        self.admissions.take()  # nothing was admitted one by one: the owners checked the inputs
+        norm = math.nan
+        if accepted:
+            norm = update.norm().item()
+            self.outer.step(self.global_params, update)
+        return self._finish_round(sorted(accepted), [], norm)
+
+    def _finish_round(
+        self, accepted: Sequence[str], rejected: Sequence[tuple[str, str]], update_norm: float
+    ) -> RoundReport:
         self.layout.load(self.global_params)
         prepared, self._prepared = self._prepared, None
         inner, payload_bytes = (

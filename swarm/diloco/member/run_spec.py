@@ -36,6 +36,8 @@ CODECS = ("fp32", "fp16", "bf16", "int8", "int4")
 ADMISSIONS = ("open", "invite")
 MAX_ANCHORS = 16
 # Streaming DiLoCo's fields and their defaults (plain DiLoCo): absent from the bytes at these
+EXCHANGES = ("gather", "sharded")
+LINEAR_RULES = ("auto", "mean", "multi-krum", "flag")  # what the sharded exchange can check
 STREAMING_DEFAULTS: dict[str, Any] = {
     "fragments": 1,
     "overlap": 0,
@@ -43,6 +45,9 @@ STREAMING_DEFAULTS: dict[str, Any] = {
     "eager": False,
     "round_seconds": 0.0,
 }
+# fields left out of the encoded spec at their defaults, so specs written before they existed
+# keep their bytes (and run IDs), and older peers read new specs that do not use them
+OPTIONAL_DEFAULTS: dict[str, Any] = {**STREAMING_DEFAULTS, "exchange": "gather"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,6 +78,9 @@ class DiLoCoSpec(RunSpec):
     anchors: tuple[str, ...] = ()  # peers whose state attestations open runs trust (+ creator)
     max_members: int = 64  # updates counted per round (open runs)
     admit_per_round: int = 4  # newcomers counted per round (open runs)
+    # how members trade updates: gather (each pulls every update) or sharded (each owns a
+    # shard: about 2 × the update per member per round at any group size; linear rules only)
+    exchange: str = "gather"
     # Streaming DiLoCo (config.StreamingConfig): P fragments syncing in turn, outer steps τ
     # inner steps late, mixed by α, Eager; `round_seconds` > 0: a round is a compute window of
     # that many seconds (each member takes the steps it can) instead of `inner_steps` steps
@@ -101,6 +109,15 @@ class DiLoCoSpec(RunSpec):
         if self.max_members < 1 or self.admit_per_round < 1:
             raise ConfigError("max_members and admit_per_round must be at least 1")
         object.__setattr__(self, "anchors", tuple(self.anchors))  # msgpack gives a list
+        if self.exchange not in EXCHANGES:
+            raise ConfigError(
+                f"exchange must be one of {', '.join(EXCHANGES)}, got {self.exchange!r}"
+            )
+        if self.exchange == "sharded" and (self.aggregator not in LINEAR_RULES or self.streaming):
+            raise ConfigError(
+                "exchange 'sharded' needs a linear aggregator (auto, mean, multi-krum, flag) "
+                "and whole rounds (fragments 1)"
+            )
         if self.round_seconds < 0:
             raise ConfigError("round_seconds must be non-negative")
         self.streaming_config().check(self.inner_steps)
@@ -115,7 +132,7 @@ class DiLoCoSpec(RunSpec):
 
     def to_bytes(self) -> bytes:
         fields = asdict(self)
-        for name, default in STREAMING_DEFAULTS.items():
+        for name, default in OPTIONAL_DEFAULTS.items():
             if fields[name] == default:
                 del fields[name]
         return pack(canonical(fields))

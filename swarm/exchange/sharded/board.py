@@ -15,6 +15,7 @@ from libp2p.peer.id import ID
 from peertrain.protocol.envelope import open_envelope
 from peertrain.protocol.errors import ProtocolError
 from peertrain.protocol.messages import Message, decode
+from peertrain.protocol.packing import unpack
 
 from .messages import NonceReveal, SenderChecks, ShardCommitment, ShardOutput, ShardStatistics
 
@@ -23,6 +24,15 @@ log = logging.getLogger(__name__)
 DOMAIN = "exchange/shard"
 MAX_ENVELOPE = 600 * 1024  # the largest statistics message (256 × 256 float64) and its seal
 EQUIVOCATION = 100.0  # penalty: two signed commitments for one round
+
+
+def is_shard_message(raw: bytes) -> bool:
+    """Does this envelope claim a sharded round's domain? (Peek only: `Board.receive` checks.)"""
+    try:
+        fields = unpack(raw, max_size=MAX_ENVELOPE, what="envelope")
+    except ProtocolError:
+        return False
+    return isinstance(fields, list) and len(fields) > 1 and fields[1] == DOMAIN
 
 
 @dataclass

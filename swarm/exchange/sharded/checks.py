@@ -28,10 +28,13 @@ SIGMAS = 6.0  # a ±1 projection of independent rounding errors: this many stand
 
 
 def rho(seed: bytes, shard: int, numel: int) -> torch.Tensor:
-    """ρ_k: ±1 values drawn from the round's seed (the same on every member)."""
+    """ρ_k: ±1 values (float32) drawn from the round's seed, the same on every member. Drawn
+    as int8 and dotted in float32: 3× cheaper than float64, and its rounding is far below the
+    int8 output's that the checks allow for anyway."""
     digest = hashlib.blake2b(seed + shard.to_bytes(4, "big"), digest_size=8).digest()
     generator = torch.Generator().manual_seed(int.from_bytes(digest, "big") >> 1)
-    return torch.randint(0, 2, (numel,), generator=generator).to(torch.float64).mul_(2).sub_(1)
+    signs = torch.randint(0, 2, (numel,), generator=generator, dtype=torch.int8)
+    return signs.mul_(2).sub_(1).to(torch.float32)
 
 
 def draw_seed(round_: int, attempt: int, nonces: Sequence[bytes]) -> bytes:

@@ -58,9 +58,9 @@ def _checks_lie(r, decision, seed, k, sender, source, out) -> bool:
     if checks is None:
         return True  # withheld: it made every member fetch the shard's inputs
     n = len(r.shards)
-    g = source.read(0, source.numel).to(torch.float64)
+    g = source.read(0, source.numel)
     true = torch.tensor(
-        [float(rho(seed, k, g.numel()) @ g), float(g @ g), float(g @ out.to(torch.float64))]
+        [float(torch.dot(rho(seed, k, g.numel()), g)), float(g @ g), float(torch.dot(g, out))]
     )
     signed = torch.tensor(
         [floats(getattr(checks, f), n, what=f)[k] for f in ("projections", "sq_norms", "rows")]

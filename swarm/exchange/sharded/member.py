@@ -134,7 +134,7 @@ def _shard_holds(r: ShardedRound, decision: Decision, k: int, out, seed: bytes) 
         gram_times_weights=None
         if part.gram is None
         else part.gram[rows][:, rows] @ decision.weights,
-        out_projection=float(rho(seed, k, out.numel()) @ out.to(torch.float64)),
+        out_projection=float(torch.dot(rho(seed, k, out.numel()), out)),
         out_slack=quantization_slack(out, r.codec.block_size),
         sender_projections=column[:, 0],
         sender_sq_norms=column[:, 1],

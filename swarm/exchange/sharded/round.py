@@ -141,11 +141,10 @@ class ShardedRound:
         projections, sq_norms, rows = [], [], []
         for k, payload in enumerate(self.mine):
             s = self.shards[k]
-            mine = self.codec.decode(payload, s.stop - s.start)
-            g, out = mine.to(torch.float64), outputs.get(k)
-            projections.append(float(rho(seed, k, g.numel()) @ g))
-            sq_norms.append(float(self.rule.statistics([TensorSource(mine)]).sq_norms[0]))
-            rows.append(0.0 if out is None else float(g @ out.to(torch.float64)))
+            g, out = self.codec.decode(payload, s.stop - s.start), outputs.get(k)
+            projections.append(float(torch.dot(rho(seed, k, g.numel()), g)))
+            sq_norms.append(float(self.rule.statistics([TensorSource(g)]).sq_norms[0]))
+            rows.append(0.0 if out is None else float(torch.dot(g, out)))
         return SenderChecks(
             attempt=attempt,
             projections=pack_floats(torch.tensor(projections)),

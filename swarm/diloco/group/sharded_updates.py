@@ -1,0 +1,189 @@
+"""A DiLoCo group's rounds on the sharded exchange (swarm/exchange/sharded/), the run's choice
+when its spec says `exchange = "sharded"`: each member owns a shard of every update, so a round
+moves about 2 × the update per member whatever the group's size.
+
+The group's messages share the run's update topic. A member may hear a round's messages before
+it starts that round (others are faster): they wait here, bounded, and a stranger's cost a
+signature check and are not forwarded. A round's group is the counted group of the round, the
+same list on every member (roster.py), so every member draws the same shard owners."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection
+from typing import Any, Protocol
+
+import torch
+from libp2p.crypto.keys import KeyPair
+from peertrain.crdt.admission import Admission
+from peertrain.crdt.runstate import RunState
+from peertrain.protocol.errors import ProtocolError
+from peertrain.swarm.aggregation.base import Aggregator
+from peertrain.swarm.diloco.group.progress import DriverProgress
+from peertrain.swarm.diloco.group.replay import RoundReplay
+from peertrain.swarm.diloco.group.roster import Roster
+from peertrain.swarm.diloco.group.state_sync import StateSync
+from peertrain.swarm.diloco.member.member import DiLoCoMember, RoundReport
+from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
+from peertrain.swarm.exchange.codec import ProtocolCodec
+from peertrain.swarm.exchange.gossip import UpdateGossip
+from peertrain.swarm.exchange.round_record import open_from_origin
+from peertrain.swarm.exchange.sharded import ShardedResult, ShardedRound, ShardTransport, run_round
+from peertrain.swarm.exchange.sharded.board import DOMAIN, MAX_ENVELOPE
+
+log = logging.getLogger(__name__)
+
+AHEAD = 2  # rounds past our current one whose messages are kept until we start them
+MAX_PENDING = 4096  # messages kept per future round (a few per member and shard)
+
+
+class ShardedUpdates:
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        me: str,
+        key_pair: KeyPair,
+        transport: ShardTransport,
+        rule: Aggregator,
+        codec: ProtocolCodec,
+        numel: int,
+        leased: Callable[[str], bool],
+        on_penalty: Callable[[str, str], None] | None,
+    ) -> None:
+        self.run_id, self.me, self.key_pair = run_id, me, key_pair
+        self.transport, self.rule, self.codec, self.numel = transport, rule, codec, numel
+        self.leased = leased
+        self.on_penalty = on_penalty or (lambda peer, why: None)
+        self.current: ShardedRound | None = None
+        self.round = 0  # the round we are in or start next
+        self._pending: dict[int, list[bytes]] = {}
+
+    def receive(self, origin: str, raw: bytes) -> bool | None:
+        """Gossip validator for the group's messages: kept for the round they belong to."""
+        try:
+            env = open_from_origin(
+                raw, domain=DOMAIN, run_id=self.run_id, origin=origin, max_size=MAX_ENVELOPE
+            )
+        except ProtocolError as exc:
+            log.info("refused a sharded-round message from %s: %s", origin[:12], exc)
+            return False
+        round_ = env.round
+        if round_ is None or not self.leased(origin):
+            return None  # not a member's: not kept, not forwarded, no blame (leases race)
+        current = self.current
+        if current is not None and current.round_ == round_:
+            current.board.receive(raw)
+        elif self.round <= round_ <= self.round + AHEAD:
+            pending = self._pending.setdefault(round_, [])
+            if len(pending) < MAX_PENDING:
+                pending.append(raw)
+        return True
+
+    async def exchange(
+        self,
+        round_: int,
+        update: torch.Tensor,
+        *,
+        group: Collection[str],
+        reference: Collection[str],
+        salt: bytes,
+        timeout: float,
+    ) -> ShardedResult:
+        """Our update (decoded fp32) in, the group's checked aggregate out."""
+        rnd = ShardedRound(
+            run_id=self.run_id,
+            round_=round_,
+            me=self.me,
+            key_pair=self.key_pair,
+            group=sorted(group),
+            transport=self.transport,
+            rule=self.rule,
+            numel=self.numel,
+            codec=self.codec,
+            salt=salt,
+            timeout=timeout,
+            on_penalty=self.on_penalty,
+            reference=frozenset(reference),
+        )
+        self.round, self.current = round_, rnd
+        for raw in self._pending.pop(round_, []):
+            rnd.board.receive(raw)
+        self._pending = {r: m for r, m in self._pending.items() if r > round_}
+        try:
+            return await run_round(rnd, update)
+        finally:
+            self.current, self.round = None, round_ + 1
+
+
+class ShardedDriver(Protocol):
+    """What a sharded round uses of its driver (driver.py's `DiLoCoDriver`)."""
+
+    peer_id: str
+    spec: DiLoCoSpec
+    state: RunState
+    admission: Admission
+    gossip: UpdateGossip
+    replay: RoundReplay
+    roster: Roster
+    progress: DriverProgress
+    sync: StateSync  # `served`: the checksum of the state we serve (the round's salt)
+    sharded: ShardedUpdates | None
+    on_penalty: Callable[[str, str], None] | None
+
+    @property
+    def member(self) -> DiLoCoMember: ...
+
+    async def _thread(self, fn: Callable[..., Any], *args: Any) -> Any: ...
+
+    async def _overtaken(self, round_: int) -> bool: ...
+
+    def _alone(self, round_: int, senders: list[str]) -> None: ...
+
+
+def sharded_updates(driver: ShardedDriver, transport: ShardTransport | None) -> ShardedUpdates:
+    """The sharded exchange of `driver`'s run, on the node's `transport`."""
+    if transport is None:
+        raise ValueError("the run's exchange is sharded: the driver needs a shard transport")
+    member = driver.member
+    return ShardedUpdates(
+        run_id=driver.state.run_id,
+        me=driver.peer_id,
+        key_pair=driver.gossip.key_pair,
+        transport=transport,
+        rule=member.aggregator,
+        codec=member.encoder.codec,
+        numel=member.layout.numel,
+        leased=lambda peer: driver.state.is_live(peer) or peer == driver.peer_id,
+        on_penalty=driver.on_penalty,
+    )
+
+
+async def sharded_round(
+    driver: ShardedDriver, round_: int, payload, group: Collection[str]
+) -> RoundReport | None:
+    """The driver's round on the sharded exchange: our update (as sent, int8) in, the checked
+    aggregate out, then the outer step. None when the group finished the round without us."""
+    member, sharded = driver.member, driver.sharded
+    assert sharded is not None
+    update = await driver._thread(member.encoder.codec.decode, payload, member.layout.numel)
+    anchors = driver.admission.anchors if not driver.admission.invite else ()
+    result = await sharded.exchange(
+        round_,
+        update,
+        group=group,
+        reference=anchors,
+        salt=driver.sync.served or b"",
+        timeout=driver.spec.round_timeout,
+    )
+    if await driver._overtaken(round_ + 1):
+        return None
+    driver._alone(round_, list(result.accepted))
+    driver.replay.closed([])  # no whole updates to replay: a member off the result downloads
+    driver.progress.phase = "outer step"
+    started = time.perf_counter()
+    report = await driver._thread(member.apply_aggregate, result.update, result.accepted)
+    driver.progress.outer_seconds = time.perf_counter() - started
+    driver.roster.contributed(set(result.accepted))
+    return report
