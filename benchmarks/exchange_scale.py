@@ -74,7 +74,7 @@ async def sharded(n: int, numel: int, rule: str) -> dict:
                 transport=endpoint, rule=build_aggregator(rule), numel=numel,
                 patience=30.0, timeout=3600.0, compute=inline,
             )  # fmt: skip
-            endpoint.deliver = rounds[peer].board.receive
+            endpoint.deliver = lambda origin, raw, board=rounds[peer].board: board.receive(raw)
 
         async def one(i: int, peer: str) -> None:
             started = time.process_time()  # synchronous: this member's inputs alone

@@ -72,6 +72,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its helper modules, run as a script
 from _hivemind_allreduce import hivemind_arm  # noqa: E402
+from _update_round_args import arguments, compare_arms  # noqa: E402
 from _update_round_node import CODEC, SETUP_TIMEOUT, TALLY, BenchNode  # noqa: E402
 from _update_round_report import (  # noqa: E402
     MB,
@@ -343,48 +344,8 @@ def baseline(nbytes: int) -> dict[str, float]:
     return out
 
 
-def _arguments() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--numel", type=int, default=100_000_000, help="floats per update")
-    parser.add_argument("--peers", type=int, default=4)
-    parser.add_argument("--mode", choices=("processes", "inproc"), default="processes")
-    parser.add_argument(
-        "--deadline", type=float, default=300.0, help="the round's deadline in seconds"
-    )
-    parser.add_argument(
-        "--no-baseline", action="store_true", help="skip the TCP / single-stream baselines"
-    )
-    parser.add_argument(
-        "--profile", metavar="DIR", help="cProfile each node's event loop during the round"
-    )
-    parser.add_argument(
-        "--aggregator", default="mean", help="the rule the nodes aggregate with (mean, flag, ...)"
-    )
-    parser.add_argument(
-        "--exchange",
-        choices=("gather", "sharded"),
-        default="gather",
-        help="the update exchange: every member pulls every update, or each owns a shard",
-    )
-    parser.add_argument(
-        "--hivemind",
-        nargs="?",
-        const=sys.executable,
-        metavar="PYTHON",
-        help="also run hivemind's all-reduce of the same size (8-bit and fp32) with this"
-        " interpreter (default: this one); it must import hivemind",
-    )
-    parser.add_argument("--hivemind-rounds", type=int, default=3)
-    args = parser.parse_args()
-    if args.peers < 2:
-        parser.error("--peers must be at least 2")
-    return args
-
-
 def main() -> None:
-    args = _arguments()
+    args = arguments(__doc__)
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger().addHandler(TALLY)
     from peertrain.swarm.exchange.codec import ProtocolCodec
@@ -392,22 +353,28 @@ def main() -> None:
     nbytes = ProtocolCodec(CODEC).payload_bytes(args.numel)
     load0 = os.getloadavg()[0]
     base = {} if args.no_baseline else baseline(nbytes)
-    gc.collect()
-    result = run_processes(args) if args.mode == "processes" else trio.run(run_inproc, args)
-    figures = analyse(result, nbytes, args.peers)
+    arms = {}
+    for exchange in ("gather", "sharded") if args.exchange == "both" else (args.exchange,):
+        args.exchange = exchange
+        gc.collect()
+        result = run_processes(args) if args.mode == "processes" else trio.run(run_inproc, args)
+        arms[exchange] = (result, analyse(result, nbytes, args.peers))
     hivemind = hivemind_arm(
         args.hivemind, numel=args.numel, peers=args.peers, rounds=args.hivemind_rounds
     )
-    judge(figures, hivemind)
     load = (load0, os.getloadavg()[0])
-    title = (
-        f"nodes ({args.mode}; {args.peers} x {args.numel:,} floats,"
-        f" {CODEC}: {nbytes / MB:.1f} MB each; aggregator {args.aggregator})"
-    )
-    report(title, result, figures, base, load, nbytes, hivemind)
+    for exchange, (result, figures) in arms.items():
+        judge(figures, hivemind)
+        title = (
+            f"nodes ({args.mode}; {args.peers} x {args.numel:,} floats, {CODEC}:"
+            f" {nbytes / MB:.1f} MB each; aggregator {args.aggregator}; exchange {exchange})"
+        )
+        report(title, result, figures, base, load, nbytes, hivemind)
     run = {"benchmark": "update_round", "mode": args.mode, "peers": args.peers}
     run |= {"numel": args.numel, "codec": CODEC, "payload_bytes": nbytes}
-    run |= {"aggregator": args.aggregator}
+    run |= {"aggregator": args.aggregator, "exchange": exchange}
+    if len(arms) > 1:
+        run |= {"arms": compare_arms(arms)}
     print_figures(run, result, figures, base, load, hivemind)
 
 

@@ -39,6 +39,7 @@ from peertrain.swarm.diloco.member.streaming import StreamingMember
 from peertrain.swarm.exchange.gossip import UpdateGossip
 
 from .crdt_network import MemoryRouter
+from .shard_network import Link, ShardNetwork
 from .waiting import wait_until
 
 FAST = ReplicatorConfig(publish_interval=0.02, sync_interval=0.3, idle_repeat_after=0.05)
@@ -172,6 +173,7 @@ class DriverGroup:
     tensors: TensorNetwork
     topic: UpdateTopic
     nursery: trio.Nursery
+    shards: ShardNetwork  # a sharded run's (`exchange = "sharded"`) transport
     members: list[Peer] = field(default_factory=list)
     strangers: list[Peer] = field(default_factory=list)
     penalties: list[tuple[str, str]] = field(default_factory=list)  # (peer, reason), all peers
@@ -221,6 +223,8 @@ class DriverGroup:
             **_update_sizes(built.member),
         )
         self.topic.members[peer.peer_id] = gossip
+        shards = self.shards.endpoint(peer.peer_id)
+        shards.deliver = gossip.validate  # a sharded round's messages ride the update topic
         kind, extra = DiLoCoDriver, {}
         if self.spec.streaming:
             kind, extra = StreamingDriver, {"slowdown": slowdown}
@@ -237,6 +241,7 @@ class DriverGroup:
             certificate=certificate,
             adversary=adversary_for(attack),
             checkpoints=checkpoints,
+            shard_transport=shards,
         )
         self.members.append(peer)
         await peer.replicator.bootstrap()
@@ -307,6 +312,7 @@ async def open_driver_group(
             tensors=TensorNetwork(),
             topic=UpdateTopic(),
             nursery=nursery,
+            shards=ShardNetwork(nursery, Link()),
         )
         try:
             yield group

@@ -29,7 +29,8 @@ class Link:
 class Endpoint:
     peer: str
     net: ShardNetwork
-    deliver: Callable[[bytes], None] = lambda raw: None
+    # (origin, raw): a round's `Board.receive(raw)`, or a driver's update-gossip validator
+    deliver: Callable[[str, bytes], object] = lambda origin, raw: None
     served: dict[bytes, bytes] = field(default_factory=dict)
     sent: int = 0
     received: int = 0
@@ -83,7 +84,7 @@ class ShardNetwork:
     async def carry(self, src: Endpoint, dst: Endpoint, raw: bytes) -> None:
         await self.transfer(src, dst, len(raw))
         if not dst.gone:
-            dst.deliver(raw)
+            dst.deliver(src.peer, raw)
 
 
 @asynccontextmanager

@@ -75,7 +75,7 @@ async def run_group(rule_name: str, ups, kinds=None, *, patience: float = 2.0):
                 patience=patience,
                 on_penalty=lambda who, why, me=peer: penalties[me].append((who, why)),
             )
-            endpoint.deliver = rnd.board.receive
+            endpoint.deliver = lambda origin, raw, board=rnd.board: board.receive(raw)
             rounds[peer] = rnd
 
         async def one(peer):

@@ -11,7 +11,7 @@ import logging
 import torch
 import trio
 
-from .checks import RELATIVE, rho
+from .checks import RELATIVE, projection
 from .decide import Decision, part_tensors
 from .messages import ShardStatistics, floats, pack_floats
 from .owners import owner_order
@@ -59,9 +59,7 @@ def _checks_lie(r, decision, seed, k, sender, source, out) -> bool:
         return True  # withheld: it made every member fetch the shard's inputs
     n = len(r.shards)
     g = source.read(0, source.numel)
-    true = torch.tensor(
-        [float(torch.dot(rho(seed, k, g.numel()), g)), float(g @ g), float(torch.dot(g, out))]
-    )
+    true = torch.tensor([projection(seed, k, g), float(g @ g), float(torch.dot(g, out))])
     signed = torch.tensor(
         [floats(getattr(checks, f), n, what=f)[k] for f in ("projections", "sq_norms", "rows")]
     )

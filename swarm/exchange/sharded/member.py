@@ -9,7 +9,7 @@ import torch
 import trio
 from peertrain.swarm.exchange.errors import ExchangeFailed
 
-from .checks import ShardClaims, draw_seed, failed_check, quantization_slack, rho
+from .checks import ShardClaims, draw_seed, failed_check, projection, quantization_slack
 from .decide import Decision
 from .disputes import recompute
 from .messages import NonceReveal, digest, floats
@@ -87,7 +87,7 @@ async def _fetch_output(r: ShardedRound, decision: Decision, k: int, got: dict) 
     except FetchFailed:
         return
     s = r.shards[k]
-    got[k] = r.codec.decode(payload, s.stop - s.start)
+    got[k] = await r.compute(r.codec.decode, payload, s.stop - s.start)
     r.fetched[(decision.attempt, k)] = payload
 
 
@@ -107,13 +107,19 @@ async def _verify(
     ]
     seed = draw_seed(r.round_, a, nonces)
     if r.me in accepted:
-        await r.publish(r.my_checks(a, seed, outputs))
+        await r.publish(await r.compute(r.my_checks, a, seed, outputs))
     await r.board.wait(lambda: all((a, s) in r.board.checks for s in accepted), deadline)
-    return {k: _shard_holds(r, decision, k, outputs.get(k), seed) for k in decision.owners}, seed
+
+    def verify() -> dict[int, bool]:  # shards we wrote ourselves (owner None) need no check
+        owners = decision.owners
+        return {k: _shard_holds(r, decision, k, outputs.get(k), seed) for k in owners if owners[k]}
+
+    return await r.compute(verify), seed
 
 
 def _shard_holds(r: ShardedRound, decision: Decision, k: int, out, seed: bytes) -> bool:
-    if out is None:
+    payload = r.fetched.get((decision.attempt, k))
+    if out is None or payload is None:
         return False
     checks = [r.board.checks.get((decision.attempt, s)) for s in decision.accepted]
     if any(c is None for c in checks):
@@ -134,8 +140,8 @@ def _shard_holds(r: ShardedRound, decision: Decision, k: int, out, seed: bytes) 
         gram_times_weights=None
         if part.gram is None
         else part.gram[rows][:, rows] @ decision.weights,
-        out_projection=float(torch.dot(rho(seed, k, out.numel()), out)),
-        out_slack=quantization_slack(out, r.codec.block_size),
+        out_projection=projection(seed, k, out),
+        out_slack=quantization_slack(payload, out, r.codec.name, r.codec.block_size),
         sender_projections=column[:, 0],
         sender_sq_norms=column[:, 1],
         sender_rows=column[:, 2],

@@ -31,7 +31,7 @@ from peertrain.swarm.aggregation.streaming import (
 
 from ..codec import ProtocolCodec
 from .board import DOMAIN, Board
-from .checks import rho
+from .checks import projection
 from .decide import Decision, decide
 from .messages import SenderChecks, ShardCommitment, ShardStatistics, digest, pack_floats
 from .owner import ShardOwner
@@ -142,7 +142,7 @@ class ShardedRound:
         for k, payload in enumerate(self.mine):
             s = self.shards[k]
             g, out = self.codec.decode(payload, s.stop - s.start), outputs.get(k)
-            projections.append(float(torch.dot(rho(seed, k, g.numel()), g)))
+            projections.append(projection(seed, k, g))
             sq_norms.append(float(self.rule.statistics([TensorSource(g)]).sq_norms[0]))
             rows.append(0.0 if out is None else float(torch.dot(g, out)))
         return SenderChecks(
@@ -152,11 +152,14 @@ class ShardedRound:
             rows=pack_floats(torch.tensor(rows)),
         )
 
+    def encoded(self, values: torch.Tensor) -> bytes:
+        return bytes(self.codec.encode(values.contiguous()))
+
     async def commit(self, update: torch.Tensor) -> bytes:
         """Serve our slices, commit to them; returns the nonce we reveal later."""
         digests, sizes = [], []
         for s in self.shards:
-            payload = bytes(self.codec.encode(update[s.start : s.stop].contiguous()))
+            payload = await self.compute(self.encoded, update[s.start : s.stop])
             self.mine.append(payload)
             key = await self.transport.serve(payload)
             digests.append(key)
