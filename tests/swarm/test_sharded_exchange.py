@@ -53,7 +53,7 @@ def within_one_int8_rounding(sent: torch.Tensor, exact: torch.Tensor) -> bool:
     return bool(((sent - exact).abs() <= half * (1 + 1e-4) + 1e-6).all())
 
 
-async def run_group(rule_name: str, ups, kinds=None, *, patience: float = 2.0):
+async def run_group(rule_name: str, ups, kinds=None, *, patience: float = 2.0, **options):
     """One round of every member; (peer → result or exception, peer → penalties it gave)."""
     kinds = kinds or {}
     peers = keys(len(ups))
@@ -70,7 +70,7 @@ async def run_group(rule_name: str, ups, kinds=None, *, patience: float = 2.0):
                 key_pair=key,
                 group=list(peers),
                 transport=endpoint,
-                rule=build_aggregator(rule_name),
+                rule=build_aggregator(rule_name, **options),
                 numel=NUMEL,
                 patience=patience,
                 on_penalty=lambda who, why, me=peer: penalties[me].append((who, why)),
@@ -201,3 +201,15 @@ async def test_a_sender_equivocating_between_owners_is_out_of_the_round_and_pena
             assert [who for who, _ in penalties[peer]] == [cheater]
             assert "equivocation" in penalties[peer][0][1]
             assert len(rounds[peer].board.equivocators[cheater]) == 2  # both signed proofs kept
+
+
+async def test_a_scaled_update_is_refused_alike_by_every_member_with_its_reason():
+    ups = updates(range(5), seed=4)
+    scaled = sorted(keys(5))[0]
+    ups = dict(zip(keys(5), ups.values(), strict=True))
+    ups[scaled] = ups[scaled] * 1000
+    results, penalties, rounds, _ = await run_group("mean", ups, max_norm_ratio=4.0)
+    for result in results.values():
+        assert scaled not in result.accepted and len(result.accepted) == 4
+        assert [(who, why.partition(":")[0]) for who, why in result.rejected] == [(scaled, "norm")]
+    assert len({bytes(r.update.numpy().tobytes()) for r in results.values()}) == 1

@@ -183,7 +183,9 @@ async def sharded_round(
     driver.replay.closed([])  # no whole updates to replay: a member off the result downloads
     driver.progress.phase = "outer step"
     started = time.perf_counter()
-    report = await driver._thread(member.apply_aggregate, result.update, result.accepted)
+    report = await driver._thread(
+        member.apply_aggregate, result.update, result.accepted, result.rejected
+    )
     driver.progress.outer_seconds = time.perf_counter() - started
-    driver.roster.contributed(set(result.accepted))
+    driver.roster.contributed(set(result.accepted) | {s for s, _ in result.rejected})
     return report

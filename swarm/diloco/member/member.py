@@ -279,15 +279,21 @@ class DiLoCoMember:
         )
         return self._finish_round(accepted, rejected, update_norm)
 
-    def apply_aggregate(self, update: torch.Tensor, accepted: Sequence[str]) -> RoundReport:
+    def apply_aggregate(
+        self,
+        update: torch.Tensor,
+        accepted: Sequence[str],
+        rejected: Sequence[tuple[str, str]] = (),
+    ) -> RoundReport:
         """The outer step with an aggregate the group computed together (the sharded exchange
-        checks it there); the update exchange already judged who counts."""
+        checks it there); the exchange already judged whose updates count (`rejected`: the
+        rule's refusals, as `apply_update` reports them)."""
         self.admissions.take()  # nothing was admitted one by one: the owners checked the inputs
         norm = math.nan
         if accepted:
             norm = update.norm().item()
             self.outer.step(self.global_params, update)
-        return self._finish_round(sorted(accepted), [], norm)
+        return self._finish_round(sorted(accepted), list(rejected), norm)
 
     def _finish_round(
         self, accepted: Sequence[str], rejected: Sequence[tuple[str, str]], update_norm: float

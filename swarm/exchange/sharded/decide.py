@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 from peertrain.swarm.aggregation.base import Aggregator
+from peertrain.swarm.aggregation.errors import NotEnoughUpdates
 from peertrain.swarm.aggregation.sharded import total_statistics
 from peertrain.swarm.aggregation.streaming import InputStatistics, TensorSource
 from peertrain.swarm.aggregation.validation import Verdict
@@ -20,6 +21,7 @@ class Decision:
     attempt: int
     senders: tuple[str, ...]  # in every chosen statistics, committed once, sorted
     accepted: tuple[str, ...]  # those the rule accepted
+    rejected: tuple[tuple[str, str], ...]  # (sender, why) of those it refused
     stats: InputStatistics  # of the accepted, summed over shards in shard order
     weights: torch.Tensor  # a, float64, one per accepted sender
     owners: dict[int, str | None]  # shard → who writes its output (None: every member itself)
@@ -58,14 +60,19 @@ def decide(round_, attempt: int, chosen: dict[int, tuple[str | None, ShardStatis
     total = total_statistics([parts[k] for k in sorted(parts)])
     verdicts = [Verdict(index=i) for i in range(len(senders))]
     reference = _indices(senders, round_.reference)
-    kept, stats = round_.rule.decide(verdicts, range(len(senders)), total, reference)
-    accepted = tuple(senders[i] for i in kept)
+    try:
+        kept, stats = round_.rule.decide(verdicts, range(len(senders)), total, reference)
+        weights = linear_weights(round_.rule, stats)
+    except NotEnoughUpdates as exc:  # every member alike: the round applies nothing
+        kept, stats, weights = [], total, torch.zeros(0, dtype=torch.float64)
+        verdicts = list(exc.verdicts)
     return Decision(
         attempt=attempt,
         senders=tuple(senders),
-        accepted=accepted,
+        accepted=tuple(senders[i] for i in kept),
+        rejected=tuple((senders[v.index], f"{v.reason}: {v.detail}") for v in verdicts if v.reason),
         stats=stats,
-        weights=linear_weights(round_.rule, stats),
+        weights=weights,
         owners={k: owner for k, (owner, _) in chosen.items()},
         parts=parts,
     )

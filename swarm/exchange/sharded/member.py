@@ -158,6 +158,7 @@ def _result(r: ShardedRound, decision: Decision, outputs: dict, disputes: list) 
     return ShardedResult(
         update=update,
         accepted=decision.accepted,
+        rejected=decision.rejected,
         weights=tuple(decision.weights.tolist()),
         attempts=decision.attempt + 1,
         disputes=disputes,

@@ -43,6 +43,7 @@ from .transport import ShardTransport
 class ShardedResult:
     update: torch.Tensor  # the aggregate, decoded from every shard's output
     accepted: tuple[str, ...]
+    rejected: tuple[tuple[str, str], ...]  # (sender, why): refused by the rule's value checks
     weights: tuple[float, ...]
     attempts: int
     disputes: list[tuple[int, str, str]]  # (shard, blamed peer, why)
@@ -121,7 +122,7 @@ class ShardedRound:
         self, shard: int, decision: Decision, sources: dict[str, UpdateSource]
     ) -> torch.Tensor:
         s = self.shards[shard]
-        out = torch.empty(s.stop - s.start)
+        out = torch.zeros(s.stop - s.start)  # nothing accepted: the round applies nothing
         if decision.weights.numel():
             chosen = [sources[p] for p in decision.accepted]
             write_linear_combination(chosen, decision.weights, out, chunk_size=self.rule.chunk_size)
