@@ -54,6 +54,11 @@ def run_lines(run: dict[str, Any]) -> list[str]:
             f"    round {run['round']}{of}  loss {loss}  members {len(run['members'])}"
             f"  phase {run['phase']}{state}"
         )
+        if run.get("checkpoint_failures"):  # a full disk: training goes on, unsaved
+            lines.append(
+                f"    checkpoints  {run['checkpoint_failures']} not written;"
+                f" last: {run.get('checkpoint_error', '')}"
+            )
     # inner steps, a download, a wait (and the error, if any), under the run's line
     return lines + [f"  {line}" for line in progress_lines({"run": run})[1:]]
 

@@ -283,6 +283,8 @@ class RunSession:
             state_checksum=progress.state_checksum if progress else "",
             resyncs=progress.resyncs if progress else 0,
             rounds_alone=progress.rounds_alone if progress else 0,
+            checkpoint_failures=progress.checkpoint_failures if progress else 0,
+            checkpoint_error=progress.checkpoint_error if progress else "",
             unreliable_anchors=driver.trust.unreliable_status() if driver else {},
             state_downloads=progress.state_downloads if progress else 0,
             state_donors=list(progress.state_donors) if progress else [],

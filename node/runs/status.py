@@ -33,6 +33,8 @@ class DiLoCoRunStatus(RunStatus):
     state_checksum: str
     resyncs: int
     rounds_alone: int  # rounds closed with our own update alone while others were live
+    checkpoint_failures: int  # checkpoints not written (a full disk, the disk budget)
+    checkpoint_error: str  # why the last one was not ("" when none failed)
     unreliable_anchors: dict[str, str]  # signers whose attested state kept failing → why
     state_downloads: int  # states adopted by download (a replay costs none)
     state_donors: list[str]  # peers a state download asked, newest last (the last 16)

@@ -89,7 +89,13 @@ def finished(honest, run_id: str, timeout: float) -> list[dict]:
     return [run_of(d, run_id) for d in honest]
 
 
-def test_sybils_cannot_take_over_an_open_run_and_are_dropped_unseen_by_an_invite_run(tmp_path):
+# the same on either update exchange: the all-gather, or the sharded one, where the Sybils also
+# own shards of the open run's aggregate (measured: clean 0.5230, open with Sybils 0.4612)
+@pytest.mark.parametrize("exchange", ["gather", "sharded"])
+def test_sybils_cannot_take_over_an_open_run_and_are_dropped_unseen_by_an_invite_run(
+    tmp_path, exchange
+):
+    spec = [*SPEC_FLAGS, "--set", f"exchange={exchange}"]
     started = time.monotonic()
     metrics = free_tcp_port()
     extra = ["--metrics-listen", f"127.0.0.1:{metrics}"]
@@ -100,8 +106,8 @@ def test_sybils_cannot_take_over_an_open_run_and_are_dropped_unseen_by_an_invite
         # the clean run's quorum is the honest four; the open one's is all ten, so the Sybils
         # are in its counted group from round 0 (a run that starts without them proves nothing)
         clean, public = at_once(
-            lambda: create(creator, "clean", *SPEC_FLAGS, "--min-members", str(HONEST)),
-            lambda: create(creator, "public", *SPEC_FLAGS, "--min-members", str(HONEST + SYBILS)),
+            lambda: create(creator, "clean", *spec, "--min-members", str(HONEST)),
+            lambda: create(creator, "public", *spec, "--min-members", str(HONEST + SYBILS)),
         )
         # honest members join the clean run as they start, the Sybils the open one; then the
         # honest ones join the open run too, through the CLI
@@ -119,7 +125,7 @@ def test_sybils_cannot_take_over_an_open_run_and_are_dropped_unseen_by_an_invite
         phase_one = time.monotonic() - started
         check_open_run(baseline, attacked)
 
-        invite = create(creator, "members-only", *SPEC_FLAGS, *INVITE_FLAGS)
+        invite = create(creator, "members-only", *spec, *INVITE_FLAGS)
         peers = [d.status()["peer_id"] for d in honest]
         invites = at_once(*[lambda p=p: invite_cli(creator, invite, p) for p in peers[1:]])
         at_once(

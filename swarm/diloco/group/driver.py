@@ -344,8 +344,15 @@ class DiLoCoDriver:
                 await self._thread(
                     lambda: self.checkpoints.save(snapshot, manifest_hash=self.state.run_id)
                 )
-            except CheckpointError as exc:  # no room (the disk budget): train on, say so
-                log.warning("round %d: checkpoint not saved: %s", self.member.round, exc)
+            except CheckpointError as exc:  # a full disk, the disk budget: train on, say so
+                self.progress.checkpoint_failures += 1
+                self.progress.checkpoint_error = str(exc)
+                log.warning(
+                    "round %d: checkpoint not saved: %s",
+                    self.member.round,
+                    exc,
+                    extra={"event": "checkpoint_failed"},
+                )
 
     async def _record(
         self, report: RoundReport, *, loss: float | None = None, round_: int | None = None

@@ -34,6 +34,8 @@ class DriverProgress:
     waiting: Waiting | None = None  # for members, peers or updates, while that lasts
     inner_start: int = 0  # the inner loop's step count when this round's inner steps began
     outer_seconds: float = 0.0  # torch work of the last round after its exchange
+    checkpoint_failures: int = 0  # checkpoints not written (a full disk, the disk budget)
+    checkpoint_error: str = ""  # why the last one was not
     # totals over the rounds this member took part in: inner steps, seconds of torch work
     # (inner steps, encoding, outer steps) and of wall time from a round's first inner step to
     # its agreement; their difference is time spent waiting for the network

@@ -142,9 +142,15 @@ class CheckpointStore:
         digest = content_hash(tensors)
         fresh = not self._tensor_path(digest).exists()
         self._make_room(len(sidecar) + (len(tensors) if fresh else 0))
-        if fresh:
-            write_atomic(self._tensor_path(digest), tensors)
-        write_atomic(self._sidecar_path(checkpoint_id), sidecar)  # the commit point
+        try:
+            if fresh:
+                write_atomic(self._tensor_path(digest), tensors)
+            write_atomic(self._sidecar_path(checkpoint_id), sidecar)  # the commit point
+        except OSError as exc:  # a full disk, a read-only or vanished directory
+            # write_atomic leaves no temporary behind and older checkpoints are untouched; a
+            # tensor file written without its sidecar is unreferenced and pruned below
+            self.prune()
+            raise CheckpointError(f"checkpoint of round {state.round} not written: {exc}") from exc
         self.prune()
         return state
 
