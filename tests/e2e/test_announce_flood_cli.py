@@ -26,17 +26,19 @@ def swarm(tmp_path, name: str, *extra: str) -> dict:
 
 
 def test_an_announcement_flood_from_fresh_keys_leaves_every_round_to_the_members(tmp_path):
-    clean = swarm(tmp_path, "clean", "--nodes", "4")
+    # the same run without the attack: five daemons, the fifth honest (the attacker trains as
+    # usual beside its flood, and on two cores a fifth daemon's training alone costs ~20%)
+    clean = swarm(tmp_path, "clean", "--nodes", "5")
     flooded = swarm(
         tmp_path, "flooded", "--nodes", "5", "--hostile", "1", "--attack", "announce-flood"
     )
     assert flooded["rounds_completed"] == 8 and flooded["rounds_alone"] == 0
     assert len(flooded["state_hashes"]) == 4 and len(set(flooded["state_hashes"])) == 1
-    # a stalled round waits its 20 s deadline: 8 of them would be 160 s; the clean run's rounds
-    # take a few seconds in all (the flooded run also carries a fifth daemon on two cores)
+    # a stalled round waits its 20 s deadline: 8 of them would be 160 s; measured here (load
+    # 1.7-2.4): clean 11.9 s, flooded 13.9 s (1.17x); 2 s of slack for a loaded machine
     rounds = {
         r: report["total_s"] - report["startup_s"]
         for r, report in (("clean", clean), ("flooded", flooded))
     }
-    assert rounds["flooded"] < 3 * rounds["clean"] + 10, rounds
+    assert rounds["flooded"] < 1.3 * rounds["clean"] + 2, rounds
     assert flooded["final_loss"] <= clean["final_loss"] * 1.05  # every honest update counted
