@@ -6,8 +6,9 @@ in [-7, 7] (a nibble of 0, q = -8, decodes too: every byte string of the right s
 payload once its scales are checked). An odd count leaves the last high nibble at 8 (zero).
 
 For outer gradients at 4 bits (Streaming DiLoCo quantizes them this low) error feedback matters
-more than at 8: what rounding drops is up to half a step of absmax/7. Plain torch over the whole
-tensor, no tiles: the payloads this serves are fragments of small models; large updates use int8.
+more than at 8: what rounding drops is up to half a step of absmax/7. Fp32 input with an even
+block size goes through the compiled kernels of int4_fused.py (the same bits); this plain torch
+over the whole tensor serves the rest.
 """
 
 from __future__ import annotations
@@ -45,7 +46,19 @@ def quantize_into(
     `scales` and uint8 `packed`; ValueError on NaN or infinite input."""
     import torch
 
+    from . import int4_fused
+
     numel = x.numel()
+    flat = x.reshape(-1)
+    if (
+        numel
+        and int4_fused.applies(flat, block_size)
+        and (residual is None or residual.is_contiguous())
+    ):
+        int4_fused.quantize_fp32(flat, scales, packed, block_size=block_size, residual=residual)
+        if not torch.isfinite(scales).all():  # NaN/Inf bit patterns sort above every finite one
+            raise ValueError("cannot int4-encode NaN or infinite values")
+        return
     with torch.no_grad():
         v = x.float() + residual if residual is not None else x.float()
         blocks = _blocks(v, block_size)
@@ -53,7 +66,8 @@ def quantize_into(
         if numel and not torch.isfinite(absmax).all():
             raise ValueError("cannot int4-encode NaN or infinite values")
         scales.copy_(absmax / LEVELS)
-        q = torch.round(blocks / scales[:, None]).clamp_(-LEVELS, LEVELS)
+        # times the fp32 inverse, not divided: as the compiled kernel (int4_fused.py) does
+        q = torch.round(blocks * scales.reciprocal()[:, None]).clamp_(-LEVELS, LEVELS)
         if residual is not None:
             residual.copy_((blocks - q * scales[:, None]).reshape(-1)[:numel])
         nibbles = (q.reshape(-1)[:numel] + 8).to(torch.uint8)
@@ -68,7 +82,14 @@ def dequantize_into(
     """Inverse of `quantize_into`; `scales` must already be checked finite and in range."""
     import torch
 
+    from . import int4_fused
+
     numel = out.numel()
+    if numel and out.is_contiguous() and int4_fused.applies(out.reshape(-1), block_size):
+        int4_fused.dequantize_fp32(
+            scales.float().contiguous(), packed.contiguous(), out.reshape(-1), block_size=block_size
+        )
+        return
     with torch.no_grad():
         nibbles = torch.stack([packed & 0xF, packed >> 4], dim=1).reshape(-1)[:numel]
         q = nibbles.float().sub_(8)
