@@ -53,7 +53,9 @@ def within_one_int8_rounding(sent: torch.Tensor, exact: torch.Tensor) -> bool:
     return bool(((sent - exact).abs() <= half * (1 + 1e-4) + 1e-6).all())
 
 
-async def run_group(rule_name: str, ups, kinds=None, *, patience: float = 2.0, **options):
+async def run_group(
+    rule_name: str, ups, kinds=None, *, patience: float = 2.0, codec: str = "int8", **options
+):
     """One round of every member; (peer → result or exception, peer → penalties it gave)."""
     kinds = kinds or {}
     peers = keys(len(ups))
@@ -71,6 +73,7 @@ async def run_group(rule_name: str, ups, kinds=None, *, patience: float = 2.0, *
                 group=list(peers),
                 transport=endpoint,
                 rule=build_aggregator(rule_name, **options),
+                codec=ProtocolCodec(codec),
                 numel=NUMEL,
                 patience=patience,
                 on_penalty=lambda who, why, me=peer: penalties[me].append((who, why)),
@@ -135,16 +138,22 @@ class SilentOwner(ShardedRound):
 
 
 class FalseAccuser(ShardedRound):
+    """Signs a false ⟨g, out⟩ (`lie = "rows"`) or a false ⟨ρ, g⟩ (`lie = "projections"`) for
+    its first shard: either makes an honest owner's shard look wrong."""
+
+    lie = "rows"
+
     def my_checks(self, attempt, seed, outputs):
         honest = super().my_checks(attempt, seed, outputs)
-        rows = bytearray(honest.rows)
-        rows[:8] = torch.tensor([1e6], dtype=torch.float64).numpy().tobytes()
-        return type(honest)(
-            attempt=attempt,
-            projections=honest.projections,
-            sq_norms=honest.sq_norms,
-            rows=bytes(rows),
-        )
+        fields = {f: getattr(honest, f) for f in ("projections", "sq_norms", "rows")}
+        false = bytearray(fields[self.lie])
+        false[:8] = torch.tensor([1e6], dtype=torch.float64).numpy().tobytes()
+        fields[self.lie] = bytes(false)
+        return type(honest)(attempt=attempt, **fields)
+
+
+class FalseProjector(FalseAccuser):
+    lie = "projections"
 
 
 @pytest.mark.parametrize(
@@ -171,10 +180,11 @@ async def test_a_cheating_owner_is_caught_and_the_round_ends_honest(cheat, rule_
             assert any(why in w for _, w in penalties[peer])
 
 
-async def test_a_false_accusation_is_refuted_and_the_accuser_penalised():
+@pytest.mark.parametrize("accuser", [FalseAccuser, FalseProjector])
+async def test_a_false_accusation_is_refuted_and_the_accuser_penalised(accuser):
     ups = updates(range(4), seed=2)
     honest, *_ = await run_group("flag", ups)
-    results, penalties, rounds, _ = await run_group("flag", ups, kinds={1: FalseAccuser})
+    results, penalties, rounds, _ = await run_group("flag", ups, kinds={1: accuser})
     accuser = list(rounds)[1]
     reference = next(iter(honest.values())).update
     for peer, result in results.items():
@@ -213,3 +223,18 @@ async def test_a_scaled_update_is_refused_alike_by_every_member_with_its_reason(
         assert scaled not in result.accepted and len(result.accepted) == 4
         assert [(who, why.partition(":")[0]) for who, why in result.rejected] == [(scaled, "norm")]
     assert len({bytes(r.update.numpy().tobytes()) for r in results.values()}) == 1
+
+
+async def test_with_fp32_outputs_the_round_is_the_all_gather_aggregate_within_float32_rounding():
+    """Outputs travel in the run's codec: at fp32 nothing is rounded on the wire, and every
+    member holds the all-gather's aggregate of the same fp32 updates within 1e-6."""
+    ups = updates(range(4), seed=5)
+    results, penalties, rounds, _ = await run_group("flag", ups, codec="fp32")
+    first = next(iter(results.values())).update
+    assert all(torch.equal(r.update, first) for r in results.values())
+    rnd = next(iter(rounds.values()))
+    exact = aggregate_sharded(
+        build_aggregator("flag"), list(ups.values()), shards=len(rnd.shards)
+    ).update
+    assert torch.allclose(first, exact, rtol=1e-6, atol=1e-6)
+    assert all(not p for p in penalties.values())
