@@ -22,6 +22,7 @@ from .commands import (
     cmd_sample,
     cmd_status,
 )
+from .data_commands import add_data_commands
 from .invite_commands import cmd_run_invite, cmd_run_revoke
 from .logs import cmd_logs
 from .node_stop import cmd_node_stop
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_node_commands(commands, home, _daemon_options(home))
     _add_run_commands(commands, home)
     add_swarm_commands(commands)
+    add_data_commands(commands)
     name_env_vars(parser, loads_config=(cmd_node_start, cmd_join))
     return parser
 
