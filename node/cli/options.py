@@ -112,7 +112,7 @@ def role_params(args: argparse.Namespace) -> dict[str, Any]:
 
 # The built-in names --help lists (the registries import torch, so they are named here;
 # tests/e2e/test_cli_explains_itself.py checks them against swarm/models, swarm/data, diffusion)
-MODEL_CHOICES = ("gpt", "mlp")
+MODEL_CHOICES = ("gpt", "gpt-25m", "mlp")
 DIFFUSION_MODEL_CHOICES = ("dit-tiny", "dit-small")
 DATASET_CHOICES = ("text", "tokens", "images", "digits")
 DIFFUSION_DATASET_CHOICES = ("digits", "fashion-mnist")

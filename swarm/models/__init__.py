@@ -9,12 +9,16 @@ from torch import nn
 
 from .config import ConfigError, config_from_dict, config_to_dict
 from .external import ExternalModelConfig, external_model_name, is_external
-from .gpt import GPT, GPTConfig, sample_text
+from .gpt import GPT, GPT25MConfig, GPTConfig, sample_text
 from .hf import HFModelConfig, hf_model_config, is_hf, resolve_hf
 from .mlp import MLPClassifier, MLPConfig
 from .registry import ENTRY_POINT_GROUP, FactoryModelConfig, factory_config, trust_import
 
-MODEL_CONFIGS: dict[str, type[GPTConfig] | type[MLPConfig]] = {"gpt": GPTConfig, "mlp": MLPConfig}
+MODEL_CONFIGS: dict[str, type[GPTConfig] | type[MLPConfig]] = {
+    "gpt": GPTConfig,
+    "gpt-25m": GPT25MConfig,  # the GPT at 29.5 M parameters, for BPE token files
+    "mlp": MLPConfig,
+}
 
 
 def model_config(
@@ -53,6 +57,7 @@ __all__ = [
     "ExternalModelConfig",
     "FactoryModelConfig",
     "ConfigError",
+    "GPT25MConfig",
     "GPTConfig",
     "HFModelConfig",
     "MLPClassifier",

@@ -50,6 +50,19 @@ class GPTConfig:
         return self.n_layer
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GPT25MConfig(GPTConfig):
+    """`--model gpt-25m`: the same GPT at 29.5 M parameters (8 blocks of width 512, 8 heads of
+    64, a 256-token context), for a BPE token file of 8192 ids (`peertrain data prepare-corpus`;
+    pair it with `--set dataset_settings.block_size=256`). Any field still takes `--set`."""
+
+    vocab_size: int = 8192  # token ids (prepare-corpus's default BPE vocabulary)
+    block_size: int = 256  # context length in tokens
+    n_layer: int = 8  # transformer blocks
+    n_head: int = 8  # attention heads (n_embd must be a multiple)
+    n_embd: int = 512  # width of the residual stream
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
@@ -192,6 +205,11 @@ class GPT(nn.Module):
 
 def sample_text(model: GPT, prompt: str, max_new_tokens: int = 200, *, seed: int = 0) -> str:
     """Decode a byte-level continuation of `prompt` as text (invalid UTF-8 is replaced)."""
+    if model.config.vocab_size != 256:  # ids of a tokenizer the model does not hold
+        raise TypeError(
+            f"this GPT's {model.config.vocab_size} token ids are not bytes: decode its output "
+            "with the tokenizer its token file was made with"
+        )
     was_training = model.training
     model.eval()
     start = torch.tensor([list(prompt.encode("utf-8")) or [10]], dtype=torch.long)

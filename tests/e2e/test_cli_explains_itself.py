@@ -66,7 +66,10 @@ def test_help_names_the_env_var_of_every_option_and_the_built_in_choices():
                 env = f"PEERTRAIN_{action.dest.upper()}"
                 assert env in text, (command, action.option_strings)
     create = " ".join(peertrain_cli("run", "create", "--help").stdout.split())
-    assert "model to train: gpt, mlp (diloco, swarm); dit-tiny, dit-small (diffusion)" in create
+    assert (
+        "model to train: gpt, gpt-25m, mlp (diloco, swarm); dit-tiny, dit-small (diffusion)"
+        in create
+    )
     assert "dataset: text, tokens, images, digits (diloco, swarm); digits, fashion-mnist" in create
 
 

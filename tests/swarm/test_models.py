@@ -89,7 +89,7 @@ def test_model_config_from_manifest_settings():
     [
         ("gpt", {"n_layers": 3}, "valid settings are: .*n_layer"),
         ("gpt", {"n_embd": 30, "n_head": 4}, "multiple of n_head"),
-        ("resnet", {}, "choose one of gpt, mlp"),
+        ("resnet", {}, "choose one of gpt, gpt-25m, mlp"),
     ],
 )
 def test_bad_model_settings_say_what_to_do(name, settings, message):
