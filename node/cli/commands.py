@@ -378,6 +378,7 @@ def cmd_swarm_local(args: argparse.Namespace) -> int:
         report=args.report,
         mode=args.mode,
         spec=run_spec_from_args(args),
+        data=args.data.expanduser().absolute() if args.data else None,
         kill_every=args.kill_every,
         byzantine=args.byzantine,
         attack=args.attack,

@@ -43,6 +43,7 @@ class LocalSwarmOptions:
     poll_interval: float = 2.0
     mode: str = "none"
     spec: dict[str, Any] = field(default_factory=dict)
+    data: Path | None = None  # the run's user data (absolute), for the creator and each member
     kill_every: float = 0.0
     byzantine: int = 0  # the last K members send attacked updates
     attack: str = "sign-flip"
@@ -102,6 +103,8 @@ class MeshSwarm:
     def _create_run(self, first: DaemonProcess) -> None:
         spec = {"min_members": self.options.nodes, **self.options.spec}
         params = {"name": isolation().run_name, "mode": "diloco", "spec": spec}
+        if self.options.data is not None:
+            params["data"] = str(self.options.data)
         created = call_sync(first.control_socket, "run.create", params, timeout=120)
         self.console.print(
             f"created run [bold]{isolation().run_name}[/] ({created['run_id'][:16]}…) on node 0"
@@ -143,6 +146,8 @@ class MeshSwarm:
         model = str(self.options.spec.get("model", ""))
         if ":" in model and not model.startswith("hf:"):  # an import path: each member's user
             args += ["--model", model]  # names it (a daemon imports no code a spec names)
+        if self.options.data is not None:
+            args += ["--data", str(self.options.data)]  # each member's own copy, as a user's
         return args
 
     # --- watch -----------------------------------------------------------------------------

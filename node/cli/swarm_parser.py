@@ -20,6 +20,13 @@ def add_swarm_commands(commands: Any) -> None:
     p.add_argument("--nodes", type=int, default=4, help="number of daemons (default 4)")
     p.add_argument("--duration", type=float, default=0.0, help="seconds to run; 0 = until Ctrl-C")
     p.add_argument("--report", type=Path, help="write a JSON report here at the end")
+    p.add_argument(
+        "--data",
+        type=Path,
+        metavar="PATH",
+        help="diloco: the run's data (--dataset text or tokens), given to the creator and every "
+        "member, as on `run create` and `join`",
+    )
     p.add_argument("--log-format", choices=["auto", "rich", "plain", "json"])
     p.add_argument(
         "--mode",
