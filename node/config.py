@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from .errors import NodeConfigError
 
 CONFIG_FILE = "config.toml"
 ENV_PREFIX = "PEERTRAIN_"
@@ -139,7 +139,7 @@ def _read_file(path: Path) -> dict[str, Any]:
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc}); fix the file or delete it") from exc
+        raise NodeConfigError(f"{path}: not valid TOML ({exc}); fix the file or delete it") from exc
     _reject_unknown(data, source=str(path))
     return data
 
@@ -158,7 +158,7 @@ def _reject_unknown(data: Mapping[str, Any], *, source: str) -> None:
         if key not in _FIELDS:
             close = difflib.get_close_matches(key, _FIELDS, n=1)
             hint = f"did you mean `{close[0]}`? " if close else ""
-            raise ConfigError(
+            raise NodeConfigError(
                 f"{source}: unknown key `{key}`; {hint}known keys: {', '.join(sorted(_FIELDS))}"
             )
 
@@ -169,7 +169,7 @@ def _coerce(name: str, value: Any) -> Any:
         if isinstance(value, str):
             value = [part for part in re.split(r"[,\s]+", value) if part]
         if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"`{name}` must be a list of strings, got {value!r}")
+            raise NodeConfigError(f"`{name}` must be a list of strings, got {value!r}")
         return tuple(value)
     if isinstance(default, bool):
         words = {
@@ -185,48 +185,52 @@ def _coerce(name: str, value: Any) -> Any:
         if isinstance(value, str) and value.lower() in words:
             return words[value.lower()]
         if not isinstance(value, bool):
-            raise ConfigError(f"`{name}` must be true or false, got {value!r}")
+            raise NodeConfigError(f"`{name}` must be true or false, got {value!r}")
         return value
     if isinstance(default, int):
         try:
             return int(value)
         except (TypeError, ValueError):
-            raise ConfigError(f"`{name}` must be a whole number, got {value!r}") from None
+            raise NodeConfigError(f"`{name}` must be a whole number, got {value!r}") from None
     if isinstance(default, float):
         try:
             return float(value)
         except (TypeError, ValueError):
-            raise ConfigError(f"`{name}` must be a number of seconds, got {value!r}") from None
+            raise NodeConfigError(f"`{name}` must be a number of seconds, got {value!r}") from None
     if value is not None and not isinstance(value, str):
-        raise ConfigError(f"`{name}` must be a string, got {value!r}")
+        raise NodeConfigError(f"`{name}` must be a string, got {value!r}")
     return value
 
 
 def _validate(config: NodeConfig) -> None:
     if config.log_format not in LOG_FORMATS:
-        raise ConfigError(
+        raise NodeConfigError(
             f"`log_format` must be one of {', '.join(LOG_FORMATS)}, got {config.log_format!r}"
         )
     if config.log_level.lower() not in LOG_LEVELS:
-        raise ConfigError(
+        raise NodeConfigError(
             f"`log_level` must be one of {', '.join(LOG_LEVELS)}, got {config.log_level!r}"
         )
     if config.psk is not None and not _PSK_RE.match(config.psk):
-        raise ConfigError(
+        raise NodeConfigError(
             "`psk` must be 64 hex characters (a 32-byte key); make one with "
             "`python -c 'import secrets; print(secrets.token_hex(32))'`"
         )
     if config.run_role not in (None, "server", "trainer"):
-        raise ConfigError(f"`run_role` must be server or trainer, got {config.run_role!r}")
+        raise NodeConfigError(f"`run_role` must be server or trainer, got {config.run_role!r}")
     if config.max_params < 1 or config.max_memory < 0:
-        raise ConfigError("`max_params` must be positive and `max_memory` ≥ 0 (0: half the RAM)")
+        raise NodeConfigError(
+            "`max_params` must be positive and `max_memory` ≥ 0 (0: half the RAM)"
+        )
     if config.sample_grid_every < 0:
-        raise ConfigError("`sample_grid_every` must be ≥ 0 (0: no sample grids)")
+        raise NodeConfigError("`sample_grid_every` must be ≥ 0 (0: no sample grids)")
     _check_public_name(config.public_name)
     if not 1 <= config.ranks <= 64:
-        raise ConfigError(f"`ranks` must be 1..64, got {config.ranks}")
+        raise NodeConfigError(f"`ranks` must be 1..64, got {config.ranks}")
     if not config.listen:
-        raise ConfigError("`listen` is empty; give at least one address such as /ip4/0.0.0.0/tcp/0")
+        raise NodeConfigError(
+            "`listen` is empty; give at least one address such as /ip4/0.0.0.0/tcp/0"
+        )
     for name in (
         "dial_timeout",
         "reconnect_interval",
@@ -236,21 +240,21 @@ def _validate(config: NodeConfig) -> None:
         "relay_data",
     ):
         if getattr(config, name) <= 0:
-            raise ConfigError(f"`{name}` must be positive")
+            raise NodeConfigError(f"`{name}` must be positive")
     for name in ("relay_bandwidth", "relays"):
         if getattr(config, name) < 0:
-            raise ConfigError(f"`{name}` must be zero or more")
+            raise NodeConfigError(f"`{name}` must be zero or more")
     _validate_multiaddrs(config)
     if config.metrics_listen is not None:
         host_and_port(config.metrics_listen)
 
 
 def host_and_port(text: str) -> tuple[str, int]:
-    """`127.0.0.1:9464` or `[::1]:9464` → (host, port); a ConfigError says what is wrong."""
+    """`127.0.0.1:9464` or `[::1]:9464` → (host, port); a NodeConfigError says what is wrong."""
     host, _, port = text.rpartition(":")
     host = host.removeprefix("[").removesuffix("]")
     if not host or not port.isdigit() or int(port) > 65535:
-        raise ConfigError(
+        raise NodeConfigError(
             f"`metrics_listen` must be HOST:PORT such as 127.0.0.1:9464, got {text!r}"
         )
     return host, int(port)
@@ -266,10 +270,10 @@ def _validate_multiaddrs(config: NodeConfig) -> None:
             try:
                 Multiaddr(text)
             except MULTIADDR_ERRORS as exc:
-                raise ConfigError(f"`{name}`: {text!r} is not a multiaddr ({exc})") from None
+                raise NodeConfigError(f"`{name}`: {text!r} is not a multiaddr ({exc})") from None
     for text in config.bootstrap:
         if "/p2p/" not in text:
-            raise ConfigError(
+            raise NodeConfigError(
                 f"`bootstrap`: {text!r} lacks the peer ID; use the full address a node prints, "
                 "ending in /p2p/<peer id>"
             )
@@ -292,15 +296,15 @@ def _check_public_name(name: str) -> None:
     (no escape sequences, no line breaks), at most PUBLIC_NAME_MAX of them."""
     fix = f"give --name at most {PUBLIC_NAME_MAX} printable characters, e.g. --name alice-gpu-1"
     if len(name) > PUBLIC_NAME_MAX:
-        raise ConfigError(f"`public_name` (--name) is {len(name)} characters long; {fix}")
+        raise NodeConfigError(f"`public_name` (--name) is {len(name)} characters long; {fix}")
     bad = next((c for c in name if not c.isprintable()), None)
     if bad is not None:
-        raise ConfigError(
+        raise NodeConfigError(
             f"`public_name` (--name) holds the control character {bad!r} at "
             f"{name.index(bad)}; {fix}"
         )
     if name != name.strip():
-        raise ConfigError(f"`public_name` (--name) {name!r} starts or ends with a space; {fix}")
+        raise NodeConfigError(f"`public_name` (--name) {name!r} starts or ends with a space; {fix}")
 
 
 def field_names() -> tuple[str, ...]:

@@ -24,12 +24,12 @@ from __future__ import annotations
 import logging
 import os
 import time
+from importlib import metadata
 from typing import Any, TypedDict
 
 import trio
 from libp2p.peer.id import ID
 from multiaddr import Multiaddr
-from peertrain import __version__
 from peertrain.protocol.errors import PeertrainError
 from peertrain.swarm.budget import RunBudget
 
@@ -243,7 +243,7 @@ class Daemon:
             private_network=self.config.psk is not None,
             uptime_s=round(time.monotonic() - self.started_at, 1) if self.started_at else 0.0,
             pid=os.getpid(),
-            version=__version__,
+            version=metadata.version("peertrain"),  # the installed distribution's
             home=str(self.config.home),
             services=self.supervisor.status(),
             budget=self.budget.usage(self.connection_gate.counts()),

@@ -2,10 +2,11 @@
 
 PeertrainError
 ├── SwarmError (swarm/errors.py)
-│   └── swarm ConfigError          a bad setting, whichever layer read it (also a ValueError)
+│   └── ConfigError                a bad setting, whichever layer read it (also a ValueError)
 └── NodeError                      the daemon could not do what the user asked
-    ├── ConfigError                a bad config key or value (names the key, says what to do);
-    │                              also the swarm ConfigError, so one `except` catches both
+    ├── NodeConfigError            a bad key or value in the node's config file, options or
+    │                              environment (names the key, says what to do); also a
+    │                              ConfigError, so one `except ConfigError` catches both
     ├── IdentityError              the identity key file is unreadable, corrupt or too open
     ├── ConnectError               a peer could not be reached or refused us
     │   └── PskMismatch            the private-network key differs (or one side has none)
@@ -22,15 +23,17 @@ PeertrainError
 from __future__ import annotations
 
 from peertrain.protocol.errors import PeertrainError
-from peertrain.swarm.errors import ConfigError as SwarmConfigError
+from peertrain.swarm.errors import ConfigError
 
 
 class NodeError(PeertrainError):
     """The daemon could not do what was asked."""
 
 
-class ConfigError(NodeError, SwarmConfigError):
-    """A configuration key or value is wrong; the message names it and says what to do."""
+class NodeConfigError(NodeError, ConfigError):
+    """A node configuration key or value is wrong; the message names it and says what to do.
+
+    The one `ConfigError` is swarm's (swarm/errors.py); this is the node's kind of it."""
 
 
 class IdentityError(NodeError):

@@ -3,7 +3,7 @@
     PeertrainError
     └── SwarmError                  the swarm layer could not do what was asked
         ├── ConfigError             a setting names an unknown key or holds an unusable value
-        │   │                       (also a ValueError; node.errors.ConfigError refines it)
+        │   │                       (also a ValueError; node.errors.NodeConfigError refines it)
         │   └── SpecOverBudget      a run's model or data is bigger than this member agreed to
         ├── UnknownAttack           an attack asked for by an unknown name or with bad options
         ├── AggregationError        swarm/aggregation/errors.py

@@ -34,13 +34,13 @@ ACCEPT_BACKOFF = 0.1  # seconds, after accept() failed
 
 
 @dataclass(frozen=True, slots=True)
-class Response:
+class HttpResponse:
     status: int
     body: bytes
     content_type: str = "text/plain; charset=utf-8"
 
 
-Handler = Callable[[], Response]
+Handler = Callable[[], HttpResponse]
 REASONS = {
     200: "OK",
     400: "Bad Request",
@@ -133,18 +133,18 @@ class HttpServer:
                 return False
             method, path = parse_request_line(head)
         except BadRequest as exc:
-            await stream.send_all(encode(Response(400, f"{exc}\n".encode())))
+            await stream.send_all(encode(HttpResponse(400, f"{exc}\n".encode())))
             return True
         host = host_header(head)
         if host is not None and not self._host_allowed(host):
             why = f"Host {host!r} is not this node's name; allow it in dashboard_hosts\n"
-            await stream.send_all(encode(Response(403, why.encode())))
+            await stream.send_all(encode(HttpResponse(403, why.encode())))
             return True
         if method not in ("GET", "HEAD"):
-            await stream.send_all(encode(Response(405, b"GET only\n")))
+            await stream.send_all(encode(HttpResponse(405, b"GET only\n")))
             return True
         handler = self.routes.get(path.partition("?")[0])
-        response = _call(handler) if handler else Response(404, b"not found\n")
+        response = _call(handler) if handler else HttpResponse(404, b"not found\n")
         await stream.send_all(encode(response, head_only=method == "HEAD"))
         return True
 
@@ -157,12 +157,12 @@ class HttpServer:
             return name in self.allowed_hosts
 
 
-def _call(handler: Handler) -> Response:
+def _call(handler: Handler) -> HttpResponse:
     try:
         return handler()
     except Exception:  # noqa: BLE001 - a bug behind one page must not stop the node
         log.exception("HTTP handler failed")
-        return Response(500, b"internal error; see the node's log\n")
+        return HttpResponse(500, b"internal error; see the node's log\n")
 
 
 async def _linger(stream: trio.SocketStream) -> None:
@@ -212,7 +212,7 @@ def parse_request_line(head: bytes) -> tuple[str, str]:
     return parts[0], parts[1]
 
 
-def encode(response: Response, *, head_only: bool = False) -> bytes:
+def encode(response: HttpResponse, *, head_only: bool = False) -> bytes:
     reason = REASONS.get(response.status, "")
     head = (
         f"HTTP/1.1 {response.status} {reason}\r\n"

@@ -20,7 +20,7 @@ import trio
 
 from ..config import host_and_port
 from .history import StatusHistory
-from .http import Handler, HttpServer, Response
+from .http import Handler, HttpResponse, HttpServer
 
 if TYPE_CHECKING:
     from ..daemon import Daemon
@@ -55,15 +55,15 @@ class WebService:
             "/metrics": self.metrics,
         }
 
-    def api_status(self) -> Response:
+    def api_status(self) -> HttpResponse:
         """The status without what only the machine's owner needs (its home path, the pid):
         anyone who can reach the port reads it."""
         status = {k: v for k, v in self.daemon.status().items() if k not in PRIVATE_STATUS}
         body = {**status, "history": self.history.as_dict()}
-        return Response(200, json.dumps(body).encode(), "application/json")
+        return HttpResponse(200, json.dumps(body).encode(), "application/json")
 
-    def metrics(self) -> Response:
-        return Response(200, self._render(self._registry), self._content_type)
+    def metrics(self) -> HttpResponse:
+        return HttpResponse(200, self._render(self._registry), self._content_type)
 
     async def run(
         self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED
@@ -80,6 +80,6 @@ class WebService:
             await trio.sleep(SAMPLE_INTERVAL)
 
 
-def _asset(name: str, content_type: str) -> Response:
+def _asset(name: str, content_type: str) -> HttpResponse:
     data = resources.files(__package__).joinpath("dashboard", name).read_bytes()
-    return Response(200, data, content_type)
+    return HttpResponse(200, data, content_type)

@@ -142,18 +142,18 @@ def _join_by_peer_id(args: argparse.Namespace) -> int:
     import trio
     from libp2p.peer.id import ID
 
-    from ..errors import ConfigError
+    from ..errors import NodeConfigError
     from ..log_setup import LOG_FILE, setup_logging
 
     try:
         multihash.decode(ID.from_base58(args.peer).to_bytes())
     except ValueError:  # base58's and multihash's error for what is no peer ID
-        raise ConfigError(
+        raise NodeConfigError(
             f"{args.peer!r} is neither a peer address (/ip4/…/p2p/…) nor a peer ID (12D3KooW…)"
         ) from None
     config = _load(args, **_run_options(args))
     if not config.bootstrap:
-        raise ConfigError(
+        raise NodeConfigError(
             f"to join {args.peer} by its peer ID, also give --bootstrap with the address of "
             "any node of the network: the DHT finds the peer from there"
         )

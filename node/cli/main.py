@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import sys
 
-from peertrain.swarm.errors import ConfigError as SwarmConfigError
+from peertrain.swarm.errors import ConfigError
 
 from ..errors import NodeError
 from .options import apply_env
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         apply_env(args, parser)
         return args.handler(args) or 0
-    except (NodeError, SwarmConfigError) as exc:  # what the user can fix: no traceback
+    except (NodeError, ConfigError) as exc:  # what the user can fix: no traceback
         print(f"peertrain: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 
-class PipelineSwarm(Protocol):
-    """What the report reads of a local pipeline swarm (swarm_pipeline.py)."""
+class PipelineSwarmView(Protocol):
+    """What the report reads of a local pipeline swarm (swarm_pipeline.py's `PipelineSwarm`)."""
 
     options: Any  # PipelineLocalOptions
     killed: dict[str, Any] | None
@@ -18,7 +18,7 @@ class PipelineSwarm(Protocol):
     started_wall: float
 
 
-def pipeline_report(swarm: PipelineSwarm, runs: list[dict[str, Any] | None]) -> dict[str, Any]:
+def pipeline_report(swarm: PipelineSwarmView, runs: list[dict[str, Any] | None]) -> dict[str, Any]:
     """The report's figures from the last good status of every daemon."""
     opts = swarm.options
     servers = [r for r in runs[: opts.nodes] if r]
@@ -49,7 +49,7 @@ def pipeline_report(swarm: PipelineSwarm, runs: list[dict[str, Any] | None]) -> 
 
 
 def _ideals(
-    swarm: PipelineSwarm, runs: list[dict[str, Any] | None], reporters: list[dict[str, Any]]
+    swarm: PipelineSwarmView, runs: list[dict[str, Any] | None], reporters: list[dict[str, Any]]
 ) -> dict[str, float | None]:
     """`ideal_throughput` (the layout asked for), `final_ideal_throughput` (the live layout at
     the end), both from speeds and base_seconds; `measured_ideal_throughput` from the
@@ -83,7 +83,7 @@ def _ideals(
     }
 
 
-def _moves(swarm: PipelineSwarm, runs: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
+def _moves(swarm: PipelineSwarmView, runs: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
     """Every rebalancing move the servers recorded, timed from the supervisor's start."""
     moves = [
         {"node": i, "t": round(m["at"] - swarm.started_wall, 2), "from": m["from"], "to": m["to"]}

@@ -17,8 +17,6 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-from peertrain import __version__
-
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the repository root is the package
 DEPENDENCIES = ("torch", "libp2p")
 
@@ -30,7 +28,8 @@ def version_text() -> str:
                    f"{platform.system()} {platform.machine()})"),
         *((name, _distribution_version(name)) for name in DEPENDENCIES),
     ]  # fmt: skip
-    return "\n".join([f"peertrain {__version__}", *(f"{k:<9} {v}" for k, v in rows)])
+    head = f"peertrain {_distribution_version('peertrain')}"
+    return "\n".join([head, *(f"{k:<9} {v}" for k, v in rows)])
 
 
 def git_commit(root: Path = PACKAGE_ROOT) -> str:

@@ -12,8 +12,8 @@ Before punching, upstream first dials every direct address it knows for the peer
 in case it is reachable after all) and waits for all of them, up to its 10 s dial timeout. A
 NATed peer's known addresses include its LAN address, whose SYNs vanish: every punch between
 cone NATs took 10.1 s, of which the punch itself took 20 ms. `QuickDCUtR` bounds that step to
-`UNILATERAL_TIMEOUT` and ends it at the first direct connection (our `Dialer` has raced those
-addresses moments before anyway).
+`UNILATERAL_TIMEOUT` and ends it at the first direct connection (our `RacingDialer` has raced
+those addresses moments before anyway).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from libp2p.relay.circuit_v2.dcutr import DCUtRProtocol
 from multiaddr import Multiaddr
 
 from ..net.connections import CIRCUIT, connection_kind, peerstore_addrs
-from .relays import Dialer
+from .relays import RacingDialer
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,13 @@ class HolePunch:
     """Upgrades relayed connections we dialed; remembers the outcome per peer (bounded)."""
 
     def __init__(
-        self, host: IHost, dcutr: Any, dialer: Dialer, *, budget: float = 20.0, watch: float = 60.0
+        self,
+        host: IHost,
+        dcutr: Any,
+        dialer: RacingDialer,
+        *,
+        budget: float = 20.0,
+        watch: float = 60.0,
     ):
         self.host, self.dcutr, self.dialer = host, dcutr, dialer
         self.budget, self.watch = budget, watch

@@ -28,7 +28,14 @@ from ..net.addresses import MULTIADDR_ERRORS
 from ..net.budget import ResourceBudget
 from .hole_punch import HolePunch, QuickDCUtR
 from .reachability import ReachabilityCheck, address_translated
-from .relays import CIRCUIT, Dialer, HopLimits, PacedRelay, ReservationKeeper, connections_by_kind
+from .relays import (
+    CIRCUIT,
+    HopLimits,
+    PacedRelay,
+    RacingDialer,
+    ReservationKeeper,
+    connections_by_kind,
+)
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +77,7 @@ class NatTraversal:
         self.dht_server = dht_server
         self.relay: PacedRelay | None = None
         self.keeper: ReservationKeeper | None = None
-        self.dialer: Dialer | None = None
+        self.dialer: RacingDialer | None = None
         self.punch: HolePunch | None = None
         self.upnp_text: str | None = None
         self._nursery: trio.Nursery | None = None
@@ -102,7 +109,7 @@ class NatTraversal:
                 prefer=self.prefer,
                 on_change=self._circuits_changed,
             )
-            self.dialer = Dialer(self.host, transport, timeout=self.dial_timeout)
+            self.dialer = RacingDialer(self.host, transport, timeout=self.dial_timeout)
             self.punch = HolePunch(self.host, dcutr, self.dialer)
             nursery.start_soon(self.keeper.run, nursery)
             nursery.start_soon(self._client_while_translated)

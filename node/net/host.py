@@ -25,7 +25,7 @@ from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 from libp2p.transport.tcp.tcp import TCP
 from multiaddr import Multiaddr
 
-from ..errors import ConfigError, ConnectError, PskMismatch
+from ..errors import ConnectError, NodeConfigError, PskMismatch
 from .addresses import MULTIADDR_ERRORS, expand_wildcards
 from .identity import Identity
 from .private_network import MISMATCH
@@ -124,7 +124,7 @@ def parse_peer_addr(text: str) -> PeerInfo:
     try:
         return info_from_p2p_addr(Multiaddr(text))
     except MULTIADDR_ERRORS as exc:
-        raise ConfigError(
+        raise NodeConfigError(
             f"{text!r} is not a peer address ({exc}); give the full address a node prints, "
             "such as /ip4/203.0.113.7/tcp/4001/p2p/12D3KooW…"
         ) from None

@@ -36,7 +36,7 @@ from peertrain.protocol.errors import DecodeError, PeertrainError, ProtocolError
 from peertrain.protocol.framing import read_message, write_message
 from peertrain.protocol.messages import ErrorCode, ErrorResponse, Request, Response, check_reply
 from peertrain.protocol.tensors import PreparedTensor
-from peertrain.swarm.pipeline.averaging import Contribution
+from peertrain.swarm.pipeline.averaging import StageContribution
 from peertrain.swarm.pipeline.boundary import BoundaryTensor
 from peertrain.swarm.pipeline.errors import NotServing, ServerUnavailable, WrongStage
 from peertrain.swarm.pipeline.stage_service import StageService
@@ -119,11 +119,11 @@ class NetworkStageTransport:
         return await self._exchange(peer, call, prepared, StageReply, MAX_BOUNDARY_BYTES)
 
     # --- between servers of one stage ----------------------------------------------------
-    async def contribution(self, peer, *, stage: int, round_: int) -> Contribution:
+    async def contribution(self, peer, *, stage: int, round_: int) -> StageContribution:
         """Peer's contribution to round `round_`, with its state checksum after `round_ - 1`."""
         req = GradientsRequest(run=self.run_id, stage=stage, round=round_)
         reply, tensors = await self._exchange(peer, req, (), GradientsReply, MAX_STATE_BYTES)
-        return Contribution(flat_tensor(reply, tensors), reply.samples, reply.checksum)
+        return StageContribution(flat_tensor(reply, tensors), reply.samples, reply.checksum)
 
     async def state(self, peer, *, stage: int) -> tuple[torch.Tensor, int, int]:
         """Peer's stage state: (flat state, Adam step, averaging rounds applied)."""

@@ -20,7 +20,7 @@ from peertrain.crdt.manifest import RunManifest
 from peertrain.protocol.errors import DecodeError
 from peertrain.swarm.budget import RunBudget, SpecOverBudget, check_budget
 from peertrain.swarm.checkpoint_files import write_atomic
-from peertrain.swarm.errors import ConfigError as SwarmConfigError
+from peertrain.swarm.errors import ConfigError
 
 from ..errors import ControlError
 
@@ -57,7 +57,7 @@ def check_spec(
     try:
         check_budget(spec, budget)
         _check_data(spec, data)
-    except (SpecOverBudget, SwarmConfigError) as exc:
+    except (SpecOverBudget, ConfigError) as exc:
         raise ControlError(f"refusing run {manifest.name!r}: {exc}") from None
 
 
@@ -72,13 +72,13 @@ def _check_data(spec: Any, data: str | None) -> None:
 
     if isinstance(spec, DiffusionSpec):  # its images come by dataset name, never from a file
         if data is not None:
-            raise SwarmConfigError("a diffusion run trains on a named dataset: leave out --data")
+            raise ConfigError("a diffusion run trains on a named dataset: leave out --data")
         return
     config = spec.dataset_config()
     if data is None and not getattr(config, "data_digest", ""):
         return
     if not hasattr(config, "check_data"):
-        raise SwarmConfigError(f"a {spec.dataset} dataset trains on no user data: leave out --data")
+        raise ConfigError(f"a {spec.dataset} dataset trains on no user data: leave out --data")
     config.check_data(data)
 
 
@@ -91,7 +91,7 @@ def with_data_digest(spec: dict[str, Any], data: str) -> dict[str, Any]:
     settings = dict(spec.get("dataset_settings") or {})
     try:
         settings["data_digest"] = data_digest(dataset, data)
-    except SwarmConfigError as exc:
+    except ConfigError as exc:
         raise ControlError(str(exc)) from None
     if dataset == "text":
         settings.setdefault("sources", [])
@@ -108,7 +108,7 @@ def with_hf_model(spec: dict[str, Any]) -> dict[str, Any]:
 
     try:
         name, settings = resolve_hf(model, spec.get("model_settings") or {})
-    except SwarmConfigError as exc:
+    except ConfigError as exc:
         raise ControlError(str(exc)) from None
     return {**spec, "model": name, "model_settings": settings}
 

@@ -144,7 +144,10 @@ class UpdateTransport:
 
 
 @dataclass(frozen=True, slots=True)
-class UpdateExchange:
+class RunUpdateChannels:
+    """What `open_update_exchange` opens on the node for one run: the channels a driver's
+    exchange (swarm/exchange/interface.py's `UpdateExchange`) travels over."""
+
     tensors: NodeTensors  # the driver's TensorTransport
     gossip: UpdateGossip  # `exchange(round, payload, deadline)` → every member's contribution
     reserved: trio.Event  # set once the receive buffers are faulted in
@@ -166,7 +169,7 @@ async def open_update_exchange(
     transport_class: Callable[[NodeTensors], GroupTransport] = UpdateTransport,
     nbytes: int | None = None,
     nbytes_of: Callable[[int], int] | None = None,
-) -> AsyncIterator[UpdateExchange]:
+) -> AsyncIterator[RunUpdateChannels]:
     """Update gossip for `run_id` on the node's services, subscribed to its topic while open
     (and a sharded run's transport on the same). `codec`: the one the member encodes with.
     `is_member(peer)`: may this peer send updates; `expected(round)`: whose updates the round
@@ -208,7 +211,7 @@ async def open_update_exchange(
             nursery.start_soon(reserve)
             opaque = tensors_class(node, topic, codec=None, block_size=codec.block_size, numel=0)
             shards = NodeShardTransport(opaque, gossip.count_fetched)  # a sharded run's
-            yield UpdateExchange(tensors=tensors, gossip=gossip, reserved=reserved, shards=shards)
+            yield RunUpdateChannels(tensors, gossip, reserved, shards)
             nursery.cancel_scope.cancel()
     finally:
         network.remove_notifee(departures)
@@ -242,7 +245,7 @@ def open_member_exchange(node: NodeServices, state: RunState, built: BuiltMember
 
 def member_driver(
     node: NodeServices,
-    exchange: UpdateExchange,
+    exchange: RunUpdateChannels,
     *,
     spec: DiLoCoSpec,
     built: BuiltMember,

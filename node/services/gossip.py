@@ -72,8 +72,9 @@ class GossipStatistics:
     ignored: int  # dropped without blame (a clock or staleness explains them)
 
 
-class TokenBucket:
-    """`rate` tokens per second, at most `burst` saved; `take` waits for a token."""
+class MessageRateLimiter:
+    """`rate` messages per second, at most `burst` saved; `take` waits for a message's turn.
+    (Bytes per second are node/net/uplink.py's `TokenBucket`.)"""
 
     def __init__(self, rate: float, burst: float):
         self.rate, self.burst = rate, burst
@@ -162,7 +163,7 @@ class Gossip:
         # killed in a churn run never got an update to anyone again). Nanoseconds cannot be
         # outrun by one message each, so every life numbers above the last.
         self.pubsub.counter = time.time_ns()
-        self._buckets: dict[str, TokenBucket] = {}
+        self._buckets: dict[str, MessageRateLimiter] = {}
         self._published = self._delivered = self._dropped = self._rejected = self._ignored = 0
         self._nursery: trio.Nursery | None = None
 
@@ -216,7 +217,9 @@ class Gossip:
                 f"{len(data)} bytes is over the gossip limit of {MAX_GOSSIP_MESSAGE}; "
                 "announce large payloads and serve them over a stream"
             )
-        bucket = self._buckets.setdefault(topic, TokenBucket(self.max_rate, burst=self.max_rate))
+        bucket = self._buckets.setdefault(
+            topic, MessageRateLimiter(self.max_rate, burst=self.max_rate)
+        )
         await bucket.take()
         await self.pubsub.publish(topic, data)
         self._published += 1

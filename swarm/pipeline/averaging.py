@@ -63,14 +63,14 @@ from .stage import StageServer
 log = logging.getLogger(__name__)
 
 
-class Contribution(NamedTuple):
+class StageContribution(NamedTuple):
     flat: torch.Tensor  # the flat sample-weighted gradient sum
     samples: int
     checksum: bytes = b""  # the sender's state checksum after the previous round; b"": unknown
 
 
 StageState = tuple[torch.Tensor, int, int]  # (flat state, Adam step, rounds applied): migration.py
-Fetch = Callable[[str, int], Awaitable[Contribution | tuple[torch.Tensor, int]]]
+Fetch = Callable[[str, int], Awaitable[StageContribution | tuple[torch.Tensor, int]]]
 FetchState = Callable[[str], Awaitable[StageState]]
 
 
@@ -119,7 +119,7 @@ class StageAverager:
         self.blame = blame  # told of a donor that served a lie or a poison (drift.py's Refused)
         self.refused = 0  # contributions left out by validation
         self.drift = DriftGuard()
-        self._own: OrderedDict[int, Contribution] = OrderedDict()
+        self._own: OrderedDict[int, StageContribution] = OrderedDict()
         self._ready: dict[int, trio.Event] = {}  # set once our contribution to that round is taken
         self._askers: dict[int, set[str]] = {}
         self._checksums: OrderedDict[int, bytes] = OrderedDict()  # ours, after each round
@@ -145,7 +145,7 @@ class StageAverager:
 
     async def contribution(
         self, nursery: trio.Nursery, step: int, asker: str
-    ) -> Contribution | None:
+    ) -> StageContribution | None:
         """Our contribution to round `step` for a peer; starts that round if it is the next one.
         None: a round we no longer keep, or one more than one ahead of us."""
         if step == self.taken + 1:
@@ -193,7 +193,7 @@ class StageAverager:
             flat, samples = await trio.to_thread.run_sync(
                 self.server.take_gradients, limiter=self._thread
             )
-            self._own[step] = Contribution(flat, samples)
+            self._own[step] = StageContribution(flat, samples)
         finally:
             ready.set()
         while len(self._own) > self.keep:
@@ -226,7 +226,9 @@ class StageAverager:
             self.contributors = [*self.contributors[-15:], len(parts)]
             self.applied(step)
 
-    def _validated(self, step: int, parts: dict[str, Contribution]) -> dict[str, Contribution]:
+    def _validated(
+        self, step: int, parts: dict[str, StageContribution]
+    ) -> dict[str, StageContribution]:
         """The contributions that pass validation: finite, per-sample norm within bounds."""
         peers = sorted(parts)
         sq_norms = torch.tensor(
@@ -247,8 +249,8 @@ class StageAverager:
         self.server.apply_average(total, samples)
         return state_checksum(self.server)
 
-    async def _gather_all(self, step: int, own: Contribution) -> dict[str, Contribution]:
-        parts: dict[str, Contribution] = {}
+    async def _gather_all(self, step: int, own: StageContribution) -> dict[str, StageContribution]:
+        parts: dict[str, StageContribution] = {}
         tried: set[str] = set()
         while True:  # again for askers that appeared while we gathered
             todo = (set(self.peers()) | self._askers.get(step, set())) - tried
@@ -262,11 +264,11 @@ class StageAverager:
         return parts
 
     async def _gather(
-        self, peer: str, step: int, shape: torch.Size, parts: dict[str, Contribution]
+        self, peer: str, step: int, shape: torch.Size, parts: dict[str, StageContribution]
     ) -> None:
         with trio.move_on_after(self.timeout):
             try:
-                got = Contribution(*await self.fetch(peer, step))
+                got = StageContribution(*await self.fetch(peer, step))
             except ServerUnavailable as exc:  # dead, left the stage, or refused: leave it out
                 log.debug("stage round %d: no contribution from %s: %r", step, peer, exc)
                 return

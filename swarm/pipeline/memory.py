@@ -20,7 +20,7 @@ import torch
 import trio
 from peertrain.protocol.errors import DecodeError
 
-from .averaging import Contribution, StageState
+from .averaging import StageContribution, StageState
 from .boundary import BoundaryTensor
 from .errors import NotServing, ServerUnavailable, WrongStage
 from .stage_service import StageService
@@ -80,7 +80,7 @@ class MemoryStageClient:
     ) -> tuple[float, BoundaryTensor | None]:
         return await self.network.call(peer, lambda s: s.loss_backward(stage, x, targets))
 
-    async def contribution(self, peer: PeerKey, *, stage: int, round_: int) -> Contribution:
+    async def contribution(self, peer: PeerKey, *, stage: int, round_: int) -> StageContribution:
         got = await self.network.call(peer, lambda s: s.contribution(self.me, stage, round_))
         if got is None:
             raise ServerUnavailable(f"{peer}: no contribution for round {round_}")

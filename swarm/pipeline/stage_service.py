@@ -34,7 +34,7 @@ from typing import Any
 import torch
 import trio
 
-from .averaging import Contribution, StageAverager, StageState
+from .averaging import StageAverager, StageContribution, StageState
 from .boundary import BoundaryTensor, pack
 from .checkpoint import StageCheckpoints
 from .errors import NotServing, ServerUnavailable, WrongStage
@@ -273,7 +273,7 @@ class StageService(StageMoves, StageCheckpointing):
             share = -(-self.spec.target_batch // (1 + len(self.peers_in(self.stage))))
             await self.averager.maybe_start(self._nursery, share)
 
-    async def contribution(self, asker: str, stage: int, round_: int) -> Contribution | None:
+    async def contribution(self, asker: str, stage: int, round_: int) -> StageContribution | None:
         """Our contribution to round `round_` for `asker` (a server of our stage); starts that
         round if it is our next. None: a round we no longer keep, or one too far ahead."""
         self.check_stage(stage)

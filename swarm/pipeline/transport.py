@@ -30,7 +30,7 @@ from typing import Protocol
 
 import torch
 
-from .averaging import Contribution, StageState
+from .averaging import StageContribution, StageState
 from .boundary import BoundaryTensor
 from .wiring import PeerKey
 
@@ -50,6 +50,8 @@ class StageTransport(Protocol):
 class StagePeerTransport(StageTransport, Protocol):
     """A stage server's calls: the trainer's three, plus two to its stage's other servers."""
 
-    async def contribution(self, peer: PeerKey, *, stage: int, round_: int) -> Contribution: ...
+    async def contribution(
+        self, peer: PeerKey, *, stage: int, round_: int
+    ) -> StageContribution: ...
 
     async def state(self, peer: PeerKey, *, stage: int) -> StageState: ...

@@ -19,7 +19,7 @@ from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID as HOP
 from libp2p.relay.circuit_v2.transport import CircuitV2Transport
 from libp2p.tools.anyio_service import background_trio_service
 from multiaddr import Multiaddr
-from peertrain.node.nat.relays import Dialer, HopLimits, PacedRelay, connection_kind
+from peertrain.node.nat.relays import HopLimits, PacedRelay, RacingDialer, connection_kind
 from peertrain.node.net.host import build_host
 from peertrain.node.net.identity import Identity
 from peertrain.testing import wait_until
@@ -36,7 +36,7 @@ class Node:
         if hop:
             self.relay.enable_hop()
         self.transport = CircuitV2Transport(self.host, self.relay, RelayConfig())
-        self.dialer = Dialer(self.host, self.transport, timeout=5.0)
+        self.dialer = RacingDialer(self.host, self.transport, timeout=5.0)
         return self
 
     def info(self) -> PeerInfo:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from peertrain.node.config import control_socket_path, load_config
-from peertrain.node.errors import ConfigError
+from peertrain.node.errors import NodeConfigError
 
 
 @pytest.fixture(autouse=True)
@@ -49,13 +49,15 @@ def test_list_options_from_env_are_comma_separated(tmp_path, monkeypatch):
 
 def test_unknown_key_names_the_key_and_the_nearest_match(tmp_path):
     write(tmp_path, 'bootstrapp = ["x"]\n')
-    with pytest.raises(ConfigError, match=r"unknown key `bootstrapp`; did you mean `bootstrap`"):
+    with pytest.raises(
+        NodeConfigError, match=r"unknown key `bootstrapp`; did you mean `bootstrap`"
+    ):
         load_config(tmp_path)
 
 
 def test_invalid_toml_says_which_file(tmp_path):
     write(tmp_path, "listen = [\n")
-    with pytest.raises(ConfigError, match="config.toml: not valid TOML"):
+    with pytest.raises(NodeConfigError, match="config.toml: not valid TOML"):
         load_config(tmp_path)
 
 
@@ -71,7 +73,7 @@ def test_invalid_toml_says_which_file(tmp_path):
     ],
 )
 def test_bad_values_name_the_key(tmp_path, overrides, message):
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(NodeConfigError, match=message):
         load_config(tmp_path, overrides)
 
 

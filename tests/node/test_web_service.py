@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import trio
 from peertrain.node.api.history import MAX_EVENTS, MAX_SAMPLES, StatusHistory
-from peertrain.node.api.http import MAX_HEAD_BYTES, HttpServer, Response
+from peertrain.node.api.http import MAX_HEAD_BYTES, HttpResponse, HttpServer
 from peertrain.node.config import host_and_port, load_config
-from peertrain.node.errors import ConfigError
+from peertrain.node.errors import NodeConfigError
 
 
 async def ask(port: int, raw: bytes) -> bytes:
@@ -23,7 +23,7 @@ async def ask(port: int, raw: bytes) -> bytes:
 
 @pytest.fixture
 async def port(nursery):
-    routes = {"/hello": lambda: Response(200, b"hi\n"), "/bug": lambda: 1 / 0}
+    routes = {"/hello": lambda: HttpResponse(200, b"hi\n"), "/bug": lambda: 1 / 0}
     _, bound = await nursery.start(HttpServer(routes, "127.0.0.1", 0, read_timeout=0.5).run)
     return bound
 
@@ -91,14 +91,14 @@ def test_metrics_listen_is_host_and_port_from_flag_env_or_file(tmp_path, monkeyp
     monkeypatch.setenv("PEERTRAIN_METRICS_LISTEN", "127.0.0.1:9000")
     assert load_config(tmp_path).metrics_listen == "127.0.0.1:9000"
     for bad in ("9464", "localhost:http", ":9464", "127.0.0.1:70000"):
-        with pytest.raises(ConfigError, match="metrics_listen"):
+        with pytest.raises(NodeConfigError, match="metrics_listen"):
             load_config(tmp_path, {"metrics_listen": bad})
 
 
 async def test_a_page_that_rebound_its_own_name_to_loopback_is_refused(nursery):
     """DNS rebinding: a web page whose name now resolves to 127.0.0.1 reaches the dashboard with
     its own name in `Host`. Only `localhost`, IP literals and the owner's names are answered."""
-    routes = {"/hello": lambda: Response(200, b"hi\n")}
+    routes = {"/hello": lambda: HttpResponse(200, b"hi\n")}
     server = HttpServer(routes, "127.0.0.1", 0, allowed_hosts=["mybox.lan"])
     _, bound = await nursery.start(server.run)
     for host, status in [
@@ -119,7 +119,7 @@ async def test_a_page_that_rebound_its_own_name_to_loopback_is_refused(nursery):
 async def test_idle_sockets_holding_every_slot_do_not_lock_the_owner_out(nursery):
     """More idle connections than slots, none sending a head: the owner's request is answered
     at once (the longest-waiting idle one gives up its slot), not after their read deadline."""
-    routes = {"/hello": lambda: Response(200, b"hi\n")}
+    routes = {"/hello": lambda: HttpResponse(200, b"hi\n")}
     server = HttpServer(routes, "127.0.0.1", 0, max_connections=16, read_timeout=10.0)
     _, bound = await nursery.start(server.run)
     idle = [await trio.open_tcp_stream("127.0.0.1", bound) for _ in range(40)]

@@ -4,13 +4,13 @@ circuits (dialing.py). What py-libp2p gives and what we add is in each module's 
 """
 
 from ...net.connections import CIRCUIT, connection_kind, connections_by_kind
-from .dialing import Dialer
+from .dialing import RacingDialer
 from .hop import HopLimits, PacedRelay
 from .reservations import Reservation, ReservationKeeper
 
 __all__ = [
     "CIRCUIT",
-    "Dialer",
+    "RacingDialer",
     "HopLimits",
     "PacedRelay",
     "Reservation",

@@ -1,9 +1,10 @@
 """Dialing a peer at whichever of its addresses works: direct addresses and circuits race.
 
 `host.connect()` refuses circuit addresses and dials every peerstore address in turn;
-`Dialer.connect` dials each given address on its own, circuits through `CircuitV2Transport`,
-all at once, and then lets `HolePunch` upgrade a relayed connection by DCUtR
-(node/nat/hole_punch.py).
+`RacingDialer.connect` dials each given address on its own, circuits through
+`CircuitV2Transport`, all at once, and then lets `HolePunch` upgrade a relayed connection by
+DCUtR (node/nat/hole_punch.py). (dht/dialer.py's `Dialer` is the DHT's: shared, uncancellable
+dials for one host.)
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ...net.connections import CIRCUIT, connection_kind
 log = logging.getLogger(__name__)
 
 
-class Dialer:
+class RacingDialer:
     """Connects to a peer at whichever of its addresses works: direct ones and circuits race."""
 
     def __init__(self, host: IHost, transport: Any, *, timeout: float = 10.0):
