@@ -20,10 +20,10 @@ demo: $(STAMP)
 # Issue 30's real run. `corpus`: Debian's linux-doc (apt-get install linux-doc) as 8192 BPE
 # tokens in build/corpus/<digest>/ (about 20 s; instant once cached). `real-run`: 4 daemons train
 # MODEL on its train.bin as a DiLoCo group (int8, flag); report in real-run-report.json. About
-# 2.5 min a round on 2 cores; MODEL=hf:examples/llama-25m.json for the llama-style model.
+# 3 min a round on 2 cores (an hour); MODEL=hf:examples/llama-25m.json for the llama-style model.
 CORPUS          := build/corpus
 MODEL           ?= gpt-25m
-REAL_RUN_ROUNDS ?= 20
+REAL_RUN_ROUNDS ?= 18
 REAL_RUN_H      ?= 30
 
 corpus: $(STAMP)
