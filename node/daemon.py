@@ -30,7 +30,6 @@ from typing import Any, TypedDict
 import trio
 from libp2p.peer.id import ID
 from multiaddr import Multiaddr
-from peertrain.protocol.errors import PeertrainError
 from peertrain.swarm.budget import RunBudget
 
 from .config import NodeConfig
@@ -49,6 +48,7 @@ from .net.peers import IdentityGuard, PeerKeeper
 from .net.penalties import PeerScoreboard
 from .runs.manager import RunManager
 from .runs.status import ManyRunsStatus, RunStatus
+from .runs.training_choices import TrainingChoices
 from .services.dht import DhtService, DhtServiceStatus
 from .services.gossip import Gossip
 from .services.node_services import NodeServices
@@ -81,6 +81,18 @@ class DaemonStatus(TypedDict):
     services: list[ServiceHealthStatus]  # each supervised service: state, restarts, last error
     budget: BudgetUsage  # the resource budget: usage beside each limit, refusals
     shield: ShieldStatistics  # inbound streams refused (banned), peer faults, handler bugs
+
+
+def training_choices(config: NodeConfig, ranks: Any) -> TrainingChoices:
+    """How this node trains in every run it joins, from its config (and its `--ranks` lease)."""
+    return TrainingChoices(
+        attack=config.attack,
+        slowdown=config.slowdown,
+        device=config.device,
+        precision=config.precision,
+        sample_grid_every=config.sample_grid_every,
+        ranks=ranks,
+    )
 
 
 class Daemon:
@@ -125,16 +137,11 @@ class Daemon:
             dht=self.dht,
             addrs=self.addrs,
             home=config.home,
-            attack=config.attack,
-            slowdown=config.slowdown,
-            device=config.device,
-            precision=config.precision,
-            sample_grid_every=config.sample_grid_every,
             budget=self.budget,
-            ranks=ranks,
         )
         self.runs = RunManager(
             self.services,
+            training_choices(config, ranks),
             join_at_start=config.run,
             role_at_start=config.run_role,
             data_at_start=config.run_data,
@@ -207,18 +214,13 @@ class Daemon:
             "status": status,
             **self.runs.control_methods(),
             **self.dht.control_methods(),
-            **payload_methods(self.services),
+            **payload_methods(self.host, self.dht, self.tensor_store),
         }
 
     async def _publish_addrs(self, addrs: list[str]) -> None:
         """Circuits and dialed-back addresses go in our DHT peer record: identify would mangle
         the former and does not know the latter."""
-        self.dht.dht.extra_addrs = list(addrs)
-        if self.dht.dht.bootstrapped:  # else the first announcement after bootstrap has them
-            try:
-                await self.dht.dht.publish_peer_record()
-            except PeertrainError as exc:  # the periodic re-announcement will carry them
-                log.info("publishing circuit addresses: %s", exc)
+        await self.dht.advertise(addrs)
 
     def addrs(self) -> list[str]:
         """Advertised addresses, best first: the first one is what to give other machines."""

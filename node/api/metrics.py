@@ -31,7 +31,7 @@ from prometheus_client.registry import Collector, CollectorRegistry  # noqa: E40
 from .history import StatusHistory, runs_of  # noqa: E402
 
 if TYPE_CHECKING:
-    from ..daemon import Daemon
+    from .readings import NodeReadings
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 REACHABILITY_STATES = ("public", "private", "unknown")
@@ -41,15 +41,15 @@ PEER_KINDS = ("direct", "relayed")
 class DaemonCollector(Collector):
     """Metric families of one daemon; `collect()` reads its status once per scrape."""
 
-    def __init__(self, daemon: Daemon, history: StatusHistory) -> None:
-        self.daemon = daemon
+    def __init__(self, node: NodeReadings, history: StatusHistory) -> None:
+        self.node = node
         self.history = history
 
     def collect(self) -> Iterator[Metric]:
-        status: Mapping[str, Any] = self.daemon.status()
+        status: Mapping[str, Any] = self.node.status()
         yield from node_metrics(status)
         yield from network_metrics(status)
-        yield from service_metrics(self.daemon)
+        yield from service_metrics(self.node)
         yield from budget_metrics(status["budget"])
         yield from run_metrics(status, self.history)
 
@@ -58,10 +58,10 @@ def render(registry: CollectorRegistry) -> bytes:
     return generate_latest(registry)
 
 
-def registry_for(daemon: Daemon, history: StatusHistory) -> CollectorRegistry:
-    """A registry of this daemon alone (not the process-wide default: tests run several)."""
+def registry_for(node: NodeReadings, history: StatusHistory) -> CollectorRegistry:
+    """A registry of this node alone (not the process-wide default: tests run several)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(DaemonCollector(daemon, history))
+    registry.register(DaemonCollector(node, history))
     return registry
 
 
@@ -147,8 +147,8 @@ def network_metrics(status: Mapping[str, Any]) -> Iterator[Metric]:
     )
 
 
-def service_metrics(daemon: Daemon) -> Iterator[Metric]:
-    gossip = daemon.gossip.statistics()
+def service_metrics(node: NodeReadings) -> Iterator[Metric]:
+    gossip = node.gossip.statistics()
     messages = {
         "published": gossip.published,
         "delivered": gossip.delivered,
@@ -165,14 +165,14 @@ def service_metrics(daemon: Daemon) -> Iterator[Metric]:
         messages,
     )
     yield gauge("peertrain_gossip_topics", "gossip topics subscribed", gossip.topics)
-    scores = daemon.scoreboard.statistics()
+    scores = node.scoreboard.statistics()
     yield counter("peertrain_penalties", "penalties given to misbehaving peers", scores.penalties)
     yield gauge("peertrain_peers_banned", "peers banned now", scores.banned)
     yield gauge("peertrain_peers_scored", "peers with a penalty score", scores.tracked)
-    store = daemon.tensor_store.statistics()
+    store = node.tensor_store.statistics()
     yield gauge("peertrain_tensor_store_bytes", "bytes of tensors served to peers", store.bytes)
     yield gauge("peertrain_tensor_store_tensors", "tensors served to peers", store.tensors)
-    health = daemon.supervisor.status()
+    health = node.supervisor.status()
     restarts = {s["name"]: s["restarts"] for s in health}
     yield labelled(
         CounterMetricFamily,

@@ -27,5 +27,6 @@ async def serve_node(
         if daemon.config.metrics_listen is not None:
             from .web import WebService  # only then: it loads prometheus_client
 
-            await nursery.start(WebService(daemon, daemon.config.metrics_listen).run)
+            listen, hosts = daemon.config.metrics_listen, daemon.config.dashboard_hosts
+            await nursery.start(WebService(daemon, listen, dashboard_hosts=hosts).run)
         task_status.started(daemon)

@@ -23,7 +23,7 @@ from .history import StatusHistory
 from .http import Handler, HttpResponse, HttpServer
 
 if TYPE_CHECKING:
-    from ..daemon import Daemon
+    from .readings import NodeReadings
 
 PRIVATE_STATUS = frozenset({"home", "pid"})  # left out of /api/status
 SAMPLE_INTERVAL = 1.0  # seconds between status snapshots for the history
@@ -37,13 +37,17 @@ ASSETS = {
 class WebService:
     """`await nursery.start(service.run)` → (host, port) it listens on."""
 
-    def __init__(self, daemon: Daemon, listen: str) -> None:
+    def __init__(
+        self, node: NodeReadings, listen: str, *, dashboard_hosts: tuple[str, ...] = ()
+    ) -> None:
+        """`dashboard_hosts`: the Host headers it answers besides its own address (the
+        `dashboard_hosts` setting; node/api/http.py)."""
         from . import metrics  # here, not at module level: it imports prometheus_client
 
-        self.daemon = daemon
+        self.node, self.dashboard_hosts = node, dashboard_hosts
         self.host, self.port = host_and_port(listen)
         self.history = StatusHistory()
-        self._registry = metrics.registry_for(daemon, self.history)
+        self._registry = metrics.registry_for(node, self.history)
         self._render = metrics.render
         self._content_type = metrics.CONTENT_TYPE
         self._assets = {path: _asset(name, kind) for path, (name, kind) in ASSETS.items()}
@@ -58,7 +62,7 @@ class WebService:
     def api_status(self) -> HttpResponse:
         """The status without what only the machine's owner needs (its home path, the pid):
         anyone who can reach the port reads it."""
-        status = {k: v for k, v in self.daemon.status().items() if k not in PRIVATE_STATUS}
+        status = {k: v for k, v in self.node.status().items() if k not in PRIVATE_STATUS}
         body = {**status, "history": self.history.as_dict()}
         return HttpResponse(200, json.dumps(body).encode(), "application/json")
 
@@ -68,15 +72,14 @@ class WebService:
     async def run(
         self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        hosts = self.daemon.config.dashboard_hosts
-        server = HttpServer(self.routes(), self.host, self.port, allowed_hosts=hosts)
+        server = HttpServer(self.routes(), self.host, self.port, allowed_hosts=self.dashboard_hosts)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._sample)
             task_status.started(await nursery.start(server.run))
 
     async def _sample(self) -> None:
         while True:
-            self.history.observe(self.daemon.status())
+            self.history.observe(self.node.status())
             await trio.sleep(SAMPLE_INTERVAL)
 
 

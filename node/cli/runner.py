@@ -13,13 +13,15 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import trio
 
 from ..api.serve import serve_node
 from ..config import NodeConfig
-from ..daemon import Daemon
+from ..daemon import Daemon, DaemonStatus
 from ..net.identity import load_or_create_identity
 
 log = logging.getLogger(__name__)
@@ -35,9 +37,9 @@ async def serve_until_signalled(config: NodeConfig, ranks: Any = None) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(serve_node, daemon)
-            print_banner(daemon)
+            print_banner(daemon.status(), config.control_socket)
             if config.log_format in ("auto", "rich") and sys.stderr.isatty():
-                nursery.start_soon(show_progress, daemon)
+                nursery.start_soon(show_progress, daemon.status)
             async for signum in signals:
                 log.info("received %s, stopping", signal.Signals(signum).name)
                 _arm_watchdog()
@@ -50,8 +52,7 @@ async def serve_until_signalled(config: NodeConfig, ranks: Any = None) -> None:
     log.info("stopped")
 
 
-def print_banner(daemon: Daemon) -> None:
-    status = daemon.status()
+def print_banner(status: DaemonStatus, control_socket: Path) -> None:
     lines = [
         f"peertrain node {status['name']}",
         f"  peer id       {status['peer_id']}",
@@ -60,11 +61,11 @@ def print_banner(daemon: Daemon) -> None:
     lines += [f"  also at       {a}" for a in status["addrs"][1:]]
     if status["private_network"]:
         lines.append("  private network: peers need the same --psk")
-    lines.append(f"  control       {daemon.config.control_socket}")
+    lines.append(f"  control       {control_socket}")
     print("\n".join(lines), flush=True)
 
 
-async def show_progress(daemon: Daemon) -> None:
+async def show_progress(read_status: Callable[[], DaemonStatus]) -> None:
     """On a terminal: the runs' progress bars (inner steps, downloads, waits) below the log
     lines, redrawn twice a second on the log's own console so the two never tear."""
     from rich.live import Live
@@ -76,7 +77,7 @@ async def show_progress(daemon: Daemon) -> None:
 
     with Live(Text(""), console=rich_console(), auto_refresh=False, transient=True) as live:
         while True:
-            status = daemon.status()
+            status = read_status()
             live.update(progress_view(status) if runs_of(status) else Text(""))
             live.refresh()
             await trio.sleep(PROGRESS_EVERY)

@@ -27,7 +27,7 @@ from libp2p.pubsub.pubsub import PUBSUB_SIGNING_PREFIX
 from peertrain.protocol.envelope import seal
 from peertrain.protocol.messages import encode
 
-from ..services.node_services import NodeServices
+from ..services.gossip import Gossip
 from .update_exchange import update_topic
 
 log = logging.getLogger(__name__)
@@ -38,14 +38,14 @@ LOOK_EVERY = 0.5  # seconds between looks at the member's round
 
 
 async def announce_flood(
-    node: NodeServices, run_id: str, current_round: Callable[[], int], nbytes: int
+    gossip: Gossip, run_id: str, current_round: Callable[[], int], nbytes: int
 ) -> None:
     """Flood rounds r + 1 and r + 2 of `run_id` (r = `current_round()`) once each, for ever."""
     from peertrain.swarm.exchange.gossip import DOMAIN, UpdateAnnouncement
 
     keys = await trio.to_thread.run_sync(lambda: [create_new_key_pair() for _ in range(FRESH_KEYS)])
     log.warning("this member is hostile: %d fresh keys flood update announcements", len(keys))
-    pubsub, topic = node.gossip.pubsub, update_topic(run_id)
+    pubsub, topic = gossip.pubsub, update_topic(run_id)
     flooded: set[int] = set()
     while True:
         for round_ in (current_round() + 1, current_round() + 2):

@@ -14,11 +14,13 @@ from peertrain.crdt.replicator import Replicator
 from peertrain.crdt.runstate import RunState
 
 from ..services.node_services import NodeServices
+from .training_choices import TrainingChoices
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunContext:
-    node: NodeServices
+    node: NodeServices  # the node's infrastructure
+    choices: TrainingChoices  # how this node trains (device, precision, ranks…)
     run_id: str
     manifest: RunManifest
     state: RunState  # this node's replica of the run's state

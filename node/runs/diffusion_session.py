@@ -186,13 +186,11 @@ class DiffusionSession:
         gstate, dspec = replicator.state, built.spec
         checkpoints = context.directory / "checkpoints" / group
         self.phase = "fetching the group's state"
-        await seed_from_group(
-            node, context.state, self.spec, group, checkpoints, checkpoint_tag=gstate.run_id
-        )
+        await seed_from_group(context, self.spec, group, checkpoints, checkpoint_tag=gstate.run_id)
         exchange_cm = open_member_exchange(node, gstate, built, dspec.min_members)
         async with exchange_cm as exchange, trio.open_nursery() as nursery:
             self.driver = member_driver(
-                node,
+                context,
                 exchange,
                 spec=dspec,
                 built=built,
@@ -291,7 +289,7 @@ class DiffusionSession:
         """A sample grid from our group's θ_global when swarm/diffusion/sample_grid.py says so."""
         from peertrain.swarm.diffusion.sample_grid import grid_due, render_grid
 
-        every, last = self.context.node.sample_grid_every, None
+        every, last = self.context.choices.sample_grid_every, None
         while True:
             await trio.sleep(MIRROR_EVERY)
             if not grid_due(self.driver.member.round, last, every, finished=self.driver.finished):

@@ -20,13 +20,14 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 import trio
+from libp2p.abc import IHost
 from peertrain.crdt.manifest import RunManifest, open_manifest
 from peertrain.dht import Record, runs_key
 from peertrain.protocol.errors import PeertrainError
 
 from ..errors import ControlError
 from ..net.names import friendly_name
-from ..services.node_services import NodeServices
+from ..services.dht import DhtService
 from .session import RunSession
 from .spec_check import decode_spec
 
@@ -197,8 +198,14 @@ def _admission(spec: Any) -> str:
 class RunDirectory:
     """Announces this node's runs (`listings()`, called at each put) and reads everyone's."""
 
-    def __init__(self, node: NodeServices, listings: Callable[[], list[RunListing]]) -> None:
-        self.node, self.listings = node, listings
+    def __init__(
+        self,
+        dht: DhtService,
+        host: IHost,
+        peer_id: str,
+        listings: Callable[[], list[RunListing]],
+    ) -> None:
+        self.dht, self.host, self.peer_id, self.listings = dht, host, peer_id, listings
         self._changed = trio.Event()
         self.listed_names: list[str] = []  # every run name the last `find` saw listed
 
@@ -214,7 +221,7 @@ class RunDirectory:
             wait = ANNOUNCE_EVERY
             if entry["runs"] or announced_any:  # an empty entry withdraws what we announced
                 try:
-                    await self.node.dht.dht.put(runs_key(), entry, ttl=ANNOUNCE_TTL)
+                    await self.dht.put(runs_key(), entry, ttl=ANNOUNCE_TTL)
                     announced_any, retry = True, 1.0
                 except (PeertrainError, trio.TooSlowError, ValueError) as exc:
                     log.info(
@@ -230,10 +237,10 @@ class RunDirectory:
         records: list[Record] = []
         with trio.move_on_after(within):
             try:
-                records = list((await self.node.dht.dht.get(runs_key())).values())
+                records = list((await self.dht.get(runs_key())).values())
             except (PeertrainError, ValueError) as exc:
                 log.info("reading runs from the DHT failed: %s", exc)
-        me = self.node.peer_id
+        me = self.peer_id
         own = Record(
             key=runs_key(),
             writer=me,
@@ -255,7 +262,7 @@ class RunDirectory:
             candidate = Candidate(
                 listing["run_id"], listing["name"], listing["creator"], listing["mode"]
             )
-            for peer in [p for p in listing["announced_by"] if p != self.node.peer_id][:3]:
+            for peer in [p for p in listing["announced_by"] if p != self.peer_id][:3]:
                 if await self._fetch_into(candidate, peer, listing["run_id"], fetch, query):
                     break
             # the creator's own signed entry stands behind its name even while unreachable
@@ -263,7 +270,7 @@ class RunDirectory:
                 listing["creator"]
             ]:
                 found[candidate.run_id] = candidate
-        peers = [p.to_base58() for p in self.node.host.get_connected_peers()][:MAX_PEERS_ASKED]
+        peers = [p.to_base58() for p in self.host.get_connected_peers()][:MAX_PEERS_ASKED]
         answers: dict[str, tuple[str, bytes] | None] = {}
 
         async def ask(peer: str) -> None:

@@ -22,10 +22,9 @@ from ..services.tensor_fetch import fetch_tensor
 from .peer_addrs import reach
 
 if TYPE_CHECKING:
-    from peertrain.crdt.runstate import RunState
     from peertrain.swarm.diffusion.run_spec import DiffusionSpec
 
-    from ..services.node_services import NodeServices
+    from .context import RunContext
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +33,7 @@ SEED_PENALTY = 20  # points for a provider of a state that fails its checks
 
 
 async def seed_from_group(
-    node: NodeServices,
-    state: RunState,
+    context: RunContext,
     spec: DiffusionSpec,
     group: str,
     directory: Path,
@@ -47,6 +45,7 @@ async def seed_from_group(
     from peertrain.swarm.diffusion.groups import seed_state
     from peertrain.swarm.diloco.member.checkpoint import CheckpointStore
 
+    node, state = context.node, context.state
     manifest = state.manifest
     if manifest is None:
         return None
@@ -58,7 +57,7 @@ async def seed_from_group(
     own = await trio.to_thread.run_sync(store.latest)
     if own is not None and own[0].round >= newest.round:
         return None
-    member_state = await _fetch(node, state, spec, group, newest)
+    member_state = await _fetch(context, spec, group, newest)
     if member_state is None:
         return None
     await trio.to_thread.run_sync(lambda: store.save(member_state, manifest_hash=checkpoint_tag))
@@ -66,8 +65,9 @@ async def seed_from_group(
     return newest.round
 
 
-async def _fetch(node: NodeServices, state: RunState, spec: DiffusionSpec, group: str, newest):
+async def _fetch(context: RunContext, spec: DiffusionSpec, group: str, newest):
     """The checked MemberState of `newest`, or None (logged; bad providers penalised)."""
+    node, state = context.node, context.state
     from peertrain.swarm.diffusion.errors import DiffusionError
     from peertrain.swarm.diffusion.group_member import member_state_of, state_numel
 

@@ -29,7 +29,7 @@ from ..errors import ControlError
 from ..params import param
 
 if TYPE_CHECKING:
-    from ..services.node_services import NodeServices
+    from ..net.identity import Identity
     from .session import RunSession
 
 DEFAULT_EXPIRES = "30d"
@@ -90,16 +90,17 @@ def _issuer_admission(session: RunSession, me: str) -> Admission:
 
 
 def invite_methods(
-    node: NodeServices, session_named: Callable[[str], RunSession]
+    identity: Identity, session_named: Callable[[str], RunSession]
 ) -> dict[str, Any]:
-    """`run.invite` and `run.revoke` on the control socket."""
+    """`run.invite` and `run.revoke` on the control socket, signed with this node's `identity`."""
+    me = identity.peer_id.to_base58()
 
     async def invite_peer(params: dict[str, Any]) -> dict[str, Any]:
         session = session_named(param(params, "run", str, ""))
         return invite(
             session,
-            node.peer_id,
-            node.identity.key_pair,
+            me,
+            identity.key_pair,
             peer=_peer(params),
             role=param(params, "role", str, "member"),
             expires=param(params, "expires", str, DEFAULT_EXPIRES),
@@ -107,7 +108,7 @@ def invite_methods(
 
     async def revoke_peer(params: dict[str, Any]) -> dict[str, Any]:
         session = session_named(param(params, "run", str, ""))
-        return revoke(session, node.peer_id, _peer(params))
+        return revoke(session, me, _peer(params))
 
     return {"run.invite": invite_peer, "run.revoke": revoke_peer}
 

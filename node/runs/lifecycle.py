@@ -11,12 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import trio
 from peertrain.swarm.checkpoint_files import write_atomic
 
-from ..services.node_services import NodeServices
 from ..supervision import ServiceHealth, describe
 from .session import RunSession
 
@@ -27,16 +25,18 @@ class SessionLifecycle:
     def __init__(
         self,
         sessions: dict[str, RunSession],
-        node: NodeServices,
         run_id: str,
-        envelope: bytes,
-        seeds: set[str],
-        role: dict[str, Any] | None,
-        member_factory: Callable[..., Any] | None,
+        new_session: Callable[[], RunSession],
+        home: Path,
     ) -> None:
-        self.sessions, self.node = sessions, node
-        self.run_id, self.envelope, self.seeds, self.role = run_id, envelope, seeds, role
-        self.member_factory = member_factory
+        """`new_session()`: a fresh RunSession of `run_id` for each attempt; `home`: the node's
+        data directory, where a quarantined run's marker goes."""
+        self.sessions, self.run_id, self.new_session, self.home = (
+            sessions,
+            run_id,
+            new_session,
+            home,
+        )
         self._scope: trio.CancelScope | None = None
 
     def leave(self) -> None:
@@ -46,14 +46,7 @@ class SessionLifecycle:
             self._scope.cancel()
 
     async def run(self, *, task_status: trio.TaskStatus[RunSession] = trio.TASK_STATUS_IGNORED):
-        session = RunSession(
-            self.node,
-            run_id=self.run_id,
-            manifest_envelope=self.envelope,
-            seeds=self.seeds,
-            role=self.role,
-            member_factory=self.member_factory,
-        )
+        session = self.new_session()
         previous = self.sessions.get(self.run_id)
         if previous is not None:
             session.restarts = previous.restarts + 1
@@ -69,7 +62,7 @@ class SessionLifecycle:
         session = self.sessions.get(self.run_id)
         if session is not None:
             session.quarantined = True
-        quarantine(self.node.home, self.run_id, health.error or "failed repeatedly")
+        quarantine(self.home, self.run_id, health.error or "failed repeatedly")
 
 
 def quarantine_file(home: Path, run_id: str) -> Path:

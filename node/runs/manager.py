@@ -16,6 +16,7 @@ beside each other.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from pathlib import Path
@@ -53,6 +54,7 @@ from .spec_check import (
     with_hf_model,
 )
 from .status import ManyRunsStatus, RunStatus
+from .training_choices import TrainingChoices
 
 if TYPE_CHECKING:
     from .session import MemberFactory
@@ -74,6 +76,7 @@ class RunManager:
     def __init__(
         self,
         node: NodeServices,
+        choices: TrainingChoices,
         *,
         join_at_start: str | None = None,
         role_at_start: str | None = None,
@@ -82,13 +85,15 @@ class RunManager:
         budget: RunBudget | None = None,
         trusted_models: tuple[str, ...] = (),
     ) -> None:
-        self.node = node
+        self.node, self.choices = node, choices
         self.trusted_models = set(trusted_models)  # import paths the local user chose
         self.join_at_start, self.role_at_start = join_at_start, role_at_start
         self.data_at_start, self.certificate_at_start = data_at_start, certificate_at_start
         self.budget = budget or RunBudget()
-        self.directory = RunDirectory(node, lambda: [listing_of(s) for s in self._active()])
-        self.finder = RunFinder(node, self.directory)
+        self.directory = RunDirectory(
+            node.dht, node.host, node.peer_id, lambda: [listing_of(s) for s in self._active()]
+        )
+        self.finder = RunFinder(node.dht, node.host, self.directory)
         self.sessions: dict[str, RunSession] = {}
         self.sampler = DiffusionSampler(node, self.finder, self.sessions)
         # set by a process that holds a user's model (node/api/diloco.py): it alone can take
@@ -174,7 +179,7 @@ class RunManager:
             "run.export": export,
             "run.leave": leave,
             "diffusion.sample": self.sampler.sample,
-            **invite_methods(self.node, self.session_named),
+            **invite_methods(self.node.identity, self.session_named),
         }
 
     def leave(self, name: str) -> RunSession:
@@ -367,9 +372,17 @@ class RunManager:
             return self.sessions[run_id]
         assert self._nursery is not None
         quarantine_file(self.node.home, run_id).unlink(missing_ok=True)
-        lifecycle = SessionLifecycle(
-            self.sessions, self.node, run_id, envelope, seeds, role, self.member_factory
+        new_session = functools.partial(
+            RunSession,
+            self.node,
+            self.choices,
+            run_id=run_id,
+            manifest_envelope=envelope,
+            seeds=seeds,
+            role=role,
+            member_factory=self.member_factory,
         )
+        lifecycle = SessionLifecycle(self.sessions, run_id, new_session, self.node.home)
         self._lifecycles[run_id] = lifecycle
         try:
             await self.supervisor.start(

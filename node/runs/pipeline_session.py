@@ -133,7 +133,7 @@ class PipelineSession:
 
     async def _dht_loop(self, service: StageService) -> None:
         """The DHT stage key, for discovery from outside the run (decisions use RunState)."""
-        dht = self.context.node.dht.dht
+        dht = self.context.node.dht
         while True:
             with trio.move_on_after(DHT_EVERY):
                 try:

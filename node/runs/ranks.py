@@ -14,20 +14,19 @@ from typing import Any
 
 import trio
 
-from ..services.node_services import NodeServices
-
 log = logging.getLogger(__name__)
 
 
-async def lend_ranks(node: NodeServices, run_id: str, spec: bytes, data: str | None) -> Any:
+async def lend_ranks(ranks: Any, run_id: str, spec: bytes, data: str | None) -> Any:
     """This node's IntraNode for run `run_id`, its followers told to follow it; None when the
-    node has no ranks or another run holds them (this run then trains on rank 0 alone)."""
-    if node.ranks is None:
+    node has no ranks (`ranks`: its RankLease, or None) or another run holds them (this run then
+    trains on rank 0 alone)."""
+    if ranks is None:
         return None
-    intra = node.ranks.take(run_id)
+    intra = ranks.take(run_id)
     if intra is None:
         log.warning("run %s trains on rank 0 alone: run %s holds the node's ranks",
-                    run_id[:12], (node.ranks.holder or "")[:12])  # fmt: skip
+                    run_id[:12], (ranks.holder or "")[:12])  # fmt: skip
         return None
     from peertrain.swarm.diloco.member.intra_node import send_job
 
@@ -36,9 +35,9 @@ async def lend_ranks(node: NodeServices, run_id: str, spec: bytes, data: str | N
     return intra
 
 
-async def return_ranks(node: NodeServices, run_id: str, intra: Any, inner: Any) -> None:
+async def return_ranks(ranks: Any, run_id: str, intra: Any, inner: Any) -> None:
     """Release the followers of `run_id` (`inner`: its member's inner loop) and the lease."""
-    if intra is None or node.ranks is None:
+    if intra is None or ranks is None:
         return
     with trio.CancelScope(shield=True):
         if inner is not None and hasattr(inner, "close"):
@@ -46,4 +45,4 @@ async def return_ranks(node: NodeServices, run_id: str, intra: Any, inner: Any) 
         else:  # the member was never built: its followers fail the same build and wait again
             log.error("run %s ended before its member was built; its followers may hang",
                       run_id[:12])  # fmt: skip
-    node.ranks.give_back(run_id)
+    ranks.give_back(run_id)

@@ -14,6 +14,7 @@ import logging
 from typing import Annotated
 
 import trio
+from libp2p.abc import IHost
 from libp2p.peer.id import ID
 from peertrain.protocol.errors import PeertrainError
 from peertrain.protocol.ids import protocol_id
@@ -22,7 +23,7 @@ from peertrain.protocol.schema import MaxLen
 
 from ..errors import ControlError, NodeError
 from ..net.rpc import request
-from ..services.node_services import NodeServices
+from ..services.dht import DhtService
 from .directory import RunDirectory, ambiguous
 
 log = logging.getLogger(__name__)
@@ -43,14 +44,14 @@ class RunFound(Response):
 
 
 class RunFinder:
-    def __init__(self, node: NodeServices, directory: RunDirectory) -> None:
-        self.node, self.directory = node, directory
+    def __init__(self, dht: DhtService, host: IHost, directory: RunDirectory) -> None:
+        self.dht, self.host, self.directory = dht, host, directory
 
     async def find_one(self, query: str, *, within: float) -> tuple[str, bytes, set[str]]:
         """The one run `query` means: (run ID, verified envelope, peers that served it).
         ControlError listing the candidates when several runs match, or none within `within`."""
         with trio.move_on_after(min(within, 10.0)):  # a DHT without peers yet knows no runs
-            await self.node.dht.dht.wait_bootstrapped()
+            await self.dht.wait_bootstrapped()
         nothing_since: float | None = None
         with trio.move_on_after(within):
             while True:
@@ -96,15 +97,15 @@ class RunFinder:
         """Ask `peer` (connecting through the DHT if need be) for the run `query`; the caller
         verifies what comes back."""
         target = ID.from_base58(peer)
-        if target not in self.node.host.get_connected_peers():
+        if target not in self.host.get_connected_peers():
             try:
-                await self.node.dht.resolve_peer(peer, timeout=5.0)
+                await self.dht.resolve_peer(peer, timeout=5.0)
             except NodeError as exc:
                 log.debug("run lookup: cannot reach %s: %s", peer, exc)
                 return None
         try:
             reply = await request(
-                self.node.host, target, RUN_LOOKUP, RunLookup(name=query), RunFound, timeout=5.0
+                self.host, target, RUN_LOOKUP, RunLookup(name=query), RunFound, timeout=5.0
             )
         except (PeertrainError, trio.TooSlowError) as exc:
             # a peer that hangs up mid-answer (rpc raises StreamEnded), does not know the run

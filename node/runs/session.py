@@ -30,6 +30,7 @@ from .revocation_file import keep_revocations
 from .run_sync import STATE_PENALTY, SyncExchange
 from .spec_check import local_data
 from .status import DiffusionRunStatus, DiLoCoRunStatus, RunStatus, SwarmRunStatus
+from .training_choices import TrainingChoices
 from .update_exchange import member_driver, open_member_exchange
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ class RunSession:
     def __init__(
         self,
         node: NodeServices,
+        choices: TrainingChoices,
         *,
         run_id: str,
         manifest_envelope: bytes,
@@ -87,6 +89,7 @@ class RunSession:
         )
         self.context = RunContext(
             node=node,
+            choices=choices,
             run_id=run_id,
             manifest=state.manifest,
             state=state,
@@ -143,7 +146,7 @@ class RunSession:
         from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
         from peertrain.swarm.models.external import is_external
 
-        context, node = self.context, self.context.node
+        context, node, choices = self.context, self.context.node, self.context.choices
         spec = DiLoCoSpec.from_bytes(self.manifest.spec)
         me = node.peer_id
         data = local_data(context.directory)  # the user's file, checked against the spec's digest
@@ -151,23 +154,27 @@ class RunSession:
         if is_external(spec.model) and self.member_factory is not None:
             factory = self.member_factory
         else:
-            intra = await lend_ranks(node, self.run_id, self.manifest.spec, data)
+            intra = await lend_ranks(choices.ranks, self.run_id, self.manifest.spec, data)
             factory = functools.partial(
-                build_member, data=data, device=node.device, precision=node.precision, intra=intra
+                build_member,
+                data=data,
+                device=choices.device,
+                precision=choices.precision,
+                intra=intra,
             )
         built = None
         try:
             built = await trio.to_thread.run_sync(factory, spec, me)
             await self._drive_diloco(spec, built, task_status)
         finally:
-            await return_ranks(node, self.run_id, intra, built and built.member.inner)
+            await return_ranks(choices.ranks, self.run_id, intra, built and built.member.inner)
 
     async def _drive_diloco(self, spec, built, task_status: trio.TaskStatus[RunSession]) -> None:
         context, node = self.context, self.context.node
         update_exchange = open_member_exchange(node, context.state, built, spec.min_members)
         async with update_exchange as exchange, trio.open_nursery() as nursery:
             self.driver = member_driver(
-                node,
+                context,
                 exchange,
                 spec=spec,
                 built=built,
@@ -181,11 +188,15 @@ class RunSession:
             # joiners need the state; a restarted creator needs its own old slots back too
             await context.replicator.bootstrap()
             await nursery.start(self.driver.run)
-            if node.attack == "announce-flood":  # a hostile member (swarm local --hostile)
+            if (
+                context.choices.attack == "announce-flood"
+            ):  # a hostile member (swarm local --hostile)
                 from .announce_flood import announce_flood
 
                 member, nbytes = self.driver.member, exchange.gossip.expected_nbytes
-                nursery.start_soon(announce_flood, node, self.run_id, lambda: member.round, nbytes)
+                nursery.start_soon(
+                    announce_flood, node.gossip, self.run_id, lambda: member.round, nbytes
+                )
             task_status.started(self)
 
     async def _run_pipeline(self, task_status: trio.TaskStatus[RunSession]) -> None:

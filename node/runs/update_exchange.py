@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from peertrain.swarm.exchange.codec import ErrorFeedbackEncoder, ProtocolCodec
     from peertrain.swarm.exchange.gossip import GroupTransport, UpdateGossip
 
+    from .context import RunContext
+
 
 def update_topic(run_id: str) -> str:
     return f"/peertrain/{run_id}/updates"
@@ -244,7 +246,7 @@ def open_member_exchange(node: NodeServices, state: RunState, built: BuiltMember
 
 
 def member_driver(
-    node: NodeServices,
+    context: RunContext,
     exchange: RunUpdateChannels,
     *,
     spec: DiLoCoSpec,
@@ -256,7 +258,7 @@ def member_driver(
     on_round: Callable[[RoundReport], None] | None = None,
     certificate: bytes = b"",
 ) -> DiLoCoDriver:
-    """The DiLoCo driver of a member on the node's services and its `open_member_exchange`; its
+    """The DiLoCo driver of a member of `context`'s run, on its `open_member_exchange`; its
     last `keep` checkpoints in `checkpoints`, within the node's disk budget. `on_penalty` hears
     of providers and attesters of a state that fails its checks; `certificate`: our member
     certificate of an invite run (`run invite`'s token, node/runs/invites.py)."""
@@ -265,9 +267,10 @@ def member_driver(
     from peertrain.swarm.diloco.group.streaming_driver import StreamingDriver
     from peertrain.swarm.diloco.member.checkpoint import CheckpointStore
 
+    node, choices = context.node, context.choices
     kind, extra = DiLoCoDriver, {}
     if spec.streaming:
-        kind, extra = StreamingDriver, {"slowdown": node.slowdown}
+        kind, extra = StreamingDriver, {"slowdown": choices.slowdown}
     return kind(
         **extra,
         spec=spec,
@@ -277,7 +280,7 @@ def member_driver(
         gossip=exchange.gossip,
         tensors=exchange.tensors,
         addrs=node.addrs,
-        adversary=adversary_for(node.attack),
+        adversary=adversary_for(choices.attack),
         on_round=on_round,
         checkpoints=CheckpointStore(
             checkpoints, keep=keep, room=node.budget.check_disk if node.budget else None

@@ -88,6 +88,28 @@ class DhtService:
             await nursery.start(self.dht.run)
             task_status.started()
 
+    async def put(self, key: str, value: Any, *, ttl: float) -> int:
+        """Store our signed `value` under `key` for `ttl` seconds (dht/node.py's `put`)."""
+        return await self.dht.put(key, value, ttl=ttl)
+
+    async def get(self, key: str) -> dict[str, Any]:
+        """Every writer's live record under `key` (dht/node.py's `get`)."""
+        return await self.dht.get(key)
+
+    async def wait_bootstrapped(self) -> None:
+        await self.dht.wait_bootstrapped()
+
+    async def advertise(self, addrs: list[str]) -> None:
+        """Put `addrs` first in our peer record (circuits, dialed-back addresses: what identify
+        would mangle or does not know); published now when the DHT has peers, else with the
+        first announcement after bootstrap."""
+        self.dht.extra_addrs = list(addrs)
+        if self.dht.bootstrapped:
+            try:
+                await self.dht.publish_peer_record()
+            except PeertrainError as exc:  # the periodic re-announcement will carry them
+                log.info("publishing circuit addresses: %s", exc)
+
     async def serve(self, public: bool) -> None:
         """DHT server mode when others can dial us (reachability says "public"), else client."""
         await self.dht.set_mode(DhtMode.SERVER if public else DhtMode.CLIENT)

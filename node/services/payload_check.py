@@ -19,24 +19,26 @@ import time
 from typing import Any
 
 import trio
+from libp2p.abc import IHost
 from libp2p.peer.id import ID
 
 from ..errors import ControlError, TransferFailed
 from ..nat.relays import connection_kind
 from ..params import param
-from .node_services import NodeServices
+from .dht import DhtService
 from .tensor_fetch import fetch_tensor
+from .tensors import TensorStore
 
 MAX_MIB = 256
 
 
-def control_methods(node: NodeServices) -> dict[str, Any]:
+def control_methods(host: IHost, dht: DhtService, tensors: TensorStore) -> dict[str, Any]:
     async def offer(params: dict[str, Any]) -> dict[str, Any]:
         mib = param(params, "mib", int, 16)
         if not 1 <= mib <= MAX_MIB:
             raise ControlError(f"mib must be 1..{MAX_MIB}")
         prepared = await trio.to_thread.run_sync(_random_tensor, mib << 20)
-        node.tensors.put(prepared, pin=True)
+        tensors.put(prepared, pin=True)
         return {"checksum": prepared.header.checksum.hex(), "nbytes": prepared.header.nbytes}
 
     async def fetch(params: dict[str, Any]) -> dict[str, Any]:
@@ -46,17 +48,17 @@ def control_methods(node: NodeServices) -> dict[str, Any]:
         except ValueError:
             raise ControlError("give a peer ID and a hex checksum") from None
         how = "connected"
-        if not node.host.get_network().get_connections(peer):  # a control call has 10 s
+        if not host.get_network().get_connections(peer):  # a control call has 10 s
             wait = param(params, "timeout", float, 4.0)
-            how = (await node.dht.resolve_peer(text, timeout=wait))["how"]
+            how = (await dht.resolve_peer(text, timeout=wait))["how"]
 
         async def reconnect(holder: ID) -> None:  # a reset circuit, if nobody redialed it yet
-            await node.dht.reconnect(holder)
+            await dht.reconnect(holder)
 
         started = time.perf_counter()
         try:
             download = await fetch_tensor(
-                node.host, [peer], checksum, max_nbytes=MAX_MIB << 20, reconnect=reconnect
+                host, [peer], checksum, max_nbytes=MAX_MIB << 20, reconnect=reconnect
             )
         except TransferFailed as exc:
             raise ControlError(str(exc)) from None
@@ -66,7 +68,7 @@ def control_methods(node: NodeServices) -> dict[str, Any]:
             "nbytes": nbytes,
             "seconds": round(seconds, 4),
             "mb_per_s": round(nbytes / seconds / 1e6, 1),
-            "connection": connection_kind(node.host, peer),
+            "connection": connection_kind(host, peer),
             "how": how,
         }
 
