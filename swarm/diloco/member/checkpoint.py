@@ -14,6 +14,7 @@ both files and recomputes the state hash from the loaded tensors. Nothing is eve
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -30,6 +31,9 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
 log = logging.getLogger(__name__)
+
+# a full disk or quota: the member trains on without this checkpoint (the driver says so)
+OUT_OF_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 FORMAT = "peertrain/diloco-checkpoint/1"
 
@@ -146,10 +150,12 @@ class CheckpointStore:
             if fresh:
                 write_atomic(self._tensor_path(digest), tensors)
             write_atomic(self._sidecar_path(checkpoint_id), sidecar)  # the commit point
-        except OSError as exc:  # a full disk, a read-only or vanished directory
+        except OSError as exc:
             # write_atomic leaves no temporary behind and older checkpoints are untouched; a
             # tensor file written without its sidecar is unreferenced and pruned below
             self.prune()
+            if exc.errno not in OUT_OF_SPACE:  # a broken home (no such folder…) is the run's end
+                raise
             raise CheckpointError(f"checkpoint of round {state.round} not written: {exc}") from exc
         self.prune()
         return state
