@@ -35,7 +35,7 @@ from libp2p.crypto.keys import KeyPair, KeyType, PublicKey
 from libp2p.crypto.pb import crypto_pb2
 from libp2p.peer.id import ID
 
-from .errors import BadSignature, DecodeError, ReplayedEnvelope
+from .errors import BadSignature, DecodeError, ProtocolError, ReplayedEnvelope
 from .packing import pack, unpack
 
 ENVELOPE_VERSION = 1
@@ -119,6 +119,18 @@ def seal(
         payload=payload,
         signature=key_pair.private_key.sign(message),
     )
+
+
+def claimed_domain(raw: bytes, *, max_size: int) -> str | None:
+    """The domain an envelope claims, without verifying anything (a router's peek: which
+    validator gets it); None for what is no envelope of at most `max_size` bytes."""
+    try:
+        fields = unpack(raw, max_size=max_size, what="envelope")
+    except ProtocolError:
+        return None
+    if not isinstance(fields, list) or len(fields) < 2 or not isinstance(fields[1], str):
+        return None
+    return fields[1]
 
 
 def _decode(raw: bytes, *, max_size: int) -> Envelope:

@@ -21,10 +21,9 @@ from typing import Annotated
 
 from libp2p.crypto.keys import KeyPair
 from libp2p.peer.id import ID
-from peertrain.protocol.envelope import Envelope, open_envelope, seal
+from peertrain.protocol.envelope import Envelope, claimed_domain, open_envelope, seal
 from peertrain.protocol.errors import ProtocolError
 from peertrain.protocol.messages import Message, decode, encode, message
-from peertrain.protocol.packing import unpack
 from peertrain.protocol.schema import MaxLen
 
 RECORD_DOMAIN = "diloco/round-record"
@@ -57,11 +56,7 @@ class RoundRecord(Message):
 
 def is_record(raw: bytes) -> bool:
     """Does this envelope claim the record domain? (Peek only: `RoundRecords.validate` checks.)"""
-    try:
-        fields = unpack(raw, max_size=MAX_RECORD_ENVELOPE, what="envelope")
-    except ProtocolError:
-        return False
-    return isinstance(fields, list) and len(fields) > 1 and fields[1] == RECORD_DOMAIN
+    return claimed_domain(raw, max_size=MAX_RECORD_ENVELOPE) == RECORD_DOMAIN
 
 
 def open_from_origin(

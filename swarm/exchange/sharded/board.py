@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 
 import trio
 from libp2p.peer.id import ID
-from peertrain.protocol.envelope import open_envelope
+from peertrain.protocol.envelope import claimed_domain, open_envelope
 from peertrain.protocol.errors import ProtocolError
 from peertrain.protocol.messages import Message, decode
-from peertrain.protocol.packing import unpack
 
 from .messages import NonceReveal, SenderChecks, ShardCommitment, ShardOutput, ShardStatistics
 
@@ -28,11 +27,7 @@ EQUIVOCATION = 100.0  # penalty: two signed commitments for one round
 
 def is_shard_message(raw: bytes) -> bool:
     """Does this envelope claim a sharded round's domain? (Peek only: `Board.receive` checks.)"""
-    try:
-        fields = unpack(raw, max_size=MAX_ENVELOPE, what="envelope")
-    except ProtocolError:
-        return False
-    return isinstance(fields, list) and len(fields) > 1 and fields[1] == DOMAIN
+    return claimed_domain(raw, max_size=MAX_ENVELOPE) == DOMAIN
 
 
 @dataclass
