@@ -238,3 +238,27 @@ async def test_with_fp32_outputs_the_round_is_the_all_gather_aggregate_within_fl
     ).update
     assert torch.allclose(first, exact, rtol=1e-6, atol=1e-6)
     assert all(not p for p in penalties.values())
+
+
+class HugeSizes(ShardedRound):
+    """Commits to slices of 2^40 bytes: an owner that believed it would reserve a terabyte."""
+
+    async def publish(self, msg):
+        from peertrain.swarm.exchange.sharded.messages import ShardCommitment
+
+        if isinstance(msg, ShardCommitment):
+            msg = ShardCommitment(
+                digests=msg.digests, sizes=(2**40,) * len(msg.sizes), nonce_hash=msg.nonce_hash
+            )
+        await super().publish(msg)
+
+
+async def test_a_commitment_to_slices_of_the_wrong_size_is_refused_before_any_fetch():
+    ups = updates(range(4), seed=6)
+    results, penalties, rounds, _ = await run_group("flag", ups, kinds={0: HugeSizes})
+    liar = list(rounds)[0]
+    for peer, result in results.items():
+        assert liar not in result.accepted and len(result.accepted) == 3
+        if peer != liar:
+            assert [who for who, _ in penalties[peer]] == [liar]
+            assert liar not in rounds[peer].board.commitments

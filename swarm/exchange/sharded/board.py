@@ -35,7 +35,7 @@ class Board:
     run_id: str
     round_: int
     members: Collection[str]
-    shards: int
+    sizes: tuple[int, ...]  # each shard's payload bytes in the run's codec: nothing else is fetched
     on_penalty: Callable[[str, str], None] = lambda peer, why: None
     commitments: dict[str, ShardCommitment] = field(default_factory=dict)
     equivocators: dict[str, tuple[bytes, bytes]] = field(default_factory=dict)  # the two proofs
@@ -75,10 +75,14 @@ class Board:
 
     def _malformed(self, msg: Message) -> str | None:
         """What makes a well-signed message unusable (sizes that do not fit this round)."""
-        n = self.shards
+        n = len(self.sizes)
         if isinstance(msg, ShardCommitment):
-            ok = len(msg.digests) == len(msg.sizes) == n and all(len(d) == 32 for d in msg.digests)
-            return None if ok else f"{len(msg.digests)} digests for {n} shards"
+            ok = len(msg.digests) == n and all(len(d) == 32 for d in msg.digests)
+            if not ok or tuple(msg.sizes) != self.sizes:
+                return (
+                    f"slices of {list(msg.sizes)[:4]} bytes, the round's are {list(self.sizes)[:4]}"
+                )
+            return None
         if isinstance(msg, ShardStatistics):
             p = len(msg.senders)
             if (
@@ -89,8 +93,8 @@ class Board:
                 return "a shard or senders not of this round"
             if len(msg.sq_norms) != 8 * p or len(msg.gram) not in (0, 8 * p * p):
                 return f"statistics of the wrong size for {p} senders"
-        if isinstance(msg, ShardOutput) and msg.shard >= n:
-            return f"shard {msg.shard} of {n}"
+        if isinstance(msg, ShardOutput) and (msg.shard >= n or msg.nbytes != self.sizes[msg.shard]):
+            return f"an output of {msg.nbytes} bytes for shard {msg.shard} of {n}"
         if isinstance(msg, SenderChecks):
             sizes = {len(msg.projections), len(msg.sq_norms), len(msg.rows)}
             if sizes != {8 * n}:

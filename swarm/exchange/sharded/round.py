@@ -72,7 +72,11 @@ class ShardedRound:
         self.group = sorted(self.group)
         self.plan = plan_shards(self.numel, len(self.group))
         self.board = Board(
-            self.run_id, self.round_, frozenset(self.group), len(self.plan.shards), self.on_penalty
+            self.run_id,
+            self.round_,
+            frozenset(self.group),
+            tuple(self.codec.payload_bytes(s.stop - s.start) for s in self.plan.shards),
+            self.on_penalty,
         )
         self.mine: list[bytes] = []  # our slices' payloads, as the owners receive them
         self.fetched: dict[tuple[int, int], bytes] = {}  # (attempt, shard) → its output payload
