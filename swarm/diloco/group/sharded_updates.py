@@ -35,7 +35,8 @@ from peertrain.swarm.exchange.sharded.board import DOMAIN, MAX_ENVELOPE
 log = logging.getLogger(__name__)
 
 AHEAD = 2  # rounds past our current one whose messages are kept until we start them
-MAX_PENDING = 4096  # messages kept per future round (a few per member and shard)
+PER_SENDER = 64  # messages kept per sender and future round (a member sends a few per attempt)
+STRANGERS_ROOM = 512  # messages of senders outside the counted group, per future round
 
 
 class ShardedUpdates:
@@ -51,14 +52,16 @@ class ShardedUpdates:
         numel: int,
         leased: Callable[[str], bool],
         on_penalty: Callable[[str, str], None] | None,
+        counted: Callable[[str], bool] = lambda peer: False,
     ) -> None:
+        """`counted(peer)`: is it in the counted group (room for its early messages is kept)."""
         self.run_id, self.me, self.key_pair = run_id, me, key_pair
         self.transport, self.rule, self.codec, self.numel = transport, rule, codec, numel
-        self.leased = leased
+        self.leased, self.counted = leased, counted
         self.on_penalty = on_penalty or (lambda peer, why: None)
         self.current: ShardedRound | None = None
         self.round = 0  # the round we are in or start next
-        self._pending: dict[int, list[bytes]] = {}
+        self._pending: dict[int, dict[str, list[bytes]]] = {}  # round → sender → messages
 
     def receive(self, origin: str, raw: bytes) -> bool | None:
         """Gossip validator for the group's messages: kept for the round they belong to."""
@@ -76,10 +79,22 @@ class ShardedUpdates:
         if current is not None and current.round_ == round_:
             current.board.receive(raw)
         elif self.round <= round_ <= self.round + AHEAD:
-            pending = self._pending.setdefault(round_, [])
-            if len(pending) < MAX_PENDING:
-                pending.append(raw)
+            self._keep(round_, origin, raw)
         return True
+
+    def _keep(self, round_: int, origin: str, raw: bytes) -> None:
+        """A message of a round we start later: each sender has `PER_SENDER` places, senders
+        outside the counted group share `STRANGERS_ROOM`, so fresh leased keys cannot take the
+        room first and a member's commitment always waits for us."""
+        pending = self._pending.setdefault(round_, {})
+        mine = pending.setdefault(origin, [])
+        if len(mine) >= PER_SENDER:
+            return
+        if not self.counted(origin):
+            strangers = sum(len(m) for p, m in pending.items() if not self.counted(p))
+            if strangers >= STRANGERS_ROOM:
+                return
+        mine.append(raw)
 
     async def exchange(
         self,
@@ -108,8 +123,9 @@ class ShardedUpdates:
             reference=frozenset(reference),
         )
         self.round, self.current = round_, rnd
-        for raw in self._pending.pop(round_, []):
-            rnd.board.receive(raw)
+        for messages in self._pending.pop(round_, {}).values():
+            for raw in messages:
+                rnd.board.receive(raw)
         self._pending = {r: m for r, m in self._pending.items() if r > round_}
         try:
             return await run_round(rnd, update)
@@ -157,6 +173,7 @@ def sharded_updates(driver: ShardedDriver, transport: ShardTransport | None) -> 
         numel=member.layout.numel,
         leased=lambda peer: driver.state.is_live(peer) or peer == driver.peer_id,
         on_penalty=driver.on_penalty,
+        counted=lambda peer: peer in driver.roster.counted,
     )
 
 

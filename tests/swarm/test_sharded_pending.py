@@ -1,0 +1,46 @@
+"""Messages of a round a member has not started yet wait in a bounded buffer. A lease is free in
+an open run, so one leased stranger must not fill it first: each sender has a small share, and
+the round's counted members always find room."""
+
+from __future__ import annotations
+
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.peer.id import ID
+from peertrain.protocol.envelope import seal
+from peertrain.protocol.messages import encode
+from peertrain.swarm.aggregation import build_aggregator
+from peertrain.swarm.diloco.group.sharded_updates import ShardedUpdates
+from peertrain.swarm.exchange.codec import ProtocolCodec
+from peertrain.swarm.exchange.sharded.board import DOMAIN
+from peertrain.swarm.exchange.sharded.messages import NonceReveal
+
+
+def peer(key) -> str:
+    return ID.from_pubkey(key.public_key).to_base58()
+
+
+def message(key, round_: int, n: int) -> bytes:
+    body = encode(NonceReveal(attempt=0, nonce=n.to_bytes(32, "big")))
+    return seal(key, domain=DOMAIN, run="run", round=round_, payload=body).to_bytes()
+
+
+def test_a_leased_stranger_cannot_fill_the_buffer_of_the_next_round_before_a_member():
+    me, stranger, member = (create_new_key_pair() for _ in range(3))
+    updates = ShardedUpdates(
+        run_id="run",
+        me=peer(me),
+        key_pair=me,
+        transport=None,
+        rule=build_aggregator("mean"),
+        codec=ProtocolCodec("int8"),
+        numel=1000,
+        leased=lambda p: True,  # anyone may hold a lease in an open run
+        on_penalty=None,
+        counted=lambda p: p == peer(member),
+    )
+    for n in range(5000):
+        updates.receive(peer(stranger), message(stranger, 1, n))
+    assert updates.receive(peer(member), message(member, 1, 0)) is True
+    pending = updates._pending[1]
+    assert pending[peer(member)] == [message(member, 1, 0)]
+    assert len(pending[peer(stranger)]) <= 64  # one sender's share, whoever it is
