@@ -204,19 +204,6 @@ class Daemon:
             ("runs", self.runs.run),
         ]
 
-    def control_methods(self) -> dict[str, Any]:
-        async def status(_params: dict[str, Any]) -> DaemonStatus:
-            return self.status()
-
-        from .services.payload_check import control_methods as payload_methods
-
-        return {
-            "status": status,
-            **self.runs.control_methods(),
-            **self.dht.control_methods(),
-            **payload_methods(self.host, self.dht, self.tensor_store),
-        }
-
     async def _publish_addrs(self, addrs: list[str]) -> None:
         """Circuits and dialed-back addresses go in our DHT peer record: identify would mangle
         the former and does not know the latter."""

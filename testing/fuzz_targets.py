@@ -31,6 +31,7 @@ from peertrain.dht.namespaces import members_key, peer_record_key, runs_key
 from peertrain.dht.node import Dht
 from peertrain.dht.records import sign_entry
 from peertrain.node.api.control import ControlServer
+from peertrain.node.api.control_methods import control_methods
 from peertrain.node.errors import ControlError
 from peertrain.node.nat.dialback import DialbackRequest, DialbackResponse, dial_targets
 from peertrain.node.nat.reachability import decide
@@ -271,7 +272,7 @@ def dialback_target() -> FuzzTarget:
 
 
 def control_target(node) -> FuzzTarget:
-    methods = {k: v for k, v in node.control_methods().items() if k in READ_ONLY_METHODS}
+    methods = {k: v for k, v in control_methods(node).items() if k in READ_ONLY_METHODS}
     server = ControlServer(node.config.control_socket, methods)
     seeds = [
         json.dumps({"id": 1, "method": "status"}).encode() + b"\n",

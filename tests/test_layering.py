@@ -59,7 +59,7 @@ def test_relative_imports_do_not_climb_out_of_a_layer():
 # node/ are the daemon's level (daemon, config, log setup), except errors.py, which every
 # sub-layer may raise. TYPE_CHECKING imports count: a type hint that reaches up is still a knot.
 NODE_ORDER = ["net", "nat", "services", "runs", "<daemon>", "api", "cli"]
-NODE_SHARED = {"errors", "supervision", "params"}
+NODE_SHARED = {"errors", "supervision"}
 
 
 def _node_level(module: str) -> str | None:
@@ -138,6 +138,7 @@ SWARM_ORDER = [
     ("peertrain.swarm.exchange", 2),
     ("peertrain.swarm.diloco.errors", 3),
     ("peertrain.swarm.diloco.member", 3),
+    ("peertrain.swarm.scoring", 3),
     ("peertrain.swarm.diloco.group", 4),
     ("peertrain.swarm.diloco.adversary", 5),
     ("peertrain.swarm.diffusion", 6),

@@ -6,10 +6,12 @@ one line, answered by `{"id": …, "result": …}` or `{"id": …, "error": "…
 no token to leak. Requests are bounded in size, time and concurrency like any network input.
 
 Nothing a client sends can end the daemon: a request that is not an object with object params,
-nesting deeper than `MAX_DEPTH`, or a parameter of the wrong type (methods read parameters
-through `param`, node/params.py) is answered with an error; a method that fails on our own bug
-is answered "internal error", logged with its traceback, and the server goes on. Only
-cancellation leaves `_serve_one`.
+nesting deeper than `MAX_DEPTH`, or a parameter that its method's schema refuses (an unknown
+field, a wrong type, out of bounds: control_methods.py checks each method's params before it
+runs) is answered with a one-line error; a method that fails on our own bug is answered
+"internal error", logged with its traceback, and the server goes on. Only cancellation leaves
+`_serve_one`. The server itself is generic (any name → handler table): control_methods.py is
+the daemon's table.
 """
 
 from __future__ import annotations

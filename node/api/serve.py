@@ -3,7 +3,8 @@
 The daemon does not know how it is reached (the layer order puts api/ above it): whoever runs a
 node — the CLI, `peertrain.testing`, a benchmark — starts it through `serve_node`, which starts
 the daemon's services first and then answers on `<home>/control.sock` with the daemon's
-control methods. A control client therefore never sees a node whose services are half started.
+control methods (control_methods.py). A control client therefore never sees a node whose
+services are half started.
 With `metrics_listen` set, the metrics endpoint and dashboard (node/api/web.py) start last.
 """
 
@@ -13,6 +14,7 @@ import trio
 
 from ..daemon import Daemon
 from .control import ControlServer
+from .control_methods import control_methods
 
 
 async def serve_node(
@@ -22,7 +24,7 @@ async def serve_node(
     once all serve."""
     async with trio.open_nursery() as nursery:
         await nursery.start(daemon.run)
-        control = ControlServer(daemon.config.control_socket, daemon.control_methods())
+        control = ControlServer(daemon.config.control_socket, control_methods(daemon))
         await nursery.start(control.run)
         if daemon.config.metrics_listen is not None:
             from .web import WebService  # only then: it loads prometheus_client

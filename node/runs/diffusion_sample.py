@@ -21,7 +21,6 @@ from peertrain.crdt.runstate import RunState
 from peertrain.protocol.errors import PeertrainError
 
 from ..errors import ControlError
-from ..params import param
 from ..services.node_services import NodeServices
 from ..services.tensor_fetch import fetch_tensor
 from .directory import matches
@@ -47,10 +46,14 @@ class DiffusionSampler:
         self._states: OrderedDict[bytes, Any] = OrderedDict()
         self._limiter = trio.CapacityLimiter(1)  # one sampling job at a time
 
-    async def sample(self, params: dict[str, Any]) -> dict[str, Any]:
-        request = _request(params)
+    async def sample(
+        self, run: str, draw: dict[str, Any], *, timeout: float = 30.0, fresh: bool = False
+    ) -> dict[str, Any]:
+        """`draw` (n, steps, strategy, seed, out: node/api/control_methods.py bounds them) from
+        run `run`'s newest states, found within `timeout`; `fresh`: fetch every state again."""
+        _check_out(draw["out"])
         started = time.perf_counter()
-        state, spec = await self._run_state(request["run"], request["timeout"])
+        state, spec = await self._run_state(run, timeout)
         from peertrain.swarm.diffusion.groups import newest_states
 
         newest = newest_states(state, spec)
@@ -60,7 +63,7 @@ class DiffusionSampler:
                 f"no state of {', '.join(missing)} is announced yet (each group publishes one "
                 "after its first round); try again later"
             )
-        if request["fresh"]:  # as a node that never sampled (benchmarks/diffusion_sampling.py)
+        if fresh:  # as a node that never sampled (benchmarks/diffusion_sampling.py)
             self._states.clear()
         fetched = 0
         flats = {}
@@ -71,7 +74,7 @@ class DiffusionSampler:
         from peertrain.swarm.diffusion.sampling_job import draw_to_file
 
         written = await trio.to_thread.run_sync(
-            lambda: draw_to_file(spec, flats, **request["draw"]), limiter=self._limiter
+            lambda: draw_to_file(spec, flats, **draw), limiter=self._limiter
         )
         return {
             **written,
@@ -156,23 +159,6 @@ def _spec(kind, state: RunState):
     return kind.from_bytes(manifest.spec)
 
 
-def _request(params: dict[str, Any]) -> dict[str, Any]:
-    out = param(params, "out", str, "")
+def _check_out(out: str) -> None:
     if not out or not Path(out).is_absolute() or Path(out).suffix not in (".png", ".npz"):
         raise ControlError("out must be an absolute path ending in .png or .npz")
-    n = param(params, "n", int, 64)
-    steps = param(params, "steps", int, 50)
-    if not 1 <= n <= MAX_SAMPLES or not 1 <= steps <= MAX_STEPS:
-        raise ControlError(f"n must be 1..{MAX_SAMPLES} and steps 1..{MAX_STEPS}")
-    return {
-        "run": param(params, "run", str, ""),
-        "timeout": param(params, "timeout", float, 30.0),
-        "fresh": param(params, "fresh", bool, False),
-        "draw": {
-            "n": n,
-            "steps": steps,
-            "strategy": param(params, "strategy", str, "top1"),
-            "seed": param(params, "seed", int, 0),
-            "out": out,
-        },
-    }

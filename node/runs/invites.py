@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from libp2p.peer.id import ID
@@ -26,10 +25,8 @@ from peertrain.crdt.hlc import wall_clock_ms
 from peertrain.protocol.errors import ProtocolError
 
 from ..errors import ControlError
-from ..params import param
 
 if TYPE_CHECKING:
-    from ..net.identity import Identity
     from .session import RunSession
 
 DEFAULT_EXPIRES = "30d"
@@ -89,32 +86,7 @@ def _issuer_admission(session: RunSession, me: str) -> Admission:
     return admission
 
 
-def invite_methods(
-    identity: Identity, session_named: Callable[[str], RunSession]
-) -> dict[str, Any]:
-    """`run.invite` and `run.revoke` on the control socket, signed with this node's `identity`."""
-    me = identity.peer_id.to_base58()
-
-    async def invite_peer(params: dict[str, Any]) -> dict[str, Any]:
-        session = session_named(param(params, "run", str, ""))
-        return invite(
-            session,
-            me,
-            identity.key_pair,
-            peer=_peer(params),
-            role=param(params, "role", str, "member"),
-            expires=param(params, "expires", str, DEFAULT_EXPIRES),
-        )
-
-    async def revoke_peer(params: dict[str, Any]) -> dict[str, Any]:
-        session = session_named(param(params, "run", str, ""))
-        return revoke(session, me, _peer(params))
-
-    return {"run.invite": invite_peer, "run.revoke": revoke_peer}
-
-
-def _peer(params: dict[str, Any]) -> str:
-    peer = param(params, "peer", str)
+def _peer(peer: str) -> str:
     try:
         ID.from_base58(peer)
     except ValueError:
@@ -128,6 +100,7 @@ def invite(
     session: RunSession, me: str, key_pair, *, peer: str, role: str, expires: str
 ) -> dict[str, Any]:
     """Sign a certificate for `peer`; the token the invitee joins with."""
+    _peer(peer)
     _issuer_admission(session, me)
     expires_s = parse_duration(expires)
     certificate = MemberCertificate(
@@ -149,6 +122,7 @@ def invite(
 
 def revoke(session: RunSession, me: str, peer: str) -> dict[str, Any]:
     """End `peer`'s membership: our signed revocation, replicated as run state."""
+    _peer(peer)
     admission = _issuer_admission(session, me)
     if peer == session.manifest.creator:
         raise ControlError("nobody revokes a run's creator")

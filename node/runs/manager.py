@@ -9,9 +9,8 @@ us a forged run), refuses a name that several runs carry, listing them, and chec
 against this node's own limits and data (spec_check.py) before a session builds anything.
 Anti-entropy requests for any of our runs arrive on one protocol and are routed by run ID.
 `run.leave` stops a session for good.
-
-Why this module is long: the control API and the supervised start and stop of sessions read best
-beside each other.
+The control socket's parameters are checked in node/api/control_methods.py, which calls the
+narrow methods here (`create`, `join`, `leave`, `sample_text`, `export`).
 """
 
 from __future__ import annotations
@@ -32,15 +31,15 @@ from peertrain.swarm.budget import RunBudget
 
 from ..errors import ControlError, NodeError
 from ..net.rpc import RpcServer, refuse
-from ..params import param
 from ..services.node_services import NodeServices
 from ..supervision import ServiceHealthStatus, Supervisor
 from .certificate_file import save_certificate
 from .diffusion_sample import DiffusionSampler
 from .diffusion_session import save_partition
 from .directory import Candidate, RunDirectory, ambiguous, listing_of, matches
-from .invites import check_certificate, invite_methods
+from .invites import check_certificate
 from .lifecycle import SessionLifecycle, quarantine, quarantine_file
+from .new_spec import diffusion_spec, spec_bytes_of
 from .run_export import export_run
 from .run_lookup import RUN_LOOKUP, RunFinder, RunFound, RunLookup
 from .run_sync import CRDT_SYNC
@@ -62,6 +61,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_RUNS = 8
+MAX_SAMPLE_TOKENS = 2000  # `run.sample` asks for more: it gets this many
 # What reading and checking a spec imports (the swarm packages import torch): off the event loop,
 # or a create or join leaves the daemon deaf for seconds (session.py says why that hurts)
 SPEC_MODULES = ("peertrain.swarm.diloco.member.run_spec", "peertrain.swarm.pipeline.run_spec")
@@ -119,69 +119,6 @@ class RunManager:
             task_status.started(self)
             await trio.sleep_forever()
 
-    # -- control API ----------------------------------------------------------------------------
-
-    def control_methods(self) -> dict[str, Any]:
-        async def create(params: dict[str, Any]) -> dict[str, Any]:
-            spec = param(params, "spec", dict, {})
-            self._trust_model(spec.get("model"))  # the local user named it (run create --model)
-            session = await self.create(
-                name=param(params, "name", str, ""),
-                mode=param(params, "mode", str, "") or "diloco",
-                spec=spec,
-                role=_role(params),
-                data=param(params, "data", str, None),
-                budget=self._budget(params),
-            )
-            return {"run_id": session.run_id, "name": session.manifest.name}
-
-        async def join(params: dict[str, Any]) -> dict[str, Any]:
-            self._trust_model(param(params, "model", str, None))  # run join --model
-            session = await self.join(
-                param(params, "name", str, ""),
-                timeout=param(params, "timeout", float, 30.0),
-                role=_role(params),
-                data=param(params, "data", str, None),
-                budget=self._budget(params),
-                certificate=param(params, "certificate", str, None),
-            )
-            return {"run_id": session.run_id, "name": session.manifest.name}
-
-        async def list_runs(params: dict[str, Any]) -> dict[str, Any]:
-            return {
-                "runs": await self.directory.list_runs(within=param(params, "timeout", float, 8.0))
-            }
-
-        async def sample(params: dict[str, Any]) -> dict[str, Any]:
-            session = self.session_named(param(params, "run", str, ""))
-            try:
-                text = await session.sample(
-                    param(params, "prompt", str, ""), min(param(params, "tokens", int, 160), 2000)
-                )
-            except (TypeError, RuntimeError) as exc:
-                raise ControlError(str(exc)) from None
-            return {"text": text}
-
-        async def leave(params: dict[str, Any]) -> dict[str, Any]:
-            session = self.leave(param(params, "run", str, ""))
-            return {"run_id": session.run_id, "name": session.manifest.name}
-
-        async def export(params: dict[str, Any]) -> dict[str, Any]:
-            session = self.session_named(param(params, "run", str, ""))
-            out = param(params, "out", str, "")
-            return await export_run(session, out, param(params, "format", str, "safetensors"))
-
-        return {
-            "run.create": create,
-            "run.join": join,
-            "run.list": list_runs,
-            "run.sample": sample,
-            "run.export": export,
-            "run.leave": leave,
-            "diffusion.sample": self.sampler.sample,
-            **invite_methods(self.node.identity, self.session_named),
-        }
-
     def leave(self, name: str) -> RunSession:
         """Stop taking part in run `name` (any, when in one): its session stops, its lease runs
         out (the others count it gone within LEASE_MS), status drops it. Its folder stays:
@@ -195,7 +132,7 @@ class RunManager:
         log.info("left run %s (%s)", session.manifest.name, session.run_id[:16])
         return session
 
-    def _trust_model(self, model: Any) -> None:
+    def trust_model(self, model: Any) -> None:
         """A model import path the local user named on the control socket may be imported."""
         if isinstance(model, str) and model:
             self.trusted_models.add(model)
@@ -213,13 +150,17 @@ class RunManager:
             raise ControlError(f"{what} on this node (its runs: {listed}); name one with --run")
         return found[0]
 
-    def _budget(self, params: dict[str, Any]) -> RunBudget:
-        """This node's budget, or the one a control call asks for instead."""
-        max_params = param(params, "max_params", int, self.budget.max_params)
-        max_memory = param(params, "max_memory", int, self.budget.max_memory)
-        if max_params < 1 or max_memory < 0:
-            raise ControlError("max_params must be positive and max_memory ≥ 0 (0: half the RAM)")
-        return RunBudget(max_params=max_params, max_memory=max_memory)
+    async def sample_text(self, run: str, prompt: str, tokens: int) -> str:
+        """Text from the model of our run `run` (a text run), `tokens` long."""
+        session = self.session_named(run)
+        try:
+            return await session.sample(prompt, min(tokens, MAX_SAMPLE_TOKENS))
+        except (TypeError, RuntimeError) as exc:
+            raise ControlError(str(exc)) from None
+
+    async def export(self, run: str, out: str, fmt: str = "safetensors") -> dict[str, Any]:
+        """Our run `run`'s model, as its group holds it, written to the folder `out`."""
+        return await export_run(self.session_named(run), out, fmt)
 
     async def create(
         self,
@@ -243,9 +184,9 @@ class RunManager:
         spec = with_hf_model(spec)
         artifact = None  # a diffusion run's partition, fitted here and named in its spec
         if mode == "diffusion":
-            spec_bytes, artifact = await trio.to_thread.run_sync(_diffusion_spec, spec)
+            spec_bytes, artifact = await trio.to_thread.run_sync(diffusion_spec, spec)
         else:
-            spec_bytes = _spec_bytes(mode, spec)
+            spec_bytes = spec_bytes_of(mode, spec)
         manifest = RunManifest(
             creator=self.node.peer_id,
             created_ms=int(time.time() * 1000),
@@ -427,67 +368,3 @@ class RunManager:
             return None
         statuses = [s.status() for s in self.sessions.values()]
         return statuses[0] if len(statuses) == 1 else ManyRunsStatus(runs=statuses)
-
-
-def _role(params: dict[str, Any]) -> dict[str, Any] | None:
-    """A run's role from control parameters: swarm {"role", "speed", "stage"}, diffusion
-    {"group"} (all optional)."""
-    out: dict[str, Any] = {}
-    try:
-        if params.get("group"):
-            out["group"] = str(params["group"])
-        if params.get("role"):
-            out["role"] = str(params["role"])
-            if out["role"] not in ("server", "trainer"):
-                raise ValueError(f"role must be server or trainer, not {out['role']!r}")
-        if params.get("speed") is not None:
-            out["speed"] = float(params["speed"])
-            if not 0 < out["speed"] < 1e6:
-                raise ValueError("speed must be positive")
-        if params.get("stage") is not None:
-            out["stage"] = int(params["stage"])
-    except (TypeError, ValueError) as exc:
-        raise ControlError(f"invalid role settings: {exc}") from None
-    return out or None
-
-
-def _diffusion_spec(spec: dict[str, Any]) -> tuple[bytes, bytes]:
-    """A diffusion run's spec bytes with its partition fitted and named, and the artifact."""
-    from peertrain.swarm.diffusion.run_partition import with_partition
-    from peertrain.swarm.errors import SwarmError
-
-    try:
-        built, artifact = with_partition(spec)
-    except (SwarmError, TypeError, ValueError) as exc:
-        raise ControlError(f"invalid run settings: {exc}") from None
-    return built.to_bytes(), artifact
-
-
-def _spec_bytes(mode: str, spec: dict[str, Any]) -> bytes:
-    if mode not in ("diloco", "swarm"):
-        raise ControlError(
-            f"unknown mode {mode!r}; this version trains `diloco`, `swarm` and `diffusion` runs"
-        )
-    from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
-    from peertrain.swarm.models.config import ConfigError
-    from peertrain.swarm.pipeline.run_spec import PipelineSpec
-
-    try:
-        if mode == "swarm":
-            return PipelineSpec.from_settings(_open_pipeline(spec)).to_bytes()
-        return DiLoCoSpec.checked(spec).to_bytes()
-    except (ConfigError, TypeError, ValueError) as exc:
-        raise ControlError(f"invalid run settings: {exc}") from None
-
-
-def _open_pipeline(spec: dict[str, Any]) -> dict[str, Any]:
-    """A SWARM pipeline run is open: any peer with a live member record may call its stages
-    (docs/security.md). An invite pipeline run is refused by name here, never created
-    as an open one that a user believes closed; `admission: open` is what it is anyway."""
-    admission = spec.get("admission", "open")
-    if admission != "open":
-        raise ControlError(
-            f"SWARM pipeline runs have no {admission!r} admission: any peer with a member "
-            "record may call their stages; an invite run trains with --mode diloco"
-        )
-    return {k: v for k, v in spec.items() if k != "admission"}

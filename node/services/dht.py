@@ -222,14 +222,6 @@ class DhtService:
             self.resolved.pop(next(iter(self.resolved)))
         return entry
 
-    def control_methods(self) -> dict[str, Any]:
-        async def resolve_peer(params: dict[str, Any]) -> dict[str, Any]:
-            return await self.resolve_peer(
-                str(params.get("peer", "")), timeout=float(params.get("timeout", 8.0))
-            )
-
-        return {"resolve_peer": resolve_peer}
-
     def status(self) -> DhtServiceStatus:
         stats = dataclasses.asdict(self.dht.statistics())
         stats["resolved"] = dict(self.resolved)

@@ -93,17 +93,28 @@ async def test_a_method_that_fails_on_its_own_bug_answers_internal_error_and_the
     assert await call(path, "echo", {"ok": True}) == {"echo": {"ok": True}}
 
 
-def test_param_checks_types_and_names_the_key():
-    from peertrain.node.params import param
+def test_a_schema_checks_types_bounds_and_names_and_names_the_field():
+    from peertrain.node.api.control_schema import Field, Schema
 
-    assert param({"mib": 16}, "mib", int) == 16
-    assert param({"speed": 2}, "speed", float) == 2.0
-    assert param({}, "role", str, "server") == "server"
-    for params, kind, says in [
-        ({"name": [1]}, str, "'name' must be str, not list"),
-        ({"mib": True}, int, "'mib' must be int, not a boolean"),
-        ({}, str, "missing parameter 'name'"),
+    schema = Schema(
+        Field("mib", int, 16, low=1, high=256),
+        Field("speed", float, None),
+        Field("role", str, "server", choices=("server", "trainer")),
+        Field("name", str),
+    )
+    assert schema.check("m", {"name": "a", "speed": 2}) == {
+        "mib": 16,
+        "speed": 2.0,
+        "role": "server",
+        "name": "a",
+    }
+    for params, says in [
+        ({"name": [1]}, "m: parameter 'name' must be str, not list"),
+        ({"name": "a", "mib": True}, "m: parameter 'mib' must be int, not a boolean"),
+        ({"name": "a", "mib": 0}, "m: parameter 'mib' must be 1..256, not 0"),
+        ({"name": "a", "role": "boss"}, "m: parameter 'role' must be one of server, trainer"),
+        ({}, "m: missing parameter 'name'"),
+        ({"name": "a", "nmae": "b"}, "m: unknown parameter 'nmae' .it takes: mib, speed"),
     ]:
-        key = next(iter(params), "name")
         with pytest.raises(ControlError, match=says):
-            param(params, key, kind)
+            schema.check("m", params)

@@ -6,6 +6,7 @@ tests/e2e/test_sybil_runs_cli.py."""
 from __future__ import annotations
 
 import pytest
+from peertrain.node.api.control_methods import control_methods
 from peertrain.node.errors import ControlError
 from peertrain.testing import open_test_swarm, wait_until
 
@@ -28,7 +29,7 @@ async def test_invite_join_with_the_certificate_then_revoke(tmp_path):
     async with open_test_swarm(3) as (creator, member, stranger):
         session = await creator.runs.create(name="team", mode="diloco", spec=SPEC)
         await wait_until(lambda: session.driver is not None, timeout=30, what="the driver")
-        invite = creator.control_methods()["run.invite"]
+        invite = control_methods(creator)["run.invite"]
         with pytest.raises(ControlError, match="no peer ID"):
             await invite({"peer": "not-a-peer"})
         with pytest.raises(ControlError, match="duration"):
@@ -43,9 +44,9 @@ async def test_invite_join_with_the_certificate_then_revoke(tmp_path):
         assert admission.role(pid(member)) == "member"
         await wait_until(lambda: joined.driver is not None, timeout=30, what="the member's driver")
         with pytest.raises(ControlError, match="creator or an admin"):  # a member certifies nobody
-            await member.control_methods()["run.invite"]({"peer": pid(stranger)})
+            await control_methods(member)["run.invite"]({"peer": pid(stranger)})
 
-        revoked = await creator.control_methods()["run.revoke"]({"peer": pid(member)})
+        revoked = await control_methods(creator)["run.revoke"]({"peer": pid(member)})
         assert revoked["revoked"] and not admission.admits(pid(member))
         assert pid(member) not in session.state.owners()
         # the revocation is the creator's signed delta: the member's own replica learns it too
@@ -62,7 +63,7 @@ async def test_an_open_run_takes_no_invites():
     async with open_test_swarm(1) as (node,):
         await node.runs.create(name="public", mode="diloco", spec={**SPEC, "admission": "open"})
         with pytest.raises(ControlError, match="open"):
-            await node.control_methods()["run.invite"]({"peer": pid(node)})
+            await control_methods(node)["run.invite"]({"peer": pid(node)})
 
 
 async def test_a_swarm_pipeline_run_is_never_created_as_an_invite_run():
@@ -72,7 +73,7 @@ async def test_a_swarm_pipeline_run_is_never_created_as_an_invite_run():
     async with open_test_swarm(1) as (node,):
         pipeline = {"model": "mlp", "dataset": "digits", "stages": 2, "admission": "invite"}
         with pytest.raises(ControlError, match="no 'invite' admission.*--mode diloco"):
-            await node.control_methods()["run.create"](
+            await control_methods(node)["run.create"](
                 {"name": "p", "mode": "swarm", "spec": pipeline}
             )
         assert node.runs.sessions == {} and node.status()["run"] is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from peertrain.node.api.control_methods import control_methods
 from peertrain.node.config import load_config
 from peertrain.node.errors import ControlError
 from peertrain.swarm.export import verify_export
@@ -26,7 +27,7 @@ async def test_an_export_holds_the_groups_model_of_the_round_it_names(tmp_path):
     async with open_test_swarm(1) as (node,):
         session = await node.runs.create(name="tiny", mode="diloco", spec=SPEC)
         await wait_until(lambda: session.status()["finished"], timeout=60, what="two rounds")
-        export = node.control_methods()["run.export"]
+        export = control_methods(node)["run.export"]
         sidecar = await export({"run": "tiny", "out": str(tmp_path / "out")})
         driver = session.driver
         expected = driver.member.layout.named(driver.member.global_params)
