@@ -149,7 +149,7 @@ class Daemon:
             trusted_models=config.trusted_models,
             budget=RunBudget(max_params=config.max_params, max_memory=config.max_memory),
         )
-        self.reachability = ReachabilityCheck(self.host, psk=config.psk)
+        self.reachability = ReachabilityCheck(self.host, psk=config.psk, scoreboard=self.scoreboard)
         self.nat = self._nat_traversal()
 
     def _nat_traversal(self) -> NatTraversal:

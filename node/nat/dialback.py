@@ -20,8 +20,6 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 from multiaddr import Multiaddr
-from peertrain.protocol.errors import ProtocolError
-from peertrain.protocol.framing import read_message, write_message
 from peertrain.protocol.ids import protocol_id
 from peertrain.protocol.messages import Request, Response, message
 from peertrain.protocol.schema import MaxLen
@@ -29,6 +27,8 @@ from peertrain.protocol.schema import MaxLen
 from ..net.addresses import value_of
 from ..net.host import build_host
 from ..net.identity import Identity
+from ..net.penalties import PeerScoreboard
+from ..net.rpc import serve_one
 from ..net.streams import close_quietly
 
 log = logging.getLogger(__name__)
@@ -138,8 +138,9 @@ class DialbackServer:
         psk: str | None = None,
         dial_timeout: float = 3.0,
         max_concurrent: int = 4,
+        scoreboard: PeerScoreboard | None = None,
     ):
-        self.host, self.psk = host, psk
+        self.host, self.psk, self.scoreboard = host, psk, scoreboard
         self.dial_timeout = dial_timeout
         self._limiter = trio.CapacityLimiter(max_concurrent)
         self._serving: set[str] = set()  # bounded by max_concurrent (others are refused)
@@ -155,15 +156,21 @@ class DialbackServer:
             await close_quietly(stream)  # busy or nothing to dial: the client asks elsewhere
             return
         self._serving.add(key)  # one check at a time per peer, so one peer cannot hog us
+
+        async def handle(request: DialbackRequest) -> DialbackResponse:
+            return await self.answer(peer, remote[0], request)
+
         try:
             async with self._limiter:
-                request = await read_message(
-                    stream, DialbackRequest, idle_timeout=self.dial_timeout
+                await serve_one(
+                    stream,
+                    key,
+                    DialbackRequest,
+                    handle,
+                    scoreboard=self.scoreboard,
+                    idle_timeout=self.dial_timeout,
+                    label=str(DIALBACK),
                 )
-                response = await self.answer(peer, remote[0], request)
-                await write_message(stream, response, idle_timeout=self.dial_timeout)
-        except ProtocolError as exc:
-            log.debug("dial-back request from %s: %s", peer, exc)
         finally:
             self._serving.discard(key)
             await close_quietly(stream)

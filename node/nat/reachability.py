@@ -44,6 +44,7 @@ from ..net.addresses import value_of
 from ..net.budget import ip_prefix
 from ..net.connections import direct_conns, remote_addr
 from ..net.notifee import ConnectionEvents
+from ..net.penalties import PeerScoreboard
 from .dialback import (
     DIALBACK,
     MAX_CANDIDATES,
@@ -224,13 +225,14 @@ class ReachabilityCheck:
         serve: bool = True,
         psk: str | None = None,
         circuits: Callable[[], list[str]] | None = None,
+        scoreboard: PeerScoreboard | None = None,  # penalises a malformed dial-back request
     ):
         self.host = host
         self.circuits = circuits  # the relay addresses we hold reservations on, when relays run
         self.min_servers, self.max_servers = min_servers, max_servers
         self.interval, self.retry, self.timeout = interval, retry, timeout
         self.server = (
-            DialbackServer(host, psk=psk) if serve else None
+            DialbackServer(host, psk=psk, scoreboard=scoreboard) if serve else None
         )  # a private network dials back with its key
         self.current = Reachability(status="unknown", text="reachability not checked yet")
         self._answers: list[tuple[str, DialbackResponse]] = []  # of the check that set `current`

@@ -1,16 +1,31 @@
 """Request/response over libp2p streams: one stream per request, one message each way.
 
-`serve` registers a handler class for a protocol ID: every inbound stream is read with a size
-limit and a timeout, decoded at the edge into the declared request type, answered, and closed.
-A peer that sends garbage gets an `ErrorResponse` when possible and a penalty always; the node
-goes on. Concurrency is bounded per peer and in total, so a flood of streams waits in line
-instead of growing memory. `request` is the client side, with the same limits.
+The one convention for a protocol that answers one request per stream: `serve_one` reads the
+request with a size limit and an idle timeout, decoded at the edge into the declared types;
+a peer that sends garbage is penalised (`BAD_MESSAGE_PENALTY`, when it is misbehaviour rather
+than a slow or dropped link) and gets no answer; the handler's answer is sent back, and a
+handler that fails on our own bug is answered `INTERNAL` and logged, so the node goes on.
+`RpcServer` is `serve_one` behind `StreamSlots` (concurrency bounded per peer and in total, so a
+flood of streams waits in line instead of growing memory) for a handler `(peer, request) ->
+response`; `request` is the client side, with the same limits. Protocols that need more around
+the exchange call `serve_one` themselves: the pipeline (node/runs/pipeline_transport.py: tensor
+payloads read after the request and written after the reply, as an `Answer`'s `then`) and
+dial-back (node/nat/dialback.py: one check per peer, refused when busy, the caller's IP).
+
+Streams that are not one request and one response keep their own shape:
+- tensors (node/services/tensors.py, protocol/tensor_transfer.py): one request, then a bulk
+  stream paced against a deadline and a minimum rate; a slow reader loses its slot unpenalised;
+- DHT channels (dht/channels.py): many requests on one long-lived stream, in the dht layer,
+  which does not import node/ (its own bans and per-peer stream counts);
+- the relay hop (node/nat/relays/hop.py): libp2p's circuit relay v2, upstream's protobuf
+  handler, which we only pace and bound.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import NamedTuple
 
 import trio
 from libp2p.abc import IHost, INetStream
@@ -58,26 +73,61 @@ class RpcServer:
                 await self._answer(stream.muxed_conn.peer_id, stream)
 
     async def _answer(self, peer: ID, stream: INetStream) -> None:
+        async def handle(request: Request) -> Response:
+            return await self.handler(peer, request)
+
         with trio.move_on_after(self.timeout):
-            try:
-                request = await read_message(stream, self.request_type, idle_timeout=self.timeout)
-            except ProtocolError as exc:
-                if is_misbehaviour(exc):
-                    self.scoreboard.penalise(
-                        peer.to_base58(), BAD_MESSAGE_PENALTY, f"{self.pid}: {exc}"
-                    )
-                return
-            try:
-                response = await self.handler(peer, request)
-            except Exception:
-                # our bug, but one that a remote request triggers: answering INTERNAL keeps the
-                # node (and libp2p's swarm, which runs this handler) alive; the traceback is logged
-                log.exception("%s: handler failed on a request from %s", self.pid, peer)
-                response = refuse(request, ErrorCode.INTERNAL, "internal error")
-            try:
-                await write_message(stream, response, idle_timeout=self.timeout)
-            except ProtocolError as exc:
-                log.debug("%s: could not answer %s: %s", self.pid, peer, exc)
+            await serve_one(
+                stream,
+                peer.to_base58(),
+                self.request_type,
+                handle,
+                scoreboard=self.scoreboard,
+                idle_timeout=self.timeout,
+                label=str(self.pid),
+            )
+
+
+class Answer(NamedTuple):
+    """A reply and what follows it on the stream (`then`: tensor payloads, say)."""
+
+    reply: Response
+    then: Callable[[], Awaitable[None]] | None = None
+
+
+async def serve_one(
+    stream: INetStream,
+    peer: str,
+    request_types: type[Request] | tuple[type[Request], ...],
+    handle: Callable[[Request], Awaitable[Response | Answer]],
+    *,
+    scoreboard: PeerScoreboard | None,
+    idle_timeout: float,
+    label: str,
+) -> None:
+    """Read one request from `peer`, answer it with `handle`, send the answer: see the module
+    docstring. The caller bounds the whole exchange and closes the stream."""
+    try:
+        request = await read_message(stream, request_types, idle_timeout=idle_timeout)
+    except ProtocolError as exc:
+        if scoreboard is not None and is_misbehaviour(exc):
+            scoreboard.penalise(peer, BAD_MESSAGE_PENALTY, f"{label}: {exc}")
+        log.debug("%s: unreadable request from %s: %s", label, peer, exc)
+        return
+    try:
+        answer = await handle(request)
+    except Exception:
+        # our bug, but one that a remote request triggers: answering INTERNAL keeps the node
+        # (and libp2p's swarm, which runs this handler) alive; the traceback is logged
+        log.exception("%s: handler failed on a request from %s", label, peer)
+        answer = refuse(request, ErrorCode.INTERNAL, "internal error")
+    reply, then = answer if isinstance(answer, Answer) else (answer, None)
+    try:
+        await write_message(stream, reply, idle_timeout=idle_timeout)
+        if then is not None:
+            await then()
+    except ProtocolError as exc:
+        log.debug("%s: could not answer %s: %s", label, peer, exc)
 
 
 async def request(

@@ -12,7 +12,8 @@ costs `timeout`, never a stuck microbatch.
 Streams reuse the one connection libp2p keeps per peer (Yamux), so a call costs a stream open
 plus one round trip, not a dial.
 
-Server (`PipelineHandler`): decodes a request at the edge and calls this node's `StageService`
+Server (`PipelineHandler`, on node/net/rpc.py's `serve_one` like every request/response
+protocol): decodes a request at the edge and calls this node's `StageService`
 (swarm/pipeline/stage_service.py), the same methods the in-process network calls. Remote
 misbehaviour never stops the server: a request for a run we are not in, or for a stage we do
 not serve, is refused (`ErrorResponse`; a small penalty for the wrong stage: an honest trainer
@@ -25,7 +26,6 @@ call by a moment (it retries elsewhere until we see it), a stranger's never arri
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
 import torch
@@ -58,10 +58,8 @@ from peertrain.swarm.pipeline.wire import (
 )
 
 from ..net.penalties import PeerScoreboard, is_misbehaviour
-from ..net.rpc import refuse
+from ..net.rpc import Answer, refuse, serve_one
 from ..net.stream_limits import StreamSlots
-
-log = logging.getLogger(__name__)
 
 WRONG_STAGE = 101  # ErrorResponse code: the server serves another stage (it may just have moved)
 BAD_INPUT_PENALTY = 25.0
@@ -221,39 +219,45 @@ class PipelineHandler:
                 await self._answer(peer, stream)
 
     async def _answer(self, peer: str, stream: INetStream) -> None:
-        try:
-            req = await read_message(
-                stream, (StageCall, GradientsRequest, StateRequest), idle_timeout=IDLE_TIMEOUT
-            )
-        except ProtocolError as exc:
-            self._penalise_if_bad(peer, exc)
-            return
+        async def handle(req: Request) -> Answer:
+            reply, prepared = await self._respond(peer, req, stream)
+            if isinstance(reply, ErrorResponse):
+                self.service.refused += 1
+
+            async def payloads() -> None:
+                await write_payloads(stream, prepared, idle_timeout=IDLE_TIMEOUT)
+
+            return Answer(reply, payloads if prepared else None)
+
+        await serve_one(
+            stream,
+            peer,
+            (StageCall, GradientsRequest, StateRequest),
+            handle,
+            scoreboard=self.scoreboard,
+            idle_timeout=IDLE_TIMEOUT,
+            label="pipeline",
+        )
+
+    async def _respond(self, peer: str, req: Request, stream: INetStream):
+        """(reply, prepared tensors) for one decoded request; a refusal for what we cannot or
+        will not serve (a stranger, a bad payload, another stage, a stage that is not ready)."""
         if req.run == self.run_id and not await self._member(peer):
             self.dropped_calls += 1  # before its tensors are read or anything is computed
             self.scoreboard.penalise(peer, NON_MEMBER_PENALTY, "pipeline: call from a non-member")
-            self.service.refused += 1
-            reply = refuse(req, ErrorCode.NOT_FOUND, "you are no member of this run")
-            await self._send(peer, stream, reply, ())
-            return
+            return refuse(req, ErrorCode.NOT_FOUND, "you are no member of this run"), ()
         try:
-            reply, prepared = await self._dispatch(peer, req, stream)
+            return await self._dispatch(peer, req, stream)
         except ProtocolError as exc:  # a payload too big, forged or cut short; bad tensor values
             self._penalise_if_bad(peer, exc)
-            reply, prepared = refuse(req, ErrorCode.BAD_REQUEST, str(exc)), ()
+            return refuse(req, ErrorCode.BAD_REQUEST, str(exc)), ()
         except WrongStage as exc:
             if not exc.moved:
                 reason = f"pipeline: stage {req.stage} asked of {self.service.stage}"
                 self.scoreboard.penalise(peer, WRONG_STAGE_PENALTY, reason)
-            reply, prepared = refuse(req, WRONG_STAGE, str(exc)), ()
+            return refuse(req, WRONG_STAGE, str(exc)), ()
         except NotServing as exc:
-            reply, prepared = refuse(req, ErrorCode.BUSY, str(exc)), ()
-        except Exception:  # noqa: BLE001 — our bug, but one a remote request triggers: answer
-            # INTERNAL and keep serving (as node/net/rpc.py does); the traceback is logged
-            log.exception("pipeline: handler failed on a request from %s", peer)
-            reply, prepared = refuse(req, ErrorCode.INTERNAL, "internal error"), ()
-        if isinstance(reply, ErrorResponse):
-            self.service.refused += 1
-        await self._send(peer, stream, reply, prepared)
+            return refuse(req, ErrorCode.BUSY, str(exc)), ()
 
     async def _member(self, peer: str) -> bool:
         with trio.move_on_after(MEMBER_GRACE):
@@ -261,13 +265,6 @@ class PipelineHandler:
                 await trio.sleep(0.1)
             return True
         return False
-
-    async def _send(self, peer: str, stream: INetStream, reply, prepared) -> None:
-        try:
-            await write_message(stream, reply, idle_timeout=IDLE_TIMEOUT)
-            await write_payloads(stream, prepared, idle_timeout=IDLE_TIMEOUT)
-        except ProtocolError as exc:
-            log.debug("pipeline: could not answer %s: %s", peer, exc)
 
     async def _dispatch(self, peer: str, req: Request, stream: INetStream):
         """(reply, prepared tensors) for one decoded request."""

@@ -180,3 +180,26 @@ async def test_dial_back_probes_never_show_among_the_clients_peers():
         # at the very moment each probe's handshake completed, it was not among the peers
         assert all(set(peers) <= servers_ids for _, peers in inbound.seen)
         assert set(check.peers()) == servers_ids
+
+
+async def test_a_malformed_dial_back_request_is_penalised_and_the_server_serves_on():
+    """Dial-back answers on node/net/rpc.py's `serve_one`: garbage costs its sender, as on every
+    request/response protocol (it was only logged before)."""
+    from peertrain.node.nat.dialback import DIALBACK
+    from peertrain.node.net.penalties import PeerScoreboard
+    from peertrain.protocol.framing import HEADER
+
+    board = PeerScoreboard()
+    async with (
+        running_host(["/ip4/127.0.0.1/tcp/0"]) as server,
+        running_host(["/ip4/127.0.0.1/tcp/0"]) as client,
+        trio.open_nursery() as nursery,
+    ):
+        await nursery.start(ReachabilityCheck(server, interval=3600, scoreboard=board).run)
+        await connect_all(client, [server])
+        stream = await client.new_stream(server.get_id(), [str(DIALBACK)])
+        await stream.write(HEADER.pack(6) + b"\xc1" * 6)  # 0xc1: never valid msgpack
+        with trio.fail_after(10):
+            while board.score(client.get_id().to_base58()) < 20:  # noqa: ASYNC110
+                await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()
