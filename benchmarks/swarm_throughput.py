@@ -1,6 +1,6 @@
 """SWARM pipeline throughput with heterogeneous servers, and int8 vs fp32 stage boundaries.
 
-In process (swarm/pipeline/harness.py: the daemons' own stage services on a memory transport):
+In process (testing/pipeline_harness.py: the daemons' own stage services on a memory transport):
 real torch compute of a digits MLP cut into 3 stages, each call padded to
 base_seconds · cost · rows / speed to model slower machines (forward cost 1, backward 2.5).
 Every stage has servers at speeds 1:2:4.
@@ -55,9 +55,9 @@ from peertrain.swarm.data.digits import DigitsDatasetConfig  # noqa: E402
 from peertrain.swarm.data.text import TextDatasetConfig  # noqa: E402
 from peertrain.swarm.models.gpt import GPTConfig  # noqa: E402
 from peertrain.swarm.models.mlp import MLPConfig  # noqa: E402
-from peertrain.swarm.pipeline.harness import SwarmSpec, evaluate, open_in_process_swarm  # noqa: E402
 from peertrain.swarm.pipeline.trainer import PipelineTrainer  # noqa: E402
 from peertrain.swarm.pipeline.wiring import BACKWARD_COST  # noqa: E402
+from peertrain.testing.pipeline_harness import SwarmSpec, evaluate, open_in_process_swarm  # noqa: E402
 
 STAGES = 3
 SPEEDS = (1.0, 2.0, 4.0)

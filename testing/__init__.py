@@ -25,6 +25,9 @@ May import every layer; no product layer imports it (tests/test_layering.py). Th
     netns.py          network-namespace worlds with NAT routers (root only)
     attacks.py        Attacker: garbage frames, floods, slowloris, Sybil waves
     pipelines.py      through_stages: one microbatch through stage servers by hand
+    pipeline_memory.py   MemoryStageNetwork: both pipeline transports in one process
+    pipeline_harness.py  open_in_process_swarm: a whole SWARM pipeline run on it
+    pipeline_local_run.py  run_local: one in-process pipeline run and its throughput report
     plugin.py         the pytest fixtures
 """
 

@@ -25,9 +25,11 @@ Modules, each one concept:
     stage_checkpointing.py  a stage service's checkpoints every few rounds; resuming from them
                    when no live server of the stage can hand its state
     trainer_loop.py   a trainer of a run: wiring kept in step with RunState, static phase, steps
-    memory.py      both transports in one process: callers reach StageServices directly
-    harness.py     a whole swarm in one process: the real services and loops on memory.py
-    local_run.py   one in-process run with the report of `peertrain swarm local --mode swarm`
+
+In one process, for tests and benchmarks only (testing/, which no product layer imports):
+testing/pipeline_memory.py (both transports: callers reach StageServices directly),
+testing/pipeline_harness.py (a whole swarm: the real services and loops on it) and
+testing/pipeline_local_run.py (one in-process run with a throughput report).
 
 On the network (node/, which may import libp2p; this package may not), thin adapters only:
 

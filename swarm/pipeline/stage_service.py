@@ -18,8 +18,8 @@ What it does, each piece from this package:
   settled view; a joiner takes the stage with the most need, the same way.
 
 Who calls it does not matter here: the node's libp2p stream handler (node/runs/
-pipeline_transport.py) and the in-process network (memory.py) call the same `forward`,
-`backward`, `loss_backward`, `contribution` and `export_state`, and hand it a
+pipeline_transport.py) and the in-process network (testing/pipeline_memory.py) call the same
+`forward`, `backward`, `loss_backward`, `contribution` and `export_state`, and hand it a
 `StagePeerTransport` to reach the stage's other servers. A call for a stage it does not serve
 raises `WrongStage`; bad input from the caller raises `DecodeError` (the caller is to blame).
 """

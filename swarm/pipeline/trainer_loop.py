@@ -1,9 +1,9 @@
 """A trainer in a SWARM run: its wiring kept in step with RunState, a static phase, the step loop.
 
 The trainer is trainer.py's `PipelineTrainer` with whatever `StageTransport` it is given (the
-node's libp2p one, node/runs/pipeline_transport.py, or the in-process one, memory.py); this loop
-keeps its wiring told of the servers. Every half second it reads the stage servers from
-RunState (membership.py) and:
+node's libp2p one, node/runs/pipeline_transport.py, or the in-process one,
+testing/pipeline_memory.py); this loop keeps its wiring told of the servers. Every half second
+it reads the stage servers from RunState (membership.py) and:
 
 - announces a server new to its stage (it enters at the stage's minimum virtual load);
 - brings back a server it excluded after a failed call once that server has renewed its record

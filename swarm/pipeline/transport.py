@@ -1,9 +1,10 @@
 """The interfaces between pipeline trainers and stage servers, and between a stage's servers.
 
 Neither the trainer nor the stage service talks to sockets; each is given a transport. The
-in-process one (memory.py) calls the peers' `StageService`s directly; the network one
-(node/runs/pipeline_transport.py) sends the same requests over `/peertrain/pipeline/1.0.0`
-(wire.py) to a daemon, whose stream handler calls its `StageService` the same way.
+in-process one (testing/pipeline_memory.py) calls the peers' `StageService`s directly; the
+network one (node/runs/pipeline_transport.py) sends the same requests over
+`/peertrain/pipeline/1.0.0` (wire.py) to a daemon, whose stream handler calls its
+`StageService` the same way.
 
 A trainer's `StageTransport`, three calls:
 

@@ -8,7 +8,7 @@ import trio
 from peertrain.swarm.data.text import TextDatasetConfig
 from peertrain.swarm.models.gpt import GPTConfig
 from peertrain.swarm.pipeline.checkpoint import StageCheckpoint, StageCheckpoints
-from peertrain.swarm.pipeline.harness import SwarmSpec, evaluate, open_in_process_swarm
+from peertrain.testing.pipeline_harness import SwarmSpec, evaluate, open_in_process_swarm
 
 GPT = GPTConfig(n_layer=3, n_embd=32, n_head=2, block_size=16)
 

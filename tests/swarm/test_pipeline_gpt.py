@@ -9,11 +9,11 @@ import torch
 from peertrain.protocol.errors import DecodeError
 from peertrain.swarm.models.gpt import GPTConfig
 from peertrain.swarm.pipeline.boundary import pack
-from peertrain.swarm.pipeline.harness import SwarmSpec, evaluate, open_in_process_swarm
 from peertrain.swarm.pipeline.run_spec import PipelineSpec
 from peertrain.swarm.pipeline.slices import stage_slices
 from peertrain.swarm.pipeline.stage import StageServer
 from peertrain.testing import through_stages
+from peertrain.testing.pipeline_harness import SwarmSpec, evaluate, open_in_process_swarm
 
 CONFIG = GPTConfig(n_layer=3, n_embd=32, n_head=2, block_size=16)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 import trio
 from peertrain.swarm.data.digits import DigitsDatasetConfig
-from peertrain.swarm.pipeline.harness import SwarmSpec, open_in_process_swarm
 from peertrain.testing import wait_until
+from peertrain.testing.pipeline_harness import SwarmSpec, open_in_process_swarm
 
 # calls padded to 16 ms per forward of 16 rows: the pad, not the noise of a loaded machine, is
 # what the servers measure and announce, so equal servers look equal to the rebalancing rule

@@ -3,7 +3,7 @@ trainer loops on a memory transport): its report, with a static phase and a kill
 
 from __future__ import annotations
 
-from peertrain.swarm.pipeline.local_run import LocalRunConfig, run_local
+from peertrain.testing.pipeline_local_run import LocalRunConfig, run_local
 
 
 async def test_local_run_with_a_kill_reports_no_loss_and_falling_loss() -> None:

@@ -7,7 +7,7 @@ import statistics
 
 import trio
 from peertrain.swarm.data.digits import DigitsDatasetConfig
-from peertrain.swarm.pipeline.harness import SwarmSpec, evaluate, open_in_process_swarm
+from peertrain.testing.pipeline_harness import SwarmSpec, evaluate, open_in_process_swarm
 
 MICROBATCHES = 360
 

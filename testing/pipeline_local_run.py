@@ -5,7 +5,7 @@ stage services dealt round-robin over S stages (speeds cycled over them, as `--s
 T trainer loops sharing the microbatches, each opening with `static_seconds` of a fixed
 pipeline (the `static_throughput` baseline), optional kill of one server of stage 1 at
 `kill_at` seconds into the SWARM phase, optional rebalancing by the servers' own loops. The
-services and trainer loops are the daemons' own (harness.py), so `throughput`,
+services and trainer loops are the daemons' own (pipeline_harness.py), so `throughput`,
 `ideal_throughput` and `static_throughput` mean the same in both; tests and benchmarks use it
 where process start-up and loopback overhead would drown what they measure.
 """
@@ -17,10 +17,10 @@ from dataclasses import asdict, dataclass, field
 import trio
 from peertrain.swarm.data.digits import DigitsDatasetConfig
 from peertrain.swarm.models.mlp import MLPConfig
+from peertrain.swarm.pipeline.trainer_loop import TrainerLoop
+from peertrain.swarm.pipeline.wiring import BACKWARD_COST
 
-from .harness import InProcessSwarm, SwarmSpec, evaluate, open_in_process_swarm
-from .trainer_loop import TrainerLoop
-from .wiring import BACKWARD_COST
+from .pipeline_harness import InProcessSwarm, SwarmSpec, evaluate, open_in_process_swarm
 
 PHASE_POLL = 0.02
 

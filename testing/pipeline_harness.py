@@ -3,8 +3,8 @@
 Tests and benchmarks need many heterogeneous, killable servers without processes or sockets. Each
 server here is the daemon's own `StageService` (stage_service.py: serve lock, padding to
 `base_seconds · work / speed`, throughput measurement, averaging rounds with drift repair,
-state downloads, the rebalancing rule), reached through `MemoryStageNetwork` (memory.py) instead
-of libp2p, and deciding from one shared `RunState` (every peer's replica, converged at once:
+state downloads, the rebalancing rule), reached through `MemoryStageNetwork` (pipeline_memory.py)
+instead of libp2p, and deciding from one shared `RunState` (every peer's replica, converged at once:
 what gossip gives the daemons a moment later). Trainers are a `PipelineTrainer` over
 `swarm.transport` whose wiring follows RunState through the trainer loop's `WiringSync`
 (`attach`, `new_trainer`), or whole `TrainerLoop`s (`add_trainer`), as a trainer daemon runs.
@@ -32,17 +32,17 @@ from peertrain.crdt.writer import RunWriter
 from peertrain.swarm.models.config import config_to_dict
 from peertrain.swarm.models.gpt import GPTConfig
 from peertrain.swarm.models.mlp import MLPConfig
+from peertrain.swarm.pipeline.checkpoint import StageCheckpoints
+from peertrain.swarm.pipeline.membership import PipelinePeer, servers
+from peertrain.swarm.pipeline.rebalance import Move, StageView
+from peertrain.swarm.pipeline.run_spec import PipelineSpec
+from peertrain.swarm.pipeline.stage import StageServer
+from peertrain.swarm.pipeline.stage_service import StageService
+from peertrain.swarm.pipeline.trainer import PipelineTrainer, TrainerConfig
+from peertrain.swarm.pipeline.trainer_loop import TrainerLoop, WiringSync
+from peertrain.swarm.pipeline.wiring import PipelineWiring
 
-from .checkpoint import StageCheckpoints
-from .membership import PipelinePeer, servers
-from .memory import MemoryStageNetwork
-from .rebalance import Move, StageView
-from .run_spec import PipelineSpec
-from .stage import StageServer
-from .stage_service import StageService
-from .trainer import PipelineTrainer, TrainerConfig
-from .trainer_loop import TrainerLoop, WiringSync
-from .wiring import PipelineWiring
+from .pipeline_memory import MemoryStageNetwork
 
 RUN_ID = "in-process-swarm"
 SETTLE_TIMEOUT = 10.0

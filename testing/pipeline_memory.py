@@ -19,12 +19,11 @@ from typing import TypeVar
 import torch
 import trio
 from peertrain.protocol.errors import DecodeError
-
-from .averaging import StageContribution, StageState
-from .boundary import BoundaryTensor
-from .errors import NotServing, ServerUnavailable, WrongStage
-from .stage_service import StageService
-from .wiring import PeerKey
+from peertrain.swarm.pipeline.averaging import StageContribution, StageState
+from peertrain.swarm.pipeline.boundary import BoundaryTensor
+from peertrain.swarm.pipeline.errors import NotServing, ServerUnavailable, WrongStage
+from peertrain.swarm.pipeline.stage_service import StageService
+from peertrain.swarm.pipeline.wiring import PeerKey
 
 T = TypeVar("T")
 
