@@ -23,13 +23,18 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from ..daemon import Daemon
+from libp2p.abc import IHost
+
+from ..net.identity import Identity
 from ..runs.diffusion_sample import MAX_SAMPLES, MAX_STEPS
 from ..runs.invites import DEFAULT_EXPIRES, invite, revoke
+from ..runs.manager import RunManager
 from ..runs.session import RunSession
 from ..services import payload_check
+from ..services.dht import DhtService
+from ..services.tensors import TensorStore
 from .control import Handler
 from .control_schema import Field, Schema
 
@@ -45,32 +50,44 @@ BUDGET = (Field("max_params", int, None, low=1), Field("max_memory", int, None, 
 ENTER = (*ROLE, *BUDGET, Field("data", str, None))  # what run.create and run.join share
 
 
+class ControlledNode(Protocol):
+    """What of the daemon the control methods reach (node/daemon.py's `Daemon` has it)."""
+
+    runs: RunManager
+    dht: DhtService
+    identity: Identity
+    host: IHost
+    tensor_store: TensorStore
+
+    def status(self) -> Any: ...
+
+
 @dataclass(frozen=True)
 class ControlMethod:
     """A method's parameters and what it does with them, checked."""
 
     schema: Schema
-    call: Callable[[Daemon, dict[str, Any]], Awaitable[Any]]
+    call: Callable[[ControlledNode, dict[str, Any]], Awaitable[Any]]
 
 
-def control_methods(daemon: Daemon) -> dict[str, Handler]:
-    """The control socket's handlers for `daemon`: each checks its params, then calls."""
-    return {name: _bound(name, method, daemon) for name, method in METHODS.items()}
+def control_methods(node: ControlledNode) -> dict[str, Handler]:
+    """The control socket's handlers for `node` (a daemon): each checks its params, then calls."""
+    return {name: _bound(name, method, node) for name, method in METHODS.items()}
 
 
-def _bound(name: str, method: ControlMethod, daemon: Daemon) -> Handler:
+def _bound(name: str, method: ControlMethod, node: ControlledNode) -> Handler:
     async def handle(params: dict[str, Any]) -> Any:
-        return await method.call(daemon, method.schema.check(name, params))
+        return await method.call(node, method.schema.check(name, params))
 
     return handle
 
 
-async def _status(daemon: Daemon, _: dict[str, Any]) -> Any:
-    return daemon.status()
+async def _status(node: ControlledNode, _: dict[str, Any]) -> Any:
+    return node.status()
 
 
-async def _run_create(daemon: Daemon, p: dict[str, Any]) -> dict[str, str]:
-    runs = daemon.runs
+async def _run_create(node: ControlledNode, p: dict[str, Any]) -> dict[str, str]:
+    runs = node.runs
     runs.trust_model(p["spec"].get("model"))  # the local user named it (run create --model)
     session = await runs.create(
         name=p["name"],
@@ -78,69 +95,69 @@ async def _run_create(daemon: Daemon, p: dict[str, Any]) -> dict[str, str]:
         spec=p["spec"],
         role=_role(p),
         data=p["data"],
-        budget=_budget(daemon, p),
+        budget=_budget(node, p),
     )
     return _entered(session)
 
 
-async def _run_join(daemon: Daemon, p: dict[str, Any]) -> dict[str, str]:
-    daemon.runs.trust_model(p["model"])  # run join --model
-    session = await daemon.runs.join(
+async def _run_join(node: ControlledNode, p: dict[str, Any]) -> dict[str, str]:
+    node.runs.trust_model(p["model"])  # run join --model
+    session = await node.runs.join(
         p["name"],
         timeout=p["timeout"],
         role=_role(p),
         data=p["data"],
-        budget=_budget(daemon, p),
+        budget=_budget(node, p),
         certificate=p["certificate"],
     )
     return _entered(session)
 
 
-async def _run_list(daemon: Daemon, p: dict[str, Any]) -> dict[str, Any]:
-    return {"runs": await daemon.runs.directory.list_runs(within=p["timeout"])}
+async def _run_list(node: ControlledNode, p: dict[str, Any]) -> dict[str, Any]:
+    return {"runs": await node.runs.directory.list_runs(within=p["timeout"])}
 
 
-async def _run_leave(daemon: Daemon, p: dict[str, Any]) -> dict[str, str]:
-    return _entered(daemon.runs.leave(p["run"]))
+async def _run_leave(node: ControlledNode, p: dict[str, Any]) -> dict[str, str]:
+    return _entered(node.runs.leave(p["run"]))
 
 
-async def _run_export(daemon: Daemon, p: dict[str, Any]) -> dict[str, Any]:
-    return await daemon.runs.export(p["run"], p["out"], p["format"])
+async def _run_export(node: ControlledNode, p: dict[str, Any]) -> dict[str, Any]:
+    return await node.runs.export(p["run"], p["out"], p["format"])
 
 
-async def _run_sample(daemon: Daemon, p: dict[str, Any]) -> dict[str, str]:
-    return {"text": await daemon.runs.sample_text(p["run"], p["prompt"], p["tokens"])}
+async def _run_sample(node: ControlledNode, p: dict[str, Any]) -> dict[str, str]:
+    return {"text": await node.runs.sample_text(p["run"], p["prompt"], p["tokens"])}
 
 
-async def _run_invite(daemon: Daemon, p: dict[str, Any]) -> dict[str, Any]:
-    session, identity = daemon.runs.session_named(p["run"]), daemon.identity
+async def _run_invite(node: ControlledNode, p: dict[str, Any]) -> dict[str, Any]:
+    session, identity = node.runs.session_named(p["run"]), node.identity
     me = identity.peer_id.to_base58()
     return invite(
         session, me, identity.key_pair, peer=p["peer"], role=p["role"], expires=p["expires"]
     )
 
 
-async def _run_revoke(daemon: Daemon, p: dict[str, Any]) -> dict[str, Any]:
-    me = daemon.identity.peer_id.to_base58()
-    return revoke(daemon.runs.session_named(p["run"]), me, p["peer"])
+async def _run_revoke(node: ControlledNode, p: dict[str, Any]) -> dict[str, Any]:
+    me = node.identity.peer_id.to_base58()
+    return revoke(node.runs.session_named(p["run"]), me, p["peer"])
 
 
-async def _diffusion_sample(daemon: Daemon, p: dict[str, Any]) -> dict[str, Any]:
+async def _diffusion_sample(node: ControlledNode, p: dict[str, Any]) -> dict[str, Any]:
     draw = {k: p[k] for k in ("n", "steps", "strategy", "seed", "out")}
-    return await daemon.runs.sampler.sample(p["run"], draw, timeout=p["timeout"], fresh=p["fresh"])
+    return await node.runs.sampler.sample(p["run"], draw, timeout=p["timeout"], fresh=p["fresh"])
 
 
-async def _resolve_peer(daemon: Daemon, p: dict[str, Any]) -> Any:
-    return await daemon.dht.resolve_peer(p["peer"], timeout=p["timeout"])
+async def _resolve_peer(node: ControlledNode, p: dict[str, Any]) -> Any:
+    return await node.dht.resolve_peer(p["peer"], timeout=p["timeout"])
 
 
-async def _debug_offer(daemon: Daemon, p: dict[str, Any]) -> dict[str, Any]:
-    return await payload_check.offer(daemon.tensor_store, p["mib"])
+async def _debug_offer(node: ControlledNode, p: dict[str, Any]) -> dict[str, Any]:
+    return await payload_check.offer(node.tensor_store, p["mib"])
 
 
-async def _debug_fetch(daemon: Daemon, p: dict[str, Any]) -> dict[str, Any]:
+async def _debug_fetch(node: ControlledNode, p: dict[str, Any]) -> dict[str, Any]:
     return await payload_check.fetch(
-        daemon.host, daemon.dht, p["peer"], p["checksum"], timeout=p["timeout"]
+        node.host, node.dht, p["peer"], p["checksum"], timeout=p["timeout"]
     )
 
 
@@ -154,10 +171,10 @@ def _role(p: dict[str, Any]) -> dict[str, Any] | None:
     return role or None
 
 
-def _budget(daemon: Daemon, p: dict[str, Any]):
+def _budget(node: ControlledNode, p: dict[str, Any]):
     """This node's budget, with what the call asks for instead."""
     asked = {k: p[k] for k in ("max_params", "max_memory") if p[k] is not None}
-    return dataclasses.replace(daemon.runs.budget, **asked)
+    return dataclasses.replace(node.runs.budget, **asked)
 
 
 def _timeout(default: float) -> Field:
