@@ -163,9 +163,10 @@ class RunState:
                 f"delta signed by {signer} writes slots of {sorted(strangers)[:3]}"
             )
         horizon = self.wall_ms() + self.limits.max_drift_ms
-        for _, stamp, _ in delta.members.registers():
+        stamps = [*delta.members.registers(), *delta.scores.registers()]
+        for _, stamp, _ in stamps:
             if stamp.wall_ms > horizon:
-                raise ClockDrift(f"member stamp of {signer} lies too far in the future")
+                raise ClockDrift(f"a stamp of {signer} lies too far in the future")
         self._check_admitted(signer, delta)
         if signer not in self._owners and len(self._owners) >= self.limits.max_owners:
             self.collect()

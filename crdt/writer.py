@@ -23,6 +23,7 @@ from .orset import AWORSet
 from .records import BanVote, CheckpointRef, MemberInfo
 from .rundoc import RunDoc
 from .runstate import RunState
+from .scorecard import ScoreCard
 
 
 class RunWriter:
@@ -87,6 +88,11 @@ class RunWriter:
 
     def add_progress(self, amount: int) -> RunDoc:
         return self._write(lambda d: RunDoc.of(progress=d.progress.increment(self.peer_id, amount)))
+
+    def publish_scores(self, card: ScoreCard) -> RunDoc:
+        """Our score card (crdt/scorecard.py), replacing the one before."""
+        stamp = self.clock.now()
+        return self._write(lambda d: RunDoc.of(scores=d.scores.set(self.peer_id, card, stamp)))
 
     def provide_checkpoint(self, round: int, content_hash: bytes) -> RunDoc:
         ref = CheckpointRef(round=round, content_hash=content_hash)

@@ -77,5 +77,6 @@ def _add_fault_options(p: argparse.ArgumentParser) -> None:
         metavar="NAME[,NAME…]",
         help="their attack, cycled over them: updates: sign-flip, sign-flip-10, scaled, noise, "
         "alie, ipm, random, nan; states: future-round, poisoned-state; gossip: announce-flood "
-        "(256 fresh keys announce ahead of every round)",
+        "(256 fresh keys announce ahead of every round); free riders: zero, copy; A/B@R: A "
+        "until round R, then B (e.g. zero/scaled@10, honest/sign-flip-10@10)",
     )

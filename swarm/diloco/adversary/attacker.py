@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import trio
 from peertrain.swarm.diloco.adversary.forger import Forger, build_forger
+from peertrain.swarm.diloco.adversary.free_rider import FreeRider, Scheduled
 from peertrain.swarm.diloco.adversary.hostile_states import HostileStates, hostile_states
 from peertrain.swarm.diloco.group.driver import DiLoCoDriver
 from peertrain.swarm.diloco.member.member import DiLoCoMember
@@ -15,7 +16,7 @@ from peertrain.swarm.diloco.member.member import DiLoCoMember
 
 @dataclass(slots=True)
 class Attacker:
-    forger: Forger | None
+    forger: Forger | FreeRider | Scheduled | None
     hostile: HostileStates | None
 
     @property
@@ -38,4 +39,4 @@ def adversary_for(attack: str | None) -> Callable[[DiLoCoDriver], Attacker] | No
     """The attacker of `--attack NAME` for a driver; None for an honest member."""
     if not attack:
         return None
-    return lambda driver: Attacker(build_forger(attack), hostile_states(attack, driver))
+    return lambda driver: Attacker(build_forger(attack, driver), hostile_states(attack, driver))

@@ -38,9 +38,23 @@ class Forger:
 GOSSIP_ATTACKS = ("announce-flood",)  # on the gossip itself (node/runs/announce_flood.py)
 
 
-def build_forger(name: str | None) -> Forger | None:
-    """The forger of `--attack NAME`; None for an honest member, or one whose attack is on
-    state agreement, not on its updates (hostile_states.py)."""
+def build_forger(name: str | None, driver=None):
+    """The forger of `--attack NAME`; None for an honest member (`honest`, or no name), or one
+    whose attack is on state agreement, not on its updates (hostile_states.py). Free riders and
+    `A/B@R` schedules: free_rider.py (`driver`: where a copier finds updates to copy)."""
+    from peertrain.swarm.diloco.adversary.free_rider import (
+        FREE_RIDES,
+        FreeRider,
+        Scheduled,
+        parse_schedule,
+    )
     from peertrain.swarm.diloco.adversary.hostile_states import STATE_ATTACKS
 
-    return Forger(name) if name and name not in (*STATE_ATTACKS, *GOSSIP_ATTACKS) else None
+    if not name or name == "honest" or name in (*STATE_ATTACKS, *GOSSIP_ATTACKS):
+        return None
+    if (schedule := parse_schedule(name)) is not None:
+        before, after, switch = schedule
+        return Scheduled(build_forger(before, driver), build_forger(after, driver), switch)
+    if name in FREE_RIDES:
+        return FreeRider(name, driver)
+    return Forger(name)

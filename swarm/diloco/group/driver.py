@@ -24,7 +24,8 @@ from peertrain.swarm.diloco.group.adoption import StateDownloads, TensorTranspor
 from peertrain.swarm.diloco.group.adversary_seam import Adversary
 from peertrain.swarm.diloco.group.progress import DriverProgress
 from peertrain.swarm.diloco.group.replay import RoundReplay
-from peertrain.swarm.diloco.group.roster import CountedGroup, Roster
+from peertrain.swarm.diloco.group.roster import CountedGroup, roster_for
+from peertrain.swarm.diloco.group.scoring import group_scoring, rating_reader
 from peertrain.swarm.diloco.group.sharded_updates import sharded_round, sharded_updates
 from peertrain.swarm.diloco.group.state_sync import StateSync
 from peertrain.swarm.diloco.group.trust import TrustedStates, install_admission
@@ -82,8 +83,10 @@ class DiLoCoDriver:
         # an attested state failing for two round deadlines makes its signers unreliable
         patience = 2 * spec.round_timeout
         self.trust = TrustedStates(self.state, self.admission, peer_id, patience=patience)
-        self.roster = self._roster()
+        self.scoring = group_scoring(spec, peer_id, replicator, self.admission, built, gossip)
+        self.roster = roster_for(spec, self.admission, rated=rating_reader(self.scoring))
         self.group = CountedGroup(self.state, self.admission, self.roster, peer_id)
+        self.group.scores_probation = self.scoring is not None and self.scoring.scorer is not None
         self.downloads = StateDownloads(
             me=peer_id,
             state=self.state,
@@ -128,16 +131,6 @@ class DiLoCoDriver:
             progress=self.progress,
             checkpoints=self.checkpoints,
             thread=self._thread,
-        )
-
-    def _roster(self) -> Roster:
-        """Open runs: a rate and a cap, anchors always in; invite runs: certified members only."""
-        invite = self.admission.invite
-        return Roster(
-            max_members=self.spec.max_members,
-            admit_per_round=None if invite else self.spec.admit_per_round,
-            protected=() if invite else self.admission.anchors,
-            first_round=self.spec.min_members,
         )
 
     # -- service --------------------------------------------------------------------------------
@@ -232,12 +225,15 @@ class DiLoCoDriver:
         waiting = self.progress.waiting
         if waiting is not None and waiting.what == "members' updates":
             waiting.have, waiting.need = self.gossip.received(self.member.round)
-        return self.progress.status(
+        status = self.progress.status(
             rounds=self.spec.rounds,
             inner_step=self.member.inner.step,
             inner_steps=self.spec.inner_steps,
             download=self.downloads.current,
         )
+        if self.scoring is not None:
+            status["scores"] = self.scoring.status(self.roster.counted, self.roster.probation)
+        return status
 
     # -- who counts -----------------------------------------------------------------------------
 
@@ -255,7 +251,8 @@ class DiLoCoDriver:
             return
         round_ = self.member.round
         group = self.group.of_round(round_, salt=self.sync.served or b"")
-        self.built.use_shard(self.spec.shard_in(self.peer_id, set(group)))
+        dealt, salt = group | self.roster.probation, self.sync.served or b""
+        self.built.use_shard(self.spec.shard_for(self.peer_id, set(dealt), salt))
         self.progress.inner_start, self.progress.phase = self.member.inner.step, "inner steps"
         started = time.perf_counter()
         payload = await self._thread(self.member.prepare_update)
@@ -306,11 +303,14 @@ class DiLoCoDriver:
         # the anchors closing this very round meanwhile is the usual race: apply and agree
         if await self._overtaken(round_ + 1):
             return None
-        contributions = [c for c in contributions if c.sender in group]
+        pulled, contributions = contributions, [c for c in contributions if c.sender in group]
         self._alone(round_, [c.sender for c in contributions])
         self.replay.closed(contributions)
         self.progress.phase = "outer step"
         outer_started = time.perf_counter()
+        if self.scoring is not None:  # before the step: θ_global is still the round's start
+            probation, salt = self.roster.probation, self.sync.served or b""
+            await self.scoring.rate(self._thread, round_, pulled, group, probation, salt)
         report = await self._thread(self.member.apply_update, contributions)
         self.progress.outer_seconds = time.perf_counter() - outer_started
         self.roster.contributed({c.sender for c in contributions})

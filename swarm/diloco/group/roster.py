@@ -7,6 +7,13 @@ and holds at most `max_members`: N Sybils take N / admit_per_round rounds to arr
 which honest rounds go on, and never exceed the cap. Anchors are never kept out, and a member's
 first group may hold the quorum the creator signed (`min_members`) at once.
 
+With contribution scores (`rated`: the scorers' ratings, group/scoring.py), arriving is not
+enough: a newcomer counts only once it has earned a rating, the best-rated first, and a member
+whose rating collapsed stops counting. Until then it is a candidate, and up to
+`admit_per_round` candidates a round are on probation: the scorers pull and rate their updates,
+candidates part-way through their evaluation first, unrated ones next, refused ones last. The
+run's founding quorum (round 0) counts at once, as without scores.
+
 Newcomers are ranked by a hash of (round, state checksum the round starts from, peer ID): every
 member that agrees on the start state computes the same roster, and nobody can grind IDs for a
 good rank before that state exists. In invite runs only certified members are candidates and no
@@ -16,10 +23,15 @@ rate applies (the creator already chose them).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from peertrain.crdt.admission import Admission
 from peertrain.crdt.runstate import RunState
+from peertrain.crdt.scorecard import Rating
+from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
+from peertrain.swarm.scoring.rating import collapsed, earned, refused
+
+Rated = Callable[[str], Rating | None]
 
 
 class Roster:
@@ -32,6 +44,7 @@ class Roster:
         admit_per_round: int | None,
         protected: Iterable[str] = (),
         first_round: int = 1,
+        rated: Rated | None = None,
     ) -> None:
         self.max_members = max_members
         self.admit_per_round = admit_per_round  # None: no rate (invite runs)
@@ -39,15 +52,21 @@ class Roster:
         self.protected = frozenset(protected)
         self.round = -1
         self.counted: frozenset[str] = frozenset()
+        self.rated = rated  # contribution scores: whose work earned a place (None: off)
+        self.probation: frozenset[str] = frozenset()  # candidates the scorers rate this round
 
     def advance(self, round_: int, candidates: set[str], salt: bytes) -> frozenset[str]:
         """The group of `round_`, from the live members holding its start state (`candidates`).
         Computed once per round: later calls for the same round return the same group."""
         if round_ == self.round:
             return self.counted
-        kept = {p for p in self.counted if p in candidates}
+        kept = {p for p in self.counted if p in candidates and not self._collapsed(p)}
         kept |= self.protected & candidates
-        newcomers = sorted(candidates - kept, key=lambda p: _rank(round_, salt, p))
+        founding = round_ == 0 or self.rated is None  # the signed quorum needs no rating
+        eligible = candidates - kept
+        if not founding:
+            eligible = {p for p in eligible if earned(self._rating(p))}
+        newcomers = sorted(eligible, key=lambda p: self._order(round_, salt, p))
         room = max(self.max_members - len(kept), 0)
         if self.admit_per_round is not None:
             rate = self.admit_per_round
@@ -55,7 +74,34 @@ class Roster:
                 rate = max(rate, self.first_round - len(kept))
             room = min(room, rate)
         self.round, self.counted = round_, frozenset(kept | set(newcomers[:room]))
+        self.probation = self._probation(round_, salt, candidates - self.counted)
         return self.counted
+
+    def _rating(self, peer: str) -> Rating | None:
+        return self.rated(peer) if self.rated is not None else None
+
+    def _collapsed(self, peer: str) -> bool:
+        return peer not in self.protected and collapsed(self._rating(peer))
+
+    def _order(self, round_: int, salt: bytes, peer: str) -> tuple[float, bytes]:
+        """Best-rated first (all equal without scores), then the unguessable hash."""
+        rating = self._rating(peer)
+        return (-rating.rating if rating is not None else 0.0, _rank(round_, salt, peer))
+
+    def _probation(self, round_: int, salt: bytes, candidates: set[str]) -> frozenset[str]:
+        if self.rated is None:
+            return frozenset()
+
+        def order(peer: str) -> tuple[int, bytes]:
+            rating = self._rating(peer)
+            if rating is None:
+                tier = 1
+            else:
+                tier = 2 if refused(rating) else 0  # part-way through first
+            return tier, _rank(round_, salt, peer)
+
+        slots = self.admit_per_round or self.max_members
+        return frozenset(sorted(candidates, key=order)[:slots])
 
     def contributed(self, senders: set[str]) -> None:
         """After a round: whoever was counted but sent nothing in time is a newcomer again (a
@@ -67,6 +113,19 @@ class Roster:
         """Take `members` (capped) as the last round's group: a joiner's start, or the group of
         a trusted record whose round we applied again."""
         self.counted = frozenset(sorted(members)[: self.max_members]) | (self.protected & members)
+
+
+def roster_for(spec: DiLoCoSpec, admission: Admission, *, rated: Rated | None) -> Roster:
+    """Open runs: a rate and a cap, anchors always in (with contribution scores, newcomers
+    count once `rated` says so); invite runs: certified members only, no rate."""
+    invite = admission.invite
+    return Roster(
+        max_members=spec.max_members,
+        admit_per_round=None if invite else spec.admit_per_round,
+        protected=() if invite else admission.anchors,
+        first_round=spec.min_members,
+        rated=rated,
+    )
 
 
 def _rank(round_: int, salt: bytes, peer: str) -> bytes:
@@ -89,6 +148,7 @@ class CountedGroup:
 
     def __init__(self, state: RunState, admission: Admission, roster: Roster, me: str) -> None:
         self.state, self.admission, self.roster, self.me = state, admission, roster, me
+        self.scores_probation = False  # a scorer pulls the probationers' updates too
 
     def candidates(self, round_: int) -> set[str]:
         """Live members (admitted ones, in invite runs) that hold a state of `round_`, and us."""
@@ -110,7 +170,10 @@ class CountedGroup:
         good (seen in the churn run; announcing an older state costs a stranger no more than
         announcing the newest, and the rate still applies)."""
         candidates = self.candidates(round_) | self.candidates(round_ - 1) | self.live_counted()
-        return self.roster.advance(round_, candidates, salt) | {self.me}
+        counted = self.roster.advance(round_, candidates, salt)
+        if self.roster.rated is not None and self.me not in counted:
+            return counted  # with scores, an uncounted member's update is not ours to add either
+        return counted | {self.me}
 
     def expected(self, round_: int) -> set[str]:
         """Whose updates round `round_` waits for: the counted group's live members."""
@@ -122,5 +185,11 @@ class CountedGroup:
         return {p for p in self.roster.counted if self.state.is_live(p)}
 
     def may_send(self, peer: str) -> bool:
-        """Whose updates the gossip pulls (and whom it asks for copies): the counted group."""
-        return peer == self.me or (peer in self.roster.counted and self.state.is_live(peer))
+        """Whose updates the gossip pulls (and whom it asks for copies): the counted group, and
+        for a scorer (`scores_probation`) the candidates on probation too."""
+        if peer == self.me:
+            return True
+        listed = peer in self.roster.counted or (
+            self.scores_probation and peer in self.roster.probation
+        )
+        return listed and self.state.is_live(peer)

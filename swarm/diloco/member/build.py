@@ -118,6 +118,18 @@ def run_follower(
     return follow(loop, lambda shard: _shard_batches(spec, dataset, shard)), model
 
 
+def probe_batches(built: BuiltMember, *, pool: int):
+    """What contribution scores probe with (swarm/scoring/probe.py): a pool of `pool` held-out
+    batches, and batch-by-step of any training shard (batches of 64, as the held-out ones)."""
+    spec, dataset = built.spec, built.dataset
+    heldout = dataset.eval_batches(batch_size=64, max_batches=pool)
+
+    def shard_batches(shard: int):
+        return dataset.train_batches(shard, spec.num_shards, batch_size=64, seed=spec.seed).batch
+
+    return heldout, shard_batches
+
+
 def inner_config(spec: DiLoCoSpec, precision: str = "fp32") -> InnerConfig:
     return InnerConfig(
         steps=spec.inner_steps,

@@ -22,6 +22,7 @@ what they were before these fields existed.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
@@ -47,7 +48,13 @@ STREAMING_DEFAULTS: dict[str, Any] = {
 }
 # fields left out of the encoded spec at their defaults, so specs written before they existed
 # keep their bytes (and run IDs), and older peers read new specs that do not use them
-OPTIONAL_DEFAULTS: dict[str, Any] = {**STREAMING_DEFAULTS, "exchange": "gather"}
+OPTIONAL_DEFAULTS: dict[str, Any] = {
+    **STREAMING_DEFAULTS,
+    "exchange": "gather",
+    "scoring": "off",
+    "score_batches": 4,
+}
+SCORINGS = ("off", "anchors")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,6 +88,10 @@ class DiLoCoSpec(RunSpec):
     # how members trade updates: gather (each pulls every update) or sharded (each owns a
     # shard: about 2 × the update per member per round at any group size; linear rules only)
     exchange: str = "gather"
+    # contribution scores (open runs): "anchors" score every update they pull on seeded probe
+    # batches and newcomers count only once rated (swarm/scoring/); "off": counted by arrival
+    scoring: str = "off"
+    score_batches: int = 4  # probe batches per probe (held-out, the sender's shard) per update
     # Streaming DiLoCo (config.StreamingConfig): P fragments syncing in turn, outer steps τ
     # inner steps late, mixed by α, Eager; `round_seconds` > 0: a round is a compute window of
     # that many seconds (each member takes the steps it can) instead of `inner_steps` steps
@@ -113,6 +124,12 @@ class DiLoCoSpec(RunSpec):
             raise ConfigError(
                 f"exchange must be one of {', '.join(EXCHANGES)}, got {self.exchange!r}"
             )
+        if self.scoring not in SCORINGS:
+            raise ConfigError(f"scoring must be one of {', '.join(SCORINGS)}, got {self.scoring!r}")
+        if not 1 <= self.score_batches <= 64:
+            raise ConfigError("score_batches must be 1..64")
+        if self.scoring != "off" and (self.exchange != "gather" or self.streaming):
+            raise ConfigError("scoring needs the gather exchange and whole rounds (fragments 1)")
         if self.exchange == "sharded" and (self.aggregator not in LINEAR_RULES or self.streaming):
             raise ConfigError(
                 "exchange 'sharded' needs a linear aggregator (auto, mean, multi-krum, flag) "
@@ -170,6 +187,16 @@ class DiLoCoSpec(RunSpec):
         `num_shards` members."""
         ranked = sorted(members | {peer_id})
         return ranked.index(peer_id) % self.num_shards
+
+    def shard_for(self, peer_id: str, members: set[str], salt: bytes) -> int:
+        """The shard `peer_id` trains on in the round that starts from checksum `salt`. With
+        contribution scores, a hash of (salt, peer): anyone can tell which shard an update was
+        due to fit whatever group it sees, and nobody can pick its shard before the round's
+        start exists; without, distinct shards among `members` (`shard_in`)."""
+        if self.scoring == "off":
+            return self.shard_in(peer_id, members)
+        digest = hashlib.blake2b(salt + peer_id.encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big") % self.num_shards
 
     def shard_of(self, peer_id: str) -> int:
         from peertrain.swarm.data import seeded_int

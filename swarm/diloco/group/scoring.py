@@ -1,0 +1,181 @@
+"""Contribution scores in a DiLoCo group: who scores, whose cards decide, who is on probation.
+
+With `scoring = "anchors"` (an open run's spec), the anchors are the scorers: each round they
+pull the counted updates and those of a few candidates on probation, rate every sender
+(swarm/scoring/) before the outer step, and publish their card in the run state. Every member
+reads the live anchors' cards (`rating`) when its roster decides the next group (roster.py):
+newcomers count once rated, a member whose rating collapses stops counting, and the anchors
+themselves always count. Probationers train and send like anyone; only the scorers pull their
+updates, so the extra traffic is the scorers', `admit_per_round` updates a round at most.
+
+Peer IDs cost nothing, but a rating costs rounds of useful work on the sender's own shard,
+judged on batches drawn after the round's start state exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Collection
+from typing import Any
+
+import torch
+import trio
+from peertrain.crdt.admission import Admission
+from peertrain.crdt.replicator import Replicator
+from peertrain.crdt.scorecard import Rating, ScoreCard
+from peertrain.swarm.diloco.member.build import BuiltMember, probe_batches
+from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
+from peertrain.swarm.exchange.errors import ExchangeError
+from peertrain.swarm.exchange.gossip import UpdateGossip
+from peertrain.swarm.exchange.interface import Contribution
+from peertrain.swarm.scoring.probe import Probe
+from peertrain.swarm.scoring.rating import consensus
+from peertrain.swarm.scoring.scorer import Scorer
+
+log = logging.getLogger(__name__)
+
+HELDOUT_POOL = 32  # held-out batches the probes draw from
+PROBATION_GRACE = 2.0  # seconds a scorer waits past the round's close for probationers' updates
+
+
+class GroupScoring:
+    """One member's part in contribution scores: scoring (if it is a scorer) and reading."""
+
+    def __init__(
+        self,
+        *,
+        spec: DiLoCoSpec,
+        me: str,
+        replicator: Replicator,
+        admission: Admission,
+        built: BuiltMember,
+        gossip: UpdateGossip,
+    ) -> None:
+        self.spec, self.me, self.replicator, self.admission = spec, me, replicator, admission
+        self.state = replicator.state
+        self.scorers = admission.trusted_attesters()
+        self.scorer: Scorer | None = None
+        self.gossip = gossip
+        self.missing: frozenset[str] = frozenset()  # probationers silent in the last round
+        self.member = built.member
+        if me in self.scorers:
+            member = built.member
+            heldout, shard_batches = probe_batches(built, pool=HELDOUT_POOL)
+            probe = Probe(
+                member.model,
+                heldout=heldout,
+                shard_batches=shard_batches,
+                batches=spec.score_batches,
+            )
+            own = self.state.doc.scores.get(me)
+            self.scorer = Scorer(probe, member.encoder.codec, member.layout.numel, own)
+
+    def cards(self) -> list[ScoreCard]:
+        """The live scorers' cards (ours included)."""
+        live = self.state.members()
+        cards = sorted(self.state.doc.scores.items())
+        return [card for peer, card in cards if peer in self.scorers and peer in live]
+
+    def rating(self, peer: str) -> Rating | None:
+        """`peer` as the scorers rate it (rating.consensus of their cards)."""
+        return consensus(self.cards(), peer)
+
+    async def rate(
+        self,
+        thread: Callable[..., Awaitable[Any]],
+        round_: int,
+        contributions: Collection[Contribution],
+        group: Collection[str],
+        probation: Collection[str],
+        salt: bytes,
+    ) -> None:
+        """Rate this round's senders on the torch thread (`thread`) against our θ_global, which
+        must still be the round's start, and publish our card on the event loop."""
+        if self.scorer is None:
+            return
+        contributions = await self._late_probationers(round_, contributions, probation)
+        theta = self.member.global_params
+        card = await thread(
+            lambda: self.score(round_, theta, contributions, group, probation, salt)
+        )
+        self.publish(card)
+
+    async def _late_probationers(
+        self, round_: int, pulled: Collection[Contribution], probation: Collection[str]
+    ) -> list[Contribution]:
+        """The round closes when the counted updates are in; a probationer's may follow within
+        `PROBATION_GRACE` seconds (fetched by the checksum it signed). One that sends nothing
+        by then is rated on nothing (`MISSING`): a slot held by silence goes to the next."""
+        out = list(pulled)
+        waiting = set(probation) - {c.sender for c in out} - {self.me}
+        with trio.move_on_after(PROBATION_GRACE if waiting else 0):
+            while waiting:
+                for peer in sorted(waiting):
+                    with contextlib.suppress(LookupError, ExchangeError):
+                        payload = await self.gossip.fetch_update(round_, peer, [peer])
+                        out.append(Contribution(sender=peer, payload=payload))
+                        waiting.discard(peer)
+                if waiting:
+                    await trio.sleep(0.1)
+        self.missing = frozenset(waiting)
+        return out
+
+    def score(
+        self,
+        round_: int,
+        theta: torch.Tensor,
+        contributions: Collection[Contribution],
+        group: Collection[str],
+        probation: Collection[str],
+        salt: bytes,
+    ) -> ScoreCard | None:
+        """Rate this round's senders (torch thread, before the outer step): our new card, for
+        `publish` on the event loop, or None (not a scorer, or nothing learnt this round)."""
+        if self.scorer is None:
+            return None
+        payloads = {c.sender: c.payload for c in contributions}
+        counted, dealt = set(group), set(group) | set(probation)  # shards go to both (driver)
+        shards = {p: self.spec.shard_for(p, dealt, salt) for p in payloads}
+        reference = counted & set(payloads)  # the rated group: probationers are not its yardstick
+        missing = self.missing - set(payloads)
+        return self.scorer.score(round_, theta, payloads, shards, reference, salt, missing=missing)
+
+    def publish(self, card: ScoreCard | None) -> None:
+        if card is not None:
+            self.replicator.writer.publish_scores(card)
+
+    def status(self, counted: Collection[str], probation: Collection[str]) -> dict:
+        """For status: counted and probation sizes, our view of the ratings, our scoring cost."""
+        ratings = {
+            p: round(r.rating, 3)
+            for p in sorted(set(counted) | set(probation))
+            if (r := self.rating(p)) is not None
+        }
+        out: dict = {"counted": len(counted), "probation": len(probation), "ratings": ratings}
+        if self.scorer is not None:
+            s = self.scorer.statistics
+            out["evaluations"] = s.last_evaluations
+            out["seconds"] = round(s.last_seconds, 3)
+        return out
+
+
+def group_scoring(
+    spec: DiLoCoSpec,
+    me: str,
+    replicator: Replicator,
+    admission: Admission,
+    built: BuiltMember,
+    gossip: UpdateGossip,
+) -> GroupScoring | None:
+    """The group's scoring when the run's spec asks for it (open runs only: an invite run's
+    creator already chose who counts)."""
+    if spec.scoring == "off" or admission.invite:
+        return None
+    return GroupScoring(
+        spec=spec, me=me, replicator=replicator, admission=admission, built=built, gossip=gossip
+    )
+
+
+def rating_reader(scoring: GroupScoring | None) -> Callable[[str], Rating | None] | None:
+    return scoring.rating if scoring is not None else None

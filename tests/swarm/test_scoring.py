@@ -1,0 +1,134 @@
+"""Contribution scores (issue 34): a place in an open run is earned by useful work on one's own
+shard, judged on batches drawn after the round starts, not by holding a peer ID."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import trio
+from libp2p.crypto.ed25519 import create_new_key_pair
+from peertrain.crdt.errors import ForbiddenWrite
+from peertrain.crdt.hlc import Stamp
+from peertrain.crdt.rundoc import RunDoc
+from peertrain.crdt.scorecard import SCORE_CARD, Rating, ScoreCard
+from peertrain.protocol.errors import DecodeError
+from peertrain.swarm.diloco.group.roster import Roster
+from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
+from peertrain.swarm.models.config import ConfigError
+from peertrain.swarm.scoring.rating import ADMIT_RATING, MIN_EVALUATIONS
+from peertrain.testing.diloco_drivers import digits_spec, open_driver_group
+from peertrain.testing.scoring_group import run_scored
+from peertrain.testing.waiting import wait_until
+
+
+def _rating(peer: str, rating: float, evaluations: int = MIN_EVALUATIONS, last: float = 1.0):
+    return Rating(peer=peer, rating=rating, evaluations=evaluations, last=last)
+
+
+def test_free_riders_copiers_and_noise_rate_below_every_honest_member():
+    """Three honest members count; an honest newcomer and one free rider of each kind are on
+    probation and rated by the first member, on real inner steps (digits MLP)."""
+    spec = DiLoCoSpec(
+        model="mlp",
+        dataset="digits",
+        inner_steps=20,
+        batch_size=16,
+        lr=1e-3,
+        warmup_steps=5,
+        num_shards=8,
+    )
+    riders = {k: 1 for k in ("zero", "copy", "replay", "noise", "other-shard", "honest")}
+    run = run_scored(spec, honest=3, riders=riders, rounds=5)
+    honest = run.final("member") + run.final("honest")
+    riders_rated = [r for kind in riders if kind != "honest" for r in run.final(kind)]
+    assert min(honest) >= ADMIT_RATING, run.ratings[-1]
+    assert max(riders_rated) < ADMIT_RATING, run.ratings[-1]
+    assert max(riders_rated) < min(honest)
+    assert run.scoring_seconds < run.training_seconds  # scoring costs less than training
+
+
+def test_newcomers_count_once_rated_and_a_collapsed_member_stops_counting():
+    ratings: dict[str, Rating] = {}
+    roster = Roster(max_members=8, admit_per_round=2, protected={"anchor"}, rated=ratings.get)
+    everyone = {"anchor", "a", "b", "c", "d"}
+    assert roster.advance(0, everyone, b"s") >= {"anchor"}  # the founding quorum needs no rating
+    roster.counted = frozenset({"anchor", "a"})
+    assert roster.advance(1, everyone, b"s") == {"anchor", "a"}  # nobody else rated yet
+    assert roster.probation == {"b", "c"} or len(roster.probation) == 2
+    ratings["b"] = _rating("b", 0.9)
+    ratings["c"] = _rating("c", 0.9, evaluations=1)  # part-way: not yet
+    ratings["d"] = _rating("d", 0.05)  # rated and refused
+    assert roster.advance(2, everyone, b"s") == {"anchor", "a", "b"}
+    assert "c" in roster.probation  # part-way candidates keep their slot first
+    ratings["a"] = _rating("a", 0.9, last=-1.0)  # one harmful update
+    ratings["anchor"] = _rating("anchor", 0.0)  # anchors always count
+    assert roster.advance(3, everyone, b"s") == {"anchor", "b"}
+
+
+def test_a_score_card_is_its_scorers_alone_bounded_and_finite():
+    card = ScoreCard(round=3, ratings=(_rating("a", 0.5), _rating("b", -0.2)))
+    assert SCORE_CARD.decode(SCORE_CARD.encode(card)) == card
+    for bad in ([3, [["a", math.nan, 1, 0.0, ""]]], [3, [["b", 1.0, 1, 0.0, ""]] * 2], [3, []]):
+        if bad[1]:
+            with pytest.raises(DecodeError):
+                SCORE_CARD.decode(bad)
+    with pytest.raises(DecodeError):
+        SCORE_CARD.decode([1, [["p", 1.0, 1, 0.0, ""]] * 257])
+    doc = RunDoc()
+    delta = RunDoc.of(scores=doc.scores.set("victim", card, Stamp(1, 0, "forger")))
+    assert delta.writers() == {"victim", "forger"}  # signed by forger: ForbiddenWrite below
+    from peertrain.crdt.runstate import RunState
+
+    with pytest.raises(ForbiddenWrite):
+        RunState("run").check_remote("forger", delta)
+    # a document without cards keeps the four-field encoding (and its digests)
+    assert len(RunDoc().to_wire()) == 4 and len(delta.to_wire()) == 5
+    assert RunDoc.from_wire(delta.to_wire(), max_owners=2) == delta
+
+
+def test_scoring_needs_the_gather_exchange_and_whole_rounds():
+    with pytest.raises(ConfigError, match="scoring"):
+        digits_spec(scoring="anchors", exchange="sharded", aggregator="mean")
+    with pytest.raises(ConfigError, match="scoring must be one of"):
+        digits_spec(scoring="everyone")
+    assert digits_spec().to_bytes() == digits_spec(scoring="off").to_bytes()
+
+
+async def test_in_a_scored_open_run_free_riders_never_count_and_honest_joiners_do():
+    """Real drivers, replicated run state and update gossip in one process: the anchor and one
+    founding member, then an honest joiner and two zero-senders arrive after round 0."""
+    spec = digits_spec(
+        inner_steps=20,
+        rounds=7,
+        min_members=2,
+        start_timeout=20,
+        round_timeout=4,
+        scoring="anchors",
+        lr=1e-3,
+    )
+    async with open_driver_group(spec) as group:
+        anchor = await group.member(group.creator)
+        await group.member()
+        with trio.fail_after(60):
+            await wait_until(lambda: anchor.driver.progress.round >= 1, timeout=60)
+        joiner = await group.member(create_new_key_pair())
+        riders = [await group.member(attack="zero") for _ in range(2)]
+        counted_riders: set[str] = set()
+
+        async def watch():
+            while True:
+                counted_riders.update({r.peer_id for r in riders} & anchor.driver.roster.counted)
+                await trio.sleep(0.05)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch)
+            with trio.fail_after(240):
+                await group.finished()
+            nursery.cancel_scope.cancel()
+        card = anchor.driver.scoring.cards()[0]
+        assert not counted_riders
+        assert joiner.peer_id in anchor.driver.roster.counted, card
+        rated = {r.peer: r.rating for r in card.ratings}
+        assert max(rated[r.peer_id] for r in riders) < rated[joiner.peer_id]
+        assert "scores" in anchor.driver.progress_status()
