@@ -28,6 +28,7 @@ from ..errors import ControlError
 from .local_swarm import isolation
 from .processes import DaemonProcess, node_args
 from .swarm_mesh_view import agreement, brief, line, summarise, table
+from .swarm_scores import ScoreWatch
 
 JOIN_TAIL = ["--listen", "/ip4/127.0.0.1/tcp/0", "--log-format", "json"]
 RESTART_AFTER = 3.0  # seconds a killed member stays down
@@ -62,6 +63,7 @@ class MeshSwarm:
         self.first_addr = ""
         self.kills = 0
         self.statuses: list[dict[str, Any] | None] = []
+        self.score_watch = ScoreWatch()  # with contribution scores: what the ratings bought
         self.last_status: list[dict[str, Any] | None] = []
         self.bytes_of_killed = 0
         self.killed: set[int] = set()  # killed by us, waiting for their restart
@@ -163,6 +165,7 @@ class MeshSwarm:
                 self._restart_at[killed] = now + RESTART_AFTER
                 self._next_kill = now + self.options.kill_every
         self.statuses = self.poll()
+        self.score_watch.saw(self.statuses, len(self.statuses) - self.options.byzantine)
         self.notice_refusals()
         for index in self.notice_deaths():
             died = self.died[index]
@@ -319,6 +322,7 @@ class MeshSwarm:
             "rejected_updates": sum(r["rejected_updates"] for r in runs),
             "byzantine": self.options.byzantine,
             "attack": self.options.attack if self.options.byzantine else None,
+            **self.score_watch.report(self.statuses, honest),
         }
 
     def _rounds_alone(self) -> int:

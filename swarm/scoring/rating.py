@@ -21,7 +21,8 @@ a scaled update) earn −1.
 Who counts (the counted group is decided by roster.py from the trusted scorers' cards):
 - a newcomer counts once it has `MIN_EVALUATIONS` evaluated rounds and a rating ≥ `ADMIT_RATING`
   (about three rounds of honest work; a free rider's rating stays near 0 however long it waits);
-- a counted member stops counting when its rating falls below `DROP_RATING`, or at once when
+- a counted member stops counting when its rating falls below `DROP_RATING` (from its second
+  evaluation on), or at once when
   one update was harmful (credit ≤ `HARMFUL`: it raised the held-out loss by as much as the
   group's typical update lowers it);
 - a candidate rated and refused waits behind unrated ones for its next evaluation slot.
@@ -74,10 +75,10 @@ def credit(gain: Gain, reference: float, flag: str = "") -> tuple[float, str]:
         return 0.0, flag
     if gain.heldout == 0.0 and gain.shard == 0.0:  # θ unchanged to the last bit: no work sent
         return 0.0, ZERO
-    normalised = gain.heldout / reference
+    normalised = min(max(gain.heldout / reference, CREDIT_RANGE[0]), CREDIT_RANGE[1])
     if gain.fit / reference <= FIT_MIN:
-        return min(normalised, 0.0), OFF_SHARD
-    return min(max(normalised, CREDIT_RANGE[0]), CREDIT_RANGE[1]), ""
+        return min(normalised, 0.0), OFF_SHARD  # harm still counts; help on others' data does not
+    return normalised, ""
 
 
 def earned(rating: Rating | None) -> bool:
@@ -90,8 +91,12 @@ def earned(rating: Rating | None) -> bool:
 
 
 def collapsed(rating: Rating | None) -> bool:
-    """A counted member whose work no longer earns its place."""
-    return rating is not None and (rating.rating < DROP_RATING or rating.last <= HARMFUL)
+    """A counted member whose work no longer earns its place: a rating below `DROP_RATING`
+    after two evaluations (one round of noise does not end a founding member), or one harmful
+    update."""
+    if rating is None:
+        return False
+    return (rating.evaluations >= 2 and rating.rating < DROP_RATING) or rating.last <= HARMFUL
 
 
 def refused(rating: Rating | None) -> bool:

@@ -146,18 +146,30 @@ class GroupScoring:
             self.replicator.writer.publish_scores(card)
 
     def status(self, counted: Collection[str], probation: Collection[str]) -> dict:
-        """For status: counted and probation sizes, our view of the ratings, our scoring cost."""
-        ratings = {
-            p: round(r.rating, 3)
-            for p in sorted(set(counted) | set(probation))
-            if (r := self.rating(p)) is not None
+        """For status: who counts and who is on probation, every rated peer as the scorers rate
+        it (at most `MAX_RATED` per card), and our own scoring's cost if we score."""
+        cards = self.cards()
+        rated = sorted({r.peer for card in cards for r in card.ratings})
+        ratings = {p: _brief(r) for p in rated if (r := consensus(cards, p)) is not None}
+        out: dict = {
+            "counted": sorted(counted),
+            "probation": sorted(probation),
+            "ratings": ratings,
+            "scored_round": max((card.round for card in cards), default=None),
         }
-        out: dict = {"counted": len(counted), "probation": len(probation), "ratings": ratings}
         if self.scorer is not None:
             s = self.scorer.statistics
-            out["evaluations"] = s.last_evaluations
-            out["seconds"] = round(s.last_seconds, 3)
+            out |= {"evaluations": s.last_evaluations, "seconds": round(s.last_seconds, 3)}
         return out
+
+
+def _brief(rating: Rating) -> dict:
+    return {
+        "rating": round(rating.rating, 3),
+        "evaluations": rating.evaluations,
+        "last": round(rating.last, 3),
+        "flag": rating.flag,
+    }
 
 
 def group_scoring(
