@@ -28,16 +28,18 @@ RATING_BOUND = 1e6  # ratings are normalised gains (about 1 for honest work); an
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Rating:
     """One sender as a scorer rates it: the EMA of its normalised gains, how many rounds were
-    evaluated, the last gain, and a flag for why the last one was not credited ("" if it was)."""
+    evaluated, the last gain, the EMA of its fit to its own shard, and a flag for what the
+    scorer found ("" if nothing)."""
 
     peer: str
     rating: float
     evaluations: int
     last: float
+    fit: float = 0.0  # the EMA of how much better its updates do on its own shard
     flag: str = ""
 
     def __post_init__(self) -> None:
-        for name in ("rating", "last"):
+        for name in ("rating", "last", "fit"):
             value = getattr(self, name)
             if not (math.isfinite(value) and abs(value) <= RATING_BOUND):
                 raise ValueError(f"{name} must be finite and at most {RATING_BOUND:g} in size")
@@ -75,18 +77,22 @@ def _read_number(x: object, what: str) -> float:
 
 
 def _decode_rating(x: Wire) -> Rating:
-    peer, rating, evaluations, last, flag = read_list(x, "rating", max_len=5, length=5)
+    peer, rating, evaluations, last, fit, flag = read_list(x, "rating", max_len=6, length=6)
     return Rating(
         peer=read_peer(peer),
         rating=_read_number(rating, "rating"),
         evaluations=read_int(evaluations, "rating evaluations"),
         last=_read_number(last, "last gain"),
+        fit=_read_number(fit, "fit"),
         flag=read_str(flag, "rating flag", max_len=MAX_FLAG_LEN),
     )
 
 
 def _encode_card(card: ScoreCard) -> Wire:
-    rows = [[r.peer, float(r.rating), r.evaluations, float(r.last), r.flag] for r in card.ratings]
+    rows = [
+        [r.peer, float(r.rating), r.evaluations, float(r.last), float(r.fit), r.flag]
+        for r in card.ratings
+    ]
     return [card.round, rows]
 
 

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 
 import torch
+from peertrain.crdt.scorecard import Rating
 from peertrain.swarm.diloco.member.build import BuiltMember, build_member, probe_batches
 from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
 from peertrain.swarm.exchange.interface import Contribution
@@ -37,6 +38,7 @@ class ScoredRun:
     scoring_seconds: float = 0.0
     training_seconds: float = 0.0  # one member's inner steps, all rounds
     evaluations: int = 0
+    final_ratings: dict[str, Rating] = field(default_factory=dict)  # the scorer's, at the end
 
     def final(self, kind: str) -> list[float]:
         return [r for p, r in self.ratings[-1].items() if self.kinds[p] == kind]
@@ -76,6 +78,7 @@ def run_scored(spec: DiLoCoSpec, *, honest: int, riders: dict[str, int], rounds:
             b.member._prepared = None  # riders computed, but only the counted are aggregated
             b.member.apply_update(contributions)
         out.ratings.append({p: r.rating for p in kinds if (r := scorer.ratings.get(p))})
+    out.final_ratings = {p: r for p in kinds if (r := scorer.ratings.get(p)) is not None}
     return out
 
 

@@ -37,8 +37,14 @@ class ScoreWatch:
         def rated(nodes: range) -> list[float]:
             return [ratings[p]["rating"] for i in nodes if (p := peers[i]) in ratings]
 
+        by_node = [
+            {"node": i, "hostile": i >= honest, **ratings[p]}
+            for i, p in enumerate(peers)
+            if p in ratings
+        ]
         return {
             "scores": {
+                "by_node": by_node,
                 "honest_ratings": rated(range(honest)),
                 "hostile_ratings": rated(range(honest, len(peers))),
                 "hostile_counted_by_round": dict(sorted(self.hostile_counted.items())),

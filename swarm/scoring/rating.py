@@ -1,30 +1,35 @@
-"""From gains to ratings to who counts: credit per round, an EMA over rounds, three thresholds.
+"""From gains to ratings to who counts: credit per round, EMAs over rounds, four thresholds.
 
 Credit normalises a gain by what honest work gains this round, so ratings mean the same early
 in a run (large gains) and late (small ones):
 
     reference = median heldout gain of the counted group's updates (rated honest work)
-    credit_i  = clip(heldout_gain_i / reference, −1, 2), or 0 when it was not the sender's work:
-                a copy of another update of this round or of the last (copies.py), or an update
-                that does no better on its own shard than on held-out data (fit ≤ `FIT_MIN`):
-                inner steps overfit their shard a little, so honest work fits it better (measured
-                on digits: honest fit/reference 0.02 to 2.7, an update trained on another
-                member's shard −1.0 to 0.03, a copy about 0)
+    credit_i  = clip(heldout_gain_i / reference, −1, 2), or 0 when it was not the sender's work
+                (a copy of another update of this round or of the last: copies.py) or changes
+                nothing (a zero update)
+    fit_i     = clip(fit_i / reference, −2, 2): how much better it does on its own shard
 
     rating_i ← rating_i + α · (credit_i − rating_i)        (starting at 0, α = `ALPHA`)
+    fitness_i ← fitness_i + α · (fit_i − fitness_i)
+
+Fit is an average over rounds, not a verdict per round: inner steps overfit their shard a
+little, so honest work fits it better on average, but one round's two probes are noise (on
+digits, honest fit/reference ranged −0.2 to 2.7 in single rounds; an update trained on another
+member's shard −1.0 to 0.1, a copy about 0). On a corpus too large to revisit, honest work
+barely overfits and the fit test loses its power: an update trained on the wrong shard then
+passes for honest work (it still helps the model).
 
 A round whose reference gained nothing, or less than the spread of the reference gains, carries
 no information (the model has converged, or the probes are too noisy to tell): nobody's rating
-moves. Non-finite gains (NaN or an overflow from
-a scaled update) earn −1.
+moves. Non-finite gains (NaN or an overflow from a scaled update) earn −1.
 
 Who counts (the counted group is decided by roster.py from the trusted scorers' cards):
-- a newcomer counts once it has `MIN_EVALUATIONS` evaluated rounds and a rating ≥ `ADMIT_RATING`
-  (about three rounds of honest work; a free rider's rating stays near 0 however long it waits);
+- a newcomer counts once it has `MIN_EVALUATIONS` evaluated rounds, a rating ≥ `ADMIT_RATING`
+  and a fitness > `FIT_MIN` (about three rounds of honest work on its own shard; a free rider's
+  rating stays near 0 however long it waits);
 - a counted member stops counting when its rating falls below `DROP_RATING` (from its second
-  evaluation on), or at once when
-  one update was harmful (credit ≤ `HARMFUL`: it raised the held-out loss by as much as the
-  group's typical update lowers it);
+  evaluation on), or at once when one update was harmful (credit ≤ `HARMFUL`: it raised the
+  held-out loss by as much as the group's typical update lowers it);
 - a candidate rated and refused waits behind unrated ones for its next evaluation slot.
 """
 
@@ -33,22 +38,31 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from peertrain.crdt.scorecard import MAX_RATED, Rating, ScoreCard
 
 from .probe import Gain
+
+
+@dataclass(frozen=True, slots=True)
+class Credit:
+    value: float  # normalised held-out gain, clipped (0 for a copy or a zero update)
+    fit: float  # normalised own-shard advantage, clipped
+    flag: str = ""
+
 
 ALPHA = 0.35
 ADMIT_RATING = 0.4
 MIN_EVALUATIONS = 3
 DROP_RATING = 0.15
 HARMFUL = -1.0
-FIT_MIN = 0.0  # normalised: how much better an update must do on its own shard than held-out
+FIT_MIN = 0.0  # fitness (the fit's EMA) a newcomer needs: better on its own shard than held-out
 CREDIT_RANGE = (-1.0, 2.0)
 
 COPY = "copy"  # the same update as another sender's of this round (the better-fitted one keeps it)
 REPLAY = "replay"  # the same update as one of the last round
-OFF_SHARD = "off-shard"  # trained on data other than its assigned shard
+OFF_SHARD = "off-shard"  # its fitness says it trains on data other than its assigned shard
 NON_FINITE = "non-finite"
 ZERO = "zero"  # the update changes nothing
 MISSING = "missing"  # on probation and sent nothing in time
@@ -67,18 +81,16 @@ def reference_gain(gains: Mapping[str, Gain], reference: Iterable[str]) -> float
     return median if median > 0 and median >= spread else None
 
 
-def credit(gain: Gain, reference: float, flag: str = "") -> tuple[float, str]:
-    """(credit, flag) of one update against the round's reference gain."""
+def credit(gain: Gain, reference: float, flag: str = "") -> Credit:
+    """One update's credit and fit against the round's reference gain."""
     if not (math.isfinite(gain.heldout) and math.isfinite(gain.shard)):
-        return CREDIT_RANGE[0], NON_FINITE
+        return Credit(CREDIT_RANGE[0], 0.0, NON_FINITE)
+    fit = min(max(gain.fit / reference, -2.0), 2.0)
     if flag:  # copies.py found it was somebody else's update
-        return 0.0, flag
+        return Credit(0.0, min(fit, 0.0), flag)
     if gain.heldout == 0.0 and gain.shard == 0.0:  # θ unchanged to the last bit: no work sent
-        return 0.0, ZERO
-    normalised = min(max(gain.heldout / reference, CREDIT_RANGE[0]), CREDIT_RANGE[1])
-    if gain.fit / reference <= FIT_MIN:
-        return min(normalised, 0.0), OFF_SHARD  # harm still counts; help on others' data does not
-    return normalised, ""
+        return Credit(0.0, 0.0, ZERO)
+    return Credit(min(max(gain.heldout / reference, CREDIT_RANGE[0]), CREDIT_RANGE[1]), fit)
 
 
 def earned(rating: Rating | None) -> bool:
@@ -86,6 +98,7 @@ def earned(rating: Rating | None) -> bool:
         rating is not None
         and rating.evaluations >= MIN_EVALUATIONS
         and rating.rating >= ADMIT_RATING
+        and rating.fit > FIT_MIN
         and rating.last > HARMFUL
     )
 
@@ -114,20 +127,22 @@ class Ratings:
     def get(self, peer: str) -> Rating | None:
         return self._by_peer.get(peer)
 
-    def update(self, round_: int, credits: Mapping[str, tuple[float, str]]) -> None:
+    def update(self, round_: int, credits: Mapping[str, Credit]) -> None:
         """Fold one round's credits in (each sender once per round)."""
         if round_ <= self.round:
             return
         self.round = round_
-        for peer, (value, flag) in sorted(credits.items()):
+        for peer, c in sorted(credits.items()):
             old = self._by_peer.pop(peer, None)
-            rating = old.rating if old is not None else 0.0
-            evaluations = old.evaluations if old is not None else 0
+            rating, fit = (old.rating, old.fit) if old is not None else (0.0, 0.0)
+            fit += ALPHA * (c.fit - fit)
+            flag = c.flag or (OFF_SHARD if fit <= FIT_MIN else "")
             self._by_peer[peer] = Rating(
                 peer=peer,
-                rating=rating + ALPHA * (value - rating),
-                evaluations=evaluations + 1,
-                last=value,
+                rating=rating + ALPHA * (c.value - rating),
+                evaluations=(old.evaluations if old is not None else 0) + 1,
+                last=c.value,
+                fit=fit,
                 flag=flag,
             )
         while len(self._by_peer) > MAX_RATED:  # insertion order: least recently rated first
@@ -157,5 +172,6 @@ def consensus(cards: Iterable[ScoreCard], peer: str) -> Rating | None:
         rating=statistics.median_low(r.rating for r in rated),
         evaluations=min(r.evaluations for r in rated),
         last=min(r.last for r in rated),
+        fit=statistics.median_low(r.fit for r in rated),
         flag=next((r.flag for r in rated if r.flag), ""),
     )

@@ -23,7 +23,7 @@ from peertrain.swarm.exchange.codec import Payload, UpdateCodec
 
 from .copies import CopyFinder
 from .probe import Gain, Probe
-from .rating import MISSING, NON_FINITE, Ratings, credit, reference_gain
+from .rating import MISSING, NON_FINITE, Credit, Ratings, credit, reference_gain
 
 
 @dataclass(slots=True)
@@ -61,12 +61,12 @@ class Scorer:
         0). The new card, or None when this round says nothing."""
         started = time.perf_counter()
         deltas: dict[str, torch.Tensor] = {}
-        undecodable: dict[str, tuple[float, str]] = {p: (0.0, MISSING) for p in missing}
+        undecodable: dict[str, Credit] = {p: Credit(0.0, 0.0, MISSING) for p in missing}
         for sender, payload in sorted(payloads.items()):
             try:
                 deltas[sender] = self.codec.decode(payload, self.numel)
             except DecodeError:
-                undecodable[sender] = (-1.0, NON_FINITE)
+                undecodable[sender] = Credit(-1.0, 0.0, NON_FINITE)
         senders = list(deltas)
         measured = self.probe.gains(theta, [(deltas[p], shards[p]) for p in senders], salt)
         gains: dict[str, Gain] = dict(zip(senders, measured, strict=True))

@@ -16,14 +16,14 @@ from peertrain.protocol.errors import DecodeError
 from peertrain.swarm.diloco.group.roster import Roster
 from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
 from peertrain.swarm.models.config import ConfigError
-from peertrain.swarm.scoring.rating import ADMIT_RATING, MIN_EVALUATIONS
+from peertrain.swarm.scoring.rating import MIN_EVALUATIONS, earned
 from peertrain.testing.diloco_drivers import digits_spec, open_driver_group
 from peertrain.testing.scoring_group import run_scored
 from peertrain.testing.waiting import wait_until
 
 
 def _rating(peer: str, rating: float, evaluations: int = MIN_EVALUATIONS, last: float = 1.0):
-    return Rating(peer=peer, rating=rating, evaluations=evaluations, last=last)
+    return Rating(peer=peer, rating=rating, evaluations=evaluations, last=last, fit=0.5)
 
 
 def test_free_riders_copiers_and_noise_rate_below_every_honest_member():
@@ -40,11 +40,14 @@ def test_free_riders_copiers_and_noise_rate_below_every_honest_member():
     )
     riders = {k: 1 for k in ("zero", "copy", "replay", "noise", "other-shard", "honest")}
     run = run_scored(spec, honest=3, riders=riders, rounds=5)
-    honest = run.final("member") + run.final("honest")
-    riders_rated = [r for kind in riders if kind != "honest" for r in run.final(kind)]
-    assert min(honest) >= ADMIT_RATING, run.ratings[-1]
-    assert max(riders_rated) < ADMIT_RATING, run.ratings[-1]
-    assert max(riders_rated) < min(honest)
+    final = run.final_ratings
+    honest = [r for p, r in final.items() if run.kinds[p] in ("member", "honest")]
+    riders_rated = [r for p, r in final.items() if run.kinds[p] not in ("member", "honest")]
+    assert all(earned(r) for r in honest), honest
+    assert not any(earned(r) for r in riders_rated), riders_rated
+    # free riders also rate below every honest member; work on another's shard is told by fit
+    free = [r.rating for r in riders_rated if run.kinds[r.peer] != "other-shard"]
+    assert max(free) < min(r.rating for r in honest)
     assert run.scoring_seconds < run.training_seconds  # scoring costs less than training
 
 
@@ -56,9 +59,9 @@ def test_credit_is_bounded_whatever_the_gain():
     from peertrain.swarm.scoring.rating import credit
 
     for heldout, shard in ((-1e300, -1e301), (-1e300, 5.0), (math.inf, 1.0), (1e300, 1e300)):
-        value, _ = credit(Gain(heldout=heldout, shard=shard), 0.01)
-        assert -1.0 <= value <= 2.0
-        Rating(peer="p", rating=value, evaluations=1, last=value)
+        c = credit(Gain(heldout=heldout, shard=shard), 0.01)
+        assert -1.0 <= c.value <= 2.0
+        Rating(peer="p", rating=c.value, evaluations=1, last=c.value, fit=c.fit)
 
 
 def test_newcomers_count_once_rated_and_a_collapsed_member_stops_counting():
@@ -83,12 +86,16 @@ def test_newcomers_count_once_rated_and_a_collapsed_member_stops_counting():
 def test_a_score_card_is_its_scorers_alone_bounded_and_finite():
     card = ScoreCard(round=3, ratings=(_rating("a", 0.5), _rating("b", -0.2)))
     assert SCORE_CARD.decode(SCORE_CARD.encode(card)) == card
-    for bad in ([3, [["a", math.nan, 1, 0.0, ""]]], [3, [["b", 1.0, 1, 0.0, ""]] * 2], [3, []]):
+    for bad in (
+        [3, [["a", math.nan, 1, 0.0, 0.0, ""]]],
+        [3, [["b", 1.0, 1, 0.0, 0.0, ""]] * 2],
+        [3, []],
+    ):
         if bad[1]:
             with pytest.raises(DecodeError):
                 SCORE_CARD.decode(bad)
     with pytest.raises(DecodeError):
-        SCORE_CARD.decode([1, [["p", 1.0, 1, 0.0, ""]] * 257])
+        SCORE_CARD.decode([1, [["p", 1.0, 1, 0.0, 0.0, ""]] * 257])
     doc = RunDoc()
     delta = RunDoc.of(scores=doc.scores.set("victim", card, Stamp(1, 0, "forger")))
     assert delta.writers() == {"victim", "forger"}  # signed by forger: ForbiddenWrite below

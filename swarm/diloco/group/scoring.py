@@ -168,6 +168,7 @@ def _brief(rating: Rating) -> dict:
         "rating": round(rating.rating, 3),
         "evaluations": rating.evaluations,
         "last": round(rating.last, 3),
+        "fit": round(rating.fit, 3),
         "flag": rating.flag,
     }
 

@@ -1,0 +1,59 @@
+"""Issue 34 end to end: a patient Sybil must out-work the honest members, not out-number them.
+
+Twelve daemons through `peertrain swarm local` (real processes, real libp2p, the run's anchor
+scoring with `--set scoring=anchors`): 4 honest, 8 Sybils that free-ride for 10 rounds (zero
+updates, copies of other members' updates, random directions of an honest norm) and then all
+send updates scaled 1000× or sign-flipped 10× at once. Without scores the Sybils would fill the
+counted group at 4 a round and be its majority when they attack; with them, they are rated on
+seeded probe batches, never earn a place, and are not counted when they attack. The same run
+without Sybils (4 daemons, same spec and seed) is the yardstick for the final loss.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+SWITCH = 10  # the round the Sybils attack from
+FLAGS = [
+    *"--mode diloco --model mlp --dataset digits --batch-size 32 --inner-steps 20".split(),
+    *"--lr 0.003 --rounds 14 --seed 3 --min-members 4 --round-timeout 30".split(),
+    *"--set scoring=anchors --set num_shards=4 --set outer_momentum=0.5".split(),
+]
+PATIENT = ",".join(
+    f"{a}/{b}@{SWITCH}"
+    for a, b in (("zero", "scaled"), ("copy", "sign-flip-10"), ("random", "scaled"))
+)
+
+
+def swarm(tmp_path, name: str, *extra: str) -> dict:
+    report = tmp_path / f"{name}.json"
+    command = [sys.executable, "-m", "peertrain", "swarm", "local", *FLAGS, *extra]
+    command += ["--report", str(report), "--log-format", "plain"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=500)
+    assert done.returncode == 0, done.stdout[-3000:]
+    return json.loads(report.read_text())
+
+
+def test_a_patient_sybil_never_counts_and_its_attack_changes_nothing(tmp_path):
+    clean = swarm(tmp_path, "clean", "--nodes", "4")
+    attacked = swarm(tmp_path, "sybils", "--nodes", "12", "--hostile", "8", "--attack", PATIENT)
+    assert attacked["rounds_completed"] == 14
+    assert len(attacked["state_hashes"]) == 4 and len(set(attacked["state_hashes"])) == 1
+    print(
+        f"final loss: clean {clean['final_loss']:.4f}, with 8 Sybils {attacked['final_loss']:.4f}"
+    )
+    assert attacked["final_loss"] <= 1.05 * clean["final_loss"]
+    scores = attacked["scores"]
+    print(json.dumps(scores["by_node"]))
+    # every honest member above every Sybil, and no Sybil counted from the attack on (founding
+    # members count at once, so two Sybils may hold a place until their first ratings)
+    assert max(scores["hostile_ratings"]) < min(scores["honest_ratings"]), scores
+    late = {int(r): n for r, n in scores["hostile_counted_by_round"].items() if int(r) >= 3}
+    assert late and not any(late.values()), scores["hostile_counted_by_round"]
+    assert attacked["rejected_updates"] == 0  # their attack never reached an aggregate
