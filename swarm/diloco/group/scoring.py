@@ -30,7 +30,7 @@ from peertrain.swarm.exchange.errors import ExchangeError
 from peertrain.swarm.exchange.gossip import UpdateGossip
 from peertrain.swarm.exchange.interface import Contribution
 from peertrain.swarm.scoring.probe import Probe
-from peertrain.swarm.scoring.rating import consensus
+from peertrain.swarm.scoring.rating import consensus, earned
 from peertrain.swarm.scoring.scorer import Scorer
 
 log = logging.getLogger(__name__)
@@ -95,11 +95,19 @@ class GroupScoring:
         if self.scorer is None:
             return
         contributions = await self._late_probationers(round_, contributions, probation)
-        theta = self.member.global_params
+        theta, reference = self.member.global_params, self.yardstick(group)
         card = await thread(
-            lambda: self.score(round_, theta, contributions, group, probation, salt)
+            lambda: self.score(round_, theta, contributions, group, probation, salt, reference)
         )
         self.publish(card)
+
+    def yardstick(self, group: Collection[str]) -> set[str]:
+        """Whose gains say what honest work gains this round: the anchors' and those of counted
+        members that earned their rating. Not the counted group as such: founding members
+        count unrated, and three zero-senders among five founders made the median gain 0, so no
+        round ever said anything and nobody's rating moved (seen in process)."""
+        rated = {p for p in group if earned(self.rating(p))}
+        return set(self.admission.anchors) | rated
 
     async def _late_probationers(
         self, round_: int, pulled: Collection[Contribution], probation: Collection[str]
@@ -129,15 +137,17 @@ class GroupScoring:
         group: Collection[str],
         probation: Collection[str],
         salt: bytes,
+        yardstick: Collection[str],
     ) -> ScoreCard | None:
-        """Rate this round's senders (torch thread, before the outer step): our new card, for
-        `publish` on the event loop, or None (not a scorer, or nothing learnt this round)."""
+        """Rate this round's senders (torch thread, before the outer step) against the gains of
+        `yardstick`: our new card, for `publish` on the event loop, or None (not a scorer, or
+        nothing learnt this round)."""
         if self.scorer is None:
             return None
         payloads = {c.sender: c.payload for c in contributions}
-        counted, dealt = set(group), set(group) | set(probation)  # shards go to both (driver)
+        dealt = set(group) | set(probation)  # shards go to both (driver)
         shards = {p: self.spec.shard_for(p, dealt, salt) for p in payloads}
-        reference = counted & set(payloads)  # the rated group: probationers are not its yardstick
+        reference = set(yardstick) & set(payloads)
         missing = self.missing - set(payloads)
         return self.scorer.score(round_, theta, payloads, shards, reference, salt, missing=missing)
 

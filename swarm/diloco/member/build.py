@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 from peertrain.protocol.packing import pack
+from peertrain.swarm.data.shards import seeded_int
 from peertrain.swarm.devices import resolve_device
 from peertrain.swarm.diloco.member.config import InnerConfig, OuterConfig
 from peertrain.swarm.diloco.member.flat import ParamLayout
@@ -34,11 +35,15 @@ class BuiltMember:
     eval_batches: list[Any]
     spec: DiLoCoSpec
     dataset: Any
+    order: int = 0  # seed of our batch order (with scores, our own: see `use_shard`)
 
     def use_shard(self, shard: int) -> None:
-        """Train on `shard` from now on (batches are addressed by step, so nothing is replayed)."""
+        """Train on `shard` from now on (batches are addressed by step, so nothing is replayed).
+        With contribution scores shards are dealt by hash and two members often share one; in
+        the same order they took the same batches at the same step and sent the same update
+        (flagged as a copy, and wasted work), so each member keeps an order of its own."""
         if shard != self.shard:
-            self.member.inner.batches = _shard_batches(self.spec, self.dataset, shard)
+            self.member.inner.batches = _shard_batches(self.spec, self.dataset, shard, self.order)
             if isinstance(self.member.inner, DistributedInnerLoop):
                 self.member.inner.shard = shard  # its followers hear of it at the next run
             self.shard = shard
@@ -85,7 +90,10 @@ def build_member(
     device_of = intra.device if intra is not None else resolve_device(device)
     model = spec.model_config().build(seed=spec.seed).to(device_of)
     shard = spec.shard_of(peer_id)
-    batches = _shard_batches(spec, dataset, shard)
+    order = (
+        seeded_int("member-order", spec.seed, peer_id) % (1 << 40) if spec.scoring != "off" else 0
+    )
+    batches = _shard_batches(spec, dataset, shard, order)
     inner = inner_config(spec, precision)
     loop = None
     if intra is not None:
@@ -101,7 +109,7 @@ def build_member(
         member = DiLoCoMember(model, batches, inner=inner, inner_loop=loop, **member_settings(spec))
     held_out = dataset.eval_batches(batch_size=64, max_batches=eval_batches)
     return BuiltMember(
-        member=member, shard=shard, eval_batches=held_out, spec=spec, dataset=dataset
+        member=member, shard=shard, eval_batches=held_out, spec=spec, dataset=dataset, order=order
     )
 
 
@@ -141,8 +149,27 @@ def inner_config(spec: DiLoCoSpec, precision: str = "fp32") -> InnerConfig:
     )
 
 
-def _shard_batches(spec: DiLoCoSpec, dataset: Any, shard: int):
-    return dataset.train_batches(shard, spec.num_shards, batch_size=spec.batch_size, seed=spec.seed)
+def _shard_batches(spec: DiLoCoSpec, dataset: Any, shard: int, order: int = 0):
+    batches = dataset.train_batches(
+        shard, spec.num_shards, batch_size=spec.batch_size, seed=spec.seed
+    )
+    return OffsetBatches(batches, order) if order else batches
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetBatches:
+    """A shard's batches from step `offset` on: the same rows (the run's seed deals them), in an
+    order of a member's own."""
+
+    batches: Any
+    offset: int
+
+    def batch(self, step: int):
+        return self.batches.batch(step + self.offset)
+
+    @property
+    def batch_size(self) -> int:
+        return self.batches.batch_size
 
 
 def member_settings(spec: DiLoCoSpec) -> dict[str, Any]:
