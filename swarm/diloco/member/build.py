@@ -27,6 +27,8 @@ from peertrain.swarm.diloco.member.streaming import StreamingMember
 from peertrain.swarm.exchange.codec import ProtocolCodec
 from peertrain.swarm.models.config import ConfigError
 
+MIN_PROBE_ROWS = 64
+
 
 @dataclass(slots=True, kw_only=True)
 class BuiltMember:
@@ -128,12 +130,15 @@ def run_follower(
 
 def probe_batches(built: BuiltMember, *, pool: int):
     """What contribution scores probe with (swarm/scoring/probe.py): a pool of `pool` held-out
-    batches, and batch-by-step of any training shard (batches of 64, as the held-out ones)."""
+    batches, and batch-by-step of any training shard, each of what one inner step sees (at
+    least `MIN_PROBE_ROWS` rows: 32 made the digits probes too noisy to tell work on another
+    member's shard from honest work)."""
     spec, dataset = built.spec, built.dataset
-    heldout = dataset.eval_batches(batch_size=64, max_batches=pool)
+    rows = max(spec.batch_size * spec.accumulation, MIN_PROBE_ROWS)
+    heldout = dataset.eval_batches(batch_size=rows, max_batches=pool)
 
     def shard_batches(shard: int):
-        return dataset.train_batches(shard, spec.num_shards, batch_size=64, seed=spec.seed).batch
+        return dataset.train_batches(shard, spec.num_shards, batch_size=rows, seed=spec.seed).batch
 
     return heldout, shard_batches
 
