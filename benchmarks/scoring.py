@@ -8,12 +8,12 @@ of each kind on probation beside an honest newcomer, round after round with real
 rider's own last update, random directions of an honest norm (cheap noise), and honest work on
 a shard that is not the rider's. Arms: the digits MLP, and the byte-level text GPT.
 
-Reported per arm: the final rating of every kind (honest members: the lowest), whether every
-honest member ends admitted (rating, evaluations and fit) and no rider does, the round from which
-every rider's rating stays below every honest member's (work on another's shard is told by its
-fit, not its rating), and the scorer's cost: seconds of scoring per round against one member's
-seconds of inner steps (its share of that member's compute). Prints a table, then, as the last line,
-one JSON object with the figures; the 1-minute load average beside them.
+Reported per arm: the final rating and fit of every kind (counted members: the lowest), whether
+every counted member keeps its place, the honest newcomer earns one and no rider does, the
+round from which every free rider's rating stays below every honest member's (work on another's
+shard is told by its fit, not its rating), and the scorer's cost: seconds of scoring per round
+against one member's seconds of inner steps (its share of that member's compute). Prints a
+table, then, as the last line, one JSON object with the figures; the load average beside them.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _report import print_json, print_table  # noqa: E402
 from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec  # noqa: E402
-from peertrain.swarm.scoring.rating import earned  # noqa: E402
+from peertrain.swarm.scoring.rating import collapsed, earned  # noqa: E402
 from peertrain.testing.scoring_group import KINDS, run_scored  # noqa: E402
 
 ARMS = {
@@ -43,12 +43,17 @@ ARMS = {
 }
 
 
+FREE_RIDES = ("zero", "copy", "replay", "noise")  # told apart by their rating
+HONEST = ("member", "honest")
+
+
 def separated_by(ratings: list[dict[str, float]], kinds: dict[str, str]) -> int | None:
-    """The first round from which every rider stays below every honest member for good."""
+    """The first round from which every free rider's rating stays below every honest
+    member's for good (work on another's shard is told apart by its fit, not its rating)."""
     first = None
     for round_, rated in enumerate(ratings):
-        honest = [r for p, r in rated.items() if kinds[p] in ("member", "honest")]
-        riders = [r for p, r in rated.items() if kinds[p] not in ("member", "honest")]
+        honest = [r for p, r in rated.items() if kinds[p] in HONEST]
+        riders = [r for p, r in rated.items() if kinds[p] in FREE_RIDES]
         ok = honest and riders and max(riders) < min(honest)
         first = (first if first is not None else round_) if ok else None
     return first
@@ -57,18 +62,31 @@ def separated_by(ratings: list[dict[str, float]], kinds: dict[str, str]) -> int 
 def arm(name: str, rounds: int, honest: int) -> dict:
     spec = DiLoCoSpec(**ARMS[name], warmup_steps=5, num_shards=8)
     run = run_scored(spec, honest=honest, riders={k: 1 for k in KINDS}, rounds=rounds)
-    final = {kind: run.final(kind) for kind in ("member", *KINDS)}
-    honest_min = min(final["member"] + final["honest"])
-    riders = [r for kind in KINDS if kind != "honest" for r in final[kind]]
+    by_kind: dict[str, list] = {}
+    for peer, rating in run.final_ratings.items():
+        by_kind.setdefault(run.kinds[peer], []).append(rating)
+    honest_rated = [r for k in HONEST for r in by_kind.get(k, [])]
+    riders = [r for k in FREE_RIDES for r in by_kind.get(k, [])]
     return {
-        "final": {kind: round(min(v), 3) for kind, v in final.items() if v},
-        "honest_min": round(honest_min, 3),
-        "riders_max": round(max(riders), 3),
-        "separated": all(
-            earned(r) == (run.kinds[p] in ("member", "honest"))
-            for p, r in run.final_ratings.items()
-        ),
-        "separated_from_round": separated_by(run.ratings, run.kinds),
+        "final": {
+            k: {
+                "rating": round(min(r.rating for r in v), 3),
+                "fit": round(min(r.fit for r in v), 3),
+            }
+            for k, v in by_kind.items()
+        },
+        "honest_min": round(min(r.rating for r in honest_rated), 3),
+        "free_riders_max": round(max(r.rating for r in riders), 3),
+        # counted members stay unless their rating collapses; a newcomer must earn its place
+        "members_kept": sum(not collapsed(r) for r in by_kind.get("member", [])),
+        "members": len(by_kind.get("member", [])),
+        "newcomer_admitted": all(earned(r) for r in by_kind.get("honest", [])),
+        "riders_admitted": [
+            run.kinds[r.peer]
+            for r in run.final_ratings.values()
+            if earned(r) and run.kinds[r.peer] not in HONEST
+        ],
+        "free_riders_below_from_round": separated_by(run.ratings, run.kinds),
         "scoring_share": round(run.scoring_seconds / max(run.training_seconds / honest, 1e-9), 3),
         "evaluations_per_round": run.evaluations // rounds,
     }
@@ -83,42 +101,30 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     results = {name: arm(name, args.rounds, args.honest) for name in args.models.split(",")}
     load = [round(load_before, 2), round(os.getloadavg()[0], 2)]
-    rows = []
-    for name, r in results.items():
-        for kind, rating in r["final"].items():
-            rows.append(
-                [
-                    name,
-                    kind,
-                    rating,
-                    "below honest"
-                    if kind not in ("member", "honest") and rating < r["honest_min"]
-                    else "",
-                ]
-            )
+    rows = [
+        [name, kind, f["rating"], f["fit"]]
+        for name, r in results.items()
+        for kind, f in r["final"].items()
+    ]
     print_table(
-        f"final ratings after {args.rounds} rounds (load {load})",
-        ["arm", "kind", "rating", ""],
+        f"final ratings after {args.rounds} rounds, lowest of each kind (load {load})",
+        ["arm", "kind", "rating", "fit"],
         rows,
     )
+    header = ["arm", "members kept", "newcomer in", "riders in", "honest min", "free riders max"]
+    header += ["free riders below from round", "scoring share", "evals/round"]
     print_table(
         "separation and cost",
-        [
-            "arm",
-            "honest min",
-            "riders max",
-            "separated",
-            "from round",
-            "scoring share",
-            "evals/round",
-        ],
+        header,
         [
             [
                 n,
+                f"{r['members_kept']}/{r['members']}",
+                r["newcomer_admitted"],
+                ",".join(r["riders_admitted"]) or "none",
                 r["honest_min"],
-                r["riders_max"],
-                r["separated"],
-                r["separated_from_round"],
+                r["free_riders_max"],
+                r["free_riders_below_from_round"],
                 r["scoring_share"],
                 r["evaluations_per_round"],
             ]
