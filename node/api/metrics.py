@@ -256,6 +256,18 @@ RUN_FAMILIES: dict[
         ("reason",),
     ),
     "finished": (GaugeMetricFamily, "peertrain_run_finished", "1 once the run ended", ()),
+    "counted": (
+        GaugeMetricFamily,
+        "peertrain_run_counted_members",
+        "members the run counts and (contribution scores) rates on probation, by set",
+        ("set",),
+    ),
+    "rating": (
+        GaugeMetricFamily,
+        "peertrain_run_member_rating",
+        "a member's contribution score as the run's scorers rate it (--set scoring=anchors)",
+        ("peer",),
+    ),
     "dropped": (
         CounterMetricFamily,
         "peertrain_run_dropped",
@@ -296,3 +308,8 @@ def _add_run(families: dict[str, Any], run: Mapping[str, Any], history: StatusHi
     for reason, count in sorted(run["rejected_by_reason"].items()):
         families["rejected"].add_metric([name, reason], count)
     families["finished"].add_metric([name], float(run["finished"]))
+    if scores := (run.get("progress") or {}).get("scores"):
+        families["counted"].add_metric([name, "counted"], len(scores["counted"]))
+        families["counted"].add_metric([name, "probation"], len(scores["probation"]))
+        for peer, rating in sorted(scores["ratings"].items()):  # at most 256 (crdt/scorecard)
+            families["rating"].add_metric([name, peer], rating["rating"])

@@ -152,4 +152,33 @@ async def test_in_a_scored_open_run_free_riders_never_count_and_honest_joiners_d
         assert joiner.peer_id in ever_counted, card
         rated = {r.peer: r.rating for r in card.ratings}
         assert max(rated[r.peer_id] for r in riders) < rated[joiner.peer_id]
-        assert "scores" in anchor.driver.progress_status()
+        scores = anchor.driver.progress_status()["scores"]
+        assert set(scores["counted"]) >= {anchor.peer_id} and scores["evaluations"] > 0
+        _exported_as_metrics(anchor.driver, scores)
+
+
+def _exported_as_metrics(driver, scores) -> None:
+    """/metrics carries each rating and the sizes of the counted and probation sets."""
+    from peertrain.node.api.history import StatusHistory
+    from peertrain.node.api.metrics import run_metrics
+
+    run = {
+        "name": "scored",
+        "run_id": "r",
+        "round": driver.progress.round,
+        "members": [],
+        "loss": driver.progress.loss,
+        "dropped": {},
+        "rounds_completed": 7,
+        "bytes_published": 0,
+        "bytes_fetched": 0,
+        "resyncs": 0,
+        "rejected_by_reason": {},
+        "finished": True,
+        "progress": driver.progress_status(),
+    }
+    families = {f.name: f for f in run_metrics({"run": run}, StatusHistory())}
+    ratings = {s.labels["peer"]: s.value for s in families["peertrain_run_member_rating"].samples}
+    assert ratings == {p: r["rating"] for p, r in scores["ratings"].items()}
+    sets = {s.labels["set"] for s in families["peertrain_run_counted_members"].samples}
+    assert sets == {"counted", "probation"}
