@@ -20,7 +20,8 @@ from peertrain.protocol.errors import DecodeError
 from .records import read_peer
 from .wire import Codec, Wire, read_int, read_list, read_str
 
-MAX_RATED = 256  # ratings on one card: max_members (64) counted plus candidates on probation
+MAX_RATED = 160  # ratings on one card (~100 bytes each): a full card and the rest of its
+# owner's slot stay well inside one signed delta (crdt/signed.py MAX_DELTA_PAYLOAD, 32 KiB)
 MAX_FLAG_LEN = 16
 RATING_BOUND = 1e6  # ratings are normalised gains (about 1 for honest work); anything past is junk
 

@@ -311,5 +311,5 @@ def _add_run(families: dict[str, Any], run: Mapping[str, Any], history: StatusHi
     if scores := (run.get("progress") or {}).get("scores"):
         families["counted"].add_metric([name, "counted"], len(scores["counted"]))
         families["counted"].add_metric([name, "probation"], len(scores["probation"]))
-        for peer, rating in sorted(scores["ratings"].items()):  # at most 256 (crdt/scorecard)
+        for peer, rating in sorted(scores["ratings"].items()):  # at most 160 (crdt/scorecard)
             families["rating"].add_metric([name, peer], rating["rating"])

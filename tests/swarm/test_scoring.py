@@ -11,8 +11,10 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 from peertrain.crdt.errors import ForbiddenWrite
 from peertrain.crdt.hlc import Stamp
 from peertrain.crdt.rundoc import RunDoc
-from peertrain.crdt.scorecard import SCORE_CARD, Rating, ScoreCard
+from peertrain.crdt.scorecard import MAX_RATED, SCORE_CARD, Rating, ScoreCard
+from peertrain.crdt.signed import MAX_DELTA_PAYLOAD
 from peertrain.protocol.errors import DecodeError
+from peertrain.protocol.packing import pack
 from peertrain.swarm.diloco.group.roster import Roster
 from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
 from peertrain.swarm.models.config import ConfigError
@@ -95,7 +97,24 @@ def test_a_score_card_is_its_scorers_alone_bounded_and_finite():
             with pytest.raises(DecodeError):
                 SCORE_CARD.decode(bad)
     with pytest.raises(DecodeError):
-        SCORE_CARD.decode([1, [["p", 1.0, 1, 0.0, 0.0, ""]] * 257])
+        SCORE_CARD.decode([1, [["p", 1.0, 1, 0.0, 0.0, ""]] * (MAX_RATED + 1)])
+    # a full card of the longest peer IDs, flags and numbers fits one signed delta with room for
+    # the rest of its owner's slot (member record, 32 checkpoint references, 16 ban votes)
+    full = ScoreCard(
+        round=2**40,
+        ratings=tuple(
+            Rating(
+                peer=f"12D3KooW{i:044d}",
+                rating=-0.123456789,
+                evaluations=2**31,
+                last=1.23456789,
+                fit=-1.23456789,
+                flag="x" * 16,
+            )
+            for i in range(MAX_RATED)
+        ),
+    )
+    assert len(pack(SCORE_CARD.encode(full))) < MAX_DELTA_PAYLOAD - 12 * 1024
     doc = RunDoc()
     delta = RunDoc.of(scores=doc.scores.set("victim", card, Stamp(1, 0, "forger")))
     assert delta.writers() == {"victim", "forger"}  # signed by forger: ForbiddenWrite below
