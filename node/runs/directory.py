@@ -5,8 +5,9 @@ reuse. Each member keeps one signed, expiring entry under `/peertrain/runs` list
 takes part in (re-put every `ANNOUNCE_EVERY` and whenever its runs change, so a departed node's
 entry lapses within `ANNOUNCE_TTL`). An entry is a claim, not proof: `find` counts a run as a
 candidate only once a peer served a manifest that verifies against the run ID, and only such
-verified candidates can make a name ambiguous (run_lookup.py): a liar can add noise to `run
-list` but can neither make a join pick its run nor block a join by name with a listing alone.
+verified candidates can make a name ambiguous (run_lookup.py); `list_runs` (`run list`) shows a
+run only once its manifest verified (verified_listings.py). A liar can neither make a join pick
+its run, nor block a join by name, nor show a run that does not exist.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ..net.names import friendly_name
 from ..services.dht import DhtService
 from .session import RunSession
 from .spec_check import decode_spec
+from .verified_listings import VerifiedListings
 
 log = logging.getLogger(__name__)
 
@@ -98,17 +100,21 @@ def announce_entry(listings: list[RunListing]) -> dict[str, Any]:
     return {"runs": runs}
 
 
-def merge_entries(records: list[Record]) -> list[RunListing]:
+def merge_entries(
+    records: list[Record], true_creators: Mapping[str, str] | None = None
+) -> list[RunListing]:
     """One listing per run ID from every announcer's entry; the creator's own entry decides the
     labels and the member and round figures (it reads them from the run's own state). Without
     it, the figures are the median of the claims: the largest was anyone's to set (a stranger's
-    entry showed 2^40 − 1 members)."""
+    entry showed 2^40 − 1 members). `true_creators`: run ID → creator of verified manifests; an
+    entry that names itself creator of such a run without being it is one claim among many."""
+    true_creators = true_creators or {}
     by_id: dict[str, RunListing] = {}
     claims: dict[str, list[tuple[int, int]]] = {}
     creators: set[str] = set()
     for record in sorted(records, key=lambda r: r.writer):
         for item in _entry_runs(record.value):
-            by_creator = record.writer == item["creator"]
+            by_creator = record.writer == true_creators.get(item["run_id"], item["creator"])
             known = by_id.setdefault(item["run_id"], item)
             if by_creator and known is not item:
                 known.update({k: item[k] for k in _LABELS})  # a member's claim gives way
@@ -208,6 +214,7 @@ class RunDirectory:
         self.dht, self.host, self.peer_id, self.listings = dht, host, peer_id, listings
         self._changed = trio.Event()
         self.listed_names: list[str] = []  # every run name the last `find` saw listed
+        self.verified = VerifiedListings(peer_id, _labels)  # its `fetch` is the run finder's
 
     def changed(self) -> None:
         """Our runs changed: announce now rather than at the next period."""
@@ -233,7 +240,21 @@ class RunDirectory:
             self._changed = trio.Event()
 
     async def list_runs(self, *, within: float = 10.0) -> list[RunListing]:
-        """Every run announced in the DHT (and ours, announced or not yet)."""
+        """Every run announced in the DHT whose signed manifest verifies (verified_listings.py),
+        labelled from it, its counts from its true creator's own entry when there is one (else
+        the median claim), and ours, announced or not yet."""
+        records = await self._records(within)
+        own = {r["run_id"] for r in self.listings()}
+        await self.verified.check(merge_entries(records), own, within=within)
+        merged = merge_entries(records, true_creators=self.verified.creators())
+        return self.verified.keep(merged, own)
+
+    async def listed(self, *, within: float = 10.0) -> list[RunListing]:
+        """Every run announced in the DHT, as the entries claim it (and ours)."""
+        return merge_entries(await self._records(within))
+
+    async def _records(self, within: float) -> list[Record]:
+        """The DHT's entries under `/peertrain/runs` (others') and our own, as we announce it."""
         records: list[Record] = []
         with trio.move_on_after(within):
             try:
@@ -248,14 +269,14 @@ class RunDirectory:
             issued_at=0.0,
             expires_at=0.0,
         )
-        return merge_entries([r for r in records if r.writer != me] + [own])
+        return [r for r in records if r.writer != me] + [own]
 
     async def find(self, query: str, fetch: Fetch, *, within: float = 10.0) -> list[Candidate]:
         """The runs `query` may mean: announced ones, their manifests fetched from announcers
         and verified, plus any run a connected peer serves under `query`. `fetch(peer, query)`
         asks one peer (RUN_LOOKUP) and returns (run ID, envelope) or None."""
         found: dict[str, Candidate] = {}
-        everything = await self.list_runs(within=within)
+        everything = await self.listed(within=within)
         self.listed_names = sorted({r["name"] for r in everything})
         listings = [r for r in everything if matches(query, r["run_id"], r["name"])]
         for listing in listings[:MAX_CANDIDATES]:

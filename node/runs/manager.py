@@ -94,6 +94,7 @@ class RunManager:
             node.dht, node.host, node.peer_id, lambda: [listing_of(s) for s in self._active()]
         )
         self.finder = RunFinder(node.dht, node.host, self.directory)
+        self.directory.verified.fetch = self.finder.fetch  # `run list` verifies by lookups
         self.sessions: dict[str, RunSession] = {}
         self.sampler = DiffusionSampler(node, self.finder, self.sessions)
         # set by a process that holds a user's model (node/api/diloco.py): it alone can take

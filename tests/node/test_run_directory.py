@@ -48,6 +48,16 @@ def test_the_creators_entry_names_the_run_and_gives_its_counts():
     assert run["announced_by"] == [CREATOR, MEMBER]
 
 
+def test_once_the_manifest_names_the_creator_a_liar_naming_itself_creator_is_one_claim():
+    liar = "12D3KooWzzzzliar"  # sorts after the creator: its claim came last and won
+    claims = announce_entry([listing(creator=liar, name="mine", members=2**40 - 1, round=9)])
+    own = announce_entry([listing(members=2, round=5)])
+    records = [record(CREATOR, own), record(liar, claims)]
+    [run] = merge_entries(records, true_creators={RUN: CREATOR})
+    assert (run["name"], run["creator"], run["members"], run["round"]) == ("twin", CREATOR, 2, 5)
+    assert run["announced_by"] == [CREATOR, liar]
+
+
 def test_without_the_creators_entry_a_minority_of_liars_cannot_inflate_the_counts():
     honest = [announce_entry([listing(members=3, round=7)]) for _ in range(3)]
     liar = announce_entry([listing(members=2**40 - 1, round=2**40 - 1)])
@@ -116,11 +126,52 @@ async def test_one_fake_listing_cannot_block_a_join_by_name():
         with trio.fail_after(20):
             await faker.services.dht.dht.put(runs_key(), announce_entry([fake]), ttl=600)
             while not any(  # noqa: ASYNC110 - the DHT has no event for a record's arrival
-                r["run_id"] == fake["run_id"] for r in await victim.runs.directory.list_runs()
+                r["run_id"] == fake["run_id"] for r in await victim.runs.directory.listed()
             ):
                 await trio.sleep(0.2)
             run_id, _, seeds = await victim.runs.finder.find_one("twin", within=10)
         assert run_id == manifest.run_id and creator.services.peer_id in seeds
+
+
+async def test_run_list_shows_only_runs_whose_manifest_verifies_labelled_by_it():
+    """`run list` showed every DHT entry's claim: a run that does not exist, and a real run
+    under a liar's name, creator and counts. Now a listing is fetched by run ID from its
+    announcers and shown only once its manifest verifies, with the manifest's labels."""
+    import trio
+    from peertrain.crdt.manifest import RunManifest, sign_manifest
+    from peertrain.node.net.rpc import RpcServer
+    from peertrain.node.runs.run_lookup import RUN_LOOKUP, RunFound, RunLookup
+    from peertrain.protocol.packing import pack
+    from peertrain.testing import open_test_swarm
+
+    async with open_test_swarm(3) as (creator, liar, victim):
+        services = creator.services
+        manifest = RunManifest(
+            creator=services.peer_id, created_ms=1, name="twin", mode="diloco", spec=pack({})
+        )
+        envelope = sign_manifest(services.identity.key_pair, manifest)
+
+        async def answer(peer, req: RunLookup):
+            return req.reply(RunFound, run_id=manifest.run_id, manifest=envelope)
+
+        RpcServer(
+            services.host, RUN_LOOKUP, RunLookup, answer, scoreboard=services.scoreboard
+        ).register()
+        real = listing(run_id=manifest.run_id, creator=services.peer_id, members=2, round=4)
+        lies = [
+            listing(run_id="cd" * 32, name="ghost", creator=liar.services.peer_id),
+            listing(run_id=manifest.run_id, name="renamed", creator=liar.services.peer_id),
+        ]
+        with trio.fail_after(30):
+            await services.dht.dht.put(runs_key(), announce_entry([real]), ttl=600)
+            await liar.services.dht.dht.put(runs_key(), announce_entry(lies), ttl=600)
+            while len(await victim.runs.directory.listed()) < 2:  # noqa: ASYNC110 - no event
+                await trio.sleep(0.2)
+            shown = await victim.runs.directory.list_runs()
+        assert [r["run_id"] for r in shown] == [manifest.run_id]  # no ghost
+        [run] = shown
+        assert (run["name"], run["creator"]) == ("twin", services.peer_id)
+        assert (run["members"], run["round"]) == (2, 4)  # the creator's own entry's counts
 
 
 async def test_an_unknown_run_name_is_refused_in_seconds_with_the_names_it_may_mean():
