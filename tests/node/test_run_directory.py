@@ -98,30 +98,38 @@ def test_an_ambiguous_name_lists_every_candidate_with_its_creator_and_mode():
     assert "diloco" in text and "swarm" in text
 
 
+async def serve_manifest(creator, name: str):
+    """`creator` (a test swarm node) signs a run manifest named `name` and answers run lookups
+    with it, as a node holding the run does; returns the manifest."""
+    from peertrain.crdt.manifest import RunManifest, sign_manifest
+    from peertrain.node.net.rpc import RpcServer
+    from peertrain.node.runs.run_lookup import RUN_LOOKUP, RunFound, RunLookup
+    from peertrain.protocol.packing import pack
+
+    services = creator.services
+    manifest = RunManifest(
+        creator=services.peer_id, created_ms=1, name=name, mode="diloco", spec=pack({})
+    )
+    envelope = sign_manifest(services.identity.key_pair, manifest)
+
+    async def answer(peer, req: RunLookup):
+        return req.reply(RunFound, run_id=manifest.run_id, manifest=envelope)
+
+    RpcServer(
+        services.host, RUN_LOOKUP, RunLookup, answer, scoreboard=services.scoreboard
+    ).register()
+    return manifest
+
+
 async def test_one_fake_listing_cannot_block_a_join_by_name():
     """A stranger's DHT entry names itself the creator of a run called `twin` and serves no
     manifest: a claim. It used to count as a candidate, so `join --run twin` refused as
     ambiguous beside the real run; only runs whose manifest verifies are candidates now."""
     import trio
-    from peertrain.crdt.manifest import RunManifest, sign_manifest
-    from peertrain.node.net.rpc import RpcServer
-    from peertrain.node.runs.run_lookup import RUN_LOOKUP, RunFound, RunLookup
-    from peertrain.protocol.packing import pack
     from peertrain.testing import open_test_swarm
 
     async with open_test_swarm(3) as (creator, faker, victim):
-        services = creator.services
-        manifest = RunManifest(
-            creator=services.peer_id, created_ms=1, name="twin", mode="diloco", spec=pack({})
-        )
-        envelope = sign_manifest(services.identity.key_pair, manifest)
-
-        async def answer(peer, req: RunLookup):
-            return req.reply(RunFound, run_id=manifest.run_id, manifest=envelope)
-
-        RpcServer(
-            services.host, RUN_LOOKUP, RunLookup, answer, scoreboard=services.scoreboard
-        ).register()
+        manifest = await serve_manifest(creator, "twin")
         fake = listing(run_id="cd" * 32, creator=faker.services.peer_id, members=2**40 - 1)
         with trio.fail_after(20):
             await faker.services.dht.dht.put(runs_key(), announce_entry([fake]), ttl=600)
@@ -138,25 +146,11 @@ async def test_run_list_shows_only_runs_whose_manifest_verifies_labelled_by_it()
     under a liar's name, creator and counts. Now a listing is fetched by run ID from its
     announcers and shown only once its manifest verifies, with the manifest's labels."""
     import trio
-    from peertrain.crdt.manifest import RunManifest, sign_manifest
-    from peertrain.node.net.rpc import RpcServer
-    from peertrain.node.runs.run_lookup import RUN_LOOKUP, RunFound, RunLookup
-    from peertrain.protocol.packing import pack
     from peertrain.testing import open_test_swarm
 
     async with open_test_swarm(3) as (creator, liar, victim):
         services = creator.services
-        manifest = RunManifest(
-            creator=services.peer_id, created_ms=1, name="twin", mode="diloco", spec=pack({})
-        )
-        envelope = sign_manifest(services.identity.key_pair, manifest)
-
-        async def answer(peer, req: RunLookup):
-            return req.reply(RunFound, run_id=manifest.run_id, manifest=envelope)
-
-        RpcServer(
-            services.host, RUN_LOOKUP, RunLookup, answer, scoreboard=services.scoreboard
-        ).register()
+        manifest = await serve_manifest(creator, "twin")
         real = listing(run_id=manifest.run_id, creator=services.peer_id, members=2, round=4)
         lies = [
             listing(run_id="cd" * 32, name="ghost", creator=liar.services.peer_id),

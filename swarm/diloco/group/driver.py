@@ -64,13 +64,10 @@ class DiLoCoDriver:
         certificate: bytes = b"",
         shard_transport: ShardTransport | None = None,
     ):
-        self.spec = spec
-        self.peer_id = peer_id
+        self.spec, self.peer_id = spec, peer_id
         self.replicator = replicator
         self.state = replicator.state
-        self.gossip = gossip
-        self.tensors = tensors
-        self.addrs = addrs
+        self.gossip, self.tensors, self.addrs = gossip, tensors, addrs
         self.on_round = on_round
         self.on_penalty = on_penalty  # (peer, reason): a provider or attester of a bad state
         self.certificate = certificate  # ours, in invite runs
@@ -83,7 +80,9 @@ class DiLoCoDriver:
         # an attested state failing for two round deadlines makes its signers unreliable
         patience = 2 * spec.round_timeout
         self.trust = TrustedStates(self.state, self.admission, peer_id, patience=patience)
-        self.scoring = group_scoring(spec, peer_id, replicator, self.admission, built, gossip)
+        self.scoring = group_scoring(
+            spec, self.admission, me=peer_id, replicator=replicator, built=built, gossip=gossip
+        )
         self.roster = roster_for(spec, self.admission, rated=rating_reader(self.scoring))
         self.group = CountedGroup(self.state, self.admission, self.roster, peer_id)
         self.group.scores_probation = self.scoring is not None and self.scoring.scorer is not None

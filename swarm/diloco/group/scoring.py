@@ -183,21 +183,12 @@ def _brief(rating: Rating) -> dict:
     }
 
 
-def group_scoring(
-    spec: DiLoCoSpec,
-    me: str,
-    replicator: Replicator,
-    admission: Admission,
-    built: BuiltMember,
-    gossip: UpdateGossip,
-) -> GroupScoring | None:
+def group_scoring(spec: DiLoCoSpec, admission: Admission, **parts: Any) -> GroupScoring | None:
     """The group's scoring when the run's spec asks for it (open runs only: an invite run's
-    creator already chose who counts)."""
+    creator already chose who counts); `parts`: the rest of `GroupScoring`'s arguments."""
     if spec.scoring == "off" or admission.invite:
         return None
-    return GroupScoring(
-        spec=spec, me=me, replicator=replicator, admission=admission, built=built, gossip=gossip
-    )
+    return GroupScoring(spec=spec, admission=admission, **parts)
 
 
 def rating_reader(scoring: GroupScoring | None) -> Callable[[str], Rating | None] | None:
