@@ -16,7 +16,11 @@ Targets (issue 8): under sign-flip-10, ALIE and noise, Flag ends within 2 points
 accuracy (clean = the mean rule without attackers), while the mean collapses under at least one
 of them (which shows the benchmark can tell robust from not).
 
-    python benchmarks/byzantine.py [--rounds 40] [--local-steps 10] [--seeds 3]
+    python benchmarks/byzantine.py [--rounds 40] [--local-steps 10] [--seeds 3] [--shards K]
+
+`--shards K` aggregates every round as the sharded exchange does (swarm/aggregation/sharded.py:
+each shard's statistics apart, one decision from their sum, each output shard written apart),
+so the same targets are checked on the sharded path; 0 (the default) aggregates whole updates.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from dataclasses import dataclass
 
 import torch
 from peertrain.swarm.aggregation import NotEnoughUpdates, build_aggregator
+from peertrain.swarm.aggregation.sharded import aggregate_sharded
 from peertrain.swarm.attacks import AttackContext, build_attack
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
@@ -52,6 +57,7 @@ class Settings:
     inner_lr: float
     outer_lr: float
     momentum: float
+    shards: int = 0  # 0: each rule over whole updates; K: the sharded exchange's pipeline
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -145,7 +151,10 @@ def run(rule: str, attack: str, data: Data, settings: Settings, seed: int) -> tu
             )
             deltas[:BYZANTINE] = [hook(d, context) for d in deltas[:BYZANTINE]]
         try:
-            update = aggregator.aggregate(deltas).update
+            if settings.shards:  # per-shard statistics, one decision, each shard written apart
+                update = aggregate_sharded(aggregator, deltas, shards=settings.shards).update
+            else:
+                update = aggregator.aggregate(deltas).update
         except NotEnoughUpdates:
             return accuracy(theta, data), True
         velocity = settings.momentum * velocity + update
@@ -160,6 +169,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--local-steps", type=int, default=10)
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=0,
+        help="aggregate as the sharded exchange does, in K shards (0: whole updates)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)  # tiny tensors: threads cost more than they give on a shared box
     settings = Settings(
@@ -169,6 +184,7 @@ def main() -> None:
         inner_lr=0.1,
         outer_lr=0.7,
         momentum=0.9,
+        shards=args.shards,
     )
     started = time.perf_counter()
     results, diverged = run_grid(settings, args.seeds)
@@ -182,6 +198,7 @@ def main() -> None:
             "rounds": args.rounds,
             "local_steps": args.local_steps,
             "seeds": args.seeds,
+            "shards": args.shards,
             "accuracy": {r: {a: round(v, 2) for a, v in results[r].items()} for r in RULES},
             "diverged": diverged,
             **verdict,
