@@ -144,7 +144,9 @@ def render(mode: str | None = None) -> str:
         chunks.append(f"\n{heading}")
         for s in settings:
             head = f"  {s.key}  ({s.type}, default {json.dumps(s.default)})"
-            body = textwrap.fill(s.meaning, width=96, initial_indent="      ")
+            body = textwrap.fill(
+                s.meaning, width=96, initial_indent="      ", subsequent_indent="      "
+            )
             chunks.append(head + ("\n" + body if s.meaning else ""))
     return "\n".join(chunks)
 
