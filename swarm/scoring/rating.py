@@ -25,8 +25,8 @@ moves. Non-finite gains (NaN or an overflow from a scaled update) earn −1.
 
 Who counts (the counted group is decided by roster.py from the trusted scorers' cards):
 - a newcomer counts once it has `MIN_EVALUATIONS` evaluated rounds, a rating ≥ `ADMIT_RATING`
-  and a fitness > `FIT_MIN` (about three rounds of honest work on its own shard; a free rider's
-  rating stays near 0 however long it waits);
+  and, in its first `FIT_CHECKED_FOR` evaluations, a fitness > `FIT_MIN` (about three rounds of
+  honest work on its own shard; a free rider's rating stays near 0 however long it waits);
 - a counted member stops counting when its rating falls below `DROP_RATING` (from its second
   evaluation on), or at once when one update was harmful (credit ≤ `HARMFUL`: it raised the
   held-out loss by as much as the group's typical update lowers it);
@@ -55,6 +55,7 @@ class Credit:
 ALPHA = 0.35
 ADMIT_RATING = 0.4
 MIN_EVALUATIONS = 3
+FIT_CHECKED_FOR = 2 * MIN_EVALUATIONS
 DROP_RATING = 0.15
 HARMFUL = -1.0
 FIT_MIN = 0.0  # fitness (the fit's EMA) a newcomer needs: better on its own shard than held-out
@@ -94,12 +95,17 @@ def credit(gain: Gain, reference: float, flag: str = "") -> Credit:
 
 
 def earned(rating: Rating | None) -> bool:
+    """A place earned: enough evaluations, a good rating, no harm last round, and while the
+    record is young (`FIT_CHECKED_FOR` evaluations) a positive fitness. Later the rating alone
+    decides: on large shards an honest member's fit wanders around 0, and a founder dropped for
+    one late round could not come back."""
+    if rating is None or rating.evaluations < MIN_EVALUATIONS:
+        return False
+    young = rating.evaluations < FIT_CHECKED_FOR
     return (
-        rating is not None
-        and rating.evaluations >= MIN_EVALUATIONS
-        and rating.rating >= ADMIT_RATING
-        and rating.fit > FIT_MIN
+        rating.rating >= ADMIT_RATING
         and rating.last > HARMFUL
+        and (rating.fit > FIT_MIN or not young)
     )
 
 

@@ -106,17 +106,22 @@ def test_the_churn_run_as_a_user_types_it_ends_by_itself_with_one_model(tmp_path
     assert report["rounds_alone"] == 0  # counted in every member's log, over all its lives
 
 
+ROUNDS_AFTER_A_DEATH = 40
+
+
 def test_a_daemon_that_dies_by_itself_is_reported_and_fails_the_run(tmp_path):
     # killed once the run trains (a kill while the daemon starts ends the supervisor's start,
     # which is another path), with rounds left for the other two to finish without it
-    supervisor = swarm_local(tmp_path, "--rounds", "8")
+    # 40 rounds: one takes a quarter second here, and the supervisor prints a status line
+    # every 2 s; with 8 the run had ended before the kill (seen in a fresh-clone run)
+    supervisor = swarm_local(tmp_path, "--rounds", str(ROUNDS_AFTER_A_DEATH))
     early = read_until_round(supervisor, 1)
     members(supervisor)[2].kill()  # not the supervisor's doing: a crash, as far as it can tell
     out, _ = supervisor.communicate(timeout=400)
     report = json.loads((tmp_path / "report.json").read_text())
     assert supervisor.returncode != 0
     assert [d["node"] for d in report["died"]] == [2] and "died by itself" in out, early + out
-    assert report["rounds_completed"] == 8 and len(report["state_hashes"]) == 2
+    assert report["rounds_completed"] == ROUNDS_AFTER_A_DEATH and len(report["state_hashes"]) == 2
     assert len(set(report["state_hashes"])) == 1  # the two others still agree
 
 
