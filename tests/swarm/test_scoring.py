@@ -85,6 +85,17 @@ def test_newcomers_count_once_rated_and_a_collapsed_member_stops_counting():
     assert roster.advance(3, everyone, b"s") == {"anchor", "b"}
 
 
+def test_a_rated_member_late_once_comes_back_without_earning_its_place_anew():
+    ratings: dict[str, Rating] = {"a": _rating("a", 0.3, evaluations=1)}  # not yet admitted
+    roster = Roster(max_members=8, admit_per_round=2, protected={"anchor"}, rated=ratings.get)
+    everyone = {"anchor", "a", "z"}
+    assert roster.advance(0, everyone, b"s") == everyone
+    ratings["z"] = _rating("z", 0.0, evaluations=2)  # a founder whose work earned nothing
+    roster.contributed({"anchor"})  # both late in round 0
+    assert roster.advance(1, everyone, b"s") == {"anchor", "a"}  # "a" returns, "z" does not
+    assert roster.lapsed == {"z"}
+
+
 def test_a_score_card_is_its_scorers_alone_bounded_and_finite():
     card = ScoreCard(round=3, ratings=(_rating("a", 0.5), _rating("b", -0.2)))
     assert SCORE_CARD.decode(SCORE_CARD.encode(card)) == card

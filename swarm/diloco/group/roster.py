@@ -57,6 +57,7 @@ class Roster:
         self.counted: frozenset[str] = frozenset()
         self.rated = rated  # contribution scores: whose work earned a place (None: off)
         self.probation: frozenset[str] = frozenset()  # candidates the scorers rate this round
+        self.lapsed: frozenset[str] = frozenset()  # counted, then late once (with scores)
 
     def advance(self, round_: int, candidates: set[str], salt: bytes) -> frozenset[str]:
         """The group of `round_`, from the live members holding its start state (`candidates`).
@@ -68,7 +69,7 @@ class Roster:
         founding = round_ == 0 or self.rated is None  # the signed quorum needs no rating
         eligible = candidates - kept
         if not founding:
-            eligible = {p for p in eligible if earned(self._rating(p))}
+            eligible = {p for p in eligible if earned(self._rating(p)) or self._returns(p)}
         newcomers = sorted(eligible, key=lambda p: self._order(round_, salt, p))
         room = max(self.max_members - len(kept), 0)
         if self.admit_per_round is not None:
@@ -79,6 +80,7 @@ class Roster:
                 rate = room  # run counts at once, and its ratings prune it within two rounds
             room = min(room, rate)
         self.round, self.counted = round_, frozenset(kept | set(newcomers[:room]))
+        self.lapsed -= self.counted
         self.probation = self._probation(round_, salt, candidates - self.counted)
         return self.counted
 
@@ -112,7 +114,18 @@ class Roster:
         """After a round: whoever was counted but sent nothing in time is a newcomer again (a
         member that announces states but withholds updates would hold every round to its
         deadline otherwise)."""
+        lapsed = self.counted - frozenset(senders)
         self.counted = self.counted & frozenset(senders)
+        if self.rated is not None:  # bounded: at most a group's worth
+            self.lapsed = frozenset(sorted(self.lapsed | lapsed)[: self.max_members])
+
+    def _returns(self, peer: str) -> bool:
+        """With scores: a member that lapsed (late once, on a loaded machine) comes back on the
+        rating it has, if its work was rated and has not collapsed, without earning a place
+        anew: founders dropped in their first rounds queued behind probationers for rounds
+        and the group trained with half its members (seen: 12 daemons on two cores)."""
+        rating = self._rating(peer)
+        return peer in self.lapsed and rating is not None and not collapsed(rating)
 
     def seed(self, members: set[str]) -> None:
         """Take `members` (capped) as the last round's group: a joiner's start, or the group of
