@@ -32,13 +32,19 @@ def test_an_announcement_flood_from_fresh_keys_leaves_every_round_to_the_members
     flooded = swarm(
         tmp_path, "flooded", "--nodes", "5", "--hostile", "1", "--attack", "announce-flood"
     )
+    # the clean run again after it: the machine's load drifts (a fresh-clone run measured the
+    # clean arm at 10.1 s and the flooded one at 15.6 s just as the suite's parallel phase
+    # ended; alone, 1.17x), so the flooded run is held to the mean of a clean run on each side
+    again = swarm(tmp_path, "clean-again", "--nodes", "5")
     assert flooded["rounds_completed"] == 8 and flooded["rounds_alone"] == 0
     assert len(flooded["state_hashes"]) == 4 and len(set(flooded["state_hashes"])) == 1
     # a stalled round waits its 20 s deadline: 8 of them would be 160 s; measured here (load
     # 1.7-2.4): clean 11.9 s, flooded 13.9 s (1.17x); 2 s of slack for a loaded machine
     rounds = {
         r: report["total_s"] - report["startup_s"]
-        for r, report in (("clean", clean), ("flooded", flooded))
+        for r, report in (("clean", clean), ("flooded", flooded), ("again", again))
     }
-    assert rounds["flooded"] < 1.3 * rounds["clean"] + 2, rounds
-    assert flooded["final_loss"] <= clean["final_loss"] * 1.05  # every honest update counted
+    baseline = (rounds["clean"] + rounds["again"]) / 2
+    assert rounds["flooded"] < 1.3 * baseline + 2, rounds
+    clean_loss = max(clean["final_loss"], again["final_loss"])
+    assert flooded["final_loss"] <= clean_loss * 1.05  # every honest update counted
