@@ -3,6 +3,7 @@
 Frozen value types with strict codecs. Every size is capped here, so one owner's slot in the
 run state has a hard upper bound whatever that owner sends: at most one member record, one
 progress count, `CHECKPOINT_WINDOW` checkpoint references and `BAN_WINDOW` ban votes.
+A member record may carry its member's progress report (crdt/member_report.py), bounded there.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 
 from peertrain.protocol.errors import DecodeError
 
+from .member_report import MemberReport, decode_report, encode_report
 from .wire import (
     MAX_SEQ,
     Codec,
@@ -45,6 +47,7 @@ class MemberInfo:
     lease_expiry_ms: int
     certificate: bytes = b""  # invite runs: the member's certificate envelope (crdt/certificates)
     loss: float | None = None  # the member's latest eval loss, where its mode publishes one
+    report: MemberReport | None = None  # where the member says it stands (the run-wide view)
 
     def __post_init__(self) -> None:
         if len(self.role) > MAX_ROLE_LEN:
@@ -66,25 +69,32 @@ class MemberInfo:
 
 def _encode_member(m: MemberInfo) -> Wire:
     fields: list[Wire] = [m.role, list(m.addrs), float(m.throughput), m.lease_expiry_ms]
+    if m.report is not None:  # 7 fields: the certificate (maybe empty), the loss (maybe nil)
+        loss = None if m.loss is None else float(m.loss)
+        return [*fields, m.certificate, loss, encode_report(m.report)]
     if m.loss is not None:  # 6 fields: the certificate (maybe empty) and the loss
         return [*fields, m.certificate, float(m.loss)]
     return [*fields, m.certificate] if m.certificate else fields  # open runs: the old 4 fields
 
 
 def _decode_member(x: Wire) -> MemberInfo:
-    fields = read_list(x, "member record", max_len=6)
-    if len(fields) not in (4, 5, 6):
-        raise DecodeError(f"a member record has 4 to 6 fields, not {len(fields)}")
+    fields = read_list(x, "member record", max_len=7)
+    if len(fields) not in (4, 5, 6, 7):
+        raise DecodeError(f"a member record has 4 to 7 fields, not {len(fields)}")
     role, addrs, throughput, lease = fields[:4]
     certificate = b""
     if len(fields) >= 5:
         certificate = read_bytes(fields[4], "member certificate", max_len=MAX_CERTIFICATE_LEN)
         if not certificate and len(fields) == 5:
             raise DecodeError("an empty certificate is encoded by leaving it out")
-    loss = read_float(fields[5], "member loss") if len(fields) == 6 else None
+    loss = None
+    if len(fields) == 6 or (len(fields) == 7 and fields[5] is not None):
+        loss = read_float(fields[5], "member loss")  # nil only where a report follows
+    report = decode_report(fields[6]) if len(fields) == 7 else None
     addrs = read_list(addrs, "member addresses", max_len=MAX_ADDRS)
     return MemberInfo(
         loss=loss,
+        report=report,
         certificate=certificate,
         role=read_str(role, "member role", max_len=MAX_ROLE_LEN),
         addrs=tuple(read_str(a, "member address", max_len=MAX_ADDR_LEN) for a in addrs),

@@ -19,6 +19,7 @@ from libp2p.crypto.keys import KeyPair
 from .admission import revocation_evidence
 from .certificates import sign_revocation
 from .hlc import HybridClock
+from .member_report import MemberReport
 from .orset import AWORSet
 from .records import BanVote, CheckpointRef, MemberInfo
 from .rundoc import RunDoc
@@ -55,9 +56,10 @@ class RunWriter:
         lease_ms: int,
         certificate: bytes = b"",
         loss: float | None = None,
+        report: MemberReport | None = None,
     ) -> RunDoc:
         """Join or renew: our member record, valid for `lease_ms` from now (with our member
-        certificate in invite runs)."""
+        certificate in invite runs, and where we stand: `report`, crdt/member_report.py)."""
         if not 0 < lease_ms <= self.state.limits.max_lease_ms:
             raise ValueError(f"lease must be 1..{self.state.limits.max_lease_ms} ms")
         stamp = self.clock.now()
@@ -68,6 +70,7 @@ class RunWriter:
             lease_expiry_ms=stamp.wall_ms + lease_ms,
             certificate=certificate,
             loss=loss,
+            report=report,
         )
         return self._write(lambda d: RunDoc.of(members=d.members.set(self.peer_id, info, stamp)))
 
