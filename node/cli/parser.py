@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--version",
         action=VersionAction,
-        help="the version, the git commit of a checkout, python, torch and libp2p versions",
+        help="the version, the git commit of a checkout, python, torch, trio and libp2p versions",
     )
     commands = parser.add_subparsers(metavar="COMMAND")
     home = _home_options()

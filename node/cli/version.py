@@ -4,6 +4,7 @@
     commit    4c5f793a1b2c (a checkout; "-dirty" with local changes; "unknown" otherwise)
     python    3.11.9 (CPython, Linux x86_64)
     torch     2.5.1
+    trio      0.27.0
     libp2p    0.8.1
 
 Versions come from the installed distributions' metadata, so nothing heavy is imported.
@@ -18,7 +19,7 @@ from importlib import metadata
 from pathlib import Path
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the repository root is the package
-DEPENDENCIES = ("torch", "libp2p")
+DEPENDENCIES = ("torch", "trio", "libp2p")
 
 
 def version_text() -> str:

@@ -74,17 +74,17 @@ class RunFinder:
 
     def _unknown(self, query: str, candidates: list, since: float | None) -> float | None:
         """Give up early on a name nobody knows: the DHT lists other runs (it works) and none
-        matched for `UNKNOWN_AFTER` seconds (a run just created is listed within seconds). It
-        cost a whole join timeout (60 s) before, though `run list` answers in a fraction of a
-        second. Returns when the listings first said nothing, or raises."""
+        matched, at once when a listed name is a near miss of `query` (a typo: `run list`
+        answers in a fraction of a second, and a join that cannot succeed should too), else
+        after `UNKNOWN_AFTER` seconds (a run just created is listed within seconds). It cost a
+        whole join timeout (60 s) before. Returns when the listings first said nothing, or
+        raises."""
         if candidates or not self.directory.listed_names:
             return None
         now = trio.current_time()
-        if since is not None and now - since >= UNKNOWN_AFTER:
-            raise ControlError(
-                f"no run named or with ID {query!r} is listed (after {now - since:.0f} s)"
-                + self._near(query)
-            )
+        near = difflib.get_close_matches(query, self.directory.listed_names, n=1)
+        if near or since is not None and now - since >= UNKNOWN_AFTER:
+            raise ControlError(f"no run named or with ID {query!r} is listed" + self._near(query))
         return now if since is None else since
 
     def _near(self, query: str) -> str:

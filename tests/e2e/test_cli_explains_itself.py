@@ -21,12 +21,13 @@ from peertrain.testing.processes import peertrain_cli
 pytestmark = pytest.mark.slow  # daemons start (~5 s each), then CLI processes
 
 
-def test_version_names_the_commit_python_torch_and_libp2p():
+def test_version_names_the_commit_python_torch_trio_and_libp2p():
     lines = peertrain_cli("--version").stdout.splitlines()
     rows = dict(line.split(None, 1) for line in lines[1:])
     assert lines[0] == f"peertrain {__version__}"
     assert rows["python"].startswith(platform.python_version())
     assert rows["torch"] == metadata.version("torch")
+    assert rows["trio"] == metadata.version("trio")
     assert rows["libp2p"] == metadata.version("libp2p")
     if (PACKAGE_ROOT / ".git").exists():  # a checkout: the commit it is at
         head = subprocess.run(

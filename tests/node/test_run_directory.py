@@ -168,9 +168,10 @@ async def test_run_list_shows_only_runs_whose_manifest_verifies_labelled_by_it()
         assert (run["members"], run["round"]) == (2, 4)  # the creator's own entry's counts
 
 
-async def test_an_unknown_run_name_is_refused_in_seconds_with_the_names_it_may_mean():
+async def test_a_misspelt_run_name_is_refused_at_once_with_the_names_it_may_mean():
     """It cost the whole join timeout (60 s) before "no peer knows…", with no suggestion,
-    though `run list` answered at once."""
+    then 10 s, though `run list` answers in a fraction of a second: a name next to a listed
+    one is a typo, answered as soon as the listing and the connected peers say no."""
     import trio
     from peertrain.node.errors import ControlError
     from peertrain.testing import open_test_swarm
@@ -181,4 +182,4 @@ async def test_an_unknown_run_name_is_refused_in_seconds_with_the_names_it_may_m
         started = trio.current_time()
         with pytest.raises(ControlError, match=r"did you mean 'stdlib-gpt'\?"):
             await victim.runs.finder.find_one("stdlib-gtp", within=60)
-        assert trio.current_time() - started < 30
+        assert trio.current_time() - started < 3
