@@ -91,6 +91,7 @@ def training_choices(config: NodeConfig, ranks: Any) -> TrainingChoices:
         device=config.device,
         precision=config.precision,
         sample_grid_every=config.sample_grid_every,
+        public_name=config.public_name,
         ranks=ranks,
     )
 

@@ -10,6 +10,7 @@ are said here once, and a wrong one is answered in one line naming it before any
     run.join    {name, timeout, model, certificate, data, role…, budget…} → {run_id, name}
     run.list    {timeout}                                    → {runs}
     run.leave   {run}   run.export {run, out, format}   run.sample {run, prompt, tokens}
+    run.show    {run}                                        → the run-wide view (runs/run_view.py)
     run.invite  {run, peer, role, expires}   run.revoke {run, peer}
     diffusion.sample {run, n, steps, strategy, seed, out, fresh, timeout}
     resolve_peer {peer, timeout}   debug.offer {mib}   debug.fetch {peer, checksum, timeout}
@@ -121,6 +122,12 @@ async def _run_leave(node: ControlledNode, p: dict[str, Any]) -> dict[str, str]:
     return _entered(node.runs.leave(p["run"]))
 
 
+async def _run_show(node: ControlledNode, p: dict[str, Any]) -> dict[str, Any]:
+    session = node.runs.session_named(p["run"])
+    head = {"run_id": session.run_id, "name": session.manifest.name, "mode": session.manifest.mode}
+    return {**head, **session.view(limit=session.state.limits.max_owners)}
+
+
 async def _run_export(node: ControlledNode, p: dict[str, Any]) -> dict[str, Any]:
     return await node.runs.export(p["run"], p["out"], p["format"])
 
@@ -199,6 +206,7 @@ METHODS: dict[str, ControlMethod] = {
     ),
     "run.list": ControlMethod(Schema(_timeout(8.0)), _run_list),
     "run.leave": ControlMethod(Schema(Field("run", str, "")), _run_leave),
+    "run.show": ControlMethod(Schema(Field("run", str, "")), _run_show),
     "run.export": ControlMethod(
         Schema(Field("run", str, ""), Field("out", str, ""), Field("format", str, "safetensors")),
         _run_export,

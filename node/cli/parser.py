@@ -28,6 +28,7 @@ from .logs import cmd_logs
 from .node_stop import cmd_node_stop
 from .options import add_budget_options, add_role_options, add_run_options, name_env_vars
 from .run_options import cmd_run_options
+from .run_show import cmd_run_show
 from .swarm_parser import add_swarm_commands
 from .version import VersionAction
 
@@ -244,10 +245,20 @@ def _add_run_commands(commands: Any, home: argparse.ArgumentParser) -> None:
 
 
 def _add_listing_commands(run: Any, home: argparse.ArgumentParser) -> None:
-    """run list (runs in the DHT), run options (every run setting)."""
+    """run list (runs in the DHT), run show (a run's members), run options (every setting)."""
     p = run.add_parser("list", parents=[home], help="runs announced in the DHT")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=cmd_run_list)
+    p = run.add_parser(
+        "show",
+        parents=[home],
+        help="a run this node is in: every member's round, checksum, samples/s, device, "
+        "version and name, and whether they agree",
+    )
+    p.add_argument(
+        "run", nargs="?", default="", metavar="RUN", help="name or ID prefix (default: the only)"
+    )
+    _json_and_handler(p, cmd_run_show)
     p = run.add_parser(
         "options", help="every run setting (--set KEY=VALUE) with its type, default and meaning"
     )

@@ -28,6 +28,7 @@ from .context import RunContext
 from .ranks import lend_ranks, return_ranks
 from .revocation_file import keep_revocations
 from .run_sync import STATE_PENALTY, SyncExchange
+from .run_view import MAX_ROWS, RunView, run_view
 from .spec_check import local_data
 from .status import DiffusionRunStatus, DiLoCoRunStatus, RunStatus, SwarmRunStatus
 from .training_choices import TrainingChoices
@@ -247,6 +248,22 @@ class RunSession:
             return cast(DiffusionRunStatus, {**self._common(members=live), **diffusion})
         return self._diloco_status()
 
+    def view(self, limit: int = MAX_ROWS) -> RunView:
+        """The run-wide view (run_view.py): every live member's own report, ours first among
+        equals; the ETA at our own pace (wall seconds per round we completed)."""
+        driver = self.driver
+        progress = driver.progress if driver is not None else None
+        pace = None
+        if progress is not None and progress.rounds_completed:
+            pace = progress.wall_seconds / progress.rounds_completed
+        return run_view(
+            self.state,
+            me=self.context.node.peer_id,
+            rounds=driver.spec.rounds if driver is not None else 0,
+            seconds_per_round=pace,
+            limit=limit,
+        )
+
     def _common(
         self,
         *,
@@ -311,6 +328,7 @@ class RunSession:
             ranks=getattr(getattr(inner, "node", None), "world", 1),
             progress=driver.progress_status() if driver else None,
             streaming=driver.streaming_status() if hasattr(driver, "streaming_status") else None,
+            view=self.view(),
         )
 
 

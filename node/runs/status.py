@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, NotRequired, TypedDict
 
+from .run_view import RunView
+
 
 class RunStatus(TypedDict):
     """Every run, whatever its mode."""
@@ -57,6 +59,9 @@ class DiLoCoRunStatus(RunStatus):
     # last_round {round, steps, samples, fragments_landed}, loop {steps, compute_s, idle_s,
     # idle_fraction}
     streaming: dict[str, Any] | None
+    # the run-wide view (run_view.py): each live member's own report (at most 64 rows), the
+    # agreement at the newest round, the run's length, summed samples/s and an ETA
+    view: RunView
 
 
 class SwarmRunStatus(RunStatus):

@@ -18,6 +18,7 @@ class TrainingChoices:
     # (swarm/devices.py: auto|cpu|cuda[:N]|mps; fp32|bf16|fp16)
     device: str = "auto"
     precision: str = "fp32"
+    public_name: str = ""  # the owner's --name, shown to the run beside our progress report
     sample_grid_every: int = 5  # rounds between a diffusion member's sample grids; 0: none
     # the ranks of a multi-GPU node (`--ranks N`; diloco/member/intra_node.py), lent to one run
     ranks: RankLease | None = None

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from importlib import metadata
 from typing import TYPE_CHECKING
 
 import trio
@@ -264,6 +265,7 @@ def member_driver(
     certificate of an invite run (`run invite`'s token, node/runs/invites.py)."""
     from peertrain.swarm.diloco.adversary import adversary_for
     from peertrain.swarm.diloco.group.driver import DiLoCoDriver
+    from peertrain.swarm.diloco.group.lease import Introduction
     from peertrain.swarm.diloco.group.streaming_driver import StreamingDriver
     from peertrain.swarm.diloco.member.checkpoint import CheckpointStore
 
@@ -288,6 +290,7 @@ def member_driver(
         on_penalty=on_penalty,
         certificate=certificate,  # ours, in an invite run
         shard_transport=exchange.shards,
+        introduction=Introduction(choices.public_name, metadata.version("peertrain")),
     )
 
 

@@ -13,13 +13,15 @@ from peertrain.node.api.control_methods import METHODS
 from peertrain.node.errors import ControlError
 from peertrain.testing import open_test_swarm
 
-# every method the daemon served before the table was made: none may go missing from it
+# every method the daemon serves (those before the table was made, and `run.show` since): none
+# may go missing from it
 KNOWN = {
     "status",
     "run.create",
     "run.join",
     "run.list",
     "run.leave",
+    "run.show",
     "run.export",
     "run.sample",
     "run.invite",

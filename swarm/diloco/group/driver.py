@@ -22,6 +22,7 @@ from peertrain.crdt.replicator import Replicator
 from peertrain.swarm.diloco.errors import CheckpointError
 from peertrain.swarm.diloco.group.adoption import StateDownloads, TensorTransport
 from peertrain.swarm.diloco.group.adversary_seam import Adversary
+from peertrain.swarm.diloco.group.lease import ANONYMOUS, Introduction, MemberLease
 from peertrain.swarm.diloco.group.progress import DriverProgress
 from peertrain.swarm.diloco.group.replay import RoundReplay
 from peertrain.swarm.diloco.group.roster import CountedGroup, roster_for
@@ -40,7 +41,6 @@ from peertrain.swarm.progress import Waiting, log_progress
 log = logging.getLogger(__name__)
 
 ROUND_ALONE = "round_alone"  # the log event of a round closed alone (the local swarm counts it)
-LEASE_MS = 30_000
 RETRY_PAUSE = 2.0  # seconds before a failed catch-up is tried again
 AGREEMENT_WAIT = 3.0  # seconds a member waits for the trusted state of a round it applied
 FINAL_CHECK_EVERY = 1.0  # seconds between a finished member's looks at the trusted final state
@@ -63,6 +63,7 @@ class DiLoCoDriver:
         on_penalty: Callable[[str, str], None] | None = None,
         certificate: bytes = b"",
         shard_transport: ShardTransport | None = None,
+        introduction: Introduction = ANONYMOUS,
     ):
         self.spec, self.peer_id = spec, peer_id
         self.replicator = replicator
@@ -104,6 +105,7 @@ class DiLoCoDriver:
             # all (an honest member ended at loss 1.9e7). Anchored rounds stay deterministic.
             built.member.norm_reference = (self.admission.anchors, frozenset({peer_id}))
         self.adversary = adversary(self) if adversary is not None else None
+        self.lease = MemberLease(self, introduction)  # our record, with where we stand
 
     def _steer(self, gossip: UpdateGossip) -> None:
         """The gossip waits for, and pulls from, the counted group only."""
@@ -138,7 +140,7 @@ class DiLoCoDriver:
         self, *, task_status: trio.TaskStatus[DiLoCoDriver] = trio.TASK_STATUS_IGNORED
     ) -> None:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._lease_loop)
+            nursery.start_soon(self.lease.run)
             nursery.start_soon(self.gossip.repeat_loop)  # gossip loses messages
             nursery.start_soon(log_progress, log, self.progress_status)
             if self.adversary is not None:
@@ -208,16 +210,6 @@ class DiLoCoDriver:
                 await trio.sleep(0.2)
         self.progress.waiting = None
         await self.sync.catch_up()
-
-    async def _lease_loop(self) -> None:
-        while True:
-            self.replicator.writer.announce(
-                role="diloco",
-                addrs=self.addrs()[:8],
-                lease_ms=LEASE_MS,
-                certificate=self.certificate,
-            )
-            await trio.sleep(LEASE_MS / 3000)
 
     def progress_status(self) -> dict:
         """The run's `progress` in status (and in the progress log lines)."""
