@@ -6,11 +6,16 @@
     hf           `save_pretrained` into the folder, for models that came from transformers
 
 Each export writes `export.json` beside the weights: the run, round, model name and settings,
-and the blake3 checksum of every file written, so a copy can be verified anywhere. Files are
-written to a temporary name and renamed, so a crash never leaves a half-written export.
+and the blake3 checksum of every file written, so a copy can be verified anywhere. The same
+facts (strings) are the safetensors file's own metadata, so the weights name their run without
+the sidecar. Files are written to a temporary name and renamed, so a crash never leaves a
+half-written export.
 
-Tied weights (the GPT shares its embedding with its head) are written once per name, as
-independent copies: safetensors refuses shared storage, and a plain state_dict has no ties.
+Tied weights (the GPT shares its embedding with its head) are written once: a second name of
+the same tensor is left out of model.safetensors and listed under `tied` (alias: kept name) in
+the sidecar and the metadata; `safetensors.torch.load_model(model, path)` or
+`load_state_dict(state, strict=False)` restores it, as the model ties them itself. model.pt
+keeps both names on one storage (torch.save writes it once).
 """
 
 from __future__ import annotations
@@ -43,8 +48,10 @@ def export_model(
         # a transformers model is written as itself (swarm/models/hf.py wraps it), so its
         # state_dict loads into the class transformers builds from the sidecar's config
         state = plain_state_dict(getattr(model, "hf_model", model))
+        tied = tied_names(state)
         name = "model.safetensors" if fmt == "safetensors" else "model.pt"
-        _atomic(out / name, lambda tmp: _save(state, tmp, fmt))
+        about = {**(about or {}), **({"tied": tied} if tied else {})}
+        _atomic(out / name, lambda tmp: _save(state, tmp, fmt, about))
         written = [name]
     sidecar = {
         "format": fmt,
@@ -56,11 +63,28 @@ def export_model(
 
 
 def plain_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Every parameter and buffer by name, contiguous fp32 on the CPU, shared storage broken."""
-    return {
-        name: tensor.detach().to("cpu").contiguous().clone()
-        for name, tensor in model.state_dict(keep_vars=False).items()
-    }
+    """Every parameter and buffer by name, contiguous on the CPU and apart from the model's
+    own storage; names of one tensor (tied weights) stay one tensor."""
+    copies: dict[tuple[int, torch.Size, torch.dtype], torch.Tensor] = {}
+    state = {}
+    for name, tensor in model.state_dict(keep_vars=False).items():
+        key = (tensor.data_ptr(), tensor.shape, tensor.dtype)
+        if key not in copies or tensor.numel() == 0:
+            copies[key] = tensor.detach().to("cpu").contiguous().clone()
+        state[name] = copies[key]
+    return state
+
+
+def tied_names(state: dict[str, torch.Tensor]) -> dict[str, str]:
+    """{alias: first name} for every name whose tensor an earlier name already holds."""
+    first: dict[int, str] = {}
+    tied = {}
+    for name, tensor in state.items():
+        if tensor.numel() and id(tensor) in first:
+            tied[name] = first[id(tensor)]
+        else:
+            first.setdefault(id(tensor), name)
+    return tied
 
 
 def verify_export(out: Path) -> dict[str, Any]:
@@ -72,13 +96,25 @@ def verify_export(out: Path) -> dict[str, Any]:
     return sidecar
 
 
-def _save(state: dict[str, torch.Tensor], path: Path, fmt: str) -> None:
+def _save(state: dict[str, torch.Tensor], path: Path, fmt: str, about: dict[str, Any]) -> None:
     if fmt == "safetensors":
         from safetensors.torch import save_file
 
-        save_file(state, str(path))
+        tied = about.get("tied", {})
+        kept = {name: tensor for name, tensor in state.items() if name not in tied}
+        save_file(kept, str(path), metadata=safetensors_metadata(about))
     else:
         torch.save(state, path)
+
+
+def safetensors_metadata(about: dict[str, Any]) -> dict[str, str]:
+    """The sidecar's facts as the file's own metadata (safetensors holds strings only):
+    strings as they are, anything else as JSON, unknowns (None) left out."""
+    return {
+        key: value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        for key, value in about.items()
+        if value is not None
+    }
 
 
 def _save_pretrained(model: nn.Module, out: Path) -> list[str]:

@@ -30,8 +30,7 @@ async def export_run(session: RunSession, out: str, fmt: str) -> dict[str, Any]:
         raise ControlError(f"--out must be an absolute folder path, not {out!r}")
     driver = session.driver
     if session.manifest.mode != "diloco":
-        raise ControlError(f"run {session.manifest.name!r} is a {session.manifest.mode} run: "
-                           "only DiLoCo runs export a whole model yet")  # fmt: skip
+        raise ControlError(_no_whole_model(session.manifest.name, session.manifest.mode))
     if driver is None:
         raise ControlError(f"run {session.manifest.name!r} is still starting; export it later")
     round_, model = await driver.global_model()
@@ -43,7 +42,7 @@ async def export_run(session: RunSession, out: str, fmt: str) -> dict[str, Any]:
         # the group's checksum of that round, when status has already published it
         "state_checksum": progress.state_checksum if progress.round == round_ else None,
         "model": driver.spec.model,
-        "model_settings": dict(driver.spec.model_settings),
+        "model_settings": _model_settings(driver.spec),
     }
     try:
         sidecar = await trio.to_thread.run_sync(
@@ -52,3 +51,28 @@ async def export_run(session: RunSession, out: str, fmt: str) -> dict[str, Any]:
     except ConfigError as exc:
         raise ControlError(str(exc)) from None
     return {"out": out, **sidecar}
+
+
+def _model_settings(spec) -> dict[str, Any]:
+    """Every setting of a built-in model, defaults included: the spec names only those the
+    creator changed, and rebuilding from them needed peertrain's defaults. Other models (a
+    plugin, an import path, hf:) keep the settings their spec holds."""
+    from peertrain.swarm.models import MODEL_CONFIGS, config_to_dict
+
+    if spec.model in MODEL_CONFIGS:
+        return config_to_dict(spec.model_config())
+    return dict(spec.model_settings)
+
+
+def _no_whole_model(name: str, mode: str) -> str:
+    """Why a run other than DiLoCo has no model to export, and what to do instead."""
+    if mode == "diffusion":
+        return (
+            f"run {name!r} is a diffusion run: its experts train apart and no node holds the "
+            f"whole model to export; draw images with `peertrain sample --run {name} --out "
+            "FILE.npz` (the samples as arrays) or FILE.png"
+        )
+    return (
+        f"run {name!r} is a {mode} run: each server holds only its pipeline stage, no node "
+        "the whole model to export; export a DiLoCo run (--mode diloco) instead"
+    )

@@ -14,7 +14,7 @@ import pytest
 from peertrain.node.cli.local_swarm import DAEMON_ENV
 from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
 from peertrain.testing import cli_json, wait_until_sync
-from peertrain.testing.processes import run_status
+from peertrain.testing.processes import peertrain_cli, run_status
 
 pytestmark = pytest.mark.slow
 
@@ -72,6 +72,15 @@ def final_grid_drawn(run: dict) -> bool:
     return grid is None if run.get("group") == "router" else bool(grid and grid["round"] == ROUNDS)
 
 
+def assert_export_refused(member: DaemonProcess, out) -> None:
+    """No node holds a diffusion run's whole model: one line that says so and what to do."""
+    refused = peertrain_cli(
+        "run", "export", "--home", str(member.home), "--run", "dd", "--out", str(out), check=False
+    )
+    assert refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1
+    assert "diffusion run" in refused.stderr and "peertrain sample --run dd" in refused.stderr
+
+
 def test_expert_groups_train_apart_and_a_stranger_samples_their_experts(tmp_path):
     started = time.monotonic()
     *daemons, stranger = start_daemons(tmp_path)
@@ -81,8 +90,7 @@ def test_expert_groups_train_apart_and_a_stranger_samples_their_experts(tmp_path
             lambda: all(run_status(d).get("finished") for d in daemons), timeout=400, interval=1
         )
         wait_until_sync(lambda: all(final_grid_drawn(run_status(d)) for d in daemons), timeout=120)
-        runs = [run_status(d) for d in daemons]
-        out = tmp_path / "grid.png"
+        runs, out = [run_status(d) for d in daemons], tmp_path / "grid.png"
         sampled = cli_json(
             "sample", "--home", str(stranger.home), "--run", "dd", "--n", "16",
             "--steps", "10", "--strategy", "top1", "--out", str(out),
@@ -93,6 +101,7 @@ def test_expert_groups_train_apart_and_a_stranger_samples_their_experts(tmp_path
             "sample", "--home", str(daemons[0].home), "--run", "dd", "--n", "8",
             "--steps", "5", "--strategy", "sample1", "--out", str(arrays),
         )  # fmt: skip
+        assert_export_refused(daemons[0], tmp_path / "export")
         # expert-1 has no trusted signer in it (the creator trains expert-0): a late member
         # starts from the state its members announce, not from the initial weights
         cli_json("run", "join", "--home", str(stranger.home), "--run", "dd", "--group", "expert-1")

@@ -35,14 +35,14 @@ RUN_FLAGS += ["--set", 'dataset_settings.sources=["pydoc"]', "--set", "warmup_st
 LOAD_EXPORTS = """
 import json, sys
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_model
 from transformers import AutoConfig, AutoModelForCausalLM
 x = torch.tensor(json.loads(sys.argv[3]))
 pretrained = AutoModelForCausalLM.from_pretrained(sys.argv[1], local_files_only=True).eval()
 sidecar = json.load(open(sys.argv[2] + "/export.json"))
 config = AutoConfig.for_model(sidecar["model"].removeprefix("hf:"), **sidecar["model_settings"])
 plain = AutoModelForCausalLM.from_config(config).eval()
-plain.load_state_dict(load_file(sys.argv[2] + "/model.safetensors"))
+load_model(plain, sys.argv[2] + "/model.safetensors")  # the tied head is stored once
 with torch.no_grad():
     out = [m(input_ids=x).logits.tolist() for m in (pretrained, plain)]
 print(json.dumps({"hf": out[0], "safetensors": out[1], "peertrain": "peertrain" in sys.modules}))

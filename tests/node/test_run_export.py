@@ -9,8 +9,9 @@ from peertrain.node.api.control_methods import control_methods
 from peertrain.node.config import load_config
 from peertrain.node.errors import ControlError
 from peertrain.swarm.export import verify_export
-from peertrain.swarm.models import MLPConfig
+from peertrain.swarm.models import MLPConfig, config_to_dict
 from peertrain.testing import open_test_swarm, wait_until
+from safetensors import safe_open
 from safetensors.torch import load_file
 
 SPEC = {
@@ -39,6 +40,13 @@ async def test_an_export_holds_the_groups_model_of_the_round_it_names(tmp_path):
         with pytest.raises(ControlError, match="safetensors"):
             await export({"out": str(tmp_path / "y"), "format": "onnx"})
     assert sidecar["round"] == 2 and sidecar["run"] == "tiny"
+    # every setting, defaults included: rebuilding needs no peertrain defaults
+    assert sidecar["model_settings"] == config_to_dict(MLPConfig(hidden=16, depth=1))
+    assert set(sidecar["model_settings"]) > {"hidden", "depth"}
+    with safe_open(tmp_path / "out" / "model.safetensors", "pt") as weights:
+        metadata = weights.metadata()  # the weights name their run without the sidecar
+    assert metadata["run_id"] == session.run_id and metadata["round"] == "2"
+    assert metadata["model"] == "mlp" and metadata["state_checksum"] == sidecar["state_checksum"]
     assert verify_export(tmp_path / "out")["files"] == sidecar["files"]
     model = MLPConfig(hidden=16, depth=1).build()
     model.load_state_dict(load_file(tmp_path / "out" / "model.safetensors"))

@@ -48,7 +48,42 @@ def test_a_safetensors_export_loads_without_peertrain_and_gives_the_same_outputs
     assert torch.equal(torch.tensor(json.loads(out)), model(x)[0].detach())
 
 
-def test_tied_weights_export_as_plain_tensors_and_the_sidecar_catches_tampering(tmp_path):
+def test_a_tied_head_is_written_once_and_loads_back_tied(tmp_path):
+    """The GPT's head is its token embedding: the file held it twice (a second copy of the
+    largest tensor); now once, the alias named in the sidecar and the file's metadata."""
+    from safetensors import safe_open
+    from safetensors.torch import load_model
+
+    model = GPTConfig(n_layer=1, n_embd=16, n_head=2, block_size=16).build(seed=0)
+    sidecar = export_model(model, tmp_path / "st", about={"run": "r1", "round": 3})
+    assert sidecar["tied"] == {"lm_head.weight": "wte.weight"}
+    with safe_open(tmp_path / "st" / "model.safetensors", "pt") as f:
+        assert "lm_head.weight" not in f.keys() and "wte.weight" in f.keys()
+        assert json.loads(f.metadata()["tied"]) == sidecar["tied"]
+    fresh = GPTConfig(n_layer=1, n_embd=16, n_head=2, block_size=16).build(seed=1)
+    load_model(fresh, tmp_path / "st" / "model.safetensors")  # strict: nothing else missing
+    assert fresh.lm_head.weight is fresh.wte.weight
+    x = torch.randint(0, 256, (2, 16))
+    assert torch.equal(fresh(x)[0], model(x)[0])
+    export_model(model, tmp_path / "pt", fmt="torch")  # torch.save keeps one storage, two names
+    state = torch.load(tmp_path / "pt" / "model.pt")
+    assert state["lm_head.weight"].data_ptr() == state["wte.weight"].data_ptr()
+
+
+def test_the_safetensors_file_names_its_run_round_checksum_and_model(tmp_path):
+    from safetensors import safe_open
+
+    about = {"run": "lm", "run_id": "ab" * 32, "round": 7, "state_checksum": "c0ffee",
+             "model": "mlp", "model_settings": {"hidden": 16}}  # fmt: skip
+    export_model(GPTConfig(n_layer=1, n_embd=16, n_head=2).build(), tmp_path, about=about)
+    with safe_open(tmp_path / "model.safetensors", "pt") as f:
+        metadata = f.metadata()
+    assert metadata["run"] == "lm" and metadata["run_id"] == "ab" * 32
+    assert metadata["round"] == "7" and metadata["state_checksum"] == "c0ffee"
+    assert metadata["model"] == "mlp" and json.loads(metadata["model_settings"]) == {"hidden": 16}
+
+
+def test_the_sidecar_catches_tampering(tmp_path):
     model = GPTConfig(n_layer=1, n_embd=16, n_head=2, block_size=16).build(seed=0)
     export_model(model, tmp_path, fmt="safetensors")
     assert verify_export(tmp_path)["format"] == "safetensors"
