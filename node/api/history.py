@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .round_times import RoundTimes
+
 MAX_SAMPLES = 256  # rounds per run on the loss curve
 MAX_RUNS = 16
 MAX_EVENTS = 64
@@ -40,6 +42,7 @@ class StatusHistory:
     def __init__(self, *, clock=time.time) -> None:
         self._clock = clock
         self._runs: OrderedDict[str, deque[RoundSample]] = OrderedDict()
+        self._times: dict[str, RoundTimes] = {}  # the runs of `_runs`: their rounds' durations
         self._events: deque[Event] = deque(maxlen=MAX_EVENTS)
         self._last: Mapping[str, Any] | None = None
 
@@ -56,9 +59,11 @@ class StatusHistory:
         samples = self._runs.get(run["run_id"])
         if samples is None:
             samples = self._runs[run["run_id"]] = deque(maxlen=MAX_SAMPLES)
+            self._times[run["run_id"]] = RoundTimes()
             while len(self._runs) > MAX_RUNS:
-                self._runs.popitem(last=False)
+                self._times.pop(self._runs.popitem(last=False)[0], None)
         self._runs.move_to_end(run["run_id"])
+        self._times[run["run_id"]].seen(run["round"], self._clock())
         if samples and samples[-1].round == run["round"]:
             if samples[-1].loss == run["loss"]:
                 return
@@ -82,6 +87,10 @@ class StatusHistory:
         if not samples or len(samples) < 2:
             return None
         return samples[-1].time - samples[-2].time
+
+    def round_times(self, run_id: str) -> RoundTimes | None:
+        """The durations of the run's rounds seen so far (None: the run was never seen)."""
+        return self._times.get(run_id)
 
     def events(self) -> list[Event]:
         return list(self._events)

@@ -4,8 +4,12 @@ A custom Collector rather than counters incremented through the code: every figu
 exists as a counter or gauge in some service's `statistics()` or in `status()`, so a scrape
 turns one snapshot into metric families and nothing in the node pays for metrics it does not
 serve. Names carry units and counters end in `_total`; labels come from fixed sets (a kind, a
-reason code, a service name, a run's name): never a peer ID, which would make one series per
-stranger.
+reason code, a service name, a run's ID): never a peer ID, which would make one series per
+stranger. A run is labelled by its ID, which names one run, not by its name, which anyone may
+give another run; `peertrain_run_info` maps the ID to the name, mode and (diffusion) group.
+A counter of a fixed label set has a series for every label from the start, zeros included, so
+a dashboard tells "none yet" from "not exported". The process's own figures (CPU seconds,
+resident memory, open files: `process_*`) come from prometheus_client's ProcessCollector.
 
 prometheus_client is imported only by this module, which node/api/web.py imports only when
 `metrics_listen` is set: the idle daemon keeps it out of memory (node/net/slim_imports.py).
@@ -20,15 +24,18 @@ from ..net import slim_imports
 
 slim_imports.release("prometheus_client")  # before the import below: the guard must let it in
 
+from peertrain.dht.errors import RejectReason  # noqa: E402
 from prometheus_client.core import (  # noqa: E402 - only once the guard has let it in
     CounterMetricFamily,
     GaugeMetricFamily,
     Metric,
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest  # noqa: E402
+from prometheus_client.process_collector import ProcessCollector  # noqa: E402
 from prometheus_client.registry import Collector, CollectorRegistry  # noqa: E402
 
-from .history import StatusHistory, runs_of  # noqa: E402
+from .history import StatusHistory  # noqa: E402
+from .run_metrics import run_metrics  # noqa: E402
 
 if TYPE_CHECKING:
     from .readings import NodeReadings
@@ -36,6 +43,7 @@ if TYPE_CHECKING:
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 REACHABILITY_STATES = ("public", "private", "unknown")
 PEER_KINDS = ("direct", "relayed")
+DHT_REJECTIONS = tuple(r.code for r in RejectReason)
 
 
 class DaemonCollector(Collector):
@@ -62,6 +70,7 @@ def registry_for(node: NodeReadings, history: StatusHistory) -> CollectorRegistr
     """A registry of this node alone (not the process-wide default: tests run several)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(DaemonCollector(node, history))
+    ProcessCollector(registry=registry)  # process_*: this daemon's CPU, memory, open files
     return registry
 
 
@@ -129,7 +138,7 @@ def network_metrics(status: Mapping[str, Any]) -> Iterator[Metric]:
         "peertrain_dht_rejected_inputs",
         "records and answers refused, by reason code",
         "reason",
-        dht["rejected"],
+        {**dict.fromkeys(DHT_REJECTIONS, 0), **dht["rejected"]},
     )
     shield = status["shield"]
     yield counter(
@@ -214,102 +223,5 @@ def budget_metrics(budget: Mapping[str, Any]) -> Iterator[Metric]:
         "peertrain_budget_refused",
         "refusals by the limit hit",
         "limit",
-        budget["refused"],
+        {**dict.fromkeys(budget["limits"], 0), **budget["refused"]},  # refusals name limits
     )
-
-
-# key: (family, name, help, labels after "run"); _add_run fills them
-RUN_FAMILIES: dict[
-    str, tuple[type[GaugeMetricFamily | CounterMetricFamily], str, str, tuple[str, ...]]
-] = {
-    "round": (GaugeMetricFamily, "peertrain_run_round", "the run's current round", ()),
-    "rounds": (
-        CounterMetricFamily,
-        "peertrain_run_rounds_completed",
-        "rounds this node completed",
-        (),
-    ),
-    "members": (GaugeMetricFamily, "peertrain_run_members", "live members", ()),
-    "loss": (GaugeMetricFamily, "peertrain_run_loss", "eval loss after the last round", ()),
-    "duration": (
-        GaugeMetricFamily,
-        "peertrain_run_round_duration_seconds",
-        "wall time of the last round (to a second)",
-        (),
-    ),
-    "bytes": (
-        CounterMetricFamily,
-        "peertrain_run_update_bytes",
-        "outer-update bytes published (out) and fetched (in)",
-        ("direction",),
-    ),
-    "resyncs": (
-        CounterMetricFamily,
-        "peertrain_run_resyncs",
-        "states downloaded to adopt the majority's (re-syncs and catch-ups)",
-        (),
-    ),
-    "rejected": (
-        CounterMetricFamily,
-        "peertrain_run_rejected_updates",
-        "peers' updates refused, by reason",
-        ("reason",),
-    ),
-    "finished": (GaugeMetricFamily, "peertrain_run_finished", "1 once the run ended", ()),
-    "counted": (
-        GaugeMetricFamily,
-        "peertrain_run_counted_members",
-        "members the run counts and (contribution scores) rates on probation, by set",
-        ("set",),
-    ),
-    "rating": (
-        GaugeMetricFamily,
-        "peertrain_run_member_rating",
-        "a member's contribution score as the run's scorers rate it (--set scoring=anchors)",
-        ("peer",),
-    ),
-    "dropped": (
-        CounterMetricFamily,
-        "peertrain_run_dropped",
-        "non-members' traffic an invite run dropped before storing or downloading it, by kind",
-        ("kind",),
-    ),
-}
-
-
-def run_metrics(status: Mapping[str, Any], history: StatusHistory) -> Iterator[Metric]:
-    """One series per run this node is in, labelled by the run's name (a handful at most)."""
-    runs = runs_of(status)
-    families = {
-        key: kind(name, doc, labels=["run", *labels])
-        for key, (kind, name, doc, labels) in RUN_FAMILIES.items()
-    }
-    for run in runs:
-        _add_run(families, run, history)
-    yield from families.values()
-
-
-def _add_run(families: dict[str, Any], run: Mapping[str, Any], history: StatusHistory) -> None:
-    name = run["name"]
-    families["round"].add_metric([name], run["round"])
-    families["members"].add_metric([name], len(run["members"]))
-    if run["loss"] is not None:
-        families["loss"].add_metric([name], run["loss"])
-    if (seconds := history.last_round_seconds(run["run_id"])) is not None:
-        families["duration"].add_metric([name], seconds)
-    for kind, count in sorted(run.get("dropped", {}).items()):  # every mode (status.py)
-        families["dropped"].add_metric([name, kind], count)
-    if "rounds_completed" not in run:  # a swarm pipeline run: the rest is DiLoCo's
-        return
-    families["rounds"].add_metric([name], run["rounds_completed"])
-    families["bytes"].add_metric([name, "out"], run["bytes_published"])
-    families["bytes"].add_metric([name, "in"], run["bytes_fetched"])
-    families["resyncs"].add_metric([name], run["resyncs"])
-    for reason, count in sorted(run["rejected_by_reason"].items()):
-        families["rejected"].add_metric([name, reason], count)
-    families["finished"].add_metric([name], float(run["finished"]))
-    if scores := (run.get("progress") or {}).get("scores"):
-        families["counted"].add_metric([name, "counted"], len(scores["counted"]))
-        families["counted"].add_metric([name, "probation"], len(scores["probation"]))
-        for peer, rating in sorted(scores["ratings"].items()):  # at most 160 (crdt/scorecard)
-            families["rating"].add_metric([name, peer], rating["rating"])

@@ -331,6 +331,11 @@ class DiffusionSession:
             "initial_loss": progress.initial_loss if progress else None,
             "finished": bool(driver and driver.finished),
             "state_checksum": progress.state_checksum if progress else "",
+            # a DiLoCo run's counters, for /metrics and the dashboard alike (its tiles)
+            "rounds_completed": progress.rounds_completed if progress else 0,
+            "resyncs": progress.resyncs if progress else 0,
+            "rejected_updates": progress.rejected_updates if progress else 0,
+            "rejected_by_reason": dict(progress.rejected_by_reason) if progress else {},
         }
         return out
 

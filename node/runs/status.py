@@ -93,6 +93,10 @@ class DiffusionRunStatus(RunStatus):
     initial_loss: NotRequired[float | None]
     finished: NotRequired[bool]
     state_checksum: NotRequired[str]
+    rounds_completed: NotRequired[int]
+    resyncs: NotRequired[int]
+    rejected_updates: NotRequired[int]
+    rejected_by_reason: NotRequired[dict[str, int]]
 
 
 class ManyRunsStatus(TypedDict):

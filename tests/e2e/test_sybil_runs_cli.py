@@ -140,8 +140,7 @@ def test_sybils_cannot_take_over_an_open_run_and_are_dropped_unseen_by_an_invite
         dropped = run_of(creator, invite)["dropped"]
         samples = scrape_metrics(metrics)
         series = {
-            k: ("peertrain_run_dropped_total", (("kind", k), ("run", "members-only")))
-            for k in dropped
+            k: ("peertrain_run_dropped_total", (("kind", k), ("run", invite))) for k in dropped
         }
         assert all(samples[series[k]] >= count for k, count in dropped.items())  # read later
         assert samples[series["deltas"]] > 0

@@ -38,7 +38,8 @@ async def test_metrics_follow_a_three_node_run_without_peer_ids_in_labels():
     port = free_tcp_port()
     async with open_test_swarm(3, first={"metrics_listen": f"127.0.0.1:{port}"}) as nodes:
         await wait_until(lambda: all(len(n.status()["peers"]) == 2 for n in nodes), timeout=20)
-        await nodes[0].runs.create(name="digits", mode="diloco", spec=SPEC)
+        session = await nodes[0].runs.create(name="digits", mode="diloco", spec=SPEC)
+        run_label = (("run", session.run_id),)  # by ID: a name may be any run's
         for node in nodes[1:]:
             await node.runs.join("digits", timeout=20)
         rounds_seen, byte_checks = [], 0
@@ -47,8 +48,8 @@ async def test_metrics_follow_a_three_node_run_without_peer_ids_in_labels():
                 before = nodes[0].status()["run"]
                 samples = await scrape(port)
                 after = nodes[0].status()["run"]
-                byte_checks += check_bytes(samples, before, after)
-                rounds_seen.append(samples[("peertrain_run_rounds_completed_total", RUN)])
+                byte_checks += check_bytes(samples, before, after, run_label)
+                rounds_seen.append(samples[("peertrain_run_rounds_completed_total", run_label)])
                 await trio.sleep(0.5)
         samples = await scrape(port)
         final = nodes[0].status()
@@ -56,25 +57,27 @@ async def test_metrics_follow_a_three_node_run_without_peer_ids_in_labels():
         peer_ids = [n.status()["peer_id"] for n in nodes]
 
     assert rounds_seen == sorted(rounds_seen), "the round counter never goes back"
-    assert samples[("peertrain_run_rounds_completed_total", RUN)] == 8 > rounds_seen[0]
-    assert samples[("peertrain_run_round", RUN)] == final["run"]["round"] == 8
-    assert samples[("peertrain_run_members", RUN)] == 3
-    assert samples[("peertrain_run_loss", RUN)] == final["run"]["loss"]
+    assert samples[("peertrain_run_rounds_completed_total", run_label)] == 8 > rounds_seen[0]
+    assert samples[("peertrain_run_round", run_label)] == final["run"]["round"] == 8
+    assert samples[("peertrain_run_members", run_label)] == 3
+    assert samples[("peertrain_run_loss", run_label)] == final["run"]["loss"]
+    info = (("group", ""), ("mode", "diloco"), *run_label, ("run_name", "digits"))
+    assert samples[("peertrain_run_info", info)] == 1
     assert samples[("peertrain_peers", (("kind", "direct"),))] == 2
     # an open run drops nothing unseen; the invite run's drops: tests/e2e/test_sybil_runs_cli.py
     assert final["run"]["dropped"]["deltas"] == 0
-    assert samples[("peertrain_run_dropped_total", (("kind", "deltas"),) + RUN)] == 0
+    assert samples[("peertrain_run_dropped_total", (("kind", "deltas"),) + run_label)] == 0
     assert byte_checks > 0
     assert (
-        samples[("peertrain_run_update_bytes_total", (("direction", "out"),) + RUN)]
+        samples[("peertrain_run_update_bytes_total", (("direction", "out"),) + run_label)]
         == (final["run"]["bytes_published"])
     )
     assert (
-        samples[("peertrain_run_update_bytes_total", (("direction", "in"),) + RUN)]
+        samples[("peertrain_run_update_bytes_total", (("direction", "in"),) + run_label)]
         == (final["run"]["bytes_fetched"])
     )
     assert final["run"]["bytes_fetched"] > 0 and final["run"]["bytes_published"] > 0
-    check_bytes_against_the_report(samples, final["run"], api)
+    check_bytes_against_the_report(samples, final["run"], api, run_label)
     labels = {value for _, pairs in samples for _, value in pairs}
     # no label holds an ID or a piece of one long enough to name a peer (a word such as "peer"
     # or "in" occurs inside a random base58 ID: "in", a direction, is in one of three IDs in ~4%
@@ -83,15 +86,12 @@ async def test_metrics_follow_a_three_node_run_without_peer_ids_in_labels():
     assert not [v for v in labels if PEER_ID_LIKE.search(v)]
 
 
-RUN = (("run", "digits"),)  # labels are keyed sorted by name: ("direction", …) comes first
-
-
-def check_bytes(samples, before, after) -> int:
+def check_bytes(samples, before, after, run_label) -> int:
     """Scraped byte counters lie between the status read just before and just after."""
     checked = 0
     for direction, key in (("out", "bytes_published"), ("in", "bytes_fetched")):
         scraped = samples.get(
-            ("peertrain_run_update_bytes_total", (("direction", direction),) + RUN)
+            ("peertrain_run_update_bytes_total", (("direction", direction),) + run_label)
         )
         if scraped is None:  # the run's driver is still starting
             continue
@@ -112,14 +112,14 @@ async def api_status_at_round(port: int, run_id: str, round_: int) -> dict:
             await trio.sleep(0.3)
 
 
-def check_bytes_against_the_report(samples, run, api) -> None:
+def check_bytes_against_the_report(samples, run, api, run_label) -> None:
     """The byte counters are the run's own figures: each round this node sent one update of
     the int8 codec's size for the run's parameters and fetched whole updates only, and the
     dashboard's traffic per round (history) ends at the same total sent."""
     from peertrain.swarm.exchange.codec import ProtocolCodec
 
-    sent = samples[("peertrain_run_update_bytes_total", (("direction", "out"),) + RUN)]
-    got = samples[("peertrain_run_update_bytes_total", (("direction", "in"),) + RUN)]
+    sent = samples[("peertrain_run_update_bytes_total", (("direction", "out"),) + run_label)]
+    got = samples[("peertrain_run_update_bytes_total", (("direction", "in"),) + run_label)]
     update = ProtocolCodec("int8").payload_bytes(run["params"])
     assert sent == update * run["rounds_completed"] == update * 8
     assert got % update == 0 and got > 0

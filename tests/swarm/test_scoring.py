@@ -197,6 +197,7 @@ def _exported_as_metrics(driver, scores) -> None:
     run = {
         "name": "scored",
         "run_id": "r",
+        "mode": "diloco",
         "round": driver.progress.round,
         "members": [],
         "loss": driver.progress.loss,

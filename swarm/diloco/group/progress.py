@@ -7,6 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from peertrain.swarm.diloco.member.member import REJECTION_KINDS
 from peertrain.swarm.progress import Download, Waiting
 
 
@@ -21,7 +22,10 @@ class DriverProgress:
     rounds_completed: int = 0
     resyncs: int = 0  # rounds repaired to the trusted state (by replay or by download)
     rejected_updates: int = 0
-    rejected_by_reason: Counter[str] = field(default_factory=Counter)  # rejection_kind → count
+    # rejection_kind → count, every kind from the start (zeros included)
+    rejected_by_reason: Counter[str] = field(
+        default_factory=lambda: Counter(dict.fromkeys(REJECTION_KINDS, 0))
+    )
     replays: int = 0  # rounds applied again from a trusted record instead of a download
     # rounds we closed with our own update alone while another member held a live lease: a
     # member that lost sight of its group (it never should: the churn run's defect)

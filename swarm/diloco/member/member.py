@@ -37,6 +37,9 @@ from torch import nn
 
 EQUIVOCATION = "equivocation"  # a sender with several updates for one round
 UNDECODABLE = "undecodable"  # the codec refused the payload
+# every kind `rejection_kind` names: each counter of them is shown, zeros too (a /metrics
+# series that appears only on the first rejection cannot be told from one never exported)
+REJECTION_KINDS = (*(str(r) for r in RejectReason), EQUIVOCATION, UNDECODABLE)
 
 
 def rejection_kind(reason: str) -> str:
