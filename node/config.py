@@ -89,6 +89,9 @@ class NodeConfig:
     # names besides `localhost` a request's Host may carry on metrics_listen (DNS rebinding:
     # node/api/http.py); IP literals are always answered
     dashboard_hosts: tuple[str, ...] = ()
+    # folder where every run this node takes part in logs its metrics per round as TensorBoard
+    # event files (node/api/tensorboard_log.py; needs the tensorboard extra); None: off
+    tensorboard: str | None = None
     # rounds between the sample grids a diffusion member shows on its dashboard; 0: none
     sample_grid_every: int = 5
     # the name this node's owner gives it (`--name`), shown in status; "" = none. At most
@@ -247,6 +250,21 @@ def _validate(config: NodeConfig) -> None:
     _validate_multiaddrs(config)
     if config.metrics_listen is not None:
         host_and_port(config.metrics_listen)
+    if config.tensorboard is not None:
+        _check_tensorboard(config.tensorboard)
+
+
+def _check_tensorboard(folder: str) -> None:
+    """Refused at start, not at the first round hours later: the package is an extra."""
+    import importlib.util
+
+    if not folder:
+        raise NodeConfigError("`tensorboard` (--tensorboard DIR) needs a folder, e.g. ./tb")
+    if importlib.util.find_spec("tensorboard") is None:
+        raise NodeConfigError(
+            "--tensorboard needs the tensorboard package, which is not installed: "
+            "pip install 'peertrain[tensorboard]'"
+        )
 
 
 def host_and_port(text: str) -> tuple[str, int]:

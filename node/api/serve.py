@@ -5,10 +5,13 @@ node — the CLI, `peertrain.testing`, a benchmark — starts it through `serve_
 the daemon's services first and then answers on `<home>/control.sock` with the daemon's
 control methods (control_methods.py). A control client therefore never sees a node whose
 services are half started.
-With `metrics_listen` set, the metrics endpoint and dashboard (node/api/web.py) start last.
+With `metrics_listen` set, the metrics endpoint and dashboard (node/api/web.py) start last;
+with `tensorboard` set, the run metrics' TensorBoard log (tensorboard_log.py) after them.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import trio
 
@@ -31,4 +34,8 @@ async def serve_node(
 
             listen, hosts = daemon.config.metrics_listen, daemon.config.dashboard_hosts
             await nursery.start(WebService(daemon, listen, dashboard_hosts=hosts).run)
+        if daemon.config.tensorboard is not None:
+            from .tensorboard_log import TensorBoardLog
+
+            await nursery.start(TensorBoardLog(daemon, Path(daemon.config.tensorboard)).run)
         task_status.started(daemon)

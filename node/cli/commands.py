@@ -38,9 +38,15 @@ def _load(args: argparse.Namespace, **extra: Any):
         "precision": getattr(args, "precision", None),
         "ranks": getattr(args, "ranks", None),
         "public_name": getattr(args, "public_name", None),
+        # the daemon may run elsewhere than the shell's folder later (a unit's WorkingDirectory)
+        "tensorboard": _absolute(getattr(args, "tensorboard", None)),
         **extra,
     }
     return load_config(args.home, overrides)
+
+
+def _absolute(folder: str | None) -> str | None:
+    return str(Path(folder).expanduser().absolute()) if folder else folder
 
 
 def _home(args: argparse.Namespace) -> Path:

@@ -91,11 +91,7 @@ def _daemon_options(home: argparse.ArgumentParser) -> argparse.ArgumentParser:
         choices=["auto", "rich", "plain", "json"],
         help="default auto: rich on a terminal, plain in a pipe; also in <home>/daemon.log",
     )
-    daemon.add_argument(
-        "--metrics-listen",
-        metavar="HOST:PORT",
-        help="serve Prometheus /metrics and the dashboard here, e.g. 127.0.0.1:9464 (default: off)",
-    )
+    _add_watching_options(daemon)
     daemon.add_argument("--attack", metavar="NAME", help=argparse.SUPPRESS)  # Byzantine test hook
     # a slower machine, for tests of members of unequal speed (Streaming DiLoCo)
     daemon.add_argument("--slowdown", type=float, metavar="N", help=argparse.SUPPRESS)
@@ -121,6 +117,22 @@ def _daemon_options(home: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     add_budget_options(daemon)
     return daemon
+
+
+def _add_watching_options(daemon: argparse.ArgumentParser) -> None:
+    """How others watch the node and its runs: the metrics endpoint, a TensorBoard log."""
+    daemon.add_argument(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        help="serve Prometheus /metrics and the dashboard here, e.g. 127.0.0.1:9464 (default: off)",
+    )
+    daemon.add_argument(
+        "--tensorboard",
+        metavar="DIR",
+        help="log every run's metrics per round (loss, round, samples/s, update bytes) as "
+        "TensorBoard event files under DIR/<run>-<id> (default: off; pip install "
+        "'peertrain[tensorboard]')",
+    )
 
 
 def _add_node_commands(
