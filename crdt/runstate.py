@@ -335,10 +335,10 @@ class RunState:
         """round → content hash → providers (live members only)."""
         live = set(self.members())
         out: dict[int, dict[bytes, frozenset[str]]] = {}
-        for ref in self._doc.checkpoints.elements():
-            providers = frozenset(self._doc.checkpoints.holders(ref) & live)
-            if providers:
-                out.setdefault(ref.round, {})[ref.content_hash] = providers
+        for replica, _, ref in self._doc.checkpoints.entries():  # one pass for every round
+            if replica in live:
+                by_hash = out.setdefault(ref.round, {})
+                by_hash[ref.content_hash] = by_hash.get(ref.content_hash, frozenset()) | {replica}
         return out
 
     def latest_checkpoint(self) -> tuple[CheckpointRef, frozenset[str]] | None:
