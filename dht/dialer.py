@@ -94,14 +94,16 @@ class Dialer:
             raise DialFailed(f"could not connect to {info.peer_id}: {attempt.error}")
 
     async def connect_all(self, peers: Sequence[PeerInfo]) -> list[ID]:
-        """Connect to `peers` in parallel; those reached (failures are logged)."""
+        """Connect to `peers` in parallel; those reached (failures are logged at debug)."""
         reached: list[ID] = []
 
         async def one(info: PeerInfo) -> None:
             try:
                 await self.connect(info)
             except DialFailed as exc:
-                log.info("dht: %s", exc)
+                # debug: the bootstrap peers dialled here are the node's PeerKeeper's too, which
+                # tells each failure's cause once; at info every failed dial was logged twice
+                log.debug("dht: %s", exc)
                 return
             reached.append(info.peer_id)
 

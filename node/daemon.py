@@ -73,6 +73,8 @@ class DaemonStatus(TypedDict):
     run: RunStatus | ManyRunsStatus | None
     dht: DhtServiceStatus
     reachability: dict[str, Any]  # Reachability.as_dict() and NatStatus, one dict
+    # bootstrap peers we are not connected to → why their last dial failed (node/net/peers.py)
+    bootstrap_failures: dict[str, str]
     private_network: bool
     uptime_s: float
     pid: int
@@ -152,6 +154,7 @@ class Daemon:
         )
         self.reachability = ReachabilityCheck(self.host, psk=config.psk, scoreboard=self.scoreboard)
         self.nat = self._nat_traversal()
+        self.keeper = PeerKeeper(self.host, self.bootstrap, interval=config.reconnect_interval)
 
     def _nat_traversal(self) -> NatTraversal:
         """Relays (hop and client), hole punching and UPnP, publishing what we are reachable at."""
@@ -190,11 +193,10 @@ class Daemon:
         """The node's services in start order. Each runs under the supervisor: one that fails
         while serving is logged, shown under `services` in status, and restarted with backoff;
         one that cannot start at all stops the daemon's start (it would not be a node)."""
-        keeper = PeerKeeper(self.host, self.bootstrap, interval=self.config.reconnect_interval)
         tensors = TensorService(self.host, self.tensor_store, self.scoreboard)
         return [
             ("bans", self.bans.run),
-            ("peer keeper", keeper.run),
+            ("peer keeper", self.keeper.run),
             ("dht", self.dht.run),
             ("peer exchange", self.peer_exchange.run),
             ("latency", self.latency.run),
@@ -230,6 +232,7 @@ class Daemon:
             run=self.runs.status(),
             dht=self.dht.status(),
             reachability={**self.reachability.current.as_dict(), **self.nat.status()},
+            bootstrap_failures=self.keeper.failures(),
             private_network=self.config.psk is not None,
             uptime_s=round(time.monotonic() - self.started_at, 1) if self.started_at else 0.0,
             pid=os.getpid(),

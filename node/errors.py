@@ -9,7 +9,8 @@ PeertrainError
     │                              ConfigError, so one `except ConfigError` catches both
     ├── IdentityError              the identity key file is unreadable, corrupt or too open
     ├── ConnectError               a peer could not be reached or refused us
-    │   └── PskMismatch            the private-network key differs (or one side has none)
+    │   ├── PskMismatch            the private-network key differs (or one side has none)
+    │   └── DialBackedOff          not dialled: every address failed moments ago (no new cause)
     ├── ControlError               no daemon answers on this home, or it answered an error
     ├── BadRequest                 an HTTP client sent no valid request head within the limits
     ├── BudgetExceeded             a request would take more than the daemon's resource budget
@@ -46,6 +47,11 @@ class ConnectError(NodeError):
 
 class PskMismatch(ConnectError):
     """The two sides of a connection do not share the same private-network key."""
+
+
+class DialBackedOff(ConnectError):
+    """libp2p did not dial: every address of the peer failed moments ago (its negative cache).
+    It carries no cause of its own; the failure before it had one."""
 
 
 class ControlError(NodeError):

@@ -15,8 +15,11 @@ def render_status(status: dict[str, Any]) -> str:
         lines.append(f"  public name  {status['public_name']}")
     lines.append(f"  give others  {status['share']}")
     lines.append(f"  uptime       {status['uptime_s']:.0f} s")
+    failures = status.get("bootstrap_failures") or {}
     if "reachability" in status:
-        lines.append(f"  reachable    {status['reachability']['text']}")
+        lines.append(f"  reachable    {_reachable(status['reachability'], failures)}")
+    for why in failures.values():  # "could not connect to <peer>: <cause and fix>"
+        lines.append(f"  bootstrap    {why}")
     run = status["run"]
     runs = [] if not run else list(run["runs"]) if "runs" in run else [run]
     if not runs:
@@ -33,6 +36,14 @@ def render_status(status: dict[str, Any]) -> str:
     for peer in status["peers"]:
         lines.append(f"    {status['peer_names'].get(peer, '')}  {peer}")
     return "\n".join(lines)
+
+
+def _reachable(reachability: dict[str, Any], failures: dict[str, str]) -> str:
+    """The verdict, but not "connect to more peers (--bootstrap)" when the bootstrap peers we
+    have fail: their lines below say why (a key the peer refuses, an address nobody answers)."""
+    if reachability.get("status") == "unknown" and failures:
+        return "not known yet: a bootstrap peer below failed (peers to ask come through it)"
+    return reachability["text"]
 
 
 def run_lines(run: dict[str, Any]) -> list[str]:

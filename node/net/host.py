@@ -25,7 +25,7 @@ from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 from libp2p.transport.tcp.tcp import TCP
 from multiaddr import Multiaddr
 
-from ..errors import ConnectError, NodeConfigError, PskMismatch
+from ..errors import ConnectError, DialBackedOff, NodeConfigError, PskMismatch
 from .addresses import MULTIADDR_ERRORS, expand_wildcards
 from .identity import Identity
 from .private_network import MISMATCH
@@ -140,6 +140,13 @@ async def connect(host: IHost, peer: PeerInfo) -> None:
             raise PskMismatch(f"could not connect to {peer.peer_id}: {MISMATCH}") from None
         causes = _causes(exc)
         cause = causes[-1]  # the chain starts at exc itself, so it is never empty
+        if any(_BACKED_OFF in c for c in causes):
+            # nothing was dialled, so nothing is known: a refused address was blamed on a
+            # possible key here, since this error names no cause
+            raise DialBackedOff(
+                f"could not connect to {peer.peer_id}: every address failed moments ago "
+                "(as said before); libp2p waits before dialling it again"
+            ) from None
         if not any(sign in c for c in causes for sign in _NOTHING_ANSWERED):
             # the peer took the TCP connection (or libp2p kept no reason: it retries each address
             # and keeps the last attempt's error, which under load can be a bare timeout) but no
@@ -151,6 +158,8 @@ async def connect(host: IHost, peer: PeerInfo) -> None:
         raise ConnectError(f"could not connect to {peer.peer_id}: {cause}") from None
 
 
+# libp2p's negative cache: the peer's addresses all failed within the last seconds, not dialled
+_BACKED_OFF = "recently failed all addresses"
 # a dial that reached no listener: no pre-shared key or protocol can be the reason
 _NOTHING_ANSWERED = (
     "Connection refused",

@@ -15,7 +15,7 @@ import trio
 from libp2p.abc import IHost, INetConn, INetwork
 from libp2p.peer.peerinfo import PeerInfo
 
-from ..errors import ConnectError
+from ..errors import ConnectError, DialBackedOff
 from .connections import remote_addr
 from .host import connect
 from .notifee import ConnectionEvents
@@ -43,7 +43,13 @@ class PeerKeeper:
         self.peers = list(peers)
         self.interval = interval
         self.max_backoff = max_backoff
-        self.last_error: dict[str, str] = {}
+        self.last_error: dict[str, str] = {}  # peer ID -> why the last dial failed
+
+    def failures(self) -> dict[str, str]:
+        """Why each configured peer we are not connected to failed, for status: a node whose
+        bootstrap peer refuses its key was told to add --bootstrap peers instead."""
+        connected = {p.to_base58() for p in self.host.get_connected_peers()}
+        return {peer: why for peer, why in self.last_error.items() if peer not in connected}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         own = self.host.get_id()
@@ -68,9 +74,11 @@ class PeerKeeper:
                 try:
                     await connect(self.host, peer)
                 except ConnectError as exc:
-                    if self.last_error.get(key) != str(exc):
+                    # a backed-off dial repeats the failure already told (once per cause)
+                    if not isinstance(exc, DialBackedOff) and self.last_error.get(key) != str(exc):
                         log.warning("%s (retrying every ≤%.0f s)", exc, self.max_backoff)
-                    self.last_error[key] = str(exc)
+                    if not isinstance(exc, DialBackedOff):
+                        self.last_error[key] = str(exc)
                     await trio.sleep(backoff)
                     backoff = min(backoff * 2, self.max_backoff)
                     continue

@@ -1,6 +1,7 @@
 """A peer with another pre-shared key does not flood the receiver's log (issue 32, item 7): it
 redials every few seconds, and each refusal was a warning (20 in 6 s); now one per remote host
-per minute, the next one counting those skipped. Real daemons, as `peertrain node start`."""
+per minute, the next one counting those skipped. The dialer tells its refusal once, and its
+status says its bootstrap peer refuses its key. Real daemons, as `peertrain node start`."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 
 import pytest
 from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
+from peertrain.testing.processes import peertrain_cli
 
 pytestmark = pytest.mark.slow  # two daemons, 12 s of redials
 
@@ -24,6 +26,7 @@ def test_a_psk_mismatch_is_one_warning_on_the_receiver_not_one_per_dial(tmp_path
         dialer.wait_ready()
         time.sleep(12)  # the dialer redials every reconnect_interval (2 s)
         dialer_log = dialer.log_path.read_text()
+        status = peertrain_cli("status", "--home", str(dialer.home)).stdout
         refused = [
             line
             for line in receiver.log_path.read_text().splitlines()
@@ -32,5 +35,11 @@ def test_a_psk_mismatch_is_one_warning_on_the_receiver_not_one_per_dial(tmp_path
     finally:
         stop_all(daemons)
     assert "pre-shared key mismatch" in dialer_log  # the dialer did keep trying and was told why
+    # each cause once: the DHT's dialer logged every failed dial of the same peer a second time
+    told = [line for line in dialer_log.splitlines() if "could not connect" in line]
+    assert len(told) == 1, "\n".join(told)
+    # status names the refusal, not "connect to more peers (--bootstrap)"
+    assert "  bootstrap    could not connect to" in status and "pre-shared key mismatch" in status
+    assert "--bootstrap" not in status
     assert len(refused) == 1, "\n".join(refused)
     assert "pre-shared key mismatch" in refused[0]

@@ -14,9 +14,10 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.peerinfo import PeerInfo
 from libp2p.security.insecure.transport import PLAINTEXT_PROTOCOL_ID, InsecureTransport
 from multiaddr import Multiaddr
-from peertrain.node.errors import ConnectError, PskMismatch
+from peertrain.node.errors import ConnectError, DialBackedOff, PskMismatch
 from peertrain.node.net.host import build_host, connect
 from peertrain.node.net.identity import Identity
+from peertrain.node.net.peers import PeerKeeper
 from peertrain.testing import free_tcp_port, wait_until
 
 LOOPBACK = [Multiaddr("/ip4/127.0.0.1/tcp/0")]
@@ -124,3 +125,31 @@ async def test_a_peer_without_the_psk_is_refused_and_told_why(caplog):
     assert any(
         "pre-shared key mismatch" in r.getMessage() for r in caplog.records
     )  # the listener's side
+
+
+async def test_a_refused_address_dialled_again_is_not_blamed_on_a_key():
+    """libp2p answers the next dial of an address that just failed from its negative cache, an
+    error with no cause: it was read as "no secure session came of it: the peer may require a
+    pre-shared key"."""
+    port = free_tcp_port()  # nobody listens there
+    target = PeerInfo(Identity.generate().peer_id, [Multiaddr(f"/ip4/127.0.0.1/tcp/{port}")])
+    async with running(build_host(Identity.generate())) as (ours,):
+        with trio.fail_after(30), pytest.raises(ConnectError, match="refused"):
+            await connect(ours, target)
+        with trio.fail_after(30), pytest.raises(DialBackedOff) as again:
+            await connect(ours, target)
+    assert "pre-shared key" not in str(again.value) and "failed moments ago" in str(again.value)
+
+
+async def test_a_bootstrap_peer_that_keeps_failing_is_one_warning_and_its_cause_in_status(caplog):
+    port = free_tcp_port()
+    target = PeerInfo(Identity.generate().peer_id, [Multiaddr(f"/ip4/127.0.0.1/tcp/{port}")])
+    async with running(build_host(Identity.generate())) as (ours,):
+        keeper = PeerKeeper(ours, [target], interval=0.05, max_backoff=0.1)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(keeper.run)
+            await trio.sleep(1.5)  # a dozen redials, refused or backed off
+            nursery.cancel_scope.cancel()
+    told = [r.getMessage() for r in caplog.records if "could not connect" in r.getMessage()]
+    assert len(told) == 1 and "refused" in told[0] and "pre-shared key" not in told[0]
+    assert keeper.failures() == {target.peer_id.to_base58(): told[0].split(" (retrying")[0]}

@@ -87,6 +87,33 @@ def test_a_node_without_a_run_says_so():
     assert "  run          -" in render_status(status).splitlines()
 
 
+def test_a_bootstrap_peer_that_refuses_our_key_is_named_instead_of_asking_for_more_peers():
+    """The refused node was told to "connect to more peers (--bootstrap)": it has one, and
+    that one refuses its pre-shared key."""
+    why = (
+        "could not connect to 12D3KooWBBB: pre-shared key mismatch: the peer is not in this "
+        "private network (check --psk on both sides)"
+    )
+    status = {
+        "name": "n",
+        "peer_id": "p",
+        "share": "s",
+        "uptime_s": 0,
+        "reachability": {
+            "status": "unknown",
+            "text": "reachability not known yet: 0 of the 2 peers needed answered the dial-back "
+            "check; connect to more peers (--bootstrap) to find out",
+        },
+        "bootstrap_failures": {"12D3KooWBBB": why},
+        "run": None,
+        "peers": [],
+        "peer_names": {},
+    }
+    lines = render_status(status).splitlines()
+    assert f"  bootstrap    {why}" in lines
+    assert not any("--bootstrap" in line for line in lines)
+
+
 def test_a_diffusion_run_shows_every_groups_members_steps_and_loss():
     run = {
         "group": "expert-0",
