@@ -47,7 +47,7 @@ def heading(view: dict[str, Any]) -> str:
     ]
     if view["eta_s"] is not None:
         parts.append(f"ETA {duration(view['eta_s'])}")
-    parts.append(f"{view['samples_per_s']:g} samples/s in all (claimed)")
+    parts.append(f"{speed(view['samples_per_s'])} samples/s in all (claimed)")
     return " · ".join(parts)
 
 
@@ -67,17 +67,22 @@ def agreement(view: dict[str, Any]) -> str:
 
 
 def _cells(row: dict[str, Any]) -> tuple[str, ...]:
-    speed = row["samples_per_s"]
+    rate = row["samples_per_s"]
     return (
         "*" if row["me"] else "",
         short(row["peer"]),
         row["name"] or "–",
         "–" if row["round"] is None else str(row["round"]),
         row["checksum"] or "–",
-        "–" if speed is None else f"{speed:g}",
+        "–" if rate is None else speed(rate),
         row["device"] or "–",
         row["version"] or "–",
     )
+
+
+def speed(rate: float) -> str:
+    """Three or four figures: "1098", "731", "52.5"."""
+    return f"{rate:.0f}" if rate >= 100 else f"{rate:.1f}"
 
 
 def short(peer: str) -> str:

@@ -1,5 +1,6 @@
 """The dashboard in a real browser: headless Chromium (Debian's `chromium`, driven by Playwright)
-opens the page of a 3-node local swarm's first daemon, started with `--metrics-listen`.
+opens the page of a 3-node local swarm's first daemon, started with `--metrics-listen`; the same
+swarm's run-wide view is read through `peertrain run show` (the member table, in the terminal).
 
 Skips with the reason when Chromium or Playwright is missing (.ci/run installs Chromium; the
 `test` extra has Playwright; `playwright install` is never needed: the system binary is used).
@@ -33,10 +34,12 @@ CHROMIUM_FLAGS = [
 ]
 RUN_FLAGS = [
     "--model", "mlp", "--dataset", "digits", "--batch-size", "32", "--lr", "0.003",
-    "--inner-steps", "10", "--rounds", "0", "--min-members", "3", "--codec", "int8",
+    "--inner-steps", "10", "--rounds", "1000", "--min-members", "3", "--codec", "int8",
     "--set", "num_shards=3",
 ]  # fmt: skip
 ROUND = "[data-run] [data-field=round] .value"
+NAMES = ("alice-laptop", "bob-gpu", "carol's box")
+ROWS = "[data-run] table.member-table tbody tr"
 # the next poll redraws the charts in the narrower card, one SVG unit to a pixel
 CHARTS_AT_SIZE = """[...document.querySelectorAll("svg.chart")].every(
     (chart) => Math.abs(chart.viewBox.baseVal.width - chart.clientWidth) < 2)"""
@@ -54,7 +57,7 @@ def sync_playwright():
 
 def start_swarm(base: Path, port: int) -> list[DaemonProcess]:
     """Three daemons: the first serves the dashboard and creates a run the others join."""
-    extra = ["--metrics-listen", f"127.0.0.1:{port}"]
+    extra = ["--metrics-listen", f"127.0.0.1:{port}", "--name", NAMES[0]]
     first = DaemonProcess(base / "n0", node_args(extra=extra), DAEMON_ENV).start()
     daemons = [first]
     share = first.wait_ready()["share"]
@@ -65,6 +68,7 @@ def start_swarm(base: Path, port: int) -> list[DaemonProcess]:
     )  # fmt: skip
     for index in (1, 2):
         tail = ["--run", "local", "--listen", "/ip4/127.0.0.1/tcp/0", "--log-format", "json"]
+        tail += ["--name", NAMES[index]]  # each owner's public name, in every member's table
         member = DaemonProcess(base / f"n{index}", ["join", share, *tail], DAEMON_ENV)
         daemons.append(member.start())
         member.wait_ready()
@@ -88,6 +92,8 @@ def test_the_dashboard_shows_the_swarm_and_the_round_advancing_without_a_reload(
                 page = browser.new_page()
                 page.goto(f"http://127.0.0.1:{port}/")
                 watch_round_advance(page)
+                check_member_table(page, daemons)
+                check_diffusion_tiles(page)
                 check_sample_grid(page)
                 show_a_diffusion_grid(page)
                 shot = tmp_path / "dashboard.png"
@@ -112,7 +118,7 @@ def watch_round_advance(page) -> None:
     then the round goes up on the same page: a marker set in it survives, so nothing reloaded."""
     page.wait_for_function("document.querySelectorAll('#peer-graph g.peer').length === 2")
     page.wait_for_function(
-        "document.querySelectorAll('[data-run] .members li').length === 3", timeout=120_000
+        f"document.querySelectorAll({json.dumps(ROWS)}).length === 3", timeout=120_000
     )
     page.wait_for_selector(ROUND, timeout=60_000)
     first = int(page.inner_text(ROUND))
@@ -129,6 +135,61 @@ def watch_round_advance(page) -> None:
     latency = "#peer-graph [data-latency]:not([data-latency=''])"
     page.wait_for_function(f"document.querySelectorAll({json.dumps(latency)}).length === 2")
     assert " ms" in page.text_content("#peer-graph")
+
+
+def check_member_table(page, daemons) -> None:
+    """Every member is a row of the run's table, with its public name and a round it reports
+    itself; the heading tiles carry the run's length, an ETA and the members' samples/s. Then
+    `peertrain run show` prints the same members from the first daemon's state."""
+    rows = f"[...document.querySelectorAll({json.dumps(ROWS)})]"
+    page.wait_for_function(f"{rows}.every((r) => r.children[2].textContent !== '–')")
+    peers = {d.status()["peer_id"] for d in daemons}
+    rows = page.eval_on_selector_all(
+        ROWS, "rows => rows.map(r => [r.dataset.peer, r.children[1].textContent])"
+    )
+    assert {peer for peer, _ in rows} == peers
+    assert sorted(name.removesuffix(" (this node)") for _, name in rows) == sorted(NAMES)
+    assert page.inner_text("[data-run] [data-field=rounds] .value") == "1000"
+    page.wait_for_selector("[data-run] [data-field=ETA]")  # after a round completed here
+    assert float(page.inner_text("[data-run] [data-field='samples/s'] .value")) > 0
+    assert " at round " in page.inner_text("[data-run] p.agreement")
+    shown = subprocess.run(
+        [sys.executable, "-m", "peertrain", "run", "show", "local", "--home", str(daemons[0].home)],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    print(shown)  # docs/usage.md shows one such table
+    lines = shown.splitlines()
+    assert lines[1].startswith("agreement: ") and lines[3].split()[:2] == ["PEER", "NAME"]
+    assert [line for line in lines if line.startswith("* ")][0].count(NAMES[0]) == 1
+    assert all(name in shown for name in NAMES) and len(lines) == 3 + 1 + 3 + 1
+
+
+def check_diffusion_tiles(page) -> None:
+    """A diffusion member's run card (its status keys, node/runs/diffusion_session.py) shows its
+    group and counters and no tile of a figure it lacks ("undefined" before)."""
+    run = {
+        "name": "flowers", "run_id": "cd" * 32, "mode": "diffusion", "members": ["QmA", "QmB"],
+        "round": 4, "phase": "training", "loss": 0.42, "error": None, "dropped": {"deltas": 0},
+        "group": "expert-1", "experts": 2, "bytes_published": 512, "bytes_fetched": 1024,
+        "finished": False, "rounds_completed": 4, "resyncs": 1, "rejected_updates": 0,
+        "progress": None,
+    }  # fmt: skip
+    status = {"peer_id": "QmA", "name": "me", "peer_names": {}}
+    text = page.evaluate("([run, status]) => runCard(run, status).textContent", [run, status])
+    assert "undefined" not in text and "NaN" not in text
+    fields = page.evaluate(
+        "(run) => [...figureGrid(run).children].map((c) => c.dataset.field)", run
+    )
+    assert fields == [
+        "round",
+        "members",
+        "loss",
+        "group",
+        "sent",
+        "received",
+        "re-syncs",
+        "rejected",
+    ]
 
 
 def check_sample_grid(page) -> None:

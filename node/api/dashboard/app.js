@@ -140,37 +140,103 @@ function runCard(run, status) {
   title.append(el("span", { class: "mode" }, run.model ? `${run.mode} · ${run.model}` : run.mode));
   title.append(el("span", { class: `phase phase-${run.finished ? "done" : "live"}` }, run.phase));
   card.append(title);
-  const figures = [
-    ["round", run.round],
-    ["members", run.members.length],
-    ["loss", run.loss == null ? "–" : run.loss.toFixed(4)],
-  ];
-  if (run.group) figures.push(["group", run.group]);  // a diffusion member's expert group
-  if (run.bytes_published !== undefined) {
-    figures.push(["sent", bytes(run.bytes_published)], ["received", bytes(run.bytes_fetched)]);
-    figures.push(["re-syncs", run.resyncs], ["rejected", run.rejected_updates]);
-  }
-  const grid = el("div", { class: "figures" });
-  for (const [k, v] of figures) {
-    const cell = el("div", { class: "figure", "data-field": k });
-    cell.append(el("span", { class: "value" }, String(v)), el("span", { class: "key" }, k));
-    grid.append(cell);
-  }
-  card.append(grid);
+  card.append(figureGrid(run));
   const progress = progressBlock(run);
   if (progress) card.append(progress);
   if (run.error) card.append(el("p", { class: "error" }, run.error));
   card.append(el("h3", {}, "Loss"), el("div", { class: "slot-loss" }));
   card.append(el("h3", {}, "Traffic per round"), el("div", { class: "slot-traffic" }));
+  card.append(el("h3", {}, "Members"), ...(run.view ? memberTable(run.view, status) : memberList(run, status)));
+  const samples = sampleGrid(run.sample_grid);
+  if (samples) card.append(el("h3", {}, "Samples"), samples);
+  return card;
+}
+
+// The run's figures; a figure its mode does not report (a diffusion or pipeline run) is left out,
+// never shown as "undefined".
+function figureGrid(run) {
+  const view = run.view;
+  const figures = [
+    ["round", run.round],
+    ["rounds", view ? view.rounds || "no end" : run.progress && run.progress.rounds],
+    ["ETA", view && view.eta_s != null ? roughly(view.eta_s) : undefined],
+    ["samples/s", view ? speed(view.samples_per_s) : undefined],
+    ["members", run.members.length],
+    ["loss", run.loss == null ? "–" : run.loss.toFixed(4)],
+    ["group", run.group || undefined],  // a diffusion member's expert group
+    ["sent", run.bytes_published === undefined ? undefined : bytes(run.bytes_published)],
+    ["received", run.bytes_fetched === undefined ? undefined : bytes(run.bytes_fetched)],
+    ["re-syncs", run.resyncs],
+    ["rejected", run.rejected_updates],
+  ];
+  const grid = el("div", { class: "figures" });
+  for (const [k, v] of figures) {
+    if (v === undefined || v === null) continue;
+    const cell = el("div", { class: "figure", "data-field": k });
+    cell.append(el("span", { class: "value" }, String(v)), el("span", { class: "key" }, k));
+    grid.append(cell);
+  }
+  return grid;
+}
+
+// A tile's duration, short enough for its width: "42 s", "5 min", "3.2 h", "2.5 d".
+function roughly(s) {
+  if (s < 60) return `${Math.round(s)} s`;
+  if (s < 3600) return `${Math.round(s / 60)} min`;
+  return s < 86400 ? `${(s / 3600).toFixed(1)} h` : `${(s / 86400).toFixed(1)} d`;
+}
+
+function speed(n) {
+  return n >= 100 ? String(Math.round(n)) : n.toFixed(1);
+}
+
+// The run-wide view (node/runs/run_view.py): each member's own report, its agreement at a glance.
+// Rows but ours are the members' claims (signed by each, checked by nobody): said in a title.
+function memberTable(view, status) {
+  const a = view.agreement;
+  const glance = a.round == null
+    ? "no member reports its progress yet"
+    : `${a.holders} of ${a.at_round} at round ${a.round} hold state ${a.checksum || "–"}` +
+      (a.reporting > a.at_round ? ` · ${a.reporting - a.at_round} behind` : "");
+  const agreed = a.round != null && a.holders === a.at_round && a.reporting === view.total;
+  const head = el("tr");
+  for (const c of ["peer", "name", "round", "checksum", "samples/s", "device", "version"]) {
+    head.append(el("th", c === "round" || c === "samples/s" ? { class: "num" } : {}, c));
+  }
+  const body = el("tbody");
+  const names = status.peer_names || {};
+  for (const m of view.members) {
+    const row = el("tr", { class: m.me ? "me" : "claimed", "data-peer": m.peer });
+    row.title = m.me ? "this node" : "what this member says of itself (signed by it, not checked)";
+    const name = m.name || names[m.peer] || "";
+    const differs = m.round === a.round && m.checksum && m.checksum !== a.checksum;
+    const cells = [
+      [short(m.peer), "mono"], [m.me ? `${name || status.name} (this node)` : name || "–", ""],
+      [m.round ?? "–", "num"], [m.checksum || "–", differs ? "mono differs" : "mono"],
+      [m.samples_per_s == null ? "–" : speed(m.samples_per_s), "num"], [m.device || "–", ""],
+      [m.version || "–", ""],
+    ];
+    for (const [text, cls] of cells) row.append(el("td", cls ? { class: cls } : {}, String(text)));
+    body.append(row);
+  }
+  const table = el("table", { class: "member-table" });
+  const thead = el("thead");
+  thead.append(head);
+  table.append(thead, body);
+  const wrap = el("div", { class: "table-wrap" });
+  wrap.append(table);
+  const more = view.total > view.members.length ? ` · ${view.total - view.members.length} more not shown` : "";
+  const line = el("p", { class: `agreement ${agreed ? "agreed" : "split"}` }, `${glance}${more}`);
+  return [line, wrap];
+}
+
+function memberList(run, status) {
   const names = status.peer_names || {};
   const members = el("ul", { class: "members" });
   for (const m of run.members) {
     members.append(el("li", { title: m }, m === status.peer_id ? `${status.name} (this node)` : names[m] || short(m)));
   }
-  card.append(el("h3", {}, "Members"), members);
-  const samples = sampleGrid(run.sample_grid);
-  if (samples) card.append(el("h3", {}, "Samples"), samples);
-  return card;
+  return [members];
 }
 
 // What the run waits on now (swarm/progress.py): inner steps i/H, a state download, a wait.

@@ -42,6 +42,7 @@ class LeaseHolder(Protocol):
     progress: DriverProgress
     spec: Any  # DiLoCoSpec: batch_size, accumulation
     replicator: Replicator
+    sync: Any  # StateSync (state_sync.py): the state we serve
     certificate: bytes  # ours, in an invite run (it may arrive while the run is on)
     addrs: Callable[[], list[str]]
 
@@ -61,9 +62,11 @@ class MemberLease:
         progress, spec = self.driver.progress, self.driver.spec
         samples = progress.steps * spec.batch_size * spec.accumulation
         speed = samples / progress.wall_seconds if progress.wall_seconds > 0 else 0.0
+        served = self.driver.sync.served_state  # a round and its checksum, never two rounds'
+        round_, checksum = (served[0], served[1].hex()[:16]) if served else (progress.round, "")
         return MemberReport(
-            round=progress.round,
-            checksum=progress.state_checksum,
+            round=round_,
+            checksum=checksum,
             samples_per_s=round(speed, 2),
             device=self.device(),
             version=self.introduction.version[:32],

@@ -92,6 +92,12 @@ class StateSync:
         self.replicator.writer.provide_checkpoint(round_, checksum)
         self.progress.state_checksum = checksum.hex()[:16]
 
+    @property
+    def served_state(self) -> tuple[int, bytes] | None:
+        """(round, checksum) of the state we serve, as one pair: what our progress report tells
+        (the round counter moves on before the new state is served). None before the first."""
+        return None if self.served is None else (self._served_round, self.served)
+
     async def _own_checksum(self) -> bytes:
         prepared = await self.thread(lambda: prepare_tensor(STATE_NAME, self._state_tensor()))
         return prepared.header.checksum
