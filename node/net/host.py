@@ -147,7 +147,9 @@ async def connect(host: IHost, peer: PeerInfo) -> None:
                 f"could not connect to {peer.peer_id}: every address failed moments ago "
                 "(as said before); libp2p waits before dialling it again"
             ) from None
-        if not any(sign in c for c in causes for sign in _NOTHING_ANSWERED):
+        if any(sign in c for c in causes for sign in _NOTHING_ANSWERED[:4]):
+            cause += " (no node answers there: check that the peer runs and the address is its own)"
+        elif not any(sign in c for c in causes for sign in _NOTHING_ANSWERED):
             # the peer took the TCP connection (or libp2p kept no reason: it retries each address
             # and keeps the last attempt's error, which under load can be a bare timeout) but no
             # secure session came of it: a private network's listener hangs up on us so
@@ -160,7 +162,8 @@ async def connect(host: IHost, peer: PeerInfo) -> None:
 
 # libp2p's negative cache: the peer's addresses all failed within the last seconds, not dialled
 _BACKED_OFF = "recently failed all addresses"
-# a dial that reached no listener: no pre-shared key or protocol can be the reason
+# a dial that reached no listener: no pre-shared key or protocol can be the reason (the first
+# four: no node at that address, the others say why we did not dial)
 _NOTHING_ANSWERED = (
     "Connection refused",
     "No route to host",

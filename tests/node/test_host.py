@@ -110,6 +110,7 @@ async def test_a_dial_that_reaches_no_listener_says_so_without_blaming_a_key():
         with trio.fail_after(30), pytest.raises(ConnectError) as refused:
             await connect(ours, target)
     assert "refused" in str(refused.value) and "pre-shared key" not in str(refused.value)
+    assert "check that the peer runs and the address is its own" in str(refused.value)
 
 
 async def test_a_peer_without_the_psk_is_refused_and_told_why(caplog):
