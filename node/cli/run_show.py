@@ -38,7 +38,7 @@ def show(view: dict[str, Any]) -> str:
 
 def heading(view: dict[str, Any]) -> str:
     agreed = view["agreement"]["round"]
-    of = f" of {view['rounds']}" if view["rounds"] else " (no end)"
+    of = {None: "", 0: " (no end)"}.get(view["rounds"], f" of {view['rounds']}")
     parts = [
         f"run {view['name']} ({view['run_id'][:16]}…)",
         view["mode"],

@@ -45,7 +45,7 @@ class RunView(TypedDict):
     members: list[MemberRow]
     total: int  # live members (rows beyond `limit` left out)
     agreement: Agreement
-    rounds: int  # the run's length (0: no end)
+    rounds: int | None  # the run's length (0: no end; None: not known before the driver runs)
     samples_per_s: float  # the members' claimed speeds, summed
     eta_s: float | None  # seconds to the last round at our pace; None: unknown or no end
 
@@ -54,7 +54,7 @@ def run_view(
     state: RunState,
     *,
     me: str,
-    rounds: int,
+    rounds: int | None,
     seconds_per_round: float | None,
     limit: int = MAX_ROWS,
 ) -> RunView:

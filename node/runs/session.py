@@ -259,7 +259,7 @@ class RunSession:
         return run_view(
             self.state,
             me=self.context.node.peer_id,
-            rounds=driver.spec.rounds if driver is not None else 0,
+            rounds=driver.spec.rounds if driver is not None else None,
             seconds_per_round=pace,
             limit=limit,
         )

@@ -69,6 +69,10 @@ def test_a_split_at_the_newest_round_is_counted_and_an_endless_run_has_no_eta():
     assert view["agreement"]["checksum"] == "bbbb" and view["agreement"]["holders"] == 2
     assert view["eta_s"] is None
     assert len(view["members"]) == 2 and view["total"] == 3
+    starting = run_view(state, me=me, rounds=None, seconds_per_round=None)  # no driver yet
+    heading = show({"run_id": "ab" * 32, "name": "x", "mode": "diloco", **starting})
+    assert " · round 3 · " in heading.splitlines()[0] and starting["eta_s"] is None
+    assert "… and" not in heading  # every row shown
 
 
 def test_run_show_prints_the_table_with_agreement_at_a_glance():

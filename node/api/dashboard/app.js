@@ -158,7 +158,7 @@ function figureGrid(run) {
   const view = run.view;
   const figures = [
     ["round", run.round],
-    ["rounds", view ? view.rounds || "no end" : run.progress && run.progress.rounds],
+    ["rounds", view && view.rounds != null ? view.rounds || "no end" : undefined],
     ["ETA", view && view.eta_s != null ? roughly(view.eta_s) : undefined],
     ["samples/s", view ? speed(view.samples_per_s) : undefined],
     ["members", run.members.length],
