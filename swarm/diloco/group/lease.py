@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import trio
-from peertrain.crdt.member_report import MAX_DEVICE_LEN, MemberReport
+from peertrain.crdt.member_report import (
+    MAX_DEVICE_LEN,
+    MAX_NAME_LEN,
+    MAX_SAMPLES_PER_S,
+    MAX_VERSION_LEN,
+    MemberReport,
+)
 from peertrain.crdt.replicator import Replicator
 from peertrain.swarm.diloco.group.progress import DriverProgress
 
@@ -62,6 +68,7 @@ class MemberLease:
         progress, spec = self.driver.progress, self.driver.spec
         samples = progress.steps * spec.batch_size * spec.accumulation
         speed = samples / progress.wall_seconds if progress.wall_seconds > 0 else 0.0
+        speed = min(speed, MAX_SAMPLES_PER_S)  # a bound the record refuses to cross
         served = self.driver.sync.served_state  # a round and its checksum, never two rounds'
         round_, checksum = (served[0], served[1].hex()[:16]) if served else (progress.round, "")
         return MemberReport(
@@ -69,8 +76,8 @@ class MemberLease:
             checksum=checksum,
             samples_per_s=round(speed, 2),
             device=self.device(),
-            version=self.introduction.version[:32],
-            name=self.introduction.name,
+            version=self.introduction.version[:MAX_VERSION_LEN],
+            name=self.introduction.name[:MAX_NAME_LEN],  # checked at start (node/config.py)
         )
 
     def device(self) -> str:
