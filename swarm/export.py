@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -103,8 +104,27 @@ def _save(state: dict[str, torch.Tensor], path: Path, fmt: str, about: dict[str,
         tied = about.get("tied", {})
         kept = {name: tensor for name, tensor in state.items() if name not in tied}
         save_file(kept, str(path), metadata=safetensors_metadata(about))
+        _sort_metadata(path)
     else:
         torch.save(state, path)
+
+
+def _sort_metadata(path: Path) -> None:
+    """Put the header's metadata in key order. safetensors writes it in the order of a Rust
+    HashMap, which differs from process to process: two members exporting the same state wrote
+    different bytes. The header is 8 bytes of length, then JSON padded with spaces to a
+    multiple of 8; tensor offsets count from its end, so its length may change."""
+    sorted_path = path.with_name(path.name + ".sorted")
+    with path.open("rb") as src, sorted_path.open("wb") as dst:
+        size = int.from_bytes(src.read(8), "little")
+        header = json.loads(src.read(size))
+        if "__metadata__" in header:
+            header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
+        text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+        text += b" " * (-len(text) % 8)
+        dst.write(len(text).to_bytes(8, "little") + text)
+        shutil.copyfileobj(src, dst, 1 << 22)  # the tensors, as they are, in 4 MiB pieces
+    os.replace(sorted_path, path)
 
 
 def safetensors_metadata(about: dict[str, Any]) -> dict[str, str]:

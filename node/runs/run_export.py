@@ -34,13 +34,15 @@ async def export_run(session: RunSession, out: str, fmt: str) -> dict[str, Any]:
     if driver is None:
         raise ControlError(f"run {session.manifest.name!r} is still starting; export it later")
     round_, model = await driver.global_model()
-    progress = driver.progress
+    served = driver.sync.served_state
     about = {
         "run": session.manifest.name,
         "run_id": session.run_id,
         "round": round_,
-        # the group's checksum of that round, when status has already published it
-        "state_checksum": progress.state_checksum if progress.round == round_ else None,
+        # the checksum of that round's state as we serve it, once we do: the same on every
+        # member holding it, so two members' exports are the same bytes (the status field it
+        # was read from before lags the round by a moment, and one member wrote it, one not)
+        "state_checksum": served[1].hex()[:16] if served and served[0] == round_ else None,
         "model": driver.spec.model,
         "model_settings": _model_settings(driver.spec),
     }

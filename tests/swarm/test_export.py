@@ -83,6 +83,22 @@ def test_the_safetensors_file_names_its_run_round_checksum_and_model(tmp_path):
     assert metadata["model"] == "mlp" and json.loads(metadata["model_settings"]) == {"hidden": 16}
 
 
+def test_one_state_exported_again_is_the_same_bytes(tmp_path):
+    """Two members exporting the group's model must write the same file: safetensors keeps
+    metadata in a hash map whose order changes with every map, so the export sorts it."""
+    about = {"run": "lm", "run_id": "ab" * 32, "round": 7, "state_checksum": "c0ffee",
+             "model": "mlp", "model_settings": {"hidden": 16}}  # fmt: skip
+    torch.manual_seed(0)
+    model = GPTConfig(n_layer=1, n_embd=16, n_head=2).build()
+    files = {export_model(model, tmp_path / str(i), about=about)["files"]["model.safetensors"]
+             for i in range(6)}  # fmt: skip
+    assert len(files) == 1
+    from safetensors.torch import load_file
+
+    loaded = load_file(tmp_path / "0" / "model.safetensors")  # the rewritten header still reads
+    assert all(torch.equal(t, model.state_dict()[name]) for name, t in loaded.items())
+
+
 def test_the_sidecar_catches_tampering(tmp_path):
     model = GPTConfig(n_layer=1, n_embd=16, n_head=2, block_size=16).build(seed=0)
     export_model(model, tmp_path, fmt="safetensors")
