@@ -1,11 +1,12 @@
 """`peertrain sample`: images from a diffusion run's newest experts and router, on any node.
 
 A member reads the run-wide RunState it already holds; any other node finds the run (run_lookup),
-pulls a replica of its RunState from the members that told it of the run, and reads the same
-thing: per group, the newest state its members announce (swarm/diffusion/groups.py). States are
-fetched through the tensor service from the members that hold them and kept by checksum
-(`MAX_CACHED`), so sampling again from unchanged experts downloads nothing. Sampling and the
-image file run on a worker thread.
+pulls a replica of its RunState from the members that told it of the run (kept, and only
+refreshed for a few seconds the next time, so a run whose members stopped still samples from
+the states fetched before), and reads the same thing: per group, the newest state its members
+announce (swarm/diffusion/groups.py). States are fetched through the tensor service from the
+members that hold them and kept by checksum (`MAX_CACHED`), so sampling again from unchanged
+experts downloads nothing. Sampling and the image file run on a worker thread.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
     from .run_lookup import RunFinder
 
 MAX_CACHED = 16  # states kept by checksum (a dit-tiny state is about 2 MB)
+MAX_REPLICAS = 8  # run states pulled before, kept to sample again without the run's members
+REFRESH_S = 5.0  # how long a kept run state is brought up to date before sampling from it
 MAX_SAMPLES = 1024
 MAX_STEPS = 1000
 
@@ -44,6 +47,9 @@ class DiffusionSampler:
     ) -> None:
         self.node, self.finder, self.sessions = node, finder, sessions
         self._states: OrderedDict[bytes, Any] = OrderedDict()
+        # run ID -> (its RunState, the peers that served it): a run whose members stopped
+        # cost the whole lookup timeout (30 s), though the states sampled from were all here
+        self._replicas: OrderedDict[str, tuple[RunState, set[str]]] = OrderedDict()
         self._limiter = trio.CapacityLimiter(1)  # one sampling job at a time
 
     async def sample(
@@ -95,19 +101,39 @@ class DiffusionSampler:
         for session in self.sessions.values():
             if matches(run, session.run_id, session.manifest.name):
                 return session.state, _spec(DiffusionSpec, session.state)
+        kept = self._kept(run)
+        if kept is not None:  # sampled before: brought up to date if a member answers soon
+            state, seeds = kept
+            with trio.move_on_after(min(within, REFRESH_S)):
+                await self._replicator(state, seeds).bootstrap(seeds)
+            return state, _spec(DiffusionSpec, state)
         run_id, envelope, seeds = await self.finder.find_one(run, within=within)
         state = RunState(run_id)
         state.accept_manifest(envelope)
         spec = _spec(DiffusionSpec, state)
-        replicator = Replicator(
+        if not await self._replicator(state, set(seeds)).bootstrap(seeds):
+            raise ControlError(f"no member of run {run!r} answered for its state")
+        self._replicas[run_id] = (state, set(seeds))
+        while len(self._replicas) > MAX_REPLICAS:
+            self._replicas.popitem(last=False)
+        return state, spec
+
+    def _kept(self, run: str) -> tuple[RunState, set[str]] | None:
+        """The run state pulled for `run` before, if exactly one kept run is meant."""
+        found = [
+            kept
+            for run_id, kept in self._replicas.items()
+            if kept[0].manifest is not None and matches(run, run_id, kept[0].manifest.name)
+        ]
+        return found[0] if len(found) == 1 else None
+
+    def _replicator(self, state: RunState, seeds: set[str]) -> Replicator:
+        return Replicator(
             state=state,
             key_pair=self.node.identity.key_pair,
             pubsub=self.node.gossip,
-            exchange=SyncExchange(self.node.host, state, set(seeds)),
+            exchange=SyncExchange(self.node.host, state, seeds),
         )
-        if not await replicator.bootstrap(seeds):
-            raise ControlError(f"no member of run {run!r} answered for its state")
-        return state, spec
 
     async def _state(self, state: RunState, spec, group: str, newest) -> tuple[Any, int]:
         """(group's state tensor, bytes downloaded for it): from the cache or its providers."""

@@ -81,6 +81,27 @@ def assert_export_refused(member: DaemonProcess, out) -> None:
     assert "diffusion run" in refused.stderr and "peertrain sample --run dd" in refused.stderr
 
 
+def join_late(stranger: DaemonProcess) -> dict:
+    """expert-1 has no trusted signer in it (the creator trains expert-0): a late member starts
+    from the state its members announce, not from the initial weights. Its run status."""
+    cli_json("run", "join", "--home", str(stranger.home), "--run", "dd", "--group", "expert-1")
+    wait_until_sync(lambda: run_status(stranger).get("finished"), timeout=120, interval=1)
+    return run_status(stranger)
+
+
+def sample_once_the_members_stopped(members, stranger, tmp_path) -> tuple[dict, float]:
+    """The stranger leaves the run and every member stops; it samples again from what it
+    fetched for its first sample. Returns the sample's report and the CLI's seconds."""
+    cli_json("run", "leave", "--home", str(stranger.home), "--run", "dd")
+    stop_all(members)
+    started = time.monotonic()
+    sampled = cli_json(
+        "sample", "--home", str(stranger.home), "--run", "dd", "--n", "4", "--steps", "3",
+        "--out", str(tmp_path / "offline.png"),
+    )  # fmt: skip
+    return sampled, time.monotonic() - started
+
+
 def test_expert_groups_train_apart_and_a_stranger_samples_their_experts(tmp_path):
     started = time.monotonic()
     *daemons, stranger = start_daemons(tmp_path)
@@ -102,11 +123,8 @@ def test_expert_groups_train_apart_and_a_stranger_samples_their_experts(tmp_path
             "--steps", "5", "--strategy", "sample1", "--out", str(arrays),
         )  # fmt: skip
         assert_export_refused(daemons[0], tmp_path / "export")
-        # expert-1 has no trusted signer in it (the creator trains expert-0): a late member
-        # starts from the state its members announce, not from the initial weights
-        cli_json("run", "join", "--home", str(stranger.home), "--run", "dd", "--group", "expert-1")
-        wait_until_sync(lambda: run_status(stranger).get("finished"), timeout=120, interval=1)
-        late = run_status(stranger)
+        late = join_late(stranger)
+        offline, offline_s = sample_once_the_members_stopped(daemons, stranger, tmp_path)
     finally:
         codes = stop_all([*daemons, stranger])
     assert all(code == 0 for code in codes)
@@ -140,4 +158,6 @@ def test_expert_groups_train_apart_and_a_stranger_samples_their_experts(tmp_path
     expert_1 = next(r for r in runs if r["group"] == "expert-1")
     assert late["group"] == "expert-1" and late["round"] == ROUNDS
     assert late["state_checksum"] == expert_1["state_checksum"]
+    # it held every state it sampled from: no 30 s lookup of members that are gone
+    assert offline["bytes_fetched"] == 0 and offline_s < 15, offline_s
     print(f"diffusion e2e took {time.monotonic() - started:.0f} s")
