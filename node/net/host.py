@@ -144,8 +144,8 @@ async def connect(host: IHost, peer: PeerInfo) -> None:
             # nothing was dialled, so nothing is known: a refused address was blamed on a
             # possible key here, since this error names no cause
             raise DialBackedOff(
-                f"could not connect to {peer.peer_id}: every address failed moments ago "
-                "(as said before); libp2p waits before dialling it again"
+                f"could not connect to {peer.peer_id}: every address failed moments ago and "
+                "libp2p waits before dialling it again; the earlier failure says why"
             ) from None
         if any(sign in c for c in causes for sign in _NOTHING_ANSWERED[:4]):
             cause += " (no node answers there: check that the peer runs and the address is its own)"
