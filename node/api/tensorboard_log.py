@@ -16,8 +16,10 @@ is a label anyone may reuse, the ID is not), and one scalar point per round, at 
     update_bytes_received and fetched
 
 It reads the node's status, as the dashboard does, so it needs nothing from the training code:
-a round is logged when the status first shows it (polled every `POLL_S`); a round shorter than
-the poll folds into the next, whose figures are the newer ones. Writing runs on a worker thread.
+a round is logged when the status first shows it (polled every `POLL_S`). Rounds shorter than
+the poll that passed between two polls get their loss and round from the status's
+`recent_rounds` (a DiLoCo member's last 16); the other figures are the node's now, so they are
+written at the newest round only. Writing runs on a worker thread.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from .history import runs_of
 from .readings import NodeReadings
 
 POLL_S = 0.25
+Points = dict[int, dict[str, float]]  # round -> {tag: value}
 
 
 class TensorBoardLog:
@@ -54,24 +57,34 @@ class TensorBoardLog:
             for writer in self._writers.values():
                 writer.close()
 
-    def new_rounds(self, status: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], int]]:
-        """(run status, round) for each run whose round moved past the last one written."""
-        points = []
+    def new_rounds(self, status: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], Points]]:
+        """(run status, {round: scalars}) for each run whose round moved past the last one
+        written: the rounds passed between two polls from `recent_rounds`, then the newest."""
+        found = []
         for run in runs_of(status):
-            round_ = run.get("round")
-            if isinstance(round_, int) and round_ > self._logged.get(run["run_id"], 0):
-                self._logged[run["run_id"]] = round_
-                points.append((run, round_))
-        return points
+            round_, last = run.get("round"), self._logged.get(run["run_id"], 0)
+            if not isinstance(round_, int) or round_ <= last:
+                continue
+            self._logged[run["run_id"]] = round_
+            recent = (run.get("progress") or {}).get("recent_rounds") or []
+            points: Points = {
+                r["round"]: _figures(loss=r.get("loss"), round=r["round"])
+                for r in recent
+                if isinstance(r.get("round"), int) and last < r["round"] < round_
+            }
+            points[round_] = scalars(run)
+            found.append((run, points))
+        return found
 
-    def write(self, points: list[tuple[Mapping[str, Any], int]]) -> None:
-        for run, round_ in points:
+    def write(self, found: list[tuple[Mapping[str, Any], Points]]) -> None:
+        for run, points in found:
             writer = self._writers.get(run["run_id"])
             if writer is None:
                 log_dir = self.folder / f"{_safe(run['name'])}-{run['run_id'][:12]}"
                 writer = self._writers[run["run_id"]] = _writer_class()(log_dir=str(log_dir))
-            for tag, value in scalars(run).items():
-                writer.add_scalar(tag, value, global_step=round_)
+            for round_, figures in sorted(points.items()):
+                for tag, value in figures.items():
+                    writer.add_scalar(tag, value, global_step=round_)
             writer.flush()  # a round is on disk when it is logged: TensorBoard reloads it
 
 
@@ -81,16 +94,20 @@ def scalars(run: Mapping[str, Any]) -> dict[str, float]:
     mine = next((row for row in view.get("members", []) if row.get("me")), {})
     timing = (run.get("progress") or {}).get("timing") or {}
     wall = timing.get("wall_s") or 0.0
-    figures = {
-        "loss": run.get("loss"),
-        "round": run.get("round"),
-        "members": len(run.get("members", [])),
-        "samples_per_s": mine.get("samples_per_s"),
-        "run_samples_per_s": view.get("samples_per_s"),
-        "inner_steps_per_s": timing.get("steps", 0) / wall if wall > 0 else None,
-        "update_bytes_sent": run.get("bytes_published"),
-        "update_bytes_received": run.get("bytes_fetched"),
-    }
+    return _figures(
+        loss=run.get("loss"),
+        round=run.get("round"),
+        members=len(run.get("members", [])),
+        samples_per_s=mine.get("samples_per_s"),
+        run_samples_per_s=view.get("samples_per_s"),
+        inner_steps_per_s=timing.get("steps", 0) / wall if wall > 0 else None,
+        update_bytes_sent=run.get("bytes_published"),
+        update_bytes_received=run.get("bytes_fetched"),
+    )
+
+
+def _figures(**figures: Any) -> dict[str, float]:
+    """The figures known (None: unknown, not written) as floats, by tag."""
     return {tag: float(value) for tag, value in figures.items() if value is not None}
 
 

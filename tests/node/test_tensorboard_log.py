@@ -48,9 +48,9 @@ async def test_a_member_logs_each_rounds_loss_speed_and_update_bytes(tmp_path):
         await wait_until(logged, timeout=10, what="round 3 in the event files")
     scalars = read_scalars(run_folder)
     assert TAGS <= set(scalars)
-    steps = [step for step, _ in scalars["loss"]]
-    assert steps == sorted(set(steps)) and set(steps) <= {1, 2, 3} and steps[-1] == 3
-    assert [value for _, value in scalars["round"]] == steps  # one point per round, at its step
+    # every round, though rounds of 3 inner steps on 64 features pass between two polls
+    assert [step for step, _ in scalars["loss"]] == [1, 2, 3]
+    assert scalars["round"] == [(1, 1.0), (2, 2.0), (3, 3.0)]  # one point per round, at its step
     assert scalars["loss"][-1][1] == pytest.approx(final["loss"])
     assert scalars["members"][-1][1] == 1
     assert scalars["samples_per_s"][-1][1] >= 0  # the member's report: as fresh as its lease

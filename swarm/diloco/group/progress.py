@@ -10,6 +10,8 @@ from typing import Any
 from peertrain.swarm.diloco.member.member import REJECTION_KINDS
 from peertrain.swarm.progress import Download, Waiting
 
+RECENT_ROUNDS = 16  # rounds of `history` in status
+
 
 @dataclass
 class DriverProgress:
@@ -76,4 +78,7 @@ class DriverProgress:
             "download": download.status() if download is not None else None,
             "waiting": self.waiting.status() if self.waiting is not None else None,
             "timing": self.timing(),
+            # the last rounds' round, loss, accepted, rejected and time: a reader polling
+            # status (the TensorBoard log) sees every round, also those shorter than its poll
+            "recent_rounds": [dict(entry) for entry in self.history[-RECENT_ROUNDS:]],
         }
