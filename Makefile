@@ -37,18 +37,20 @@ real-run: corpus
 	    --rounds $(REAL_RUN_ROUNDS) --inner-steps $(REAL_RUN_H) --report real-run-report.json
 
 # the rules the config holds run first: a lint failure is a test failure (CI runs this target).
-# Then two phases: the in-process tests on PYTEST_WORKERS workers (pytest-xdist; on two cores
+# Then three phases. The in-process tests on PYTEST_WORKERS workers (pytest-xdist; on two cores
 # they wait on timers and sockets more than they compute: 4.4 CPU-minutes in 5.6 minutes on 2
-# workers, 3.9 minutes on 4), then one at a time the tests that start daemons (`slow`) or
-# network namespaces (`netns`): they load both cores themselves (22 CPU-minutes in 12.5 on 2
-# workers against 14 alone), and some time what they measure.
+# workers, 3.9 minutes on 4). The tests that start daemons (`slow`) or network namespaces
+# (`netns`, all on one worker) two at a time: many wait on a run's timeouts as much as they
+# compute. Last, one at a time, the `serial` ones: they time what they measure, or load both
+# cores alone (a dozen daemons).
 PYTEST_WORKERS ?= 4
 
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q -m "not slow and not netns" -n $(PYTEST_WORKERS)
-	$(BIN)/python -m pytest -q -m "slow or netns"
+	$(BIN)/python -m pytest -q -m "(slow or netns) and not serial" -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -q -m "serial"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -148,7 +148,9 @@ class RunManager:
         if len(found) != 1:
             listed = ", ".join(s.manifest.name for s in self.sessions.values()) or "none"
             what = f"no run {name!r}" if not found else f"{len(found)} runs match {name!r}"
-            raise ControlError(f"{what} on this node (its runs: {listed}); name one with --run")
+            raise ControlError(
+                f"{what} on this node (its runs: {listed}); name one: its name or an ID prefix"
+            )
         return found[0]
 
     async def sample_text(self, run: str, prompt: str, tokens: int) -> str:

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 FLAGS = "--mode diloco --model mlp --dataset digits --batch-size 32 --inner-steps 20".split()
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 # Seven members (two Byzantine), digits, one shard each. Flag with r=1: with p=7 inputs, r must
 # stay below the number of honest members or the subspace spans the attackers too (r >= p is a

@@ -18,6 +18,7 @@ def status_json(daemon: DaemonProcess) -> dict:
     return json.loads(peertrain("status", "--home", str(daemon.home), "--json").stdout)
 
 
+@pytest.mark.serial
 def test_three_daemons_joined_to_the_first_all_see_each_other_within_10s(daemons):
     with daemons(3) as nodes:
         ids = [d.status()["peer_id"] for d in nodes]
@@ -59,6 +60,7 @@ def test_join_prints_the_address_to_give_others(tmp_path):
         first.stop()
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_ends_the_daemon_within_5s_cleanly(tmp_path, signum):
     bootstrap = DaemonProcess(tmp_path / "boot", node_args()).start()

@@ -151,6 +151,7 @@ def test_two_local_swarms_at_once_on_one_machine_each_keep_to_their_own_members(
     assert len(names) == 2
 
 
+@pytest.mark.serial
 def test_a_member_frozen_mid_run_does_not_hold_the_rounds_of_the_others(tmp_path):
     """SIGSTOP: alive to TCP, its lease live, silent to everything else. After a few rounds
     in which it kept pace, the others stop waiting for it once its silence is beyond its pace

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 SWITCH = 8  # the round the Sybils attack from
 FLAGS = [

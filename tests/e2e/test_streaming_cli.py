@@ -12,7 +12,7 @@ from peertrain.testing import wait_until_sync
 
 from .test_diloco_cli import create_run, join_args, run_of
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 ROUNDS = 3
 ROUND_TIMEOUT = 30.0
