@@ -54,12 +54,22 @@ def ip_of(name: str) -> str:
     return PUBLIC.get(name) or NATED[name]
 
 
+def _with_admin_tools() -> None:
+    """Put sbin on PATH (for us and every process we start): root's tools live there, and a
+    bare environment (`env -i`, cron, a container's default) leaves it off, which skipped
+    every namespace test for want of `nft` on a machine that has it."""
+    path = os.environ.get("PATH", "").split(os.pathsep)
+    extra = [d for d in ("/usr/local/sbin", "/usr/sbin", "/sbin") if d not in path]
+    os.environ["PATH"] = os.pathsep.join([*path, *extra])
+
+
 def why_unavailable() -> str | None:
     """None when the namespaces can be built here, else the reason to skip."""
     if os.geteuid() != 0:
         return "NAT tests need root (network namespaces); run them as root or skip"
     if not SCRIPT.exists():
         return f"NAT tests need {SCRIPT} (a checkout of the repository, not an installed wheel)"
+    _with_admin_tools()
     for tool in ("ip", "nft"):
         if shutil.which(tool) is None:
             package = "iproute2" if tool == "ip" else "nftables"
