@@ -24,11 +24,13 @@ def cmd_run_show(args: argparse.Namespace) -> int:
 
 def show(view: dict[str, Any]) -> str:
     """The view as lines: a heading, agreement at a glance, the table, its legend."""
-    rows = [_cells(row) for row in view["members"]]
-    widths = [max(len(line[i]) for line in [COLUMNS, *rows]) for i in range(len(COLUMNS))]
+    grouped = view["agreement"].get("groups", 1) > 1  # a diffusion run's expert groups
+    columns = (*COLUMNS[:3], "GROUP", *COLUMNS[3:]) if grouped else COLUMNS
+    rows = [_cells(row, grouped) for row in view["members"]]
+    widths = [max(len(line[i]) for line in [columns, *rows]) for i in range(len(columns))]
     table = [
         "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
-        for line in [COLUMNS, *rows]
+        for line in [columns, *rows]
     ]
     left_out = view["total"] - len(view["members"])
     more = [f"  … and {left_out} more members"] if left_out > 0 else []
@@ -59,6 +61,11 @@ def agreement(view: dict[str, Any]) -> str:
     late = f"; {behind} at earlier rounds" if behind else ""
     differ = a["at_round"] - a["holders"]
     other = f", {differ} hold another state" if differ else ""
+    if a.get("groups", 1) > 1:  # a diffusion run: each expert group agrees on its own model
+        return (
+            f"agreement: {a['holders']} of {a['at_round']} members at their group's newest round "
+            f"hold their group's state ({a['groups']} groups){other}{late}"
+        )
     held = f"hold state {a['checksum']}" if a["checksum"] else "report no state yet"
     return (
         f"agreement: {a['holders']} of {a['at_round']} members at round {a['round']} "
@@ -66,12 +73,14 @@ def agreement(view: dict[str, Any]) -> str:
     )
 
 
-def _cells(row: dict[str, Any]) -> tuple[str, ...]:
+def _cells(row: dict[str, Any], grouped: bool) -> tuple[str, ...]:
     rate = row["samples_per_s"]
+    group = (row.get("group") or "–",) if grouped else ()
     return (
         "*" if row["me"] else "",
         short(row["peer"]),
         row["name"] or "–",
+        *group,
         "–" if row["round"] is None else str(row["round"]),
         row["checksum"] or "–",
         "–" if rate is None else speed(rate),

@@ -235,12 +235,16 @@ class DiffusionSession:
             await trio.sleep(LEASE_MS / 3000)
 
     def _announce(self) -> None:
+        """Our record in the run-wide state: our group as the role, and where we stand in it
+        (the report our group's driver keeps in its group's lease) for `run show`."""
         loss = self.driver.progress.loss if self.driver is not None else None
+        report = self.driver.lease.report() if self.driver is not None else None
         self.context.replicator.writer.announce(
             role=self.group or "",
             addrs=self.context.node.addrs()[:8],
             lease_ms=LEASE_MS,
             loss=None if loss is None else float(loss),
+            report=report,
         )
 
     async def _mirror_loop(self) -> None:

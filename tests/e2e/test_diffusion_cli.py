@@ -112,6 +112,7 @@ def test_expert_groups_train_apart_and_a_stranger_samples_their_experts(tmp_path
         )
         wait_until_sync(lambda: all(final_grid_drawn(run_status(d)) for d in daemons), timeout=120)
         runs, out = [run_status(d) for d in daemons], tmp_path / "grid.png"
+        view = cli_json("run", "show", "dd", "--home", str(daemons[0].home), "--json")
         sampled = cli_json(
             "sample", "--home", str(stranger.home), "--run", "dd", "--n", "16",
             "--steps", "10", "--strategy", "top1", "--out", str(out),
@@ -143,6 +144,10 @@ def test_expert_groups_train_apart_and_a_stranger_samples_their_experts(tmp_path
             grid = base64.b64decode(run["sample_grid"]["png"])
             assert png_size(grid) == (4 * 9 + 1, 4 * 9 + 1) and len(grid) < 16 << 10
             assert run["sample_grid"]["caption"].startswith(f"{run['group']} alone")
+    # the run-wide view: every member's row with its group and where it stands in it
+    assert sorted(m["group"] for m in view["members"]) == groups
+    assert all(m["round"] == ROUNDS and m["checksum"] for m in view["members"]), view
+    assert view["agreement"]["groups"] == 3 and view["agreement"]["holders"] == 4, view
     router = next(r for r in runs if r["group"] == "router")
     assert router["router_accuracy"] is not None
     columns = 4  # 16 images in a 4×4 grid of 8×8 digits drawn 4× with 1-pixel gaps

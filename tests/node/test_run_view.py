@@ -19,11 +19,12 @@ def _id() -> str:
     return ID.from_pubkey(create_new_key_pair().public_key).to_base58()
 
 
-def _run(reports: dict[str, MemberReport | None]) -> RunState:
+def _run(reports: dict[str, MemberReport | None], groups: dict[str, str] | None = None):
     run_id, _ = new_run(create_new_key_pair())
     state = RunState(run_id, wall_ms=lambda: NOW)  # every member's writes, as after replication
     for peer, report in reports.items():
-        RunWriter(state, peer).announce(role="diloco", addrs=[], lease_ms=30_000, report=report)
+        role = (groups or {}).get(peer, "diloco")
+        RunWriter(state, peer).announce(role=role, addrs=[], lease_ms=30_000, report=report)
     return state
 
 
@@ -55,6 +56,7 @@ def test_the_view_lists_every_member_newest_round_first_with_ours_marked_and_oth
         "holders": 2,
         "at_round": 2,
         "reporting": 3,
+        "groups": 1,
     }
     assert view["samples_per_s"] == 175.5 and view["total"] == 4
     assert view["eta_s"] == 30.0  # three rounds left at ten seconds each
@@ -100,3 +102,33 @@ def test_run_show_prints_the_table_with_agreement_at_a_glance():
     assert lines[4].startswith("* ") and "alice's GPU" in lines[4] and f"{me[:8]}…" in lines[4]
     assert "0123456789abcdef" in lines[6] and " 4 " in lines[6]
     assert lines[-1].startswith("* this node; the other rows are each member's own signed claim")
+
+
+def test_a_diffusion_runs_groups_each_agree_on_their_own_model_at_their_own_pace():
+    """Two expert groups: each holds its own state, at its own round. All agree within their
+    group; one member of expert-1 holds another state at its group's newest round."""
+    me, b, c, d, e = (_id() for _ in range(5))
+    groups = {me: "expert-0", b: "expert-0", c: "expert-1", d: "expert-1", e: "expert-1"}
+    state = _run(
+        {
+            me: _report(7, "aaaa", 10.0),
+            b: _report(7, "aaaa", 10.0),
+            c: _report(5, "cccc", 10.0),
+            d: _report(5, "cccc", 10.0),
+            e: _report(5, "eeee", 10.0),
+        },
+        groups,
+    )
+    view = run_view(state, me=me, rounds=10, seconds_per_round=1.0)
+    assert view["agreement"] == {
+        "round": 7, "checksum": "", "holders": 4, "at_round": 5, "reporting": 5, "groups": 2
+    }  # fmt: skip
+    assert {r["peer"]: r["group"] for r in view["members"]} == groups
+    text = show({"run_id": "ab" * 32, "name": "dd", "mode": "diffusion", **view})
+    lines = text.splitlines()
+    assert lines[1] == (
+        "agreement: 4 of 5 members at their group's newest round hold their group's state "
+        "(2 groups), 1 hold another state"
+    )
+    assert lines[3].split()[:4] == ["PEER", "NAME", "GROUP", "ROUND"]
+    assert "expert-1" in text and "expert-0" in text

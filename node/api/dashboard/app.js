@@ -194,13 +194,17 @@ function speed(n) {
 // Rows but ours are the members' claims (signed by each, checked by nobody): said in a title.
 function memberTable(view, status) {
   const a = view.agreement;
+  const grouped = (a.groups || 1) > 1; // a diffusion run: each expert group has its own model
+  const held = grouped
+    ? `${a.holders} of ${a.at_round} at their group's newest round hold their group's state (${a.groups} groups)`
+    : `${a.holders} of ${a.at_round} at round ${a.round} hold state ${a.checksum || "–"}`;
   const glance = a.round == null
     ? "no member reports its progress yet"
-    : `${a.holders} of ${a.at_round} at round ${a.round} hold state ${a.checksum || "–"}` +
-      (a.reporting > a.at_round ? ` · ${a.reporting - a.at_round} behind` : "");
+    : held + (a.reporting > a.at_round ? ` · ${a.reporting - a.at_round} behind` : "");
   const agreed = a.round != null && a.holders === a.at_round && a.reporting === view.total;
   const head = el("tr");
-  for (const c of ["peer", "name", "round", "checksum", "samples/s", "device", "version"]) {
+  const columns = ["peer", "name", ...(grouped ? ["group"] : []), "round", "checksum", "samples/s", "device", "version"];
+  for (const c of columns) {
     head.append(el("th", c === "round" || c === "samples/s" ? { class: "num" } : {}, c));
   }
   const body = el("tbody");
@@ -209,9 +213,10 @@ function memberTable(view, status) {
     const row = el("tr", { class: m.me ? "me" : "claimed", "data-peer": m.peer });
     row.title = m.me ? "this node" : "what this member says of itself (signed by it, not checked)";
     const name = m.name || names[m.peer] || "";
-    const differs = m.round === a.round && m.checksum && m.checksum !== a.checksum;
+    const differs = !grouped && m.round === a.round && m.checksum && m.checksum !== a.checksum;
     const cells = [
       [short(m.peer), "mono"], [m.me ? `${name || status.name} (this node)` : name || "–", ""],
+      ...(grouped ? [[m.group || "–", ""]] : []),
       [m.round ?? "–", "num"], [m.checksum || "–", differs ? "mono differs" : "mono"],
       [m.samples_per_s == null ? "–" : speed(m.samples_per_s), "num"], [m.device || "–", ""],
       [m.version || "–", ""],
