@@ -102,6 +102,14 @@ def sample_once_the_members_stopped(members, stranger, tmp_path) -> tuple[dict, 
     return sampled, time.monotonic() - started
 
 
+def assert_every_member_shows_in_the_run_view(view: dict, groups: list[str]) -> None:
+    """`run show`: every member's row with its group and where it stands in it, each group
+    agreeing on its own model."""
+    assert sorted(m["group"] for m in view["members"]) == groups
+    assert all(m["round"] == ROUNDS and m["checksum"] for m in view["members"]), view
+    assert view["agreement"]["groups"] == 3 and view["agreement"]["holders"] == 4, view
+
+
 def test_expert_groups_train_apart_and_a_stranger_samples_their_experts(tmp_path):
     started = time.monotonic()
     *daemons, stranger = start_daemons(tmp_path)
@@ -144,10 +152,7 @@ def test_expert_groups_train_apart_and_a_stranger_samples_their_experts(tmp_path
             grid = base64.b64decode(run["sample_grid"]["png"])
             assert png_size(grid) == (4 * 9 + 1, 4 * 9 + 1) and len(grid) < 16 << 10
             assert run["sample_grid"]["caption"].startswith(f"{run['group']} alone")
-    # the run-wide view: every member's row with its group and where it stands in it
-    assert sorted(m["group"] for m in view["members"]) == groups
-    assert all(m["round"] == ROUNDS and m["checksum"] for m in view["members"]), view
-    assert view["agreement"]["groups"] == 3 and view["agreement"]["holders"] == 4, view
+    assert_every_member_shows_in_the_run_view(view, groups)
     router = next(r for r in runs if r["group"] == "router")
     assert router["router_accuracy"] is not None
     columns = 4  # 16 images in a 4×4 grid of 8×8 digits drawn 4× with 1-pixel gaps
