@@ -234,7 +234,7 @@ class BenchNode:
         self.compute = await trio.to_thread.run_sync(
             RoundCompute, self.numel, seed, self.aggregator
         )
-        from peertrain.node.runs.session import freeze_what_is_loaded
+        from peertrain.node.net.loaded_code import freeze_what_is_loaded
 
         freeze_what_is_loaded()  # as a daemon's session does once torch and the gossip loaded
         async with open_update_exchange(

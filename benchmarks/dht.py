@@ -49,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import print_json, print_table  # noqa: E402
 from peertrain.dht import DhtConfig, stage_key  # noqa: E402
 from peertrain.dht.messages import Ping, Pong  # noqa: E402
+from peertrain.node.net.loaded_code import freeze_what_is_loaded  # noqa: E402
 from peertrain.testing.dht_swarm import DhtSwarm, dht_host, open_dht_swarm  # noqa: E402
 
 CONFIG = DhtConfig(publish_peer_record=False)
@@ -167,6 +168,7 @@ async def measure(n: int, ops: int, seed: int) -> dict[str, float]:
 
 async def _measure(n: int, ops: int, rng: random.Random, seed: int) -> dict[str, float]:
     async with open_dht_swarm(n + 1, dht_host, config=CONFIG, seed=seed) as swarm:
+        freeze_what_is_loaded()  # as each daemon does once it serves (node/net/loaded_code.py)
         late = swarm.nodes.pop()  # listens now, joins at the end
         late_scope = swarm.scopes.pop()
         swarm.alive.pop()

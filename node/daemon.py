@@ -43,6 +43,7 @@ from .net.host import build_host, parse_peer_addr
 from .net.identity import Identity
 from .net.inbound_shield import InboundShield, ShieldStatistics
 from .net.latency import PeerLatency
+from .net.loaded_code import freeze_what_is_loaded
 from .net.names import friendly_name
 from .net.peers import IdentityGuard, PeerKeeper
 from .net.penalties import PeerScoreboard
@@ -186,6 +187,7 @@ class Daemon:
                 for name, service in self._services():
                     await self.supervisor.start(nursery, name, service, critical=True)
                 self.started_at = time.monotonic()
+                freeze_what_is_loaded()  # libp2p, trio and ours: out of the collector's passes
                 log.info("node %s serving as %s", self.identity.name, self.identity.peer_id)
                 task_status.started(self)
 

@@ -10,7 +10,6 @@ only wire.
 from __future__ import annotations
 
 import functools
-import gc
 import importlib
 import logging
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from peertrain.crdt.replicator import Penalty, Replicator
 from peertrain.crdt.runstate import RunState
 from peertrain.swarm.checkpoint_files import write_atomic
 
+from ..net.loaded_code import freeze_what_is_loaded
 from ..services.node_services import NodeServices
 from .certificate_file import load_certificate
 from .context import RunContext
@@ -56,18 +56,7 @@ DILOCO_MODULES = (
 
 async def import_off_the_loop(modules: tuple[str, ...]) -> None:
     await trio.to_thread.run_sync(lambda: [importlib.import_module(name) for name in modules])
-    freeze_what_is_loaded()
-
-
-def freeze_what_is_loaded() -> None:
-    """Take every object alive now out of the cyclic garbage collector's full passes
-    (`gc.freeze`). After torch and the training code load, a daemon holds about 250,000
-    tracked objects, modules, classes and functions that live as long as the process; each
-    full collection walked them all (128 ms here), on whichever thread allocated at the time,
-    most often the event loop mid-transfer: an update round of 4 x 20M floats spent 0.3 to 0.7
-    CPU seconds of its event loops in it (loop CPU 0.89-1.29 s a round, 0.58-0.61 s frozen).
-    Objects made later are collected as before."""
-    gc.freeze()
+    freeze_what_is_loaded()  # torch and the training code, out of the collector's passes
 
 
 class RunSession:

@@ -99,3 +99,26 @@ def test_what_the_training_code_loaded_is_out_of_the_collectors_full_passes():
     done = subprocess.run([sys.executable, "-c", FREEZE], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert int(done.stdout.strip()) > 100_000
+
+
+DAEMON_FREEZE = textwrap.dedent(
+    """
+    import gc, trio
+    from peertrain.testing import open_test_swarm
+
+    async def main():
+        assert gc.get_freeze_count() == 0
+        async with open_test_swarm(1):
+            print(gc.get_freeze_count())
+
+    trio.run(main)
+    """
+)
+
+
+def test_a_serving_daemon_has_its_loaded_code_out_of_the_collectors_passes():
+    """libp2p, trio and ours, once the daemon serves (the DHT benchmark's slowest first stores
+    at 32 nodes: 277-283 ms with the collector walking them, 63-77 ms without)."""
+    done = subprocess.run([sys.executable, "-c", DAEMON_FREEZE], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout.strip()) > 50_000
