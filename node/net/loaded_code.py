@@ -20,4 +20,7 @@ import gc
 
 
 def freeze_what_is_loaded() -> None:
+    # collect first: garbage of the moment (a process that ran other daemons or sessions
+    # before, as a test worker does) would otherwise be kept for good. Once, at a start.
+    gc.collect()
     gc.freeze()
