@@ -3,8 +3,9 @@
 The document (`RunDoc`) is a CRDT; this class adds what a lattice cannot express:
 
 - **Ownership.** A remote delta is applied only if every slot it writes belongs to its signer
-  (`apply_remote`), else `ForbiddenWrite`: nobody can touch another peer's membership,
-  progress, checkpoint announcements or ban votes, and nobody can remove another peer.
+  (`apply_remote`, the rules in write_rules.py), else `ForbiddenWrite`: nobody can touch
+  another peer's membership, progress, checkpoint announcements or ban votes, nobody can
+  remove another peer, and only the run's anchors keep score cards.
 - **Leases instead of removal.** A member record carries a lease; the member renews it. A lease
   counts for at most `max_lease_ms` past the write's stamp (a peer cannot make itself immortal),
   an expired member drops out of every view and of the digest, and `collect()` forgets it
@@ -35,12 +36,13 @@ from peertrain.protocol.errors import ProtocolError
 from peertrain.protocol.packing import pack
 
 from .admission import Admission, revocation_evidence
-from .errors import ClockDrift, ForbiddenWrite, NotAdmitted, StateFull
+from .errors import NotAdmitted, StateFull
 from .hlc import Stamp, wall_clock_ms
 from .manifest import RunManifest, open_manifest
 from .records import BanVote, CheckpointRef, MemberInfo
 from .revocations import RevocationSet
 from .rundoc import RunDoc
+from .write_rules import check_delta
 
 OWNER_HASH_LEN = 16
 
@@ -156,34 +158,13 @@ class RunState:
     # -- writes
 
     def check_remote(self, signer: str, delta: RunDoc) -> None:
-        """Raise unless `signer` may apply `delta` (ownership, clock drift, capacity)."""
-        strangers = delta.writers() - {signer}
-        if strangers:
-            raise ForbiddenWrite(
-                f"delta signed by {signer} writes slots of {sorted(strangers)[:3]}"
-            )
+        """Raise unless `signer` may apply `delta` (write_rules.py, then capacity)."""
         horizon = self.wall_ms() + self.limits.max_drift_ms
-        stamps = [*delta.members.registers(), *delta.scores.registers()]
-        for _, stamp, _ in stamps:
-            if stamp.wall_ms > horizon:
-                raise ClockDrift(f"a stamp of {signer} lies too far in the future")
-        self._check_admitted(signer, delta)
+        check_delta(signer, delta, horizon_ms=horizon, admission=self.admission)
         if signer not in self._owners and len(self._owners) >= self.limits.max_owners:
             self.collect()
             if len(self._owners) >= self.limits.max_owners and self._evictable() is None:
                 raise StateFull(f"run state holds {len(self._owners)} owners already")
-
-    def _check_admitted(self, signer: str, delta: RunDoc) -> None:
-        """Invite runs: the signer holds a valid certificate, known or in this delta's record."""
-        admission = self.admission
-        if admission is None or admission.admits(signer):
-            return
-        record = delta.members.get(signer)
-        if record is not None and record.certificate:
-            certificate = admission.add_certificate(record.certificate)
-            if certificate.peer == signer and admission.admits(signer):
-                return
-        raise NotAdmitted(f"{signer} is no member of this invite run")
 
     def apply_remote(self, signer: str, delta: RunDoc) -> None:
         """Join a verified signer's delta, after checking it writes only the signer's slots."""

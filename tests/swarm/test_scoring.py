@@ -215,3 +215,32 @@ def _exported_as_metrics(driver, scores) -> None:
     assert ratings == {p: r["rating"] for p, r in scores["ratings"].items()}
     sets = {s.labels["set"] for s in families["peertrain_run_counted_members"].samples}
     assert sets == {"counted", "probation"}
+
+
+def test_only_the_runs_anchors_keep_score_cards_in_the_run_state():
+    """A card is up to 16 KiB and read only from an anchor: any other member's would park memory
+    in every replica (1024 owners: 16 MiB). Refused, blaming its signer; the anchor's is kept."""
+    from libp2p.crypto.ed25519 import create_new_key_pair
+    from peertrain.crdt.runstate import RunState
+    from peertrain.crdt.writer import RunWriter
+    from peertrain.testing.crdt_network import new_run
+
+    from peertrain.crdt.admission import Admission
+
+    creator = create_new_key_pair()
+    run_id, manifest = new_run(creator)
+    replica = RunState(run_id)
+    replica.accept_manifest(manifest)
+    anchor, member = replica.manifest.creator, "12D3KooWsomebodyelse"
+    replica.install_admission(Admission(run_id=run_id, creator=anchor, mode="open"))
+    card = ScoreCard(round=3, ratings=(_rating("a", 0.5),))
+    for writer in (anchor, member):  # each writes its own card into a scratch replica
+        scratch = RunState(run_id)
+        scratch.accept_manifest(manifest)
+        delta = RunWriter(scratch, writer).publish_scores(card)
+        if writer == anchor:
+            replica.apply_remote(writer, delta)
+        else:
+            with pytest.raises(ForbiddenWrite, match="only the run's anchors score"):
+                replica.apply_remote(writer, delta)
+    assert dict(replica.doc.scores.items()) == {anchor: card}
