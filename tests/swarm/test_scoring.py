@@ -221,11 +221,10 @@ def test_only_the_runs_anchors_keep_score_cards_in_the_run_state():
     """A card is up to 16 KiB and read only from an anchor: any other member's would park memory
     in every replica (1024 owners: 16 MiB). Refused, blaming its signer; the anchor's is kept."""
     from libp2p.crypto.ed25519 import create_new_key_pair
+    from peertrain.crdt.admission import Admission
     from peertrain.crdt.runstate import RunState
     from peertrain.crdt.writer import RunWriter
     from peertrain.testing.crdt_network import new_run
-
-    from peertrain.crdt.admission import Admission
 
     creator = create_new_key_pair()
     run_id, manifest = new_run(creator)
