@@ -88,6 +88,7 @@ class ShardClaims:
     gram_diagonal: torch.Tensor  # owner's G_k[i, i] for the accepted senders, float64
     gram_times_weights: torch.Tensor | None  # owner's (G_k a)_i; None: the rule has no Gram
     out_projection: float  # ⟨ρ_k, out_k⟩ on the decoded output
+    out_sq_norm: float  # ‖out_k‖² of the decoded output
     out_slack: float  # quantization_slack of the decoded output
     sender_projections: torch.Tensor  # ⟨ρ_k, g_i[k]⟩, signed by each sender
     sender_sq_norms: torch.Tensor  # ‖g_i[k]‖²
@@ -105,6 +106,15 @@ def failed_check(claims: ShardClaims) -> str | None:
     spread = float((c.weights.abs() * norms).sum())
     if abs(c.out_projection - expected) > SIGMAS * c.out_slack + RELATIVE * spread * 10:
         return f"⟨ρ, out⟩ = {c.out_projection:.6g}, the senders' projections give {expected:.6g}"
+    # Σ a_i ⟨g_i, out⟩ = ⟨Σ a_i g_i, out⟩ = ‖out‖², but for the output's own rounding q
+    # (|⟨q, out⟩| ≤ ‖q‖ ‖out‖, ‖q‖ about the slack). One random projection misses a lie whose
+    # error is near-orthogonal to ρ (an output scaled 1.5x: about 1 round in 20); this check
+    # needs no Gram, so it holds every linear rule's owner to the senders' own rows.
+    along, out_norm = float((c.weights * c.sender_rows).sum()), math.sqrt(c.out_sq_norm)
+    if abs(along - c.out_sq_norm) > 2 * c.out_slack * out_norm + RELATIVE * 10 * (
+        spread * out_norm + c.out_sq_norm
+    ):
+        return f"‖out‖² = {c.out_sq_norm:.6g}, the senders' ⟨g_i, out⟩ give {along:.6g}"
     if c.gram_times_weights is None:
         return None
     row_slack = norms * (SIGMAS * c.out_slack) + RELATIVE * norms * spread * 10

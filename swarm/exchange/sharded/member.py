@@ -141,6 +141,7 @@ def _shard_holds(r: ShardedRound, decision: Decision, k: int, out, seed: bytes) 
         if part.gram is None
         else part.gram[rows][:, rows] @ decision.weights,
         out_projection=projection(seed, k, out),
+        out_sq_norm=float(torch.dot(out.double(), out.double())),
         out_slack=quantization_slack(payload, out, r.codec.name, r.codec.block_size),
         sender_projections=column[:, 0],
         sender_sq_norms=column[:, 1],
