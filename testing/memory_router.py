@@ -92,9 +92,6 @@ class MemoryRouter:
         self.stats = RouterStatistics()
         self._endpoints: dict[str, MemoryEndpoint] = {}
         self._timeline = Timeline()  # pubsub deliveries, one per checkpoint
-        # a test's own losses, beside the drawn ones: (publisher, receiver) → True drops that
-        # delivery (the anchor's messages to one member during one round, say)
-        self.lose: Callable[[str, str], bool] | None = None
 
     def endpoint(self, peer_id: str) -> MemoryEndpoint:
         ep = self._endpoints[peer_id] = MemoryEndpoint(self, peer_id)
@@ -113,8 +110,7 @@ class MemoryRouter:
         for target in list(self._endpoints.values()):
             if target.peer_id == sender or topic not in target._subscriptions:
                 continue
-            lost = self.lose is not None and self.lose(sender, target.peer_id)
-            if lost or rng.random() < f.drop:
+            if rng.random() < f.drop:
                 self.stats.dropped += 1
                 continue
             copies = 2 if rng.random() < f.duplicate else 1
