@@ -8,7 +8,7 @@ are said here once, and a wrong one is answered in one line naming it before any
     status                                                   → the daemon's status
     run.create  {name, mode, spec, data, role…, budget…}     → {run_id, name}
     run.join    {name, timeout, model, certificate, data, role…, budget…} → {run_id, name}
-    run.list    {timeout}                                    → {runs}
+    run.list    {timeout}                       → {runs, unverified, unchecked}
     run.leave   {run}   run.export {run, out, format}   run.sample {run, prompt, tokens}
     run.show    {run}                                        → the run-wide view (runs/run_view.py)
     run.invite  {run, peer, role, expires}   run.revoke {run, peer}
@@ -115,7 +115,7 @@ async def _run_join(node: ControlledNode, p: dict[str, Any]) -> dict[str, str]:
 
 
 async def _run_list(node: ControlledNode, p: dict[str, Any]) -> dict[str, Any]:
-    return {"runs": await node.runs.directory.list_runs(within=p["timeout"])}
+    return await node.runs.directory.survey(within=p["timeout"])
 
 
 async def _run_leave(node: ControlledNode, p: dict[str, Any]) -> dict[str, str]:

@@ -355,10 +355,10 @@ def _sample_text(args: argparse.Namespace) -> int:
 
 
 def cmd_run_list(args: argparse.Namespace) -> int:
-    from .status_text import render_runs
+    from .status_text import render_run_list
 
     result = call_daemon(args, "run.list", timeout=30)
-    print(json.dumps(result["runs"], indent=2) if args.json else render_runs(result["runs"]))
+    print(json.dumps(result["runs"], indent=2) if args.json else render_run_list(result))
     return 0
 
 

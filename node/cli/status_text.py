@@ -114,17 +114,46 @@ def diffusion_lines(run: dict[str, Any]) -> list[str]:
     return lines
 
 
-def render_runs(runs: list[dict[str, Any]]) -> str:
-    """`peertrain run list`: one line per run, its ID first (names are labels, IDs are not)."""
+def render_run_list(result: dict[str, Any]) -> str:
+    """The `run.list` answer: its runs, and how many listed runs it left out (a daemon from
+    before verified listings says nothing of those)."""
+    hidden = {k: int(result.get(k, 0)) for k in ("unverified", "unchecked")}
+    return render_runs(result["runs"], **hidden)
+
+
+def render_runs(runs: list[dict[str, Any]], *, unverified: int = 0, unchecked: int = 0) -> str:
+    """`peertrain run list`: one line per run, its ID first (names are labels, IDs are not).
+    Counts that only announcers claim (the creator's own entry not seen) are marked `~`."""
+    hidden = _hidden_runs(unverified, unchecked)
     if not runs:
-        return "no runs announced (yet): the DHT may still be filling; try again shortly"
+        return "\n".join(
+            ["no runs announced (yet): the DHT may still be filling; try again shortly", *hidden]
+        )
     header = f"{'ID':16}  {'NAME':20}  {'CREATOR':34}  MODE    MODEL     MEMBERS  ROUND  ADMISSION"
     lines = [header]
     for run in runs:
         creator = f"{run['creator'][:12]}… {run['creator_name']}"[:34]
+        mark = "~" if run.get("counts_from") == "claims" else ""
         lines.append(
             f"{run['run_id'][:16]:16}  {run['name'][:20]:20}  {creator:34}  {run['mode']:6}  "
-            f"{run['model'][:8]:8}  {run['members']:7}  {run['round']:5}  {run['admission']}"
+            f"{run['model'][:8]:8}  {mark + str(run['members']):>7}  {mark + str(run['round']):>5}"
+            f"  {run['admission']}"
         )
+    if any(run.get("counts_from") == "claims" for run in runs):
+        lines.append("~ counts claimed by members' entries (the creator's own not seen)")
     lines.append("join one with --run ID (8+ characters of it are enough)")
-    return "\n".join(lines)
+    return "\n".join([*lines, *hidden])
+
+
+def _hidden_runs(unverified: int, unchecked: int) -> list[str]:
+    """What `run list` left out: a listed run is shown only once its manifest verifies."""
+    parts = []
+    if unverified:
+        parts.append(
+            f"{unverified} listed runs not shown (no announcer served a manifest that verifies)"
+        )
+    if unchecked:
+        parts.append(
+            f"{unchecked}{'' if parts else ' listed runs'} not checked yet (run list again)"
+        )
+    return ["; ".join(parts)] if parts else []

@@ -3,11 +3,12 @@
 A run is named by its ID (the hash of its signed manifest); its name is a label that anyone may
 reuse. Each member keeps one signed, expiring entry under `/peertrain/runs` listing the runs it
 takes part in (re-put every `ANNOUNCE_EVERY` and whenever its runs change, so a departed node's
-entry lapses within `ANNOUNCE_TTL`). An entry is a claim, not proof: `find` counts a run as a
+entry lapses within `ANNOUNCE_TTL`). An entry is a claim, not proof: a join counts a run as a
 candidate only once a peer served a manifest that verifies against the run ID, and only such
-verified candidates can make a name ambiguous (run_lookup.py); `list_runs` (`run list`) shows a
-run only once its manifest verified (verified_listings.py). A liar can neither make a join pick
-its run, nor block a join by name, nor show a run that does not exist.
+verified candidates can make a name ambiguous (name_lookup.py, run_lookup.py); `survey` (`run
+list`) shows a run only once its manifest verified (verified_listings.py). A liar can neither
+make a join pick its run, nor block or hide a run from a join by name, nor show a run that
+does not exist.
 """
 
 from __future__ import annotations
@@ -16,13 +17,12 @@ import functools
 import logging
 import statistics
 import string
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from typing import Any, TypedDict
 
 import trio
 from libp2p.abc import IHost
-from peertrain.crdt.manifest import RunManifest, open_manifest
+from peertrain.crdt.manifest import RunManifest
 from peertrain.dht import Record, runs_key
 from peertrain.protocol.errors import PeertrainError
 
@@ -38,11 +38,8 @@ log = logging.getLogger(__name__)
 ANNOUNCE_TTL = 600.0
 ANNOUNCE_EVERY = ANNOUNCE_TTL / 3
 MAX_LISTED = 8  # runs in one peer's entry (a node takes part in at most MAX_RUNS)
-MAX_CANDIDATES = 8  # runs a join fetches manifests of
-MAX_PEERS_ASKED = 16  # connected peers a join asks directly
 MIN_PREFIX = 8  # hex characters of a run ID that `join --run` accepts for the whole ID
 _LABELS = ("name", "creator", "creator_name", "mode", "model", "admission")
-Fetch = Callable[[str, str], Awaitable[tuple[str, bytes] | None]]
 _TEXT_LIMITS = {"id": 128, "name": 64, "creator": 64, "mode": 16, "model": 64, "admission": 16}
 
 
@@ -59,26 +56,10 @@ class RunListing(TypedDict):
     round: int
     admission: str  # "open" unless the manifest says otherwise
     announced_by: list[str]  # peers whose DHT entries list it (creator first, when among them)
-
-
-@dataclass(slots=True)
-class Candidate:
-    """A run a join may mean: verified when a peer served its manifest."""
-
-    run_id: str
-    name: str
-    creator: str
-    mode: str
-    envelope: bytes | None = None  # the verified signed manifest
-    seeds: set[str] = field(default_factory=set)  # peers that served it
-
-    @classmethod
-    def of(cls, run_id: str, manifest: RunManifest) -> Candidate:
-        return cls(run_id, manifest.name, manifest.creator, manifest.mode)
-
-    def describe(self) -> str:
-        creator = f"{self.creator[:16]}… ({friendly_name(self.creator)})"
-        return f"{self.run_id[:16]} by {creator}, {self.mode}"
+    # whose the member and round counts are: "own" (read from our replica of the run's state),
+    # "creator" (the creator's signed entry, read from its replica) or "claims" (the median of
+    # the announcers': anyone's to set, shown as such)
+    counts_from: str
 
 
 def is_id_prefix(query: str) -> bool:
@@ -121,6 +102,7 @@ def merge_entries(
             if by_creator:
                 creators.add(item["run_id"])
                 known["members"], known["round"] = item["members"], item["round"]
+                known["counts_from"] = "creator"
                 known["announced_by"].insert(0, record.writer)
             else:
                 known["announced_by"].append(record.writer)
@@ -158,7 +140,9 @@ def _listing(item: Any) -> RunListing:
     if any(type(v) is not int or not 0 <= v < 1 << 40 for v in counts.values()):
         raise ValueError("counts")
     creator_name = friendly_name(texts["creator"]) if texts["creator"] else ""
-    return RunListing(**texts, **counts, creator_name=creator_name, announced_by=[])
+    return RunListing(
+        **texts, **counts, creator_name=creator_name, announced_by=[], counts_from="claims"
+    )
 
 
 def listing_of(session: RunSession) -> RunListing:
@@ -177,6 +161,7 @@ def listing_of(session: RunSession) -> RunListing:
         round=int(status["round"]),
         admission=admission,
         announced_by=[],
+        counts_from="own",
     )
 
 
@@ -240,18 +225,35 @@ class RunDirectory:
             self._changed = trio.Event()
 
     async def list_runs(self, *, within: float = 10.0) -> list[RunListing]:
-        """Every run announced in the DHT whose signed manifest verifies (verified_listings.py),
-        labelled from it, its counts from its true creator's own entry when there is one (else
-        the median claim), and ours, announced or not yet."""
+        return (await self.survey(within=within))["runs"]
+
+    async def survey(self, *, within: float = 10.0) -> dict[str, Any]:
+        """`run list`: {runs, unverified, unchecked}. `runs`: every run announced in the DHT
+        whose signed manifest verifies (verified_listings.py), labelled from it, and ours,
+        announced or not yet; counts from our replica for ours, else the true creator's own
+        entry, else the median claim (`counts_from` says which). `unverified`: listed runs
+        left out because no announcer served their manifest lately; `unchecked`: those left
+        out because they were not checked within `within` (the next listing checks them)."""
         records = await self._records(within)
-        own = {r["run_id"] for r in self.listings()}
-        await self.verified.check(merge_entries(records), own, within=within)
+        ours = {r["run_id"]: r for r in self.listings()}
+        await self.verified.check(merge_entries(records), set(ours), within=within)
+        self.verified.blame(records)
         merged = merge_entries(records, true_creators=self.verified.creators())
-        return self.verified.keep(merged, own)
+        runs = self.verified.keep(merged, set(ours))
+        for run in runs:
+            if run["run_id"] in ours:  # our replica of the run's state, not an entry's claim
+                own = ours[run["run_id"]]
+                run.update(members=own["members"], round=own["round"], counts_from="own")
+        shown = {r["run_id"] for r in runs}
+        hidden = [r["run_id"] for r in merged if r["run_id"] not in shown]
+        unverified = sum(self.verified.failed(run_id) for run_id in hidden)
+        return {"runs": runs, "unverified": unverified, "unchecked": len(hidden) - unverified}
 
     async def listed(self, *, within: float = 10.0) -> list[RunListing]:
-        """Every run announced in the DHT, as the entries claim it (and ours)."""
-        return merge_entries(await self._records(within))
+        """Every run announced in the DHT, as the entries claim it (and ours); a run whose
+        manifest verified is labelled by its true creator's entry, not by one naming itself."""
+        records = await self._records(within)
+        return merge_entries(records, true_creators=self.verified.creators())
 
     async def _records(self, within: float) -> list[Record]:
         """The DHT's entries under `/peertrain/runs` (others') and our own, as we announce it."""
@@ -270,80 +272,3 @@ class RunDirectory:
             expires_at=0.0,
         )
         return [r for r in records if r.writer != me] + [own]
-
-    async def find(self, query: str, fetch: Fetch, *, within: float = 10.0) -> list[Candidate]:
-        """The runs `query` may mean: announced ones, their manifests fetched from announcers
-        and verified, plus any run a connected peer serves under `query`. `fetch(peer, query)`
-        asks one peer (RUN_LOOKUP) and returns (run ID, envelope) or None."""
-        found: dict[str, Candidate] = {}
-        everything = await self.listed(within=within)
-        self.listed_names = sorted({r["name"] for r in everything})
-        listings = [r for r in everything if matches(query, r["run_id"], r["name"])]
-        for listing in listings[:MAX_CANDIDATES]:
-            candidate = Candidate(
-                listing["run_id"], listing["name"], listing["creator"], listing["mode"]
-            )
-            for peer in [p for p in listing["announced_by"] if p != self.peer_id][:3]:
-                if await self._fetch_into(candidate, peer, listing["run_id"], fetch, query):
-                    break
-            # the creator's own signed entry stands behind its name even while unreachable
-            if candidate.envelope is not None or listing["announced_by"][:1] == [
-                listing["creator"]
-            ]:
-                found[candidate.run_id] = candidate
-        peers = [p.to_base58() for p in self.host.get_connected_peers()][:MAX_PEERS_ASKED]
-        answers: dict[str, tuple[str, bytes] | None] = {}
-
-        async def ask(peer: str) -> None:
-            answers[peer] = await fetch(peer, query)
-
-        # at once: a peer busy starting (torch loading) holds its answer to the deadline, and
-        # asking sixteen of those in turn took longer than a join waits
-        async with trio.open_nursery() as nursery:
-            for peer in peers:
-                nursery.start_soon(ask, peer)
-        for peer in peers:
-            answer = answers.get(peer)
-            if answer is None or answer[0] in found and found[answer[0]].envelope is not None:
-                continue
-            candidate = found.get(answer[0]) or Candidate(answer[0], "", "", "")
-            if _verified(candidate, answer[1], query):
-                candidate.seeds.add(peer)
-                found[candidate.run_id] = candidate
-        return list(found.values())
-
-    async def _fetch_into(
-        self, candidate: Candidate, peer: str, run_id: str, fetch: Fetch, query: str
-    ) -> bool:
-        answer = await fetch(peer, run_id)
-        if answer is None or answer[0] != run_id or not _verified(candidate, answer[1], query):
-            return False
-        candidate.seeds.add(peer)
-        return True
-
-
-def _verified(candidate: Candidate, envelope: bytes, query: str) -> bool:
-    """Fill `candidate` from `envelope` if it is the signed manifest of its run ID and the run
-    is one `query` means (an announcer may lie about a run's name, never about its manifest)."""
-    try:
-        manifest: RunManifest = open_manifest(envelope, candidate.run_id)
-    except PeertrainError as exc:
-        log.info("a peer served a bad manifest for run %s: %s", candidate.run_id[:16], exc)
-        return False
-    if not matches(query, candidate.run_id, manifest.name):
-        return False
-    candidate.name, candidate.creator, candidate.mode = (
-        manifest.name,
-        manifest.creator,
-        manifest.mode,
-    )
-    candidate.envelope = envelope
-    return True
-
-
-def ambiguous(query: str, candidates: list[Candidate]) -> ControlError:
-    lines = "\n".join(f"  {c.describe()}" for c in candidates)
-    return ControlError(
-        f"{len(candidates)} runs are named {query!r}; name the one you mean by its ID "
-        f"(at least {MIN_PREFIX} characters, e.g. --run {candidates[0].run_id[:12]}):\n{lines}"
-    )

@@ -36,9 +36,10 @@ from ..supervision import ServiceHealthStatus, Supervisor
 from .certificate_file import save_certificate
 from .diffusion_sample import DiffusionSampler
 from .diffusion_session import save_partition
-from .directory import Candidate, RunDirectory, ambiguous, listing_of, matches
+from .directory import RunDirectory, listing_of, matches
 from .invites import check_certificate
 from .lifecycle import SessionLifecycle, quarantine, quarantine_file
+from .name_lookup import Candidate, ambiguous
 from .new_spec import diffusion_spec, spec_bytes_of
 from .run_export import export_run
 from .run_lookup import RUN_LOOKUP, RunFinder, RunFound, RunLookup
@@ -95,6 +96,7 @@ class RunManager:
         )
         self.finder = RunFinder(node.dht, node.host, self.directory)
         self.directory.verified.fetch = self.finder.fetch  # `run list` verifies by lookups
+        self.directory.verified.penalise = node.scoreboard.penalise
         self.sessions: dict[str, RunSession] = {}
         self.sampler = DiffusionSampler(node, self.finder, self.sessions)
         # set by a process that holds a user's model (node/api/diloco.py): it alone can take

@@ -2,9 +2,9 @@
 
 `/peertrain/run/lookup/1.0.0` asks a peer for a run by name, ID or ID prefix; the answer is a
 signed manifest that the asker verifies against the run ID (a peer cannot forge a run, only
-fail to serve one). `RunFinder.find_one` gathers every candidate (directory.py: DHT entries and
-connected peers) and answers only when exactly one run is meant: a name that several runs carry
-is refused with the list, because silently picking one let a squatter take a joiner over.
+fail to serve one). `RunFinder.find_one` gathers every candidate (name_lookup.py: DHT entries
+and connected peers) and answers only when exactly one run is meant: a name that several runs
+carry is refused with the list, because silently picking one let a squatter take a joiner over.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from peertrain.protocol.schema import MaxLen
 from ..errors import ControlError, NodeError
 from ..net.rpc import request
 from ..services.dht import DhtService
-from .directory import RunDirectory, ambiguous
+from .directory import RunDirectory
+from .name_lookup import ambiguous, find_candidates
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ class RunFinder:
         nothing_since: float | None = None
         with trio.move_on_after(within):
             while True:
-                candidates = await self.directory.find(query, self.fetch)
+                candidates = await find_candidates(self.directory, self.host, query, self.fetch)
                 nothing_since = self._unknown(query, candidates, nothing_since)
                 # a listing whose manifest nobody served is a claim: it cannot make a name
                 # ambiguous (one fake entry naming itself creator blocked every join by name)

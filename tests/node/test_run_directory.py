@@ -6,13 +6,8 @@ from __future__ import annotations
 import pytest
 from peertrain.dht import Record, runs_key
 from peertrain.node.net.names import friendly_name
-from peertrain.node.runs.directory import (
-    Candidate,
-    ambiguous,
-    announce_entry,
-    matches,
-    merge_entries,
-)
+from peertrain.node.runs.directory import announce_entry, matches, merge_entries
+from peertrain.node.runs.name_lookup import Candidate, ambiguous
 
 CREATOR = "12D3KooWLSac7KgnrQGj1rQtmmqwDyfsW5XxVtSaXNRJfQMH2qWc"
 MEMBER = "12D3KooWG5NkTJipRYC7hEWoYNwsfFCqgTUmkThVL8ct1cDckq2T"
