@@ -15,10 +15,15 @@ our clock 60 s ahead, and a peer 200 ms behind us then refused our own lease ren
 far in its future. Our stamps stay monotone either way; a write of ours may then order before
 a stamp from a clock far ahead of ours, which only matters within one owner's slot, and only
 the owner writes there.
+
+`PEERTRAIN_CLOCK_SKEW_MS` (an integer, default 0) is added to this process's wall clock: the
+fault tests skew a member's clock without touching the machine's (benchmarks/soak.py runs two
+members 2 s ahead and behind; no libfaketime needed). Read once, at import.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import NamedTuple
@@ -28,9 +33,13 @@ from .errors import ClockDrift
 MAX_COUNTER = 2**32 - 1
 
 
+# a skewed clock is a fault volunteers bring; tests inject it here, the one wall-clock read
+CLOCK_SKEW_MS = int(os.environ.get("PEERTRAIN_CLOCK_SKEW_MS") or 0)
+
+
 def wall_clock_ms() -> int:
-    """Milliseconds since the Unix epoch."""
-    return time.time_ns() // 1_000_000
+    """Milliseconds since the Unix epoch (plus `CLOCK_SKEW_MS`)."""
+    return time.time_ns() // 1_000_000 + CLOCK_SKEW_MS
 
 
 class Stamp(NamedTuple):
