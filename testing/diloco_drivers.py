@@ -16,7 +16,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import blake3
 import trio
 import trio.lowlevel
 from libp2p.crypto.ed25519 import create_new_key_pair
@@ -39,9 +38,11 @@ from peertrain.swarm.diloco.member.streaming import StreamingMember
 from peertrain.swarm.exchange.gossip import UpdateGossip
 
 from .crdt_network import MemoryRouter
+from .memory_router import MemoryEndpoint
 from .shard_network import Link, ShardNetwork
 from .waiting import wait_until
 
+UPDATES = "/peertrain/driver-group/updates"  # the run's update topic on the router
 FAST = ReplicatorConfig(publish_interval=0.02, sync_interval=0.3, idle_repeat_after=0.05)
 
 
@@ -112,47 +113,6 @@ class MemoryTensors:
         return await self.network.fetch(holders, checksum, max_nbytes, on_header)
 
 
-@dataclass
-class UpdateTopic:
-    """The run's update topic and payload stores: announcements reach every validator."""
-
-    members: dict[str, UpdateGossip] = field(default_factory=dict)
-    payloads: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
-    verdicts: list[tuple[str, bool]] = field(default_factory=list)
-    # (publisher, receiver) -> True: gossip loses this delivery (a test's faults); None: none lost
-    lose: Callable[[str, str], bool] | None = None
-
-    def transport(self, peer: str) -> GossipTransport:
-        return GossipTransport(self, peer)
-
-
-@dataclass
-class GossipTransport:
-    topic: UpdateTopic
-    peer: str
-
-    async def publish(self, data: bytes) -> None:
-        for peer, gossip in list(self.topic.members.items()):
-            lost = self.topic.lose is not None and self.topic.lose(self.peer, peer)
-            if peer != self.peer and not lost:
-                self.topic.verdicts.append((self.peer, gossip.validate(self.peer, data)))
-        await trio.lowlevel.checkpoint()
-
-    async def serve(self, owner: str, payload: bytes) -> bytes:
-        checksum = blake3.blake3(bytes(payload)).digest()
-        self.topic.payloads.setdefault(self.peer, {})[checksum] = bytes(payload)
-        return checksum
-
-    async def fetch(self, holders: Sequence[str], checksum: bytes, nbytes: int) -> bytes:
-        await trio.lowlevel.checkpoint()
-        for holder in holders:
-            payload = self.topic.payloads.get(holder, {}).get(checksum)
-            if payload is not None and blake3.blake3(payload).digest() == checksum:
-                self.topic.payloads.setdefault(self.peer, {})[checksum] = payload
-                return payload
-        raise NotServed(f"no holder serves update {checksum.hex()[:12]}")
-
-
 @dataclass(slots=True, kw_only=True)
 class Peer:
     """A participant's keys and replica; `driver` is None for a stranger that only writes."""
@@ -160,6 +120,7 @@ class Peer:
     peer_id: str
     key_pair: KeyPair
     replicator: Replicator
+    endpoint: MemoryEndpoint  # its place on the router: run state and update gossip both
     driver: DiLoCoDriver | None = None
 
 
@@ -169,12 +130,12 @@ class DriverGroup:
     creator: KeyPair  # `await group.member(group.creator)`: the creator's member, the anchor
     run_id: str
     manifest: bytes
-    router: MemoryRouter
+    router: MemoryRouter  # the run state's topic and the update topic (`UPDATES`), as a node has
     tensors: TensorNetwork
-    topic: UpdateTopic
     nursery: trio.Nursery
     shards: ShardNetwork  # a sharded run's (`exchange = "sharded"`) transport
     members: list[Peer] = field(default_factory=list)
+    gossips: dict[str, UpdateGossip] = field(default_factory=dict)  # each member's, by peer
     strangers: list[Peer] = field(default_factory=list)
     penalties: list[tuple[str, str]] = field(default_factory=list)  # (peer, reason), all peers
 
@@ -197,7 +158,7 @@ class DriverGroup:
         )
         endpoint.serve(replicator.handle_sync)
         await self.nursery.start(replicator.run)
-        return Peer(peer_id=peer_id, key_pair=key_pair, replicator=replicator)
+        return Peer(peer_id=peer_id, key_pair=key_pair, replicator=replicator, endpoint=endpoint)
 
     async def member(
         self,
@@ -217,12 +178,13 @@ class DriverGroup:
         gossip = UpdateGossip(
             run_id=self.run_id,
             key_pair=peer.key_pair,
-            transport=self.topic.transport(peer.peer_id),
+            transport=peer.endpoint.group(UPDATES),
             is_member=lambda p: True,  # the driver installs its own
             expected=lambda r: set(),
             **_update_sizes(built.member),
         )
-        self.topic.members[peer.peer_id] = gossip
+        self.gossips[peer.peer_id] = gossip
+        peer.endpoint.validate_only(UPDATES, gossip.validate, at_once=True)
         shards = self.shards.endpoint(peer.peer_id)
         shards.deliver = gossip.validate  # a sharded round's messages ride the update topic
         kind, extra = DiLoCoDriver, {}
@@ -268,6 +230,11 @@ class DriverGroup:
     def serve_as(self, peer: Peer, prepared: PreparedTensor) -> None:
         self.tensors.endpoint(peer.peer_id).put(prepared)
 
+    def lose_updates(self, rule: Callable[[str, str], bool]) -> None:
+        """Update gossip loses each delivery for which `rule(publisher, receiver)` holds when it
+        arrives; the run state's topic still delivers (its replicas repair on their own)."""
+        self.router.losses[UPDATES] = rule
+
     async def finished(self, within: float = 120.0) -> None:
         await wait_until(lambda: all(d.finished for d in self.drivers), timeout=within)
         await wait_until(
@@ -310,7 +277,6 @@ async def open_driver_group(
             manifest=sign_manifest(creator, manifest),
             router=router,
             tensors=TensorNetwork(),
-            topic=UpdateTopic(),
             nursery=nursery,
             shards=ShardNetwork(nursery, Link()),
         )

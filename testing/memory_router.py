@@ -7,10 +7,12 @@
     from holders.
 Faults come from `Faults`, drawn from one seeded `random.Random`: each pubsub delivery may be
 dropped, duplicated, delayed and held back (so later messages overtake it); a request, its reply
-or a payload fetch may be lost. Messages cross as bytes and requests through the real wire codec,
-so sizes and decoding are real. Inboxes are bounded; a full inbox drops, as gossipsub's queues do.
-With `uplink` (bytes/s) every payload a peer serves leaves through its own TokenBucket
-(shaped_link.py): a home uplink, for measuring what overlapping communication buys.
+or a payload fetch may be lost. A test that needs one chosen loss instead (the anchor's updates
+to one member during one round) puts a rule in `router.losses[topic]`. Messages cross as bytes
+and requests through the real wire codec, so sizes and decoding are real. Inboxes are bounded;
+a full inbox drops, as gossipsub's queues do. With `uplink` (bytes/s) every payload a peer
+serves leaves through its own TokenBucket (shaped_link.py): a home uplink, for measuring what
+overlapping communication buys.
 One router rather than one fake per interface, so a test can put a CRDT replica and a DiLoCo
 member of the same peer on the same lossy network.
 """
@@ -70,6 +72,7 @@ class RouterStatistics:
 class _Subscription:
     inbox: trio.MemorySendChannel[Inbound] | None  # None: the validator consumes the message
     validator: Validator | None
+    at_once: bool = False  # a delivery due now is made inside the publisher's `publish`
 
 
 class MemoryRouter:
@@ -92,6 +95,10 @@ class MemoryRouter:
         self.stats = RouterStatistics()
         self._endpoints: dict[str, MemoryEndpoint] = {}
         self._timeline = Timeline()  # pubsub deliveries, one per checkpoint
+        # a test's own losses beside the drawn ones, per topic: rule(publisher, receiver) → True
+        # drops that delivery. Asked when the message arrives, so a rule on the receiver's state
+        # ("while it is in round 1") reads the state the message meets.
+        self.losses: dict[str, Callable[[str, str], bool]] = {}
 
     def endpoint(self, peer_id: str) -> MemoryEndpoint:
         ep = self._endpoints[peer_id] = MemoryEndpoint(self, peer_id)
@@ -120,7 +127,10 @@ class MemoryRouter:
                 if rng.random() < f.reorder:
                     at += f.reorder_delay
                 message = Inbound(sender=sender, data=data)
-                self._timeline.at(at, target._deliver, topic, message)
+                if at <= now and target._subscriptions[topic].at_once:
+                    target._deliver(topic, message)
+                else:
+                    self._timeline.at(at, target._deliver, topic, message)
 
     def _lost(self) -> bool:
         lost = self.rng.random() < self.faults.request_loss
@@ -221,14 +231,21 @@ class MemoryEndpoint:
     def group(self, topic: str) -> MemoryGroupTransport:
         return MemoryGroupTransport(self, topic)
 
-    def validate_only(self, topic: str, validator: Validator) -> None:
+    def validate_only(self, topic: str, validator: Validator, *, at_once: bool = False) -> None:
         """Subscribe with a validator that consumes what it accepts (the node's update gossip
-        acts in its validator and drains the inbox)."""
-        self._subscriptions[topic] = _Subscription(None, validator)
+        acts in its validator and drains the inbox). `at_once`: a delivery with no delay drawn
+        is validated inside the publisher's `publish`, the zero-latency limit; with no inbox to
+        drain there is nothing to yield for, and a test's `lose` rule then lands in the round it
+        names rather than whenever the delivery loop next runs under load."""
+        self._subscriptions[topic] = _Subscription(None, validator, at_once)
 
     def _deliver(self, topic: str, message: Inbound) -> None:
         subscription = self._subscriptions[topic]
         stats = self.router.stats
+        lose = self.router.losses.get(topic)
+        if lose is not None and lose(message.sender, self.peer_id):
+            stats.dropped += 1
+            return
         validator = subscription.validator
         if validator is not None and not validator(message.sender, message.data):
             stats.invalid += 1

@@ -21,10 +21,12 @@ async def _lose_the_anchors_round_one(group):
     """The anchor and another member train the run to its end while gossip loses everything
     the anchor publishes to the other during the other's round 1."""
     anchor, other = await group.member(group.creator), await group.member()
-    gossip = group.topic.members
-    group.topic.lose = lambda publisher, receiver: (
-        (publisher, receiver) == (anchor.peer_id, other.peer_id)
-        and gossip[receiver].current_round == 1
+    gossip = group.gossips
+    group.lose_updates(
+        lambda publisher, receiver: (
+            (publisher, receiver) == (anchor.peer_id, other.peer_id)
+            and gossip[receiver].current_round == 1
+        )
     )
     with trio.fail_after(120):
         await group.finished()
@@ -174,10 +176,12 @@ async def test_invite_members_that_closed_a_round_with_different_updates_end_on_
             key = create_new_key_pair()
             await group.member(key, certificate=group.certificate(key))
         c, d = (m.peer_id for m in group.members[2:])
-        gossip = group.topic.members
+        gossip = group.gossips
         # round 1's announcements between c and d, until the receiver has closed the round
-        group.topic.lose = lambda publisher, receiver: (
-            {publisher, receiver} == {c, d} and gossip[receiver].current_round == 1
+        group.lose_updates(
+            lambda publisher, receiver: (
+                {publisher, receiver} == {c, d} and gossip[receiver].current_round == 1
+            )
         )
         with trio.fail_after(120):
             await group.finished()
