@@ -149,7 +149,10 @@ class Responder:
                 continue
             if not self.is_server:
                 continue
-            held += self.store.put(entry, namespace, now=now) or self.store.holds(entry)
+            relayed = entry.writer != peer.to_bytes()  # a writer sends its own (values.py)
+            held += self.store.put(entry, namespace, now=now, relayed=relayed) or self.store.holds(
+                entry
+            )
         if worst is not None:
             self.on_reject(peer, worst)
         target = record_key(request.entries[0].key) if request.entries else peer_key(peer)

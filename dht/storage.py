@@ -14,6 +14,13 @@ itself and the newest arrivals, and never pushes out a listing that was here bef
 the entry expiring first was evicted: 1024 writers with 1-hour TTLs pushed out every honest
 600 s listing of `/peertrain/runs`, and refused any new one.) Answers rank by seniority too
 (`ranked`), never by the writer's own stamps (serving.py).
+
+Writers store their own entries (a put sends each replica its entry itself), so an entry that
+another peer hands over is *relayed*: one connection can relay any number of fresh writers'
+entries, while storing one's own costs a connection per writer (counted per IP prefix by the
+node's budget). Relayed entries take free room and each other's places only, never an entry its
+writer stored, and rank after those in answers: a listing put after a relayed flood began was
+evicted at random like the flood's own entries; now the flood cannot touch it.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ class RecordStore:
         self.max_keys_per_writer = max_keys_per_writer
         self._by_key: dict[str, dict[bytes, SignedEntry]] = {}
         self._since: dict[str, dict[bytes, int]] = {}  # key → writer → first stored (ms)
+        self._relayed: dict[str, set[bytes]] = {}  # key → writers whose entries others stored
         self._rng = random.Random(seed)
         self._expiry: list[tuple[int, str, bytes]] = []
         self._per_writer: Counter[bytes] = Counter()
@@ -58,8 +66,11 @@ class RecordStore:
         self._bytes = 0
         self._refused_full = 0
 
-    def put(self, entry: SignedEntry, namespace: Namespace, *, now: int) -> bool:
-        """Store a *validated* entry; False if we already hold a newer one or have no room."""
+    def put(
+        self, entry: SignedEntry, namespace: Namespace, *, now: int, relayed: bool = False
+    ) -> bool:
+        """Store a *validated* entry; False if we already hold a newer one or have no room.
+        `relayed`: a peer other than its writer handed it over."""
         self.purge_expired(now)
         writers = self._by_key.get(entry.key, {})
         current = writers.get(entry.writer)
@@ -67,9 +78,13 @@ class RecordStore:
             if not entry.newer_than(current):
                 return False
             self._drop(entry.key, entry.writer, renewed=True)  # its seniority stays
-        elif not self._make_room(entry, writers, namespace):
+        elif not self._make_room(entry, writers, namespace, relayed):
             self._refused_full += 1
             return False
+        if relayed and current is None:
+            self._relayed.setdefault(entry.key, set()).add(entry.writer)
+        elif not relayed:  # its writer stored it: its own from now on
+            self._forget_relayed(entry.key, entry.writer)
         self._by_key.setdefault(entry.key, {})[entry.writer] = entry
         self._since.setdefault(entry.key, {}).setdefault(entry.writer, now)
         self._per_writer[entry.writer] += 1
@@ -79,13 +94,16 @@ class RecordStore:
         return True
 
     def _make_room(
-        self, entry: SignedEntry, writers: dict[bytes, SignedEntry], ns: Namespace
+        self, entry: SignedEntry, writers: dict[bytes, SignedEntry], ns: Namespace, relayed: bool
     ) -> bool:
         if self._per_writer[entry.writer] >= self.max_keys_per_writer:
             return False
         evict = None
         if len(writers) >= ns.max_writers:
-            evict = writers[self._younger_half_victim(entry.key)]
+            victim = self._younger_half_victim(entry.key, relayed)
+            if victim is None:
+                return False
+            evict = writers[victim]
         entries = self._entries - (evict is not None)
         size = self._bytes - (evict.size if evict is not None else 0)
         if entries >= self.max_entries or size + entry.size > self.max_bytes:
@@ -94,17 +112,32 @@ class RecordStore:
             self._drop(entry.key, evict.writer)
         return True
 
-    def _younger_half_victim(self, key: str) -> bytes:
+    def _younger_half_victim(self, key: str, relayed: bool) -> bytes | None:
         """A random writer of the younger half under `key` (by seniority): the older half is
-        kept for long-lived writers, whatever a flood of new ones does."""
-        since = self._since[key]
-        youngest_first = sorted(since, key=lambda w: (-since[w], w))
+        kept for long-lived writers, whatever a flood of new ones does. Relayed entries go
+        first, and a relayed newcomer evicts only those (None: no room for it)."""
+        since, others = self._since[key], self._relayed.get(key, set())
+        pool = list(others) if others or relayed else list(since)
+        if not pool:
+            return None
+        youngest_first = sorted(pool, key=lambda w: (-since[w], w))
         return self._rng.choice(youngest_first[: max(1, (len(youngest_first) + 1) // 2)])
 
     def ranked(self, key: str, *, now: int) -> list[SignedEntry]:
-        """The unexpired entries under `key`, longest-held writer first."""
-        since = self._since.get(key, {})
-        return sorted(self.get(key, now=now), key=lambda e: (since.get(e.writer, now), e.writer))
+        """The unexpired entries under `key`: those their writers stored first, then relayed
+        ones, each longest-held writer first."""
+        since, others = self._since.get(key, {}), self._relayed.get(key, set())
+        return sorted(
+            self.get(key, now=now),
+            key=lambda e: (e.writer in others, since.get(e.writer, now), e.writer),
+        )
+
+    def _forget_relayed(self, key: str, writer: bytes) -> None:
+        others = self._relayed.get(key)
+        if others is not None:
+            others.discard(writer)
+            if not others:
+                del self._relayed[key]
 
     def _drop(self, key: str, writer: bytes, *, renewed: bool = False) -> None:
         writers = self._by_key[key]
@@ -116,6 +149,7 @@ class RecordStore:
             del since[writer]
             if not since:
                 del self._since[key]
+            self._forget_relayed(key, writer)
         self._per_writer[writer] -= 1
         if not self._per_writer[writer]:
             del self._per_writer[writer]

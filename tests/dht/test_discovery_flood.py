@@ -109,6 +109,38 @@ def test_an_honest_listing_that_arrives_after_the_flood_is_still_answered_at_tim
     assert any(honest in served.answer(runs_key()) for _ in range(40))
 
 
+def test_a_listing_its_writer_stored_is_never_evicted_by_relayed_entries():
+    """Entries one peer relays for writers that did not store them themselves evicted at
+    random from the younger half, so a listing put after a flood began was soon gone (five such
+    listings, 1000 more relayed entries: four of them lost). Relayed entries now take free room and
+    each other's places only, and answers carry their writers' own entries first."""
+    store = RecordStore(seed=0)
+    now = now_ms()
+    flood = flood_entries(2100)
+    for entry in flood[:1100]:
+        store.put(entry, RUNS, now=now, relayed=True)
+    honest = [honest_entry() for _ in range(5)]
+    for entry in honest:
+        assert store.put(entry, RUNS, now=now + 1)
+    for entry in flood[1100:]:
+        store.put(entry, RUNS, now=now + 2, relayed=True)
+    held = store.get(runs_key(), now=now)
+    assert len(held) == 1024 and all(e in held for e in honest)
+    assert set(responder(store).answer(runs_key())[:5]) == set(honest)
+
+
+async def relay(attacker, nodes, flood) -> None:
+    """`flood` stored at every node but `attacker` by real Store requests from `attacker`."""
+    for node in nodes:
+        if node is attacker:
+            continue
+        for start in range(0, len(flood), 16):
+            batch = tuple(flood[start : start + 16])
+            await attacker.walker.request(
+                node.host.get_id(), Store(entries=batch, server=True, count=1), Stored
+            )
+
+
 async def test_run_list_still_shows_the_honest_run_under_a_flood_through_real_store_requests(
     dht_swarm,
 ):
@@ -122,17 +154,13 @@ async def test_run_list_still_shows_the_honest_run_under_a_flood_through_real_st
         flood = flood_entries()
         for entry in flood:  # the attacker's own replica takes them too
             attacker.store.put(entry, RUNS, now=now_ms())
-        for node in swarm.nodes:
-            if node is attacker:
-                continue
-            for start in range(0, len(flood), 16):
-                batch = tuple(flood[start : start + 16])
-                await attacker.walker.request(
-                    node.host.get_id(), Store(entries=batch, server=True, count=1), Stored
-                )
+        await relay(attacker, swarm.nodes, flood)
+        late = swarm.nodes[2]  # lists its run after the flood filled the key, before more
+        await late.put_entry(honest_entry(late._key_pair))
+        await relay(attacker, swarm.nodes, flood_entries())
         writers = await reader.get(runs_key())
         honest_writer = ID(honest.writer).to_base58()
-        assert honest_writer in writers
+        assert honest_writer in writers and late.host.get_id().to_base58() in writers
         listed = merge_entries(list(writers.values()))
         assert any(run["name"] == "honest" for run in listed)
         for node in swarm.nodes:  # the flood landed everywhere
