@@ -122,7 +122,7 @@ class VerifiedListings:
         run_id = listing["run_id"]
         if self.fetch is None:
             return None
-        for peer in [p for p in listing["announced_by"] if p != self.me][:ASK_PER_RUN]:
+        for peer in self._asked(listing):
             answer = await self.fetch(peer, run_id)
             if answer is None or answer[0] != run_id:
                 continue  # unreachable, or a run named by this ID: not a lie
@@ -138,6 +138,16 @@ class VerifiedListings:
         while len(self._failed) > MAX_FAILED:
             self._failed.popitem(last=False)
         return None
+
+    def _asked(self, listing) -> list[str]:
+        """The announcers asked: the one that says it is the creator first, the others in a
+        new random order each time (in the order their IDs sort, writers that sort first and
+        serve nothing hid the run from every check)."""
+        others = [p for p in listing["announced_by"] if p not in (self.me, listing["creator"])]
+        random.shuffle(others)
+        said = listing["creator"]
+        creator = [said] if said in listing["announced_by"] and said != self.me else []
+        return creator + others[: ASK_PER_RUN - len(creator)]
 
     def _blame(self, peer: str, run_id: str, points: float, why: str) -> None:
         if (peer, run_id) in self._blamed:

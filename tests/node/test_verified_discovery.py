@@ -114,3 +114,29 @@ def test_counts_say_whether_the_creator_reported_them_or_members_claimed_them():
     text = render_runs([run], unverified=3, unchecked=1)
     assert "~3" in text and "~7" in text and "claimed" in text
     assert "3 listed runs not shown" in text and "1 not checked yet" in text
+
+
+async def test_announcers_that_sort_first_and_serve_nothing_cannot_hide_a_run_from_run_list(
+    monkeypatch,
+):
+    """Announcers were asked in the order their IDs sort, three of them: five writers that
+    list the run, sort first and serve nothing made it fail every check. The creator is asked
+    first; the rest in a new random order each time."""
+    from peertrain.crdt.manifest import RunManifest
+    from peertrain.node.runs import verified_listings
+
+    manifest = RunManifest(creator=CREATOR, created_ms=1, name="twin", mode="diloco", spec=b"")
+    monkeypatch.setattr(verified_listings, "open_manifest", lambda raw, run_id: manifest)
+    liars = [f"12D3KooW{'1' * i}" for i in range(1, 6)]  # sort before the member
+    run = listing(run_id=manifest.run_id, announced_by=[*liars, MEMBER])
+
+    async def fetch(peer: str, run_id: str):
+        return (run_id, b"the manifest") if peer == MEMBER else None
+
+    shown = 0
+    for _ in range(20):  # 20 nodes listing once each: P(the member asked) = 1/2 each
+        listings = verified_listings.VerifiedListings("me", lambda *_: ("mlp", "open"))
+        listings.fetch = fetch
+        await listings.check([run], set(), within=5)
+        shown += len(listings.keep([run], set()))
+    assert shown >= 3
