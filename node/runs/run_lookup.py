@@ -77,19 +77,32 @@ class RunFinder:
         """Give up early on a name nobody knows: the DHT lists other runs (it works) and none
         matched, at once when a listed name is a near miss of `query` (a typo: `run list`
         answers in a fraction of a second, and a join that cannot succeed should too), else
-        after `UNKNOWN_AFTER` seconds (a run just created is listed within seconds). It cost a
-        whole join timeout (60 s) before. Returns when the listings first said nothing, or
+        after `UNKNOWN_AFTER` seconds (a run just created is listed within seconds), as for a
+        name only unverified entries list (not a typo of itself). It cost a whole join timeout
+        (60 s) before. Returns when the listings first said nothing, or
         raises."""
         if candidates or not self.directory.listed_names:
             return None
         now = trio.current_time()
-        near = difflib.get_close_matches(query, self.directory.listed_names, n=1)
-        if near or since is not None and now - since >= UNKNOWN_AFTER:
+        waited = since is not None and now - since >= UNKNOWN_AFTER
+        if query in self.directory.listed_names:  # listed so, by entries that did not verify
+            if waited:
+                raise ControlError(
+                    f"runs named {query!r} are listed, but no peer served a manifest of one "
+                    f"that verifies (after {UNKNOWN_AFTER:.0f} s); `peertrain run list` shows "
+                    "the runs that do"
+                )
+            return now if since is None else since
+        if self._near_names(query)[:1] or waited:
             raise ControlError(f"no run named or with ID {query!r} is listed" + self._near(query))
         return now if since is None else since
 
+    def _near_names(self, query: str) -> list[str]:
+        names = [n for n in self.directory.listed_names if n != query]
+        return difflib.get_close_matches(query, names, n=3)
+
     def _near(self, query: str) -> str:
-        near = difflib.get_close_matches(query, self.directory.listed_names, n=3)
+        near = self._near_names(query)
         if near:
             return f"; did you mean {', '.join(map(repr, near))}? (`peertrain run list`)"
         return "; `peertrain run list` shows the runs the DHT lists"

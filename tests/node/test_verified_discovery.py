@@ -6,6 +6,7 @@ are. Real daemons on loopback."""
 
 from __future__ import annotations
 
+import pytest
 import trio
 from peertrain.dht import runs_key
 from peertrain.node.cli.status_text import render_runs
@@ -140,3 +141,22 @@ async def test_announcers_that_sort_first_and_serve_nothing_cannot_hide_a_run_fr
         await listings.check([run], set(), within=5)
         shown += len(listings.keep([run], set()))
     assert shown >= 3
+
+
+async def test_a_name_listed_only_by_unverified_entries_is_no_typo_of_itself(monkeypatch):
+    """A join by a name that only a forged entry lists (no manifest served) was refused at once
+    as a typo: "did you mean 'twin'?". It now waits the time a name nobody knows gets, and
+    says the listed runs of that name did not verify."""
+    from peertrain.node.errors import ControlError
+    from peertrain.node.runs import run_lookup
+
+    monkeypatch.setattr(run_lookup, "UNKNOWN_AFTER", 1.0)
+    async with open_test_swarm(2) as (faker, victim):
+        await put(faker, [listing(run_id="cd" * 32)])  # names someone else its creator
+        with trio.fail_after(30):
+            await wait_listed(victim, 1)
+            started = trio.current_time()
+            with pytest.raises(ControlError) as refused:
+                await victim.runs.finder.find_one("twin", within=20)
+        assert "did you mean" not in str(refused.value)
+        assert "verif" in str(refused.value) and trio.current_time() - started >= 1.0
