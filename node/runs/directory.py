@@ -251,8 +251,10 @@ class RunDirectory:
 
     async def listed(self, *, within: float = 10.0) -> list[RunListing]:
         """Every run announced in the DHT, as the entries claim it (and ours); a run whose
-        manifest verified is labelled by its true creator's entry, not by one naming itself."""
+        manifest verified is labelled by its true creator's entry, not by one naming itself
+        (and a writer whose entry renames it is blamed, as `survey` does)."""
         records = await self._records(within)
+        self.verified.blame(records)
         return merge_entries(records, true_creators=self.verified.creators())
 
     async def _records(self, within: float) -> list[Record]:
