@@ -41,6 +41,7 @@ class Gain:
 
     heldout: float
     shard: float
+    base: float = 0.0  # L_heldout(θ_global) itself: the scale a harmful update is measured on
 
     @property
     def fit(self) -> float:
@@ -115,6 +116,7 @@ class Probe:
                     Gain(
                         heldout=base_heldout - evaluate(self.model, heldout),
                         shard=base - evaluate(self.model, batches),
+                        base=base_heldout,
                     )
                 )
         return out

@@ -4,7 +4,7 @@ Credit normalises a gain by what honest work gains this round, so ratings mean t
 in a run (large gains) and late (small ones):
 
     reference = median heldout gain of the counted group's updates (rated honest work)
-    credit_i  = clip(heldout_gain_i / reference, −1, 2), or 0 when it was not the sender's work
+    credit_i  = clip(heldout_gain_i / reference, −¼, 2), or 0 when it was not the sender's work
                 (a copy of another update of this round or of the last: copies.py) or changes
                 nothing (a zero update)
     fit_i     = clip(fit_i / reference, −2, 2): how much better it does on its own shard
@@ -19,17 +19,26 @@ member's shard −1.0 to 0.1, a copy about 0). On a corpus too large to revisit,
 barely overfits and the fit test loses its power: an update trained on the wrong shard then
 passes for honest work (it still helps the model).
 
-A round whose reference gained nothing, or less than the spread of the reference gains, carries
-no information (the model has converged, or the probes are too noisy to tell): nobody's rating
-moves. Non-finite gains (NaN or an overflow from a scaled update) earn −1.
+A round whose reference gained nothing, or less than `INFORMATIVE` times the spread of the
+reference gains, carries no information (the model has converged, or the probes are too noisy to
+tell): nobody's rating moves. Non-finite gains (NaN or an overflow from a scaled update) earn −1.
+
+Harm is judged on the loss's own scale as well as the reference's. Near convergence honest
+updates each overfit their shard and their held-out gains are noise around 0: on digits after
+round 5, four honest updates measured e.g. +0.015, +0.019, −0.117, −0.003 (−19x the median),
+and over 30 rounds of 3 seeds the worst honest update raised the held-out loss by 1.25x the loss
+itself, while a sign flip of an update scaled 10x raised it by 1.4 to 70 (10x to 700x the loss
+of 0.07 to 0.3 after warm-up). Judged against the reference alone, honest members were dropped
+as harmful (a 4-member run then trained on with three).
 
 Who counts (the counted group is decided by roster.py from the trusted scorers' cards):
 - a newcomer counts once it has `MIN_EVALUATIONS` evaluated rounds, a rating ≥ `ADMIT_RATING`
   and, in its first `FIT_CHECKED_FOR` evaluations, a fitness > `FIT_MIN` (about three rounds of
   honest work on its own shard; a free rider's rating stays near 0 however long it waits);
 - a counted member stops counting when its rating falls below `DROP_RATING` (from its second
-  evaluation on), or at once when one update was harmful (credit ≤ `HARMFUL`: it raised the
-  held-out loss by as much as the group's typical update lowers it);
+  evaluation on), or at once when one update was harmful (flagged `HARMFUL`: it raised the
+  held-out loss by `HARM_LOSS` times the loss itself and by `HARM_RATIO` times what the
+  round's typical update lowers it; or to a non-finite value);
 - a candidate rated and refused waits behind unrated ones for its next evaluation slot.
 """
 
@@ -57,14 +66,20 @@ ADMIT_RATING = 0.4
 MIN_EVALUATIONS = 3
 FIT_CHECKED_FOR = 2 * MIN_EVALUATIONS
 DROP_RATING = 0.15
-HARMFUL = -1.0
+HARM_RATIO = 4.0  # harmful: a held-out gain ≤ −max(HARM_RATIO × reference, HARM_LOSS × loss)
+HARM_LOSS = 3.0
+INFORMATIVE = 2.0  # a round rates only when the reference gain ≥ INFORMATIVE × its spread
 FIT_MIN = 0.0  # fitness (the fit's EMA) a newcomer needs: better on its own shard than held-out
-CREDIT_RANGE = (-1.0, 2.0)
+# the floor is shallow: an honest member's worst rounds near convergence measure −20x and
+# are noise (below), so one of them must not undo three good ones; harm is told apart by its
+# flag, not by the credit
+CREDIT_RANGE = (-0.25, 2.0)
 
 COPY = "copy"  # the same update as another sender's of this round (the better-fitted one keeps it)
 REPLAY = "replay"  # the same update as one of the last round
 OFF_SHARD = "off-shard"  # its fitness says it trains on data other than its assigned shard
 NON_FINITE = "non-finite"
+HARMFUL = "harmful"  # raised the held-out loss far beyond the probes' noise
 ZERO = "zero"  # the update changes nothing
 MISSING = "missing"  # on probation and sent nothing in time
 
@@ -72,26 +87,30 @@ MISSING = "missing"  # on probation and sent nothing in time
 def reference_gain(gains: Mapping[str, Gain], reference: Iterable[str]) -> float | None:
     """The median held-out gain of the reference senders present; None when the round says
     nothing: the median is not positive, or smaller than the spread of the reference gains
-    (their median absolute deviation), as when the model has converged and gains are noise."""
+    (their median absolute deviation) `INFORMATIVE` times, as when the model has converged and
+    gains are noise."""
     values = [gains[p].heldout for p in reference if p in gains]
     values = [v for v in values if math.isfinite(v)]
     if not values:
         return None
     median = statistics.median(values)
     spread = statistics.median(abs(v - median) for v in values)
-    return median if median > 0 and median >= spread else None
+    return median if median > 0 and median >= INFORMATIVE * spread else None
 
 
 def credit(gain: Gain, reference: float, flag: str = "") -> Credit:
     """One update's credit and fit against the round's reference gain."""
     if not (math.isfinite(gain.heldout) and math.isfinite(gain.shard)):
-        return Credit(CREDIT_RANGE[0], 0.0, NON_FINITE)
+        return Credit(-1.0, 0.0, NON_FINITE)
     fit = min(max(gain.fit / reference, -2.0), 2.0)
     if flag:  # copies.py found it was somebody else's update
         return Credit(0.0, min(fit, 0.0), flag)
     if gain.heldout == 0.0 and gain.shard == 0.0:  # θ unchanged to the last bit: no work sent
         return Credit(0.0, 0.0, ZERO)
-    return Credit(min(max(gain.heldout / reference, CREDIT_RANGE[0]), CREDIT_RANGE[1]), fit)
+    ratio = gain.heldout / reference
+    value = min(max(ratio, CREDIT_RANGE[0]), CREDIT_RANGE[1])
+    harmful = gain.heldout <= -max(HARM_RATIO * reference, HARM_LOSS * gain.base)
+    return Credit(value, fit, HARMFUL if harmful else "")
 
 
 def earned(rating: Rating | None) -> bool:
@@ -104,7 +123,7 @@ def earned(rating: Rating | None) -> bool:
     young = rating.evaluations < FIT_CHECKED_FOR
     return (
         rating.rating >= ADMIT_RATING
-        and rating.last > HARMFUL
+        and not _harmful(rating)
         and (rating.fit > FIT_MIN or not young)
     )
 
@@ -115,7 +134,12 @@ def collapsed(rating: Rating | None) -> bool:
     update."""
     if rating is None:
         return False
-    return (rating.evaluations >= 2 and rating.rating < DROP_RATING) or rating.last <= HARMFUL
+    return (rating.evaluations >= 2 and rating.rating < DROP_RATING) or _harmful(rating)
+
+
+def _harmful(rating: Rating) -> bool:
+    """Its last update did harm: flagged so by the scorer (the flag is the last round's)."""
+    return rating.flag in (HARMFUL, NON_FINITE)
 
 
 def refused(rating: Rating | None) -> bool:
@@ -167,7 +191,7 @@ def _peer(rating: Rating) -> str:
 def consensus(cards: Iterable[ScoreCard], peer: str) -> Rating | None:
     """`peer` as the trusted scorers rate it: the median rating over their cards (the lower
     median, so a single scorer of two cannot lift a peer alone), fewest evaluations, worst last
-    credit; None when no card rates it."""
+    credit, a harm flag if any scorer saw harm; None when no card rates it."""
     rated = [r for card in cards if (r := card.get(peer)) is not None]
     if not rated:
         return None
@@ -179,5 +203,10 @@ def consensus(cards: Iterable[ScoreCard], peer: str) -> Rating | None:
         evaluations=min(r.evaluations for r in rated),
         last=min(r.last for r in rated),
         fit=statistics.median_low(r.fit for r in rated),
-        flag=next((r.flag for r in rated if r.flag), ""),
+        # harm seen by any scorer first: it ends the place, as the worst last credit did
+        flag=next((r.flag for r in sorted(rated, key=_harm_first) if r.flag), ""),
     )
+
+
+def _harm_first(rating: Rating) -> bool:
+    return not _harmful(rating)

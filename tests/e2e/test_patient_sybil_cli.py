@@ -1,12 +1,15 @@
 """Issue 34 end to end: a patient Sybil must out-work the honest members, not out-number them.
 
 Twelve daemons through `peertrain swarm local` (real processes, real libp2p, the run's anchor
-scoring with `--set scoring=anchors`): 4 honest, 8 Sybils that free-ride for 8 rounds of 16
+scoring with `--set scoring=anchors`): 4 honest, 8 Sybils that free-ride for 10 rounds of 20
 (zero updates, copies of other members' updates, random directions of an honest norm) and then
 all send updates scaled 1000× or sign-flipped 10× at once. Without scores the Sybils would fill the
 counted group at 4 a round and be its majority when they attack; with them, they are rated on
 seeded probe batches, never earn a place, and are not counted when they attack. The same run
-without Sybils (4 daemons, same spec and seed) is the yardstick for the final loss.
+without Sybils (4 daemons, same spec and seed) is the yardstick for the final loss: three of them,
+because one alone is no yardstick. Its final loss depends on the peer IDs drawn (each round's
+shard of each member is a hash of the round's start and the peer), and over nine runs here it
+ended anywhere from 0.104 to 0.153; the attacked run must end within 5% of the worst of three.
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ import pytest
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
-SWITCH = 8  # the round the Sybils attack from
+SWITCH = 10  # the round the Sybils attack from
+ROUNDS = 20
 FLAGS = [
     *"--mode diloco --model mlp --dataset digits --batch-size 32 --inner-steps 20".split(),
-    *"--lr 0.003 --rounds 16 --seed 3 --round-timeout 30".split(),
+    *f"--lr 0.003 --rounds {ROUNDS} --seed 3 --round-timeout 30".split(),
     *"--set scoring=anchors --set num_shards=4 --set outer_momentum=0.5".split(),
 ]
 PATIENT = ",".join(
@@ -45,21 +49,18 @@ def test_a_patient_sybil_never_counts_and_its_attack_changes_nothing(tmp_path):
     # on the updates they send in the round, not pulled as latecomers (a joiner that arrives
     # after a small founding group has raced ahead was rated `missing` round after round on a
     # fresh clone: the known weakness of admission, named in docs/security.md)
-    clean = swarm(tmp_path, "clean", "--nodes", "4", "--min-members", "4")
+    clean = [
+        swarm(tmp_path, f"clean{i}", "--nodes", "4", "--min-members", "4")["final_loss"]
+        for i in range(3)
+    ]
     attacked = swarm(
         tmp_path, "sybils", "--nodes", "12", "--min-members", "12", "--hostile", "8",
         "--attack", PATIENT,
     )  # fmt: skip
-    assert attacked["rounds_completed"] == 16
+    assert attacked["rounds_completed"] == ROUNDS
     assert len(attacked["state_hashes"]) == 4 and len(set(attacked["state_hashes"])) == 1
-    print(
-        f"final loss: clean {clean['final_loss']:.4f}, with 8 Sybils {attacked['final_loss']:.4f}"
-    )
-    # The clean run alone ends anywhere from 0.106 to 0.121 from one run to the next (which
-    # updates make which round is timing), and the Sybils do count in round 0 or 1 as founders,
-    # zero and random updates among them: the bound is that spread and those rounds, not 5%.
-    # Whether the attack reached an aggregate is asserted directly: `rejected_updates` below.
-    assert attacked["final_loss"] <= 1.4 * clean["final_loss"]
+    print(f"final loss: clean {clean}, with 8 Sybils {attacked['final_loss']:.4f}")
+    assert attacked["final_loss"] <= 1.05 * max(clean)
     scores = attacked["scores"]
     print(json.dumps(scores["by_node"]))
     # every honest member above every Sybil, and no Sybil counted when they attack (everyone

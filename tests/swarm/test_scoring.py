@@ -18,14 +18,16 @@ from peertrain.protocol.packing import pack
 from peertrain.swarm.diloco.group.roster import Roster
 from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
 from peertrain.swarm.models.config import ConfigError
-from peertrain.swarm.scoring.rating import MIN_EVALUATIONS, earned
+from peertrain.swarm.scoring.rating import HARMFUL, MIN_EVALUATIONS, earned
 from peertrain.testing.diloco_drivers import digits_spec, open_driver_group
 from peertrain.testing.scoring_group import run_scored
 from peertrain.testing.waiting import wait_until
 
 
-def _rating(peer: str, rating: float, evaluations: int = MIN_EVALUATIONS, last: float = 1.0):
-    return Rating(peer=peer, rating=rating, evaluations=evaluations, last=last, fit=0.5)
+def _rating(
+    peer: str, rating: float, evaluations: int = MIN_EVALUATIONS, last: float = 1.0, flag: str = ""
+):
+    return Rating(peer=peer, rating=rating, evaluations=evaluations, last=last, fit=0.5, flag=flag)
 
 
 def test_free_riders_copiers_and_noise_rate_below_every_honest_member():
@@ -66,6 +68,30 @@ def test_credit_is_bounded_whatever_the_gain():
         Rating(peer="p", rating=c.value, evaluations=1, last=c.value, fit=c.fit)
 
 
+def test_an_honest_update_that_probes_see_raise_the_loss_costs_rating_not_the_place():
+    """Near convergence each honest update overfits its shard and the probes see held-out gains
+    around 0: one measured at −12x the round's reference gain, raising a held-out loss of 0.1
+    by 0.12 (seen on digits, round 13 of 20: the member was dropped as harmful and the group
+    trained on with three of four). A sign flip of an update scaled 10x (−1.4 to −70 there), or
+    a scaled update that overflows, still ends its sender's place at once."""
+    from peertrain.swarm.scoring.probe import Gain
+    from peertrain.swarm.scoring.rating import Ratings, collapsed, credit
+
+    reference, loss = 0.01, 0.1
+
+    def record(last: Gain) -> Rating | None:
+        ratings = Ratings()
+        for round_ in range(4):  # an honest founder's record
+            honest = Gain(heldout=0.01, shard=0.012, base=loss)
+            ratings.update(round_, {"p": credit(honest, reference)})
+        ratings.update(4, {"p": credit(last, reference)})
+        return ratings.get("p")
+
+    assert not collapsed(record(Gain(heldout=-0.12, shard=-0.1, base=loss)))
+    for harm in (Gain(heldout=-1.4, shard=-1.4, base=loss), Gain(heldout=-1e300, shard=0, base=0)):
+        assert collapsed(record(harm)) and not earned(record(harm)), record(harm)
+
+
 def test_newcomers_count_once_rated_and_a_collapsed_member_stops_counting():
     ratings: dict[str, Rating] = {}
     roster = Roster(max_members=8, admit_per_round=2, protected={"anchor"}, rated=ratings.get)
@@ -80,7 +106,7 @@ def test_newcomers_count_once_rated_and_a_collapsed_member_stops_counting():
     ratings["d"] = _rating("d", 0.05)  # rated and refused
     assert roster.advance(2, everyone, b"s") == {"anchor", "a", "b"}
     assert "c" in roster.probation  # part-way candidates keep their slot first
-    ratings["a"] = _rating("a", 0.9, last=-1.0)  # one harmful update
+    ratings["a"] = _rating("a", 0.9, last=-1.0, flag=HARMFUL)  # one harmful update
     ratings["anchor"] = _rating("anchor", 0.0)  # anchors always count
     assert roster.advance(3, everyone, b"s") == {"anchor", "b"}
 
