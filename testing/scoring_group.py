@@ -58,7 +58,7 @@ def run_scored(spec: DiLoCoSpec, *, honest: int, riders: dict[str, int], rounds:
         b.use_shard(shards[counted[0]] if kinds[p] == "other-shard" else shards[p])
         b.member.inner.step = 1000 * i
     scorer_built = built[counted[0]]
-    scorer = _scorer(spec, scorer_built)
+    scorer = scorer_for(spec, scorer_built)
     out = ScoredRun(kinds=kinds)
     last: dict[str, bytes] = {}
     for round_ in range(rounds):
@@ -82,7 +82,8 @@ def run_scored(spec: DiLoCoSpec, *, honest: int, riders: dict[str, int], rounds:
     return out
 
 
-def _scorer(spec: DiLoCoSpec, built: BuiltMember) -> Scorer:
+def scorer_for(spec: DiLoCoSpec, built: BuiltMember) -> Scorer:
+    """The real scorer an anchor of `spec` builds, on `built`'s model and data."""
     heldout, shard_batches = probe_batches(built, pool=32)
     probe = Probe(
         built.member.model, heldout=heldout, shard_batches=shard_batches, batches=spec.score_batches

@@ -109,8 +109,30 @@ def credit(gain: Gain, reference: float, flag: str = "") -> Credit:
         return Credit(0.0, 0.0, ZERO)
     ratio = gain.heldout / reference
     value = min(max(ratio, CREDIT_RANGE[0]), CREDIT_RANGE[1])
-    harmful = gain.heldout <= -max(HARM_RATIO * reference, HARM_LOSS * gain.base)
-    return Credit(value, fit, HARMFUL if harmful else "")
+    return Credit(value, fit, HARMFUL if harmful(gain, reference) else "")
+
+
+def harmful(gain: Gain, reference: float | None = None) -> bool:
+    """It raised the held-out loss by `HARM_LOSS` times the loss itself and, in a round with a
+    reference gain, by `HARM_RATIO` times that; or to a non-finite value."""
+    if not (math.isfinite(gain.heldout) and math.isfinite(gain.shard)):
+        return True
+    bound = HARM_LOSS * gain.base
+    if reference is not None:
+        bound = max(bound, HARM_RATIO * reference)
+    return bound > 0 and gain.heldout <= -bound
+
+
+def harm_credits(gains: Mapping[str, Gain]) -> dict[str, Credit]:
+    """In a round that says nothing about honest work (no reference gain: converged, or the
+    probes too noisy), only the harm it still shows: honest-working Sybils that attacked
+    together after round 10 of a converged digits run kept their places to the end, every
+    round of their attack being one that moved no rating."""
+    return {
+        p: Credit(-1.0, 0.0, HARMFUL if math.isfinite(g.heldout) else NON_FINITE)
+        for p, g in gains.items()
+        if harmful(g)
+    }
 
 
 def earned(rating: Rating | None) -> bool:

@@ -23,7 +23,7 @@ from peertrain.swarm.exchange.codec import Payload, UpdateCodec
 
 from .copies import CopyFinder
 from .probe import Gain, Probe
-from .rating import MISSING, NON_FINITE, Credit, Ratings, credit, reference_gain
+from .rating import MISSING, NON_FINITE, Credit, Ratings, credit, harm_credits, reference_gain
 
 
 @dataclass(slots=True)
@@ -73,10 +73,15 @@ class Scorer:
         flags = self.copies.flags(deltas, gains, reference)
         self._timed(started, len(payloads))
         ref = reference_gain(gains, reference)
-        if ref is None:
-            return None
-        credits = {p: credit(g, ref, flags.get(p, "")) for p, g in gains.items()}
-        self.ratings.update(round_, {**credits, **undecodable})
+        if ref is None:  # no rating moves, but harm is still harm
+            credits = harm_credits(gains)
+            credits |= {p: c for p, c in undecodable.items() if c.flag == NON_FINITE}
+            if not credits:
+                return None
+        else:
+            credits = {p: credit(g, ref, flags.get(p, "")) for p, g in gains.items()}
+            credits |= undecodable
+        self.ratings.update(round_, credits)
         return self.ratings.card()
 
     def _timed(self, started: float, evaluations: int) -> None:

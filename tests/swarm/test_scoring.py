@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 import trio
 from libp2p.crypto.ed25519 import create_new_key_pair
 from peertrain.crdt.errors import ForbiddenWrite
@@ -90,6 +91,28 @@ def test_an_honest_update_that_probes_see_raise_the_loss_costs_rating_not_the_pl
     assert not collapsed(record(Gain(heldout=-0.12, shard=-0.1, base=loss)))
     for harm in (Gain(heldout=-1.4, shard=-1.4, base=loss), Gain(heldout=-1e300, shard=0, base=0)):
         assert collapsed(record(harm)) and not earned(record(harm)), record(harm)
+
+
+def test_a_harmful_update_in_a_round_that_rates_nobody_still_ends_its_senders_place():
+    """Honest-working Sybils that attacked together after round 10 of a converged digits run
+    kept their places to the end: every round of their attack was one whose reference gain was
+    noise, and such a round moved no rating. Harm is measured on the loss, not the reference:
+    here the counted members' updates change nothing (no reference gain) and one scaled 1000x
+    is judged all the same, on the real probe."""
+    from peertrain.swarm.diloco.member.build import build_member
+    from peertrain.swarm.scoring.rating import collapsed
+    from peertrain.testing.scoring_group import scorer_for
+
+    spec = DiLoCoSpec(model="mlp", dataset="digits", scoring="anchors", num_shards=4)
+    built = build_member(spec, "anchor")
+    scorer = scorer_for(spec, built)
+    codec, theta = built.member.encoder.codec, built.member.global_params.clone()
+    zero = codec.encode(torch.zeros_like(theta))
+    attack = codec.encode(1000 * torch.randn_like(theta) * theta.abs().mean())
+    payloads = {"a": zero, "b": zero, "sybil": attack}
+    card = scorer.score(10, theta, payloads, dict.fromkeys(payloads, 0), {"a", "b"}, b"salt")
+    assert card is not None and collapsed(card.get("sybil")), card
+    assert card.get("a") is None  # nobody else's rating moved
 
 
 def test_newcomers_count_once_rated_and_a_collapsed_member_stops_counting():
