@@ -309,6 +309,7 @@ class MeshSwarm:
             "rounds_completed": rounds,
             "initial_loss": first["initial_loss"],
             "final_loss": _mean(r["loss"] for r in runs),  # None: a restarted one has none yet
+            "loss_by_round": _loss_by_round(first),
             "state_hashes": [r["state_checksum"] for r in runs],
             "bytes_sent": sum(r["bytes_fetched"] for r in runs) + self.bytes_of_killed,
             "ddp_bytes": data_parallel_bytes(
@@ -373,6 +374,13 @@ def _summed(counts) -> dict[str, int]:
 def _full_mesh(statuses: list[dict[str, Any] | None]) -> bool:
     alive = [s for s in statuses if s]
     return len(alive) == len(statuses) and all(len(s["peers"]) >= len(alive) - 1 for s in alive)
+
+
+def _loss_by_round(run: dict[str, Any]) -> dict[int, float]:
+    """A member's eval loss after each of its last rounds (status keeps 16): the last rounds
+    of a small model bounce from round to round, and their mean says more than the last one."""
+    recent = (run.get("progress") or {}).get("recent_rounds", [])
+    return {e["round"]: e["loss"] for e in recent if e.get("loss") is not None}
 
 
 def _mean(values: Any) -> float | None:
