@@ -62,7 +62,10 @@ def print_banner(status: DaemonStatus, control_socket: Path) -> None:
     if status["private_network"]:
         lines.append("  private network: peers need the same --psk")
     lines.append(f"  control       {control_socket}")
-    print("\n".join(lines), flush=True)
+    try:
+        print("\n".join(lines), flush=True)
+    except OSError:  # stdout on a full disk or a closed pipe: serve on, unseen, not exit 1
+        pass
 
 
 async def show_progress(read_status: Callable[[], DaemonStatus]) -> None:
