@@ -127,10 +127,12 @@ def count_points(site: str, directory: Path) -> int:
     return int(json.loads(done.stdout.strip().splitlines()[-1])["points"])
 
 
-def kill_at(site: str, directory: Path, point: int) -> Outcome:
-    """Write `site` in a child killed at step `point`, then read it back in a fresh child."""
+def kill_at(site: str, directory: Path, point: int, torn: float = 0.5) -> Outcome:
+    """Write `site` in a child killed at step `point`, then read it back in a fresh child.
+    `torn`: the fraction of a write's bytes that reach the file when the point is a write (the
+    soak's `--kill-points` varies it: another instant inside the same write)."""
     directory.mkdir(parents=True, exist_ok=True)
-    writer = _child("kill", site, directory, point)
+    writer = _child("kill", site, directory, point, torn)
     reader = _child("read", site, directory, -1)
     lines = reader.stdout.strip().splitlines()
     loaded = (
@@ -143,10 +145,12 @@ def kill_at(site: str, directory: Path, point: int) -> Outcome:
     )
 
 
-def _child(mode: str, site: str, directory: Path, point: int) -> subprocess.CompletedProcess:
+def _child(
+    mode: str, site: str, directory: Path, point: int, torn: float = 0.5
+) -> subprocess.CompletedProcess:
     code = "from peertrain.testing.kill_points import main; main()"
     return subprocess.run(
-        [sys.executable, "-c", code, mode, site, str(directory), str(point)],
+        [sys.executable, "-c", code, mode, site, str(directory), str(point), str(torn)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -159,8 +163,12 @@ def _child(mode: str, site: str, directory: Path, point: int) -> subprocess.Comp
 class _Steps:
     """Counts the system steps of a write; SIGKILLs this process at step `kill`."""
 
-    def __init__(self, kill: int) -> None:
-        self.kill, self.count = kill, 0
+    def __init__(self, kill: int, torn: float = 0.5) -> None:
+        self.kill, self.count, self.torn = kill, 0, torn
+
+    def part(self, data: Any) -> Any:
+        """The bytes of `data` a write torn at this kill point leaves behind."""
+        return data[: int(len(data) * self.torn)]
 
     def step(self, torn: Callable[[], Any] | None = None) -> None:
         if self.count == self.kill:
@@ -177,7 +185,7 @@ class _File:
         self._raw, self._steps = raw, steps
 
     def write(self, data: Any) -> int:
-        half = data[: len(data) // 2]
+        half = self._steps.part(data)
 
         def tear() -> None:
             self._raw.write(half)
@@ -207,7 +215,7 @@ def _instrument(steps: _Steps) -> None:
         return raw
 
     def write(fd: int, data: Any) -> int:
-        steps.step(lambda: real_write(fd, bytes(data[: len(data) // 2])))
+        steps.step(lambda: real_write(fd, bytes(steps.part(data))))
         return real_write(fd, data)
 
     def wrap(name: str) -> None:
@@ -232,7 +240,8 @@ def main() -> None:
         print(json.dumps({"loaded": read(directory)}))
         return
     setup(directory)
-    steps = _Steps(point if mode == "kill" else -1)
+    torn = float(sys.argv[5]) if len(sys.argv) > 5 else 0.5
+    steps = _Steps(point if mode == "kill" else -1, torn)
     _instrument(steps)
     write(directory)
     print(json.dumps({"points": steps.count}))

@@ -53,7 +53,7 @@ class Poller:
         self.pool = ThreadPoolExecutor(max_workers=max(1, run.size))
 
     def poll(self) -> list[dict[str, Any] | None]:
-        statuses = list(self.pool.map(lambda d: d.status_or_none(3.0), self.run.daemons))
+        statuses = list(self.pool.map(_status, self.run.daemons))
         runs = [(s or {}).get("run") for s in statuses]
         self.rounds.add(runs)
         return runs
@@ -72,6 +72,15 @@ class Poller:
 
     def close(self) -> None:
         self.pool.shutdown(wait=False)
+
+
+def _status(daemon) -> dict[str, Any] | None:
+    """Its status, or None: a daemon killed while it answers resets the control socket (not a
+    ControlError), and the next poll asks again."""
+    try:
+        return daemon.status_or_none(3.0)
+    except Exception:  # noqa: BLE001 - any failure to answer is "no answer this time"
+        return None
 
 
 def rounds_of(runs: list[dict[str, Any] | None], members: list[int]) -> list[int]:

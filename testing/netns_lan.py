@@ -22,6 +22,7 @@ from . import netns
 NET = "10.214.0"
 PORT = 4001
 PARTITION_TABLE = "pt_partition"
+LOSS_TABLE = "pt_loss"
 
 
 def why_unavailable() -> str | None:
@@ -118,11 +119,24 @@ class Lan:
                 check=False,
             )
 
-    def shape(self, index: int, *, loss_pct: float, delay_ms: int, jitter_ms: int) -> None:
-        """netem on member `index`'s link: what it sends is lost and delayed (`tc qdisc`)."""
+    def shape(self, index: int, *, loss_pct: float, delay_ms: int, jitter_ms: int) -> str | None:
+        """netem on member `index`'s link: what it sends is lost and delayed (`tc qdisc`).
+        A kernel without netem (sch_netem) gets the loss alone, by nftables (`numgen random`):
+        returns why the delay is missing then, else None."""
         argv = ["tc", "qdisc", "replace", "dev", "eth0", "root", "netem"]
         argv += ["loss", f"{loss_pct}%", "delay", f"{delay_ms}ms", f"{jitter_ms}ms"]
-        _run(self.exec_argv(index, argv))
+        done = subprocess.run(self.exec_argv(index, argv), capture_output=True, text=True)
+        if done.returncode == 0:
+            return None
+        per_mille = round(loss_pct * 10)
+        rules = f"""table inet {LOSS_TABLE} {{
+    chain output {{ type filter hook output priority -5; policy accept;
+        oifname "eth0" numgen random mod 1000 < {per_mille} drop; }}
+}}
+"""
+        _run(self.exec_argv(index, ["nft", "-f", "-"]), input=rules)
+        return f"no netem here ({done.stderr.strip()}): {loss_pct}% loss by nftables, no delay"
 
     def unshape(self, index: int) -> None:
         _run(self.exec_argv(index, ["tc", "qdisc", "del", "dev", "eth0", "root"]), check=False)
+        _run(self.exec_argv(index, ["nft", "delete", "table", "inet", LOSS_TABLE]), check=False)
