@@ -20,7 +20,11 @@ MAX_CORRUPT_KEPT = 32  # examples of corrupt loads in the report
 
 def run_kill_points(total: int, base: Path) -> dict:
     counts = {site: count_points(site, base / f"count-{site}") for site in sorted(SITES)}
-    plan = [(site, point) for site, points in counts.items() for point in range(points)]
+    # every site's first step, then every site's second, ...: a short run still visits them all
+    plan = sorted(
+        ((site, point) for site, points in counts.items() for point in range(points)),
+        key=lambda sp: (sp[1], sp[0]),
+    )
     passes = math.ceil(total / len(plan)) if plan else 0
     by_site = dict.fromkeys(counts, 0)
     corrupt: list[str] = []
