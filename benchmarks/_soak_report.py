@@ -95,7 +95,8 @@ def plot(path: Path, samples, baseline_rate: float | None) -> str | None:
             axis.plot(at, [v if v is not None else float("nan") for v in values], label=f"m{m}")
     if baseline_rate:
         end = max((s.at for series in samples.by_member for s in series), default=0)
-        axes[0].plot([0, end / 60], [0, baseline_rate * end / 60], "k--", label="no faults")
+        # rounds/s from the baseline, drawn from the soak's start
+        axes[0].plot([0, end / 60], [0, baseline_rate * end], "k--", label="no faults")
     for axis, title in zip(axes, ("round", "RSS (MB)", "open fds"), strict=True):
         axis.set_ylabel(title)
         axis.grid(alpha=0.3)
