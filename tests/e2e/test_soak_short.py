@@ -1,8 +1,9 @@
-"""The soak (benchmarks/soak.py) in a few minutes: the same code and fault kinds as the hour, on
-a reduced schedule: a member SIGKILLed every 20 s and restarted 8 s later, one frozen for 12 s,
-3 cut off for 25 s, netem on half the links, a home that fills up, two skewed clocks; then 20
-kill points inside durable writes. The targets hold: no crash, no failed restart, no honest peer
-penalised, one checksum on every member after the last fault, no corrupt load.
+"""The soak (benchmarks/soak.py) in about two minutes: the same code and fault kinds as the hour,
+5 daemons on a reduced schedule (a member SIGKILLed every 20 s and restarted 8 s later, one
+frozen for 12 s, 3 cut off for 25 s, lossy links, a home that fills up, two skewed clocks); then
+20 kill points inside durable writes, over every write site. The targets hold: no crash, no
+failed restart, no honest peer penalised, one checksum on every member after the last fault,
+no corrupt load.
 
 Namespaces when root has `ip`, `nft` and `tc` (else loopback, with partitions and netem skipped:
 the rest still runs). Loads both cores for its minutes: serial.
@@ -38,11 +39,11 @@ def test_a_short_soak_meets_the_targets(tmp_path):
         quiet=0.3,
     )
     options = soak.Options(
-        minutes=2.5,
-        seed=7,
+        minutes=1.75,
+        seed=2,  # its SIGSTOP falls on a live member (a seed whose does not skips it)
         baseline_minutes=0,
         kill_points=20,
-        size=6,
+        size=5,
         inner_steps=600,
         plan=plan,
         out=tmp_path,
