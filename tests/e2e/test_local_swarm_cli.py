@@ -57,17 +57,27 @@ def members(supervisor: subprocess.Popen) -> list[psutil.Process]:
     return [c for c in children if "peertrain" in " ".join(c.cmdline())]
 
 
+def _all_at(line: str, round_: int) -> bool:
+    """A status line ("[  6.1 s] r1 2.307 | r1 2.307 | r0 2.308") with every member at `round_`
+    or later; a member not training yet shows its peers instead of a round."""
+    if "] " not in line:
+        return False
+    members = line.split("] ", 1)[1].split("|")
+    rounds = [re.match(r"\s*r(\d+) ", m) for m in members]
+    return all(r is not None and int(r.group(1)) >= round_ for r in rounds)
+
+
 def read_until_round(supervisor: subprocess.Popen, round_: int, timeout: float = 240) -> str:
-    """The supervisor's output up to its first status line showing node 0 at `round_` or later
-    (every member trains by then: round 0 waits for all three)."""
+    """The supervisor's output up to its first status line showing every member at `round_` or
+    later (node 0 alone was not enough: a SIGTERM then found a member still at round 0, and the
+    report's rounds completed, the least over members, was 0, in a fresh-clone run)."""
     watchdog = threading.Timer(timeout, supervisor.kill)  # a hang fails the test, bounded
     watchdog.start()
     seen: list[str] = []
     try:
         for line in supervisor.stdout:
             seen.append(line)
-            found = re.search(r"\] r(\d+) ", line)
-            if found and int(found.group(1)) >= round_:
+            if _all_at(line, round_):
                 return "".join(seen)
     finally:
         watchdog.cancel()
