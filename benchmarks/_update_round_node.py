@@ -340,11 +340,8 @@ class BenchNode:
         """Our update (as sent) in, the group's checked aggregate out, then the outer step."""
         compute, sharded = self.compute, self.sharded
         sharded.transport.tensors.origin = start_at  # its fetches on the round's clock
-        update = await trio.to_thread.run_sync(
-            compute.encoder.codec.decode, payload, self.numel, limiter=self.torch
-        )
         result = await sharded.exchange(
-            0, update, group=self.members, reference=(), salt=b"", timeout=deadline_s
+            0, payload, group=self.members, reference=(), salt=b"", timeout=deadline_s
         )
         exchanged = time.monotonic() - start_at
         if set(result.accepted) == self.members:

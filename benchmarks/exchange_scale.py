@@ -79,7 +79,7 @@ async def sharded(n: int, numel: int, rule: str) -> dict:
         async def one(i: int, peer: str) -> None:
             started = time.process_time()  # synchronous: this member's inputs alone
             noise = torch.randn(numel, generator=torch.Generator().manual_seed(i + 1))
-            update = base + 0.5 * noise
+            update = rounds[peer].codec.encode(base + 0.5 * noise)  # as the member sends it
             del noise
             generating.append(time.process_time() - started)
             await run_round(rounds[peer], update)

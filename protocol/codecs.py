@@ -85,6 +85,34 @@ def _split(
     return scales, payload[cut:].view(_torch_dtype(codec.wire_dtype))
 
 
+def slice_payload(
+    payload: torch.Tensor, codec_name: str, *, numel: int, start: int, stop: int, block_size: int
+) -> torch.Tensor | None:
+    """The payload of values [start, stop) of a `numel`-value payload, as a new uint8 tensor:
+    the bytes of its own block scales and values, which decode to exactly those values (no
+    second quantization). None when [start, stop) does not begin on a block (or a byte, for
+    packed values) boundary; DecodeError when the payload is not `numel` values long."""
+    import torch
+
+    codec = get_codec(codec_name)
+    if not 0 <= start < stop <= numel:
+        raise ValueError(f"[{start}, {stop}) is not a slice of {numel} values")
+    if payload.numel() != codec.payload_nbytes(numel, block_size):
+        raise DecodeError(f"{codec.name} payload of {payload.numel()} bytes is not {numel} values")
+    bits = codec.value_bits
+    if (start * bits) % 8 or (codec.scale_bytes and start % block_size):
+        return None
+    width = codec.scale_bytes  # 0 for codecs without scales: both slices below are empty
+    cut = int8_blockwise.num_blocks(numel, block_size) * width
+    first, last = start // block_size, int8_blockwise.num_blocks(stop, block_size)
+    scales = payload[first * width : last * width]
+    values = payload[cut + start * bits // 8 : cut + (stop * bits + 7) // 8]
+    out = torch.empty(scales.numel() + values.numel(), dtype=torch.uint8)
+    out[: scales.numel()].copy_(scales)
+    out[scales.numel() :].copy_(values)
+    return out
+
+
 def encode(
     tensor: torch.Tensor,
     codec_name: str,

@@ -100,6 +100,22 @@ class ProtocolCodec:
             block_size=self.block_size,
         )
 
+    def slice(self, payload: Payload, numel: int, start: int, stop: int) -> Payload:
+        """The payload of values [start, stop) of a payload of `numel` values: its own bytes
+        where the slice starts on the codec's blocks (it decodes to exactly those values), else
+        decoded and encoded again."""
+        piece = codecs.slice_payload(
+            payload_tensor(payload),
+            self.name,
+            numel=numel,
+            start=start,
+            stop=stop,
+            block_size=self.block_size,
+        )
+        if piece is None:
+            return self.encode(self.decode(payload, numel)[start:stop].contiguous())
+        return memoryview(piece.numpy())
+
     def source(self, payload: Payload, numel: int) -> UpdateSource:
         """int8: read in place, a chunk at a time (payload_source.py); others: decoded whole."""
         if payload_source.applies(self.name, numel):

@@ -187,3 +187,25 @@ def test_int4_error_on_gaussian_data_and_with_error_feedback():
         assert error <= 0.02 if feedback else error > 0.05
     with pytest.raises(ValueError, match="NaN"):
         codecs.encode(torch.tensor([1.0, float("nan")]), "int4")
+
+
+@pytest.mark.parametrize("codec", sorted(codecs.CODECS))
+def test_a_slice_on_the_blocks_is_the_payloads_own_bytes_and_decodes_to_the_same_values(codec):
+    """The sharded exchange cuts a member's update at the shards: no second quantization."""
+    numel, block = 10_017, 256
+    x = torch.randn(numel, generator=torch.Generator().manual_seed(0))
+    payload = codecs.encode(x, codec, block_size=block)
+    whole = codecs.decode(payload, codec, dtype="float32", shape=(numel,), block_size=block)
+    for start, stop in ((0, 256), (256, 5120), (5120, numel), (0, numel)):
+        piece = codecs.slice_payload(
+            payload, codec, numel=numel, start=start, stop=stop, block_size=block
+        )
+        assert piece is not None
+        assert piece.numel() == codecs.CODECS[codec].payload_nbytes(stop - start, block)
+        got = codecs.decode(piece, codec, dtype="float32", shape=(stop - start,), block_size=block)
+        assert torch.equal(got, whole[start:stop])
+    blockwise = codecs.CODECS[codec].scale_bytes > 0
+    off = codecs.slice_payload(payload, codec, numel=numel, start=100, stop=300, block_size=block)
+    assert (off is None) == blockwise  # off the blocks: the caller encodes the values again
+    with pytest.raises(DecodeError):
+        codecs.slice_payload(payload[:-1], codec, numel=numel, start=0, stop=256, block_size=block)

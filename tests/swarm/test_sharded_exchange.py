@@ -82,7 +82,8 @@ async def run_group(
             rounds[peer] = rnd
 
         async def one(peer):
-            results[peer] = await run_round(rounds[peer], ups[peer])
+            rnd = rounds[peer]
+            results[peer] = await run_round(rnd, rnd.codec.encode(ups[peer]))
 
         async with trio.open_nursery() as nursery:
             for peer in peers:
@@ -195,7 +196,8 @@ async def test_a_false_accusation_is_refuted_and_the_accuser_penalised(accuser):
 class Equivocator(ShardedRound):
     async def commit(self, update):
         nonce = await super().commit(update)
-        await super().commit(update + 1.0)  # a second, different commitment for the round
+        other = self.codec.encode(self.codec.decode(update, self.numel) + 1.0)
+        await super().commit(other)  # a second, different commitment for the round
         return nonce
 
 

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable, Collection
 from typing import Any, Protocol
 
-import torch
 from libp2p.crypto.keys import KeyPair
 from peertrain.crdt.admission import Admission
 from peertrain.crdt.runstate import RunState
@@ -26,7 +25,7 @@ from peertrain.swarm.diloco.group.roster import Roster
 from peertrain.swarm.diloco.group.state_sync import StateSync
 from peertrain.swarm.diloco.member.member import DiLoCoMember, RoundReport
 from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
-from peertrain.swarm.exchange.codec import ProtocolCodec
+from peertrain.swarm.exchange.codec import Payload, ProtocolCodec
 from peertrain.swarm.exchange.gossip import UpdateGossip
 from peertrain.swarm.exchange.round_record import open_from_origin
 from peertrain.swarm.exchange.sharded import ShardedResult, ShardedRound, ShardTransport, run_round
@@ -99,14 +98,14 @@ class ShardedUpdates:
     async def exchange(
         self,
         round_: int,
-        update: torch.Tensor,
+        update: Payload,
         *,
         group: Collection[str],
         reference: Collection[str],
         salt: bytes,
         timeout: float,
     ) -> ShardedResult:
-        """Our update (decoded fp32) in, the group's checked aggregate out."""
+        """Our update (as sent: the codec's payload) in, the group's checked aggregate out."""
         rnd = ShardedRound(
             run_id=self.run_id,
             round_=round_,
@@ -184,11 +183,10 @@ async def sharded_round(
     aggregate out, then the outer step. None when the group finished the round without us."""
     member, sharded = driver.member, driver.sharded
     assert sharded is not None
-    update = await driver._thread(member.encoder.codec.decode, payload, member.layout.numel)
     anchors = driver.admission.anchors if not driver.admission.invite else ()
     result = await sharded.exchange(
         round_,
-        update,
+        payload,
         group=group,
         reference=anchors,
         salt=driver.sync.served or b"",

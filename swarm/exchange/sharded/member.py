@@ -7,6 +7,8 @@ import logging
 
 import torch
 import trio
+from peertrain.swarm.aggregation.streaming import DEFAULT_CHUNK_SIZE, TensorSource, source_sq_norm
+from peertrain.swarm.exchange.codec import Payload
 from peertrain.swarm.exchange.errors import ExchangeFailed
 
 from .checks import ShardClaims, draw_seed, failed_check, projection, quantization_slack
@@ -21,7 +23,8 @@ log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 3  # a corrected statistic means a new decision; a liar is out after one
 
 
-async def run_round(r: ShardedRound, update: torch.Tensor) -> ShardedResult:
+async def run_round(r: ShardedRound, update: Payload) -> ShardedResult:
+    """One round: `update` is our update as the codec encoded it (r.codec, r.numel values)."""
     now = trio.current_time()
     r.commit_deadline, deadline = now + r.patience, now + r.timeout
     nonce = await r.commit(update)
@@ -141,7 +144,8 @@ def _shard_holds(r: ShardedRound, decision: Decision, k: int, out, seed: bytes) 
         if part.gram is None
         else part.gram[rows][:, rows] @ decision.weights,
         out_projection=projection(seed, k, out),
-        out_sq_norm=float(torch.dot(out.double(), out.double())),
+        # blocked fp32 sums in fp64, as the statistics pass: no fp64 copy of the shard
+        out_sq_norm=source_sq_norm(TensorSource(out), chunk_size=DEFAULT_CHUNK_SIZE),
         out_slack=quantization_slack(payload, out, r.codec.name, r.codec.block_size),
         sender_projections=column[:, 0],
         sender_sq_norms=column[:, 1],

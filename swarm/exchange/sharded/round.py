@@ -29,7 +29,7 @@ from peertrain.swarm.aggregation.streaming import (
     write_linear_combination,
 )
 
-from ..codec import ProtocolCodec
+from ..codec import Payload, ProtocolCodec
 from .board import DOMAIN, Board
 from .checks import projection
 from .decide import Decision, decide
@@ -78,7 +78,7 @@ class ShardedRound:
             tuple(self.codec.payload_bytes(s.stop - s.start) for s in self.plan.shards),
             self.on_penalty,
         )
-        self.mine: list[bytes] = []  # our slices' payloads, as the owners receive them
+        self.mine: list[Payload] = []  # our slices' payloads, as the owners receive them
         self.fetched: dict[tuple[int, int], bytes] = {}  # (attempt, shard) → its output payload
         self._decisions: dict[int, Decision] = {}
         self._decided = trio.Event()
@@ -157,14 +157,13 @@ class ShardedRound:
             rows=pack_floats(torch.tensor(rows)),
         )
 
-    def encoded(self, values: torch.Tensor) -> bytes:
-        return bytes(self.codec.encode(values.contiguous()))
-
-    async def commit(self, update: torch.Tensor) -> bytes:
-        """Serve our slices, commit to them; returns the nonce we reveal later."""
+    async def commit(self, update: Payload) -> bytes:
+        """Serve the slices of our update (the codec's payload of the whole vector, as the
+        member encoded it: its bytes are cut at the shards, not quantized again), commit to
+        them; returns the nonce we reveal later."""
         digests, sizes = [], []
         for s in self.shards:
-            payload = await self.compute(self.encoded, update[s.start : s.stop])
+            payload = await self.compute(self.codec.slice, update, self.numel, s.start, s.stop)
             self.mine.append(payload)
             key = await self.transport.serve(payload)
             digests.append(key)
