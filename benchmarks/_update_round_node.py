@@ -215,6 +215,7 @@ class BenchNode:
         self.daemon, self.numel, self.peers = daemon, numel, peers
         self.aggregator, self.exchange_kind = aggregator, exchange
         self.sharded = None  # the sharded exchange's member side, with `--exchange sharded`
+        self.phases: list[tuple[str, float]] = []  # the sharded round's phases, from its start
         self.me = daemon.identity.peer_id.to_base58()
         self.members: set[str] = {self.me}
         self.compute: RoundCompute | None = None
@@ -334,6 +335,7 @@ class BenchNode:
             "rejected": self.gossip.rejected,
             "missing": sorted(self.members - got),
             "links": self.remote_ports(),
+            "phases": self.phases,
         }
 
     async def _sharded_round(self, payload, start_at: float, deadline_s: float):
@@ -344,6 +346,8 @@ class BenchNode:
             0, payload, group=self.members, reference=(), salt=b"", timeout=deadline_s
         )
         exchanged = time.monotonic() - start_at
+        marks = sharded.last_marks
+        self.phases = [(what, at - marks[0][1]) for what, at in marks]  # from the round's start
         if set(result.accepted) == self.members:
             await trio.to_thread.run_sync(
                 compute.outer.step, compute.params, result.update, limiter=self.torch

@@ -207,6 +207,7 @@ def report(
     names = {r["peer"]: f"n{i}" for i, r in enumerate(result["reports"])}
     _nodes_table(title, result["reports"], names)
     _pulls_table(figures["pulls"], names)
+    _phases_table(result["reports"], names)
     rows = [
         (names[link["src"]], names[link["dst"]], link["bytes"] / MB, link["bytes"] / nbytes)
         for link in result["links"]
@@ -253,6 +254,23 @@ def _nodes_table(title: str, reports: list[dict[str, Any]], names: dict[str, str
     header = ["node", "peer ID ends", "floor s", "encoded at s", "prepare own s", "payloads"]
     header += ["all in at s", "applied at s", "CPU s in round", "of it event loop", "peak RSS MB"]
     print_table(title, header, rows)
+
+
+def _phases_table(reports: list[dict[str, Any]], names: dict[str, str]) -> None:
+    """The sharded round's phases on each node, seconds from its start (nothing for gather)."""
+    phases = [what for what, _ in reports[0].get("phases", [])]
+    if not phases:
+        return
+    order = {what: i for i, what in enumerate(phases)}
+    for r in reports[1:]:
+        for what, _ in r.get("phases", []):
+            order.setdefault(what, len(order))
+    rows = []
+    for what in sorted(order, key=order.__getitem__):
+        at = [dict((w, t) for w, t in r.get("phases", [])).get(what) for r in reports]
+        rows.append((what, *(float("nan") if t is None else t for t in at)))
+    header = ["sharded round phase ends at s", *(names[r["peer"]] for r in reports)]
+    print_table("the sharded round, phase by phase (each node's own clock)", header, rows)
 
 
 def _pulls_table(pulls: list[dict[str, Any]], names: dict[str, str]) -> None:

@@ -96,7 +96,8 @@ class NodeTensors:
             raw = payload_tensor(payload)  # our encoder's buffer itself, hashed in place
             codec, shape = self.codec, (self.numel,)
             if codec is None:  # opaque bytes as whole fp32 values
-                raw = torch.cat([raw, raw.new_zeros(_padded(len(raw)) - len(raw))])
+                if len(raw) % 4:  # a copy only when there is padding to add
+                    raw = torch.cat([raw, raw.new_zeros(_padded(len(raw)) - len(raw))])
                 codec, shape = "fp32", (len(raw) // 4,)
             return prepare_encoded(
                 f"update/{owner}",

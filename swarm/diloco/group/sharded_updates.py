@@ -59,6 +59,7 @@ class ShardedUpdates:
         self.leased, self.counted = leased, counted
         self.on_penalty = on_penalty or (lambda peer, why: None)
         self.current: ShardedRound | None = None
+        self.last_marks: list[tuple[str, float]] = []  # the last round's phases (ShardedRound)
         self.round = 0  # the round we are in or start next
         self._pending: dict[int, dict[str, list[bytes]]] = {}  # round → sender → messages
 
@@ -129,7 +130,7 @@ class ShardedUpdates:
         try:
             return await run_round(rnd, update)
         finally:
-            self.current, self.round = None, round_ + 1
+            self.current, self.round, self.last_marks = None, round_ + 1, rnd.marks
 
 
 class ShardedDriver(Protocol):

@@ -27,7 +27,9 @@ async def run_round(r: ShardedRound, update: Payload) -> ShardedResult:
     """One round: `update` is our update as the codec encoded it (r.codec, r.numel values)."""
     now = trio.current_time()
     r.commit_deadline, deadline = now + r.patience, now + r.timeout
+    r.mark("start")
     nonce = await r.commit(update)
+    r.mark("committed")
     async with trio.open_nursery() as nursery:
         r.owner_tasks(nursery)
         result = await _attempts(r, nonce, deadline)
@@ -40,6 +42,7 @@ async def _attempts(r: ShardedRound, nonce: bytes, deadline: float) -> ShardedRe
     if not await r.board.wait(lambda: all(r.statistics_of(k) for k in shards), deadline):
         missing = [k for k in shards if r.statistics_of(k) is None]
         raise ExchangeFailed(f"round {r.round_}: no statistics for shard(s) {missing}")
+    r.mark("statistics in")
     chosen = {k: r.statistics_of(k) for k in shards}
     local: dict[int, dict] = {}  # disputed shards: their inputs, recomputed by us
     disputes: list[tuple[int, str, str]] = []
@@ -48,7 +51,9 @@ async def _attempts(r: ShardedRound, nonce: bytes, deadline: float) -> ShardedRe
             attempt, {k: (None if k in local else o, p) for k, (o, p) in chosen.items()}
         )
         outputs = await _outputs(r, decision, local, deadline)
+        r.mark("outputs in")
         verified, seed = await _verify(r, decision, outputs, nonce, deadline)
+        r.mark("verified")
         bad = [k for k in shards if k not in local and not verified.get(k)]
         if not bad:
             return _result(r, decision, outputs, disputes)
@@ -73,6 +78,7 @@ async def _outputs(r: ShardedRound, decision: Decision, local: dict, deadline: f
         return all((a, k, decision.owners[k]) in r.board.outputs for k in wanted)
 
     await r.board.wait(announced, deadline)
+    r.mark("outputs announced")
     async with trio.open_nursery() as nursery:
         for k in wanted:
             nursery.start_soon(_fetch_output, r, decision, k, got)
@@ -102,6 +108,7 @@ async def _verify(
     a, accepted = decision.attempt, decision.accepted
     await r.publish(NonceReveal(attempt=a, nonce=nonce))
     await r.board.wait(lambda: all((a, s) in r.board.reveals for s in accepted), deadline)
+    r.mark("nonces in")
     nonces = [
         reveal.nonce
         for s in accepted
@@ -111,7 +118,9 @@ async def _verify(
     seed = draw_seed(r.round_, a, nonces)
     if r.me in accepted:
         await r.publish(await r.compute(r.my_checks, a, seed, outputs))
+    r.mark("checks sent")
     await r.board.wait(lambda: all((a, s) in r.board.checks for s in accepted), deadline)
+    r.mark("checks in")
 
     def verify() -> dict[int, bool]:  # shards we wrote ourselves (owner None) need no check
         owners = decision.owners

@@ -40,6 +40,8 @@ class OwnedRound(Protocol):
 
     async def publish(self, msg: Message) -> None: ...
 
+    def mark(self, phase: str) -> None: ...
+
     async def decision(self, attempt: int) -> Decision: ...
 
     def statistics_of(self, shard: int) -> tuple[str, ShardStatistics] | None: ...
@@ -63,7 +65,9 @@ class ShardOwner:
             if r.statistics_of(self.shard) is not None:
                 return
         await r.board.wait(lambda: len(r.board.committed()) == len(r.group), r.commit_deadline)
+        r.mark(f"shard {self.shard}: commitments in")
         await self._gather(r.board.committed())
+        r.mark(f"shard {self.shard}: slices in")
         senders = sorted(self.sources)
         if not senders:
             return
@@ -76,6 +80,7 @@ class ShardOwner:
                 gram=b"" if stats.gram is None else pack_floats(stats.gram.flatten()),
             )
         )
+        r.mark(f"shard {self.shard}: statistics sent")
         attempt = 0
         while True:
             decision = await r.decision(attempt)
@@ -99,8 +104,8 @@ class ShardOwner:
             except FetchFailed as exc:
                 log.info("shard %d: no slice from %s: %s", self.shard, sender[:12], exc)
                 return
+        # fetched, it is served by us too: for a dispute, if the sender withholds it
         self.sources[sender] = r.slice_source(self.shard, payload)
-        await r.transport.serve(payload)  # for a dispute, if the sender withholds it
 
     def statistics(self, sources: list[UpdateSource]) -> InputStatistics:
         """The partial statistics we publish (a test's cheating owner overrides this)."""
@@ -120,3 +125,4 @@ class ShardOwner:
         await r.publish(
             ShardOutput(shard=self.shard, attempt=attempt, digest=key, nbytes=len(payload))
         )
+        r.mark(f"shard {self.shard}: output sent")

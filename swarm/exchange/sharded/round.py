@@ -83,6 +83,10 @@ class ShardedRound:
         self._decisions: dict[int, Decision] = {}
         self._decided = trio.Event()
         self.commit_deadline = 0.0  # set when the round starts
+        self.marks: list[tuple[str, float]] = []  # (phase, trio time it ended): where time goes
+
+    def mark(self, phase: str) -> None:
+        self.marks.append((phase, trio.current_time()))
 
     @property
     def shards(self) -> tuple[Shard, ...]:

@@ -24,6 +24,7 @@ class ShardTransport(Protocol):
         ...
 
     async def fetch(self, peer: str, key: bytes, nbytes: int) -> bytes:
-        """The `nbytes` payload `peer` serves under `key`, checked against `key`; raises
-        `FetchFailed` when it has none or sends other bytes."""
+        """The `nbytes` payload `peer` serves under `key`, checked against `key`, and served by
+        us too from then on (an owner holds its inputs for a dispute without hashing them
+        again); raises `FetchFailed` when it has none or sends other bytes."""
         ...
