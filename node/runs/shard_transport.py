@@ -39,12 +39,14 @@ class NodeShardTransport:
     async def serve(self, payload: bytes) -> bytes:
         return await self.tensors.serve("shard", payload)
 
-    async def fetch(self, peer: str, key: bytes, nbytes: int) -> bytes:
+    async def fetch(self, peer: str, key: bytes, nbytes: int) -> memoryview:
+        """The payload in the memory it arrived in (no copy: it is a receive buffer that is
+        not reused while anything refers to it, node/net/receive_buffers.py)."""
         held = self.tensors.local_payload(key, nbytes)  # ours (an owner's own slice): verified
         if held is not None:
-            return bytes(held)
+            return held
         try:
-            payload = bytes(await self.tensors.fetch_payload([peer], key, nbytes))
+            payload = await self.tensors.fetch_payload([peer], key, nbytes)
         except (TransferFailed, BudgetExceeded) as exc:
             raise FetchFailed(f"{peer[:12]}: {exc}") from exc
         self.counted(len(payload))

@@ -91,13 +91,15 @@ class ProtocolCodec:
         codecs.encode(values, self.name, block_size=self.block_size, residual=residual, out=out)
         return memoryview(out.numpy())
 
-    def decode(self, payload: Payload, numel: int) -> torch.Tensor:
+    def decode(self, payload: Payload, numel: int, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The `numel` values, into `out` (contiguous fp32) when given."""
         return codecs.decode(
             payload_tensor(payload),
             self.name,
             dtype="float32",
             shape=(numel,),
             block_size=self.block_size,
+            out=out,
         )
 
     def slice(self, payload: Payload, numel: int, start: int, stop: int) -> Payload:

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import torch
 from peertrain.protocol import codecs
 
+from ..codec import payload_tensor
+
 RELATIVE = 1e-6  # float64 sums of float32 values in other orders
 BLOCK = 1024  # values per block of ρ (see `projection`)
 FLOAT_EPSILON = {"fp32": 2.0**-24, "fp16": 2.0**-11, "bf16": 2.0**-8}
@@ -67,7 +69,7 @@ def quantization_slack(payload: bytes, decoded: torch.Tensor, codec: str, block_
     read from the payload itself: a blockwise int codec rounds each value by at most half its
     block's step (the stored scale), uniformly; a float codec by its relative precision."""
     parts = codecs.checked_parts(
-        torch.frombuffer(bytearray(payload), dtype=torch.uint8),
+        payload_tensor(payload),
         codec,
         shape=(decoded.numel(),),
         block_size=block_size,

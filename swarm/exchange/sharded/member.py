@@ -7,6 +7,7 @@ import logging
 
 import torch
 import trio
+from peertrain.protocol.errors import DecodeError
 from peertrain.swarm.aggregation.streaming import DEFAULT_CHUNK_SIZE, TensorSource, source_sq_norm
 from peertrain.swarm.exchange.codec import Payload
 from peertrain.swarm.exchange.errors import ExchangeFailed
@@ -56,11 +57,11 @@ async def _attempts(r: ShardedRound, nonce: bytes, deadline: float) -> ShardedRe
         r.mark("verified")
         bad = [k for k in shards if k not in local and not verified.get(k)]
         if not bad:
-            return _result(r, decision, outputs, disputes)
+            return await _result(r, decision, outputs, disputes)
         replaced = await recompute(r, decision, seed, bad, chosen, local, disputes)
         if not replaced:  # outputs only were wrong: ours are recomputed from the inputs
             outputs.update({k: r.local_output(k, decision, local[k]) for k in bad})
-            return _result(r, decision, outputs, disputes)
+            return await _result(r, decision, outputs, disputes)
     raise ExchangeFailed(f"round {r.round_}: statistics disputed in {MAX_ATTEMPTS} attempts")
 
 
@@ -96,7 +97,12 @@ async def _fetch_output(r: ShardedRound, decision: Decision, k: int, got: dict) 
     except FetchFailed:
         return
     s = r.shards[k]
-    got[k] = await r.compute(r.codec.decode, payload, s.stop - s.start)
+    try:
+        got[k] = await r.compute(r.codec.decode, payload, s.stop - s.start, r.output_buffer(k))
+    except DecodeError as exc:  # committed to, yet not an output: the shard is recomputed
+        log.warning("round %d shard %d: %s's output does not decode: %s", r.round_, k, owner, exc)
+        got[k] = None
+        return
     r.fetched[(decision.attempt, k)] = payload
 
 
@@ -167,10 +173,11 @@ def _shard_holds(r: ShardedRound, decision: Decision, k: int, out, seed: bytes) 
     return why is None
 
 
-def _result(r: ShardedRound, decision: Decision, outputs: dict, disputes: list) -> ShardedResult:
-    update = torch.cat([outputs[k] for k in sorted(outputs)])
+async def _result(
+    r: ShardedRound, decision: Decision, outputs: dict, disputes: list
+) -> ShardedResult:
     return ShardedResult(
-        update=update,
+        update=await r.compute(r.assemble, outputs),
         accepted=decision.accepted,
         rejected=decision.rejected,
         weights=tuple(decision.weights.tolist()),

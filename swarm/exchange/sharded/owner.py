@@ -119,8 +119,7 @@ class ShardOwner:
         r = self.r
         if any(s not in self.sources for s in decision.senders):
             return  # decided on senders we do not hold: our statistics were not chosen
-        out = await r.compute(self.output, decision)
-        payload = bytes(r.codec.encode(out))
+        payload = await r.compute(lambda: r.codec.encode(self.output(decision)))
         key = await r.transport.serve(payload)
         await r.publish(
             ShardOutput(shard=self.shard, attempt=attempt, digest=key, nbytes=len(payload))

@@ -84,9 +84,28 @@ class ShardedRound:
         self._decided = trio.Event()
         self.commit_deadline = 0.0  # set when the round starts
         self.marks: list[tuple[str, float]] = []  # (phase, trio time it ended): where time goes
+        self._aggregate: torch.Tensor | None = None  # the outputs, decoded in place side by side
 
     def mark(self, phase: str) -> None:
         self.marks.append((phase, trio.current_time()))
+
+    def output_buffer(self, shard: int) -> torch.Tensor:
+        """Where shard `shard` of the aggregate is decoded: its place in one buffer of the
+        whole vector, so the result needs no concatenating copy (100M values: a 400 MB copy,
+        and its page faults, 1.2 s on the event loop at 25M under load)."""
+        if self._aggregate is None:
+            self._aggregate = torch.empty(self.numel)
+        s = self.shards[shard]
+        return self._aggregate[s.start : s.stop]
+
+    def assemble(self, outputs: dict[int, torch.Tensor]) -> torch.Tensor:
+        """The aggregate from every shard's output (copied into place unless decoded there)."""
+        for k, out in outputs.items():
+            place = self.output_buffer(k)
+            if out.data_ptr() != place.data_ptr():
+                place.copy_(out)
+        assert self._aggregate is not None
+        return self._aggregate
 
     @property
     def shards(self) -> tuple[Shard, ...]:

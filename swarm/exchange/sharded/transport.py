@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from ..codec import Payload
 from ..errors import FetchFailed
 
 __all__ = ["FetchFailed", "ShardTransport"]
@@ -23,7 +24,7 @@ class ShardTransport(Protocol):
         that binds its bytes, so a commitment to the address is a commitment to the bytes)."""
         ...
 
-    async def fetch(self, peer: str, key: bytes, nbytes: int) -> bytes:
+    async def fetch(self, peer: str, key: bytes, nbytes: int) -> Payload:
         """The `nbytes` payload `peer` serves under `key`, checked against `key`, and served by
         us too from then on (an owner holds its inputs for a dispute without hashing them
         again); raises `FetchFailed` when it has none or sends other bytes."""
