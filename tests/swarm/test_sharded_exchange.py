@@ -127,6 +127,30 @@ class WrongOutput(ShardedRound):
         return owner
 
 
+class UndecodableOutput(ShardedRound):
+    """Commits to an output and serves exactly those bytes, which no member can decode."""
+
+    def owner(self, shard, position):
+        owner = ShardOwner(self, shard, position)
+        honest = owner.encoded
+
+        def encoded(decision):
+            payload = honest(decision)
+            payload[:4] = torch.tensor([float("nan")]).numpy().tobytes()  # its first scale
+            return payload
+
+        owner.encoded = encoded
+        return owner
+
+
+class UndecodableSlices(ShardedRound):
+    """Commits to its update with a NaN block scale in shard 0's slice: signed, undecodable."""
+
+    async def commit(self, update):
+        update[:4] = torch.tensor([float("nan")]).numpy().tobytes()
+        return await super().commit(update)
+
+
 class SilentOwner(ShardedRound):
     def owner(self, shard, position):
         owner = ShardOwner(self, shard, position)
@@ -164,6 +188,7 @@ class FalseProjector(FalseAccuser):
         (WrongOutput, "flag", "not the aggregate"),
         (WrongOutput, "mean", "not the aggregate"),
         (SilentOwner, "flag", None),
+        (UndecodableOutput, "flag", "not the aggregate"),
     ],
 )
 async def test_a_cheating_owner_is_caught_and_the_round_ends_honest(cheat, rule_name, why):
@@ -199,6 +224,19 @@ class Equivocator(ShardedRound):
         other = self.codec.encode(self.codec.decode(update, self.numel) + 1.0)
         await super().commit(other)  # a second, different commitment for the round
         return nonce
+
+
+async def test_a_sender_committing_to_an_undecodable_slice_is_out_of_the_round_and_penalised():
+    ups = updates(range(4), seed=4)
+    results, penalties, rounds, _ = await run_group("flag", ups, kinds={1: UndecodableSlices})
+    cheater = list(rounds)[1]
+    honest = {peer: result for peer, result in results.items() if peer != cheater}
+    assert len({bytes(r.update.numpy().tobytes()) for r in honest.values()}) == 1
+    for result in honest.values():
+        assert cheater not in result.accepted and len(result.accepted) == 3
+    blamed = [why for peer in honest for who, why in penalties[peer] if who == cheater]
+    assert blamed and all("does not decode" in why for why in blamed)  # by shard 0's owner
+    assert all(who == cheater for peer in honest for who, _ in penalties[peer])
 
 
 async def test_a_sender_equivocating_between_owners_is_out_of_the_round_and_penalised():

@@ -9,10 +9,11 @@ from typing import Any, Protocol
 
 import torch
 import trio
+from peertrain.protocol.errors import DecodeError
 from peertrain.protocol.messages import Message
 from peertrain.swarm.aggregation.base import Aggregator
 from peertrain.swarm.aggregation.streaming import InputStatistics, UpdateSource
-from peertrain.swarm.exchange.codec import ProtocolCodec
+from peertrain.swarm.exchange.codec import Payload, ProtocolCodec
 
 from .board import Board
 from .decide import Decision
@@ -105,7 +106,11 @@ class ShardOwner:
                 log.info("shard %d: no slice from %s: %s", self.shard, sender[:12], exc)
                 return
         # fetched, it is served by us too: for a dispute, if the sender withholds it
-        self.sources[sender] = r.slice_source(self.shard, payload)
+        try:
+            self.sources[sender] = r.slice_source(self.shard, payload)
+        except DecodeError as exc:  # the bytes it signed for: out of our statistics, so out
+            r.on_penalty(sender, f"its slice of shard {self.shard} does not decode: {exc}")
+            log.info("shard %d: %s's slice does not decode: %s", self.shard, sender[:12], exc)
 
     def statistics(self, sources: list[UpdateSource]) -> InputStatistics:
         """The partial statistics we publish (a test's cheating owner overrides this)."""
@@ -115,11 +120,15 @@ class ShardOwner:
         """Our shard of the aggregate, fp32 (a test's cheating owner overrides this)."""
         return self.r.write_shard(self.shard, decision, self.sources)
 
+    def encoded(self, decision: Decision) -> Payload:
+        """Our shard of the aggregate as we serve it (a test's cheating owner overrides this)."""
+        return self.r.codec.encode(self.output(decision))
+
     async def _write(self, decision: Decision, attempt: int) -> None:
         r = self.r
         if any(s not in self.sources for s in decision.senders):
             return  # decided on senders we do not hold: our statistics were not chosen
-        payload = await r.compute(lambda: r.codec.encode(self.output(decision)))
+        payload = await r.compute(self.encoded, decision)
         key = await r.transport.serve(payload)
         await r.publish(
             ShardOutput(shard=self.shard, attempt=attempt, digest=key, nbytes=len(payload))
