@@ -247,6 +247,7 @@ class BenchNode:
             expected=lambda round_: set(self.members),
             reserve_updates=len(self.members) - 1,
             encoder=self.compute.encoder,
+            shard_group=len(self.members) if self.exchange_kind == "sharded" else 0,
             tensors_class=TimedTensors,
             transport_class=TimedTransport,
         ) as exchange:

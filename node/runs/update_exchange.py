@@ -173,6 +173,7 @@ async def open_update_exchange(
     transport_class: Callable[[NodeTensors], GroupTransport] = UpdateTransport,
     nbytes: int | None = None,
     nbytes_of: Callable[[int], int] | None = None,
+    shard_group: int = 0,
 ) -> AsyncIterator[RunUpdateChannels]:
     """Update gossip for `run_id` on the node's services, subscribed to its topic while open
     (and a sharded run's transport on the same). `codec`: the one the member encodes with.
@@ -180,7 +181,9 @@ async def open_update_exchange(
     waits for. Buffers for `reserve_updates` incoming updates (and our own next one, when
     `encoder` is given: its payloads then go into the same recycled buffers) are faulted in in
     the background. `nbytes_of(round)`: each round's payload size (at most `nbytes`) when they
-    differ: opaque bytes then (Streaming DiLoCo's)."""
+    differ: opaque bytes then (Streaming DiLoCo's). `shard_group`: a sharded run's expected
+    group size: buffers for a round's shard slices and outputs are reserved instead of whole
+    updates (about 2 × U, not (N − 1) × U)."""
     from peertrain.swarm.exchange.gossip import UpdateGossip
 
     topic = update_topic(run_id)
@@ -200,9 +203,16 @@ async def open_update_exchange(
         encoder.allocate = tensors.receive_buffers.acquire
         reserve_updates += 1
 
+    opaque = tensors_class(node, topic, codec=None, block_size=codec.block_size, numel=0)
+
     async def reserve() -> None:
-        nbytes = gossip.expected_nbytes
-        await tensors.reserve_receive_buffers(reserve_updates, nbytes if name else _padded(nbytes))
+        nbytes, count = gossip.expected_nbytes, reserve_updates
+        if shard_group:  # whole updates: only our own encoder's
+            count = int(encoder is not None)
+            size, needed = _shard_buffers(codec, numel, shard_group)
+            opaque.receive_buffers.max_free = max(opaque.receive_buffers.max_free, needed)
+            await opaque.reserve_receive_buffers(needed, size)
+        await tensors.reserve_receive_buffers(count, nbytes if name else _padded(nbytes))
         reserved.set()
 
     network = node.host.get_network()
@@ -213,12 +223,25 @@ async def open_update_exchange(
             inbox = await node.gossip.subscribe(topic, validator=gossip.validate)
             nursery.start_soon(_drain, inbox)  # announcements act in the validator; drop copies
             nursery.start_soon(reserve)
-            opaque = tensors_class(node, topic, codec=None, block_size=codec.block_size, numel=0)
             shards = NodeShardTransport(opaque, gossip.count_fetched)  # a sharded run's
             yield RunUpdateChannels(tensors, gossip, reserved, shards)
             nursery.cancel_scope.cancel()
     finally:
         network.remove_notifee(departures)
+
+
+def _shard_buffers(codec: ProtocolCodec, numel: int, members: int) -> tuple[int, int]:
+    """(size, count) of the receive buffers a sharded round of `members` needs: the other
+    members' slices of our shard and the other owners' outputs, 2 × (members − 1), all of the
+    shards' usual size (shards are cut on 64K-value windows: the odd ones, at most one or two
+    of each size, get fresh memory)."""
+    from collections import Counter
+
+    from peertrain.swarm.aggregation.sharded import plan_shards
+
+    shards = plan_shards(numel, members).shards
+    sizes = Counter(_padded(codec.payload_bytes(s.stop - s.start)) for s in shards)
+    return sizes.most_common(1)[0][0], 2 * (members - 1)
 
 
 def open_member_exchange(node: NodeServices, state: RunState, built: BuiltMember, min_members: int):
@@ -241,6 +264,7 @@ def open_member_exchange(node: NodeServices, state: RunState, built: BuiltMember
         is_member=lambda peer: state.is_live(peer) or peer == me,
         expected=lambda round_: expected_members(state, me, round_),
         reserve_updates=min_members - 1,
+        shard_group=min_members if built.spec.exchange == "sharded" else 0,
         # a fragment's payload gets its sample count in front: a copy, not the encoder's buffer
         encoder=None if sizes else member.encoder,
         **sizes,

@@ -66,32 +66,28 @@ async def _attempts(r: ShardedRound, nonce: bytes, deadline: float) -> ShardedRe
 
 
 async def _outputs(r: ShardedRound, decision: Decision, local: dict, deadline: float) -> dict:
-    """Every shard of the aggregate, decoded: fetched from its owner and checked against the
-    owner's committed digest, or written by us for shards we hold the inputs of; None where
-    an owner published nothing or served bytes it did not commit to."""
+    """Every shard of the aggregate, decoded: fetched from its owner as soon as the owner
+    announces it and checked against the owner's committed digest, or written by us for shards
+    we hold the inputs of; None where an owner published nothing or served bytes it did not
+    commit to."""
     got: dict[int, torch.Tensor | None] = {}
     for k in local:
         got[k] = r.local_output(k, decision, local[k])
-    wanted = [k for k in decision.owners if k not in local]
-    a = decision.attempt
-
-    def announced() -> bool:
-        return all((a, k, decision.owners[k]) in r.board.outputs for k in wanted)
-
-    await r.board.wait(announced, deadline)
-    r.mark("outputs announced")
     async with trio.open_nursery() as nursery:
-        for k in wanted:
-            nursery.start_soon(_fetch_output, r, decision, k, got)
+        for k in decision.owners:
+            if k not in local:
+                nursery.start_soon(_fetch_output, r, decision, k, got, deadline)
     return got
 
 
-async def _fetch_output(r: ShardedRound, decision: Decision, k: int, got: dict) -> None:
-    owner = decision.owners[k]
-    claim = r.board.outputs.get((decision.attempt, k, owner))
+async def _fetch_output(
+    r: ShardedRound, decision: Decision, k: int, got: dict, deadline: float
+) -> None:
+    owner, a = decision.owners[k], decision.attempt
     got[k] = None
-    if claim is None or owner is None:
+    if owner is None or not await r.board.wait(lambda: (a, k, owner) in r.board.outputs, deadline):
         return
+    claim = r.board.outputs[(a, k, owner)]
     try:
         payload = await r.transport.fetch(owner, claim.digest, claim.nbytes)
     except FetchFailed:
