@@ -29,15 +29,17 @@ class Panel:
     title: str
     unit: str
     series: Sequence[Series]
+    sizes: Sequence[int] = ()  # its own x values (e.g. group sizes); none: the figure's
 
 
 def draw(path: Path, sizes: Sequence[int], panels: Sequence[Panel], *, columns: int = 2) -> None:
+    columns = max(1, min(columns, len(panels)))
     rows = -(-len(panels) // columns)
     image = Image.new("RGB", (PANEL_W * columns, PANEL_H * rows), "white")
     pen = ImageDraw.Draw(image)
     for index, panel in enumerate(panels):
         left, top = (index % columns) * PANEL_W, (index // columns) * PANEL_H
-        _panel(pen, left, top, sizes, panel)
+        _panel(pen, left, top, panel.sizes or sizes, panel)
     image.save(path)
 
 

@@ -19,12 +19,20 @@ Per size (testing/sim_scenarios.py):
               DHT (maintenance, churn, the window's gets) and run-state replication
   converge    one replica's change (a progress counter): time until every replica holds it
   reach       one member's update announcement: time until 50%, 99%, all members recorded it
+  exchange    one DiLoCo group's update round at N = 4 … 64 members (the group sizes a run
+              allows): update bytes each member receives per round, in multiples of the update
+              U, for the sharded exchange (the real code: benchmarks/exchange_scale.py, a 13 MB
+              int8 update on 50/200 Mbit/s links) beside the all-gather
 Models: hops, lookup latency, DHT traffic, convergence and reach grow as log N (Kademlia's
 lookups, gossip's depth log_D N); replication traffic per node is constant in N. Each model is
-fitted at the smallest size and extrapolated.
+fitted at the smallest size and extrapolated. Update bytes per member: about 2 U whatever N for
+the sharded exchange (an all-reduce's 2 U (N − 1)/N) plus the owners' statistics, N partial
+Grams of N × N floats, which grow as N³ and are small beside a real model's U (at N = 64, 2 MB
+against 2 MB: 2.6 U; against 13 MB: 2.2 U); (N − 1) U for the all-gather.
 
-`--quick` runs 1k nodes only; `--combine OUT...` prints one table and plot from the outputs of
-runs made separately (one size per process). The last line is one JSON object with every figure.
+`--quick` runs 1k nodes and groups of 4 and 8 only; `--sizes` with no size runs the exchange
+alone; `--combine OUT...` prints one table and plot from the outputs of runs made separately
+(one size per process). The last line is one JSON object with every figure.
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _report import print_json, print_table  # noqa: E402
 from _scale_plot import Panel, Series, draw  # noqa: E402
+from exchange_scale import measure as measure_exchange  # noqa: E402
 from peertrain.testing.sim_scenarios import (  # noqa: E402
     DhtFigures,
     GossipFigures,
@@ -103,6 +112,27 @@ def simulate(n: int, seed: int) -> dict:
     }
 
 
+GROUP_SIZES = (4, 8, 16, 32, 64)  # members of one DiLoCo group (a run's max_members is 64)
+EXCHANGE_MBYTES = 13.0  # the update U of the exchange scenario (exchange_scale.py's default)
+
+
+def exchange(sizes: list[int]) -> list[dict]:
+    """Update bytes per member per round against the group's size, both exchanges."""
+    rows = []
+    for n in sizes:
+        got = measure_exchange(n, EXCHANGE_MBYTES, "flag")
+        rows.append({
+            "members": n,
+            "sharded_recv_u": got["sharded"]["recv_u"],
+            "sharded_sent_u": got["sharded"]["sent_u"],
+            "gather_recv_u": got["all_gather"]["recv_u"],
+            "sharded_round_s": got["sharded"]["wall_p99_s"],
+            "gather_round_s": got["all_gather"]["wall_p99_s"],
+        })  # fmt: skip
+        print(f"group of {n}: sharded {rows[-1]['sharded_recv_u']:.2f} U", flush=True)
+    return rows
+
+
 def model(results: list[dict], key: str, n: int) -> float:
     """log N growth through the smallest size's figure (constant for per-node replication)."""
     base = results[0]
@@ -135,7 +165,37 @@ ROWS = (  # (key, label, unit)
 )
 
 
-def report(results: list[dict], png: Path) -> None:
+def exchange_report(rows: list[dict]) -> Panel:
+    print_table(
+        f"update bytes per member per round vs N ({EXCHANGE_MBYTES:g} MB int8 update U, Flag; "
+        "links 50/200 Mbit/s, 30 ms; round time is network time)",
+        ["members", "sharded recv/U", "sharded sent/U", "all-gather recv/U", "(N-1)",
+         "sharded round s", "all-gather round s"],
+        [[r["members"], r["sharded_recv_u"], r["sharded_sent_u"], r["gather_recv_u"],
+          r["members"] - 1, r["sharded_round_s"], r["gather_round_s"]] for r in rows],
+    )  # fmt: skip
+    sizes = [r["members"] for r in rows]
+    return Panel(
+        "update bytes per member per round vs N",
+        "U",
+        [
+            Series("sharded", [r["sharded_recv_u"] for r in rows]),
+            Series("all-gather", [r["gather_recv_u"] for r in rows]),
+            Series("2 U (all-reduce)", [2.0 * (n - 1) / n for n in sizes], dashed=True),
+        ],
+        sizes=sizes,
+    )
+
+
+def report(results: list[dict], png: Path, exchange_rows: list[dict]) -> None:
+    panels = network_report(results) if results else []
+    if exchange_rows:
+        panels.append(exchange_report(exchange_rows))
+    draw(png, [r["n"] for r in results] or [1], panels)
+    print(f"plot: {png}")
+
+
+def network_report(results: list[dict]) -> list[Panel]:
     sizes = [r["n"] for r in results]
     modelled = {k for k, *_ in ROWS if k in LOG_MODELS or k in ("crdt_msgs_node_min",)}
     header = ["measure", *[f"N={n}" for n in sizes], "model", f"model at {sizes[-1]}"]
@@ -165,8 +225,7 @@ def report(results: list[dict], png: Path) -> None:
             [("converge_max_s", "change at every replica"), ("reach_all_s", "announcement at all")],
         ),  # fmt: skip
     ]
-    draw(png, sizes, panels)
-    print(f"plot: {png}")
+    return panels
 
 
 def _panel(results: list[dict], title: str, unit: str, keys: list[tuple[str, str]]) -> Panel:
@@ -192,26 +251,39 @@ def _last_json(path: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 4000, 10000])
+    parser.add_argument(
+        "--sizes", type=int, nargs="*", default=[1000, 4000, 10000],
+        help="network sizes (none: the update-exchange scenario alone)",
+    )  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="1k nodes only")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--png", type=Path, default=Path("scale_sim.png"))
+    parser.add_argument(
+        "--group-sizes", type=int, nargs="*", default=list(GROUP_SIZES),
+        help="members of the update-exchange scenario (none: skip it)",
+    )  # fmt: skip
     parser.add_argument(
         "--combine", type=Path, nargs="+", help="no simulation: one table and plot of earlier "
         "runs' outputs (their last lines), e.g. sizes run as separate processes",
     )  # fmt: skip
     args = parser.parse_args()
     load = os.getloadavg()[0]
+    exchange_rows = None
     if args.combine:
-        results = [r for path in args.combine for r in _last_json(path)["results"]]
+        saved = [_last_json(path) for path in args.combine]
+        results = [r for out in saved for r in out["results"]]
+        exchange_rows = next((out["exchange"] for out in saved if out.get("exchange")), None)
     else:
         results = [_simulate_one(n, args.seed) for n in ([1000] if args.quick else args.sizes)]
     results.sort(key=lambda r: r["n"])
     sizes = [r["n"] for r in results]
-    report(results, args.png)
-    models = {k: model(results, k, sizes[-1]) for k in LOG_MODELS}
+    if exchange_rows is None:
+        exchange_rows = exchange(args.group_sizes[:2] if args.quick else args.group_sizes)
+    report(results, args.png, exchange_rows)
+    models = {k: model(results, k, sizes[-1]) for k in LOG_MODELS} if sizes else {}
     loads = [round(load, 2), round(os.getloadavg()[0], 2)]
     print_json({"benchmark": "scale_sim", "sizes": sizes, "results": results,
+                "exchange": exchange_rows,
                 "models_at_largest": models, "png": str(args.png),
                 "load_avg": loads, "cpus": os.cpu_count()})  # fmt: skip
 
