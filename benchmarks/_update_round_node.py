@@ -275,6 +275,9 @@ class BenchNode:
             on_penalty=None,
         )
         self.gossip.shard_inbox = self.sharded.receive
+        # faulted in before the round, as the gather's receive buffers are (a session's rounds
+        # reuse them from the second on)
+        self.sharded.buffers.warm(self.numel, self.peers)
 
     async def wait_connected(self) -> None:
         # an announcement published before the gossipsub mesh forms (next heartbeat) is lost

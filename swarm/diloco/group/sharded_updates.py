@@ -30,6 +30,7 @@ from peertrain.swarm.exchange.gossip import UpdateGossip
 from peertrain.swarm.exchange.round_record import open_from_origin
 from peertrain.swarm.exchange.sharded import ShardedResult, ShardedRound, ShardTransport, run_round
 from peertrain.swarm.exchange.sharded.board import DOMAIN, MAX_ENVELOPE
+from peertrain.swarm.exchange.sharded.round import RoundBuffers
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ class ShardedUpdates:
         self.on_penalty = on_penalty or (lambda peer, why: None)
         self.current: ShardedRound | None = None
         self.last_marks: list[tuple[str, float]] = []  # the last round's phases (ShardedRound)
+        self.buffers = RoundBuffers()  # every round's, reused
         self.round = 0  # the round we are in or start next
         self._pending: dict[int, dict[str, list[bytes]]] = {}  # round → sender → messages
 
@@ -121,6 +123,7 @@ class ShardedUpdates:
             timeout=timeout,
             on_penalty=self.on_penalty,
             reference=frozenset(reference),
+            buffers=self.buffers,
         )
         self.round, self.current = round_, rnd
         for messages in self._pending.pop(round_, {}).values():

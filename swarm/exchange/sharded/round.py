@@ -49,6 +49,33 @@ class ShardedResult:
     disputes: list[tuple[int, str, str]]  # (shard, blamed peer, why)
 
 
+class RoundBuffers:
+    """fp32 memory a member's rounds reuse (ShardedUpdates keeps one for all its rounds): the
+    aggregate the outputs are decoded into, and a scratch for one of our own slices. Fresh
+    memory every round cost its page faults every round (a 100M-value update: ~25 000 for the
+    aggregate alone, more than decoding into it). The aggregate handed out by a round is valid
+    until the next round starts (the driver applies it before)."""
+
+    def __init__(self) -> None:
+        self._aggregate = torch.empty(0)
+        self._scratch = torch.empty(0)
+
+    def aggregate(self, numel: int) -> torch.Tensor:
+        if self._aggregate.numel() != numel:
+            self._aggregate = torch.empty(numel)
+        return self._aggregate
+
+    def scratch(self, numel: int) -> torch.Tensor:
+        if self._scratch.numel() < numel:
+            self._scratch = torch.empty(numel)
+        return self._scratch[:numel]
+
+    def warm(self, numel: int, group: int) -> None:
+        """Fault both in now (off the event loop), as a round of `group` members uses them."""
+        self.aggregate(numel).zero_()
+        self.scratch(max(s.stop - s.start for s in plan_shards(numel, group).shards)).zero_()
+
+
 @dataclass
 class ShardedRound:
     run_id: str
@@ -67,6 +94,7 @@ class ShardedRound:
     reference: frozenset[str] = frozenset()  # whose norms bound the others' (anchors)
     # torch work off the event loop; the scale benchmark runs it inline under a mock clock
     compute: Callable[..., Awaitable[Any]] = trio.to_thread.run_sync
+    buffers: RoundBuffers = field(default_factory=RoundBuffers)
 
     def __post_init__(self) -> None:
         self.group = sorted(self.group)
@@ -84,7 +112,6 @@ class ShardedRound:
         self._decided = trio.Event()
         self.commit_deadline = 0.0  # set when the round starts
         self.marks: list[tuple[str, float]] = []  # (phase, trio time it ended): where time goes
-        self._aggregate: torch.Tensor | None = None  # the outputs, decoded in place side by side
 
     def mark(self, phase: str) -> None:
         self.marks.append((phase, trio.current_time()))
@@ -93,10 +120,8 @@ class ShardedRound:
         """Where shard `shard` of the aggregate is decoded: its place in one buffer of the
         whole vector, so the result needs no concatenating copy (100M values: a 400 MB copy,
         and its page faults, 1.2 s on the event loop at 25M under load)."""
-        if self._aggregate is None:
-            self._aggregate = torch.empty(self.numel)
         s = self.shards[shard]
-        return self._aggregate[s.start : s.stop]
+        return self.buffers.aggregate(self.numel)[s.start : s.stop]
 
     def assemble(self, outputs: dict[int, torch.Tensor]) -> torch.Tensor:
         """The aggregate from every shard's output (copied into place unless decoded there)."""
@@ -104,8 +129,7 @@ class ShardedRound:
             place = self.output_buffer(k)
             if out.data_ptr() != place.data_ptr():
                 place.copy_(out)
-        assert self._aggregate is not None
-        return self._aggregate
+        return self.buffers.aggregate(self.numel)
 
     @property
     def shards(self) -> tuple[Shard, ...]:
@@ -167,9 +191,7 @@ class ShardedRound:
         """Our signed facts about our own slices: ⟨ρ_k, g_k⟩, ‖g_k‖², ⟨g_k, out_k⟩ per shard
         (a test's lying sender overrides this)."""
         projections, sq_norms, rows = [], [], []
-        # one scratch for every slice: fresh memory per slice cost its page faults (a 100 MB
-        # update's: ~25 000 of them) more than the decoding itself
-        scratch = torch.empty(max(s.stop - s.start for s in self.shards))
+        scratch = self.buffers.scratch(max(s.stop - s.start for s in self.shards))
         for k, payload in enumerate(self.mine):
             s = self.shards[k]
             g = self.codec.decode(payload, s.stop - s.start, scratch[: s.stop - s.start])
