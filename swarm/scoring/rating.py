@@ -32,6 +32,9 @@ of 0.07 to 0.3 after warm-up). Judged against the reference alone, honest member
 as harmful (a 4-member run then trained on with three).
 
 Who counts (the counted group is decided by roster.py from the trusted scorers' cards):
+- a founder (present at round 0, when nothing is rated yet) counts from round 1 if its first
+  evaluation says so (`founded`: a credit ≥ `FOUNDER_CREDIT`, its own work, on its own shard,
+  harmless); otherwise it earns its place as a newcomer does;
 - a newcomer counts once it has `MIN_EVALUATIONS` evaluated rounds, a rating ≥ `ADMIT_RATING`
   and, in its first `FIT_CHECKED_FOR` evaluations, a fitness > `FIT_MIN` (about three rounds of
   honest work on its own shard; a free rider's rating stays near 0 however long it waits);
@@ -69,6 +72,7 @@ DROP_RATING = 0.15
 HARM_RATIO = 4.0  # harmful: a held-out gain ≤ −max(HARM_RATIO × reference, HARM_LOSS × loss)
 HARM_LOSS = 3.0
 INFORMATIVE = 2.0  # a round rates only when the reference gain ≥ INFORMATIVE × its spread
+FOUNDER_CREDIT = 0.5  # a founder's first credit that earns its place at once (honest: ~1)
 FIT_MIN = 0.0  # fitness (the fit's EMA) a newcomer needs: better on its own shard than held-out
 # the floor is shallow: an honest member's worst rounds near convergence measure −20x and
 # are noise (below), so one of them must not undo three good ones; harm is told apart by its
@@ -147,6 +151,20 @@ def earned(rating: Rating | None) -> bool:
         rating.rating >= ADMIT_RATING
         and not _harmful(rating)
         and (rating.fit > FIT_MIN or not young)
+    )
+
+
+def founded(rating: Rating | None) -> bool:
+    """A founder's place earned on its first evaluation: its round-0 update removed at least
+    `FOUNDER_CREDIT` of what the reference removed, fitted its own shard, and carries no flag
+    (not a copy, a zero, missing, off its shard or harmful). Only the first: a founder that
+    free-rode round 0 and worked once later earns its place as any newcomer does."""
+    return (
+        rating is not None
+        and rating.evaluations == 1
+        and rating.last >= FOUNDER_CREDIT
+        and rating.fit > FIT_MIN
+        and not rating.flag
     )
 
 

@@ -12,12 +12,15 @@ at its plateau). Three of them, because one alone is no yardstick: it depends on
 drawn (each round's shard of each member is a hash of the round's start and the peer), and over
 five runs here the clean five-round means spanned 0.118 to 0.136.
 
-The issue's target, within 5% of the run without Sybils, is not met: the Sybils count as
-founders in rounds 0 and 1 (nothing rates them yet), and their zero, copied and random updates
-in those aggregates cost the honest run about a round of progress. At this plateau the attacked
-runs' means were 0.132, 0.132 and 0.147 (up to 1.08x the worst of the clean ones); at lr 1e-3,
-still descending at round 20, 0.232 against 0.189 to 0.206 (1.12x). The bound below is what
-holds with that cost; an attack that reached an aggregate would end far above it.
+Round 0 counts the anchor alone and rates every founder's update, and a founder counts from
+round 1 only if that first rating says it worked (roster.py): the Sybils are in no aggregate,
+ever. Counting founders unrated, as before, put their zero, copied and random updates into the
+aggregates of rounds 0 and 1 and cost the honest run about a round (attacked runs 0.132, 0.132
+and 0.147 against clean ones of 0.118 to 0.136). Now, measured: clean 0.139, 0.116 and 0.126
+(mean 0.127), with 8 Sybils 0.128, 1.01x the clean mean. One attacked run against three clean
+ones is a comparison of noisy samples (a clean run alone lands anywhere in ±8% of their mean),
+so the bound below is 1.10x the worst clean run, and the mechanism is asserted directly: no
+Sybil counted in any round.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -43,12 +47,25 @@ PATIENT = ",".join(
 )
 
 
-def swarm(tmp_path, name: str, *extra: str) -> dict:
+def start(tmp_path: Path, name: str, *extra: str) -> tuple[subprocess.Popen, Path]:
+    """One `swarm local` run in the background; its output goes to NAME.log."""
     report = tmp_path / f"{name}.json"
     command = [sys.executable, "-m", "peertrain", "swarm", "local", *FLAGS, *extra]
     command += ["--report", str(report), "--log-format", "plain"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=500)
-    assert done.returncode == 0, done.stdout[-3000:]
+    with (tmp_path / f"{name}.log").open("w") as log:  # the child keeps its own descriptor
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    return process, report
+
+
+def finish(run: tuple[subprocess.Popen, Path]) -> dict:
+    process, report = run
+    try:
+        returncode = process.wait(timeout=500)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert returncode == 0, report.with_suffix(".log").read_text()[-3000:]
     return json.loads(report.read_text())
 
 
@@ -65,25 +82,31 @@ def test_a_patient_sybil_never_counts_and_its_attack_changes_nothing(tmp_path):
     # on the updates they send in the round, not pulled as latecomers (a joiner that arrives
     # after a small founding group has raced ahead was rated `missing` round after round on a
     # fresh clone: the known weakness of admission, named in docs/security.md)
-    clean = [
-        plateau(swarm(tmp_path, f"clean{i}", "--nodes", "4", "--min-members", "4"))
-        for i in range(3)
+    # the three clean runs side by side (12 daemons, as many as the attacked run), then that
+    clean_runs = [
+        start(tmp_path, f"clean{i}", "--nodes", "4", "--min-members", "4") for i in range(3)
     ]
-    attacked = swarm(
+    try:
+        clean = [plateau(finish(run)) for run in clean_runs]
+    finally:  # one that failed leaves the others to end here, not to outlive the test
+        for process, _ in clean_runs:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    attacked = finish(start(
         tmp_path, "sybils", "--nodes", "12", "--min-members", "12", "--hostile", "8",
         "--attack", PATIENT,
-    )  # fmt: skip
+    ))  # fmt: skip
     assert attacked["rounds_completed"] == ROUNDS
     assert len(attacked["state_hashes"]) == 4 and len(set(attacked["state_hashes"])) == 1
     print(f"last five rounds' loss: clean {clean}, with 8 Sybils {plateau(attacked):.4f}")
-    assert plateau(attacked) <= 1.15 * max(clean)
+    assert plateau(attacked) <= 1.10 * max(clean)
     scores = attacked["scores"]
     print(json.dumps(scores["by_node"]))
-    # every honest member above every Sybil, and no Sybil counted when they attack (everyone
-    # present at round 0 counts at once; a free rider was out after its second rating: no
-    # Sybil counted from round 2 on, measured)
+    # every honest member above every Sybil, and no Sybil counted in any round: the founders
+    # are rated in round 0 before anyone but the anchor counts
     assert max(scores["hostile_ratings"]) < min(scores["honest_ratings"]), scores
     print("Sybils counted by round:", scores["hostile_counted_by_round"])
-    late = {int(r): n for r, n in scores["hostile_counted_by_round"].items() if int(r) >= SWITCH}
-    assert late and not any(late.values()), scores["hostile_counted_by_round"]
+    counted = scores["hostile_counted_by_round"]
+    assert len(counted) >= ROUNDS and not any(counted.values()), counted
     assert attacked["rejected_updates"] == 0  # their attack never reached an aggregate

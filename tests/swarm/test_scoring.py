@@ -19,7 +19,7 @@ from peertrain.protocol.packing import pack
 from peertrain.swarm.diloco.group.roster import Roster
 from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
 from peertrain.swarm.models.config import ConfigError
-from peertrain.swarm.scoring.rating import HARMFUL, MIN_EVALUATIONS, earned
+from peertrain.swarm.scoring.rating import COPY, HARMFUL, MIN_EVALUATIONS, ZERO, earned
 from peertrain.testing.diloco_drivers import digits_spec, open_driver_group
 from peertrain.testing.scoring_group import run_scored
 from peertrain.testing.waiting import wait_until
@@ -119,7 +119,7 @@ def test_newcomers_count_once_rated_and_a_collapsed_member_stops_counting():
     ratings: dict[str, Rating] = {}
     roster = Roster(max_members=8, admit_per_round=2, protected={"anchor"}, rated=ratings.get)
     everyone = {"anchor", "a", "b", "c", "d"}
-    assert roster.advance(0, everyone, b"s") == everyone  # who founds the run counts at once
+    roster.advance(0, {"anchor", "a"}, b"s")  # b, c and d arrive after round 0: newcomers
     roster.counted = frozenset({"anchor", "a"})
     assert roster.advance(1, everyone, b"s") == {"anchor", "a"}  # nobody else rated yet
     assert roster.probation == {"b", "c"} or len(roster.probation) == 2
@@ -134,13 +134,42 @@ def test_newcomers_count_once_rated_and_a_collapsed_member_stops_counting():
     assert roster.advance(3, everyone, b"s") == {"anchor", "b"}
 
 
+def test_founders_are_rated_in_round_0_and_count_from_round_1_on_one_good_rating():
+    """Round 0 counts the anchor alone and puts every founder on probation; after it, a founder
+    whose first update was honest work counts at once (not at the rate of one a round), and
+    free riders do not count at all: never a round in which their updates reach an aggregate."""
+    ratings: dict[str, Rating] = {}
+    roster = Roster(max_members=8, admit_per_round=1, protected={"anchor"}, rated=ratings.get)
+    honest = {"h1", "h2", "h3"}
+    everyone = {"anchor", *honest, "zero", "copy", "noise"}
+    assert roster.advance(0, everyone, b"s") == {"anchor"}
+    assert roster.probation == everyone - {"anchor"}  # every founder's update is rated
+    for peer in honest:
+        ratings[peer] = _rating(peer, 0.35, evaluations=1, last=1.0)
+    ratings["zero"] = _rating("zero", 0.0, evaluations=1, last=0.0, flag=ZERO)
+    ratings["copy"] = _rating("copy", 0.0, evaluations=1, last=0.0, flag=COPY)
+    ratings["noise"] = _rating("noise", -0.09, evaluations=1, last=-0.25)
+    assert roster.advance(1, everyone, b"s") == {"anchor", *honest}
+    # one good round later earns a free rider nothing: it is a newcomer from now on
+    ratings["zero"] = _rating("zero", 0.35, evaluations=2, last=1.0)
+    # nor does a first good rating earn a place for one that came after round 0
+    ratings["late"] = _rating("late", 0.35, evaluations=1, last=1.0)
+    assert roster.advance(2, everyone | {"late"}, b"s") == {"anchor", *honest}
+
+
+def test_without_an_anchor_at_round_0_the_founders_count_unrated():
+    roster = Roster(max_members=8, admit_per_round=1, protected={"anchor"}, rated=lambda p: None)
+    assert roster.advance(0, {"a", "b", "c"}, b"s") == {"a", "b", "c"}
+
+
 def test_a_rated_member_late_once_comes_back_without_earning_its_place_anew():
     ratings: dict[str, Rating] = {"a": _rating("a", 0.3, evaluations=1)}  # not yet admitted
     roster = Roster(max_members=8, admit_per_round=2, protected={"anchor"}, rated=ratings.get)
     everyone = {"anchor", "a", "z"}
-    assert roster.advance(0, everyone, b"s") == everyone
-    ratings["z"] = _rating("z", 0.0, evaluations=2)  # a founder whose work earned nothing
-    roster.contributed({"anchor"})  # both late in round 0
+    roster.advance(0, everyone, b"s")
+    roster.counted = frozenset(everyone)  # both counted, then late in round 0
+    ratings["z"] = _rating("z", 0.0, evaluations=2)  # one whose work earned nothing
+    roster.contributed({"anchor"})
     assert roster.advance(1, everyone, b"s") == {"anchor", "a"}  # "a" returns, "z" does not
     assert roster.lapsed == {"z"}
 

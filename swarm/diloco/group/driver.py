@@ -316,8 +316,15 @@ class DiLoCoDriver:
         return True
 
     def _alone(self, round_: int, senders: list[str]) -> None:
-        """Count (and say) a round closed with our update alone while others are live."""
-        others = [p for p in self.state.members() if p != self.peer_id and self.state.is_live(p)]
+        """Count (and say) a round closed with our update alone while others are live, other
+        than candidates on probation (with scores, round 0 counts the anchors alone by design:
+        every founder is on probation, roster.py)."""
+        waiting = self.roster.probation
+        others = [
+            p
+            for p in self.state.members()
+            if p != self.peer_id and self.state.is_live(p) and p not in waiting
+        ]
         if others and all(sender == self.peer_id for sender in senders):
             self.progress.rounds_alone += 1
             log.warning(

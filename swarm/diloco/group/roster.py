@@ -11,11 +11,16 @@ With contribution scores (`rated`: the scorers' ratings, group/scoring.py), arri
 enough: a newcomer counts only once it has earned a rating, the best-rated first, and a member
 whose rating collapsed stops counting. Until then it is a candidate, and up to
 `admit_per_round` candidates a round are on probation: the scorers pull and rate their updates,
-candidates part-way through their evaluation first, unrated ones next, refused ones last. Every
-member present when the run starts (round 0) counts at once, up to `max_members`: a free
-rider among them is out after its second rating, and honest founders do not queue behind
-probationers (with probation, honest founders of a 12-member run with 8 free riders counted
-from round 5 to 8, and the run ended 25% above the same run without them).
+candidates part-way through their evaluation first, unrated ones next, refused ones last.
+
+The members present when the run starts (round 0, up to `max_members`) are its founders. Round
+0 counts the anchors alone and rates every founder's update; a founder whose first rating says
+it worked (rating.founded) counts from round 1, ahead of the rate, and the others earn a place
+as newcomers do. Counting founders unrated instead let eight free riders beside four honest
+members into the aggregates of rounds 0 and 1 (a rating collapses only at its second
+evaluation), which cost the honest run about a round; queueing honest founders behind
+probation at the rate cost more (counted from round 5 to 8, ending 25% above the run without
+free riders).
 
 Newcomers are ranked by a hash of (round, state checksum the round starts from, peer ID): every
 member that agrees on the start state computes the same roster, and nobody can grind IDs for a
@@ -32,7 +37,7 @@ from peertrain.crdt.admission import Admission
 from peertrain.crdt.runstate import RunState
 from peertrain.crdt.scorecard import Rating
 from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
-from peertrain.swarm.scoring.rating import collapsed, earned, refused
+from peertrain.swarm.scoring.rating import collapsed, earned, founded, refused
 
 Rated = Callable[[str], Rating | None]
 
@@ -58,6 +63,7 @@ class Roster:
         self.rated = rated  # contribution scores: whose work earned a place (None: off)
         self.probation: frozenset[str] = frozenset()  # candidates the scorers rate this round
         self.lapsed: frozenset[str] = frozenset()  # counted, then late once (with scores)
+        self.founders: frozenset[str] = frozenset()  # round 0's candidates (with scores)
 
     def advance(self, round_: int, candidates: set[str], salt: bytes) -> frozenset[str]:
         """The group of `round_`, from the live members holding its start state (`candidates`).
@@ -66,23 +72,41 @@ class Roster:
             return self.counted
         kept = {p for p in self.counted if p in candidates and not self._collapsed(p)}
         kept |= self.protected & candidates
+        if round_ == 0 and self.rated is not None and kept:
+            return self._found(salt, candidates, frozenset(kept))
         founding = round_ == 0 or self.rated is None  # the signed quorum needs no rating
         eligible = candidates - kept
         if not founding:
             eligible = {p for p in eligible if earned(self._rating(p)) or self._returns(p)}
-        newcomers = sorted(eligible, key=lambda p: self._order(round_, salt, p))
+            eligible |= {p for p in candidates - kept if self._founded(p)}
+        order = sorted(eligible, key=lambda p: self._order(round_, salt, p))
         room = max(self.max_members - len(kept), 0)
+        first = [p for p in order if self._founded(p)][:room]  # founders need no rate
+        kept |= set(first)
+        newcomers = [p for p in order if p not in kept]
+        room -= len(first)
         if self.admit_per_round is not None:
             rate = self.admit_per_round
             if self.round < 0 and not self.counted:  # our first group: the signed quorum
                 rate = max(rate, self.first_round - len(kept))
-            if founding and self.rated is not None:  # with scores: everyone who founded the
-                rate = room  # run counts at once, and its ratings prune it within two rounds
+            if founding and self.rated is not None:  # scores, but no anchor at round 0 to
+                rate = room  # rate the founders: they count at once, ratings prune them later
             room = min(room, rate)
         self.round, self.counted = round_, frozenset(kept | set(newcomers[:room]))
         self.lapsed -= self.counted
         self.probation = self._probation(round_, salt, candidates - self.counted)
         return self.counted
+
+    def _found(self, salt: bytes, candidates: set[str], anchors: frozenset[str]) -> frozenset[str]:
+        """Round 0 with scores: the anchors count, every other member present founds the run and
+        is on probation (bounded by `max_members`, chosen by the unguessable rank)."""
+        others = sorted(candidates - anchors, key=lambda p: _rank(0, salt, p))
+        self.founders = frozenset(others[: self.max_members])
+        self.round, self.counted, self.probation = 0, anchors, self.founders
+        return self.counted
+
+    def _founded(self, peer: str) -> bool:
+        return peer in self.founders and founded(self._rating(peer))
 
     def _rating(self, peer: str) -> Rating | None:
         return self.rated(peer) if self.rated is not None else None

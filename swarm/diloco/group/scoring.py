@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 HELDOUT_POOL = 32  # held-out batches the probes draw from
 PROBATION_GRACE = 2.0  # seconds a scorer waits past the round's close for probationers' updates
+FOUNDING_GRACE = 10.0  # in round 0, when every founder is on probation and starts with the anchor
 
 
 class GroupScoring:
@@ -113,11 +114,14 @@ class GroupScoring:
         self, round_: int, pulled: Collection[Contribution], probation: Collection[str]
     ) -> list[Contribution]:
         """The round closes when the counted updates are in; a probationer's may follow within
-        `PROBATION_GRACE` seconds (fetched by the checksum it signed). One that sends nothing
-        by then is rated on nothing (`MISSING`): a slot held by silence goes to the next."""
+        `PROBATION_GRACE` seconds (fetched by the checksum it signed), a founder's within
+        `FOUNDING_GRACE` (round 0 counts the anchors alone, and an honest founder rated
+        `MISSING` there would queue behind probation). One that sends nothing by then is rated
+        on nothing (`MISSING`): a slot held by silence goes to the next."""
         out = list(pulled)
         waiting = set(probation) - {c.sender for c in out} - {self.me}
-        with trio.move_on_after(PROBATION_GRACE if waiting else 0):
+        grace = FOUNDING_GRACE if round_ == 0 else PROBATION_GRACE
+        with trio.move_on_after(min(grace, self.spec.round_timeout) if waiting else 0):
             while waiting:
                 for peer in sorted(waiting):
                     with contextlib.suppress(LookupError, ExchangeError):
