@@ -12,10 +12,13 @@ CLOSED_WITHOUT = re.compile(r"round \d+ closed without (\d+) member")
 
 def log_figures(daemons) -> dict:
     """Updates lost (members a round closed without, in the anchor's log: every round closes
-    there), state downloads and their bytes, penalties and bans given, tracebacks."""
-    downloads = download_bytes = penalties = tracebacks = 0
+    there), state downloads and their bytes, penalties and bans given, tracebacks, and rounds
+    closed alone over every life of every member (a status counts its own life only: the
+    soak's first hour said 0 while one member's log held 5, on the cut side of the partition)."""
+    downloads = download_bytes = penalties = tracebacks = alone = 0
     for daemon in daemons:
         for line in _lines(daemon.log_path):
+            alone += '"round_alone"' in line
             if '"download_done"' in line:
                 downloads += 1
                 download_bytes += int(_json(line).get("bytes_done", 0))
@@ -28,6 +31,7 @@ def log_figures(daemons) -> dict:
         "state_download_bytes": download_bytes,
         "honest_penalised": penalties,
         "tracebacks": tracebacks,
+        "rounds_alone": alone,
     }
 
 

@@ -154,7 +154,6 @@ class Soak:
             "crashes": faults.crashes,
             "failed_restarts": faults.failed_restarts,
             "exit_codes": codes,
-            "rounds_alone": sum(r.get("rounds_alone", 0) for r in live),
             "rejected_updates": sum(r.get("rejected_updates", 0) for r in live),
             "checkpoint_failures": sum(r.get("checkpoint_failures", 0) for r in live),
             "peer_faults": penalties["peer_faults"],

@@ -1,8 +1,12 @@
 """Serving content-addressed tensors to other nodes (fetching them: tensor_fetch.py).
 
 `TensorStore` holds the prepared tensors this node serves (model state for joiners, outer
-updates for the group, checkpoints), keyed by their root checksum and bounded by total bytes:
-the least recently used unpinned tensor goes first. `TensorService` answers
+updates for the group, checkpoints), keyed by their root checksum and bounded by total bytes
+(the least recently used unpinned tensor goes first) and by age: an unpinned tensor nobody
+asked for in `max_age` seconds is dropped. Bytes alone were no bound in practice: a run's
+rounds left their updates and replaced states behind until 2 GiB, and an hour-long soak's
+daemons grew 150-175 MB an hour with a 120k-parameter model (no round needs an update past its
+round's deadline, nor a joiner a state older than the newest). `TensorService` answers
 `/peertrain/tensor/1.0.0` streams with protocol/tensor_transfer.py, one request per stream,
 with per-peer and total limits; a peer that sends garbage is penalised. Serving is fair: a whole
 serve has a deadline (a reader just above the minimum rate cannot hold a slot for hours), and
@@ -13,7 +17,9 @@ peers read slowly).
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import trio
@@ -44,20 +50,36 @@ class TensorStoreStatistics:
     pinned: int
 
 
-class TensorStore:
-    """Prepared tensors by checksum, at most `max_bytes` of unpinned payload (LRU)."""
+MAX_AGE = 600.0  # seconds an unpinned tensor is kept since it was last put or asked for
 
-    def __init__(self, max_bytes: int = 2 << 30):
-        self.max_bytes = max_bytes
-        self._items: OrderedDict[bytes, PreparedTensor] = OrderedDict()
+
+class TensorStore:
+    """Prepared tensors by checksum, at most `max_bytes` of unpinned payload (LRU), none of it
+    unused for more than `max_age` seconds (`clock`: trio's, or the monotonic one outside)."""
+
+    def __init__(
+        self,
+        max_bytes: int = 2 << 30,
+        *,
+        max_age: float = MAX_AGE,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.max_bytes, self.max_age, self.clock = max_bytes, max_age, clock
+        self._items: OrderedDict[bytes, PreparedTensor] = OrderedDict()  # least recent first
+        self._used: dict[bytes, float] = {}  # when each was last put or asked for
         self._pinned: set[bytes] = set()
+        self._unpinned_bytes = 0
 
     def put(self, prepared: PreparedTensor, *, pin: bool = False) -> bytes:
         key = prepared.header.checksum
+        pin = pin or key in self._pinned  # a pin stays until unpinned
+        self._remove(key)
         self._items[key] = prepared
-        self._items.move_to_end(key)
+        self._used[key] = self.clock()
         if pin:
             self._pinned.add(key)
+        else:
+            self._unpinned_bytes += prepared.header.nbytes
         self._evict()
         return key
 
@@ -65,23 +87,36 @@ class TensorStore:
         prepared = self._items.get(checksum)
         if prepared is not None:
             self._items.move_to_end(checksum)
+            self._used[checksum] = self.clock()
         return prepared
 
     def unpin(self, checksum: bytes) -> None:
-        self._pinned.discard(checksum)
+        if checksum in self._pinned and checksum in self._items:
+            self._pinned.discard(checksum)
+            self._unpinned_bytes += self._items[checksum].header.nbytes
+            self._items.move_to_end(checksum)  # its age counts from now
+            self._used[checksum] = self.clock()
         self._evict()
 
     def discard(self, checksum: bytes) -> None:
-        self._pinned.discard(checksum)
-        self._items.pop(checksum, None)
+        self._remove(checksum)
+
+    def _remove(self, key: bytes) -> None:
+        prepared = self._items.pop(key, None)
+        self._used.pop(key, None)
+        if prepared is not None and key not in self._pinned:
+            self._unpinned_bytes -= prepared.header.nbytes
+        self._pinned.discard(key)
 
     def _evict(self) -> None:
-        unpinned = sum(p.header.nbytes for k, p in self._items.items() if k not in self._pinned)
+        """Unpinned tensors, least recently used first, while over the bytes or too old (the
+        order is by last use, so the walk stops at the first one young enough)."""
+        stale = self.clock() - self.max_age
         for key in list(self._items):
-            if unpinned <= self.max_bytes:
+            if self._unpinned_bytes <= self.max_bytes and self._used[key] >= stale:
                 break
             if key not in self._pinned:
-                unpinned -= self._items.pop(key).header.nbytes
+                self._remove(key)
 
     def statistics(self) -> TensorStoreStatistics:
         return TensorStoreStatistics(

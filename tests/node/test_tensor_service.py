@@ -180,3 +180,25 @@ async def test_a_holder_that_does_not_come_back_fails_the_download_in_bounded_ti
             )
         assert trio.current_time() - started < 2 * 1.5 + 2
         assert asked and set(asked) == {holder.get_id()}
+
+
+def test_an_unpinned_tensor_unused_past_its_age_is_dropped_and_a_pinned_one_stays():
+    """A run's rounds must not leave their updates behind until the byte bound: an hour-long
+    soak's daemons grew 150-175 MB an hour that way with a 120k-parameter model."""
+    now = [0.0]
+    store = TensorStore(max_age=600.0, clock=lambda: now[0])
+    old_update = store.put(prepare_tensor("u0", torch.ones(100)))
+    state = store.put(prepare_tensor("s", torch.zeros(100)), pin=True)
+    now[0] = 300.0
+    asked = store.put(prepare_tensor("u1", torch.full((100,), 2.0)))
+    now[0] = 599.0
+    assert store.get(asked) is not None  # asked for: its age counts from now
+    now[0] = 601.0
+    newest = store.put(prepare_tensor("u2", torch.full((100,), 3.0)))
+    assert store.get(old_update) is None  # unused for 601 s
+    assert store.get(state) is not None and store.get(asked) is not None
+    store.unpin(state)  # replaced by a newer state: it ages from its unpinning
+    now[0] = 1300.0
+    store.put(prepare_tensor("u3", torch.full((100,), 4.0)))
+    assert store.get(state) is None and store.get(newest) is None
+    assert store.statistics().tensors == 1
