@@ -258,19 +258,11 @@ def _nodes_table(title: str, reports: list[dict[str, Any]], names: dict[str, str
 
 def _phases_table(reports: list[dict[str, Any]], names: dict[str, str]) -> None:
     """The sharded round's phases on each node, seconds from its start (nothing for gather)."""
-    phases = [what for what, _ in reports[0].get("phases", [])]
-    if not phases:
-        return
-    order = {what: i for i, what in enumerate(phases)}
-    for r in reports[1:]:
-        for what, _ in r.get("phases", []):
-            order.setdefault(what, len(order))
-    rows = []
-    for what in sorted(order, key=order.__getitem__):
-        at = [dict((w, t) for w, t in r.get("phases", [])).get(what) for r in reports]
-        rows.append((what, *(float("nan") if t is None else t for t in at)))
-    header = ["sharded round phase ends at s", *(names[r["peer"]] for r in reports)]
-    print_table("the sharded round, phase by phase (each node's own clock)", header, rows)
+    at = [dict(r.get("phases", [])) for r in reports]
+    if phases := list(dict.fromkeys(what for node in at for what in node)):  # first seen first
+        rows = [(what, *(node.get(what, float("nan")) for node in at)) for what in phases]
+        header = ["sharded round phase ends at s", *(names[r["peer"]] for r in reports)]
+        print_table("the sharded round, phase by phase (each node's own clock)", header, rows)
 
 
 def _pulls_table(pulls: list[dict[str, Any]], names: dict[str, str]) -> None:

@@ -180,10 +180,9 @@ async def open_update_exchange(
     `is_member(peer)`: may this peer send updates; `expected(round)`: whose updates the round
     waits for. Buffers for `reserve_updates` incoming updates (and our own next one, when
     `encoder` is given: its payloads then go into the same recycled buffers) are faulted in in
-    the background. `nbytes_of(round)`: each round's payload size (at most `nbytes`) when they
-    differ: opaque bytes then (Streaming DiLoCo's). `shard_group`: a sharded run's expected
-    group size: buffers for a round's shard slices and outputs are reserved instead of whole
-    updates (about 2 × U, not (N − 1) × U)."""
+    the background (`shard_group`, a sharded run's group size: its slices' and outputs'
+    instead, about 2 × U). `nbytes_of(round)`: each round's payload size (at most `nbytes`)
+    when they differ: opaque bytes then (Streaming DiLoCo's)."""
     from peertrain.swarm.exchange.gossip import UpdateGossip
 
     topic = update_topic(run_id)
@@ -198,23 +197,15 @@ async def open_update_exchange(
         is_member=is_member,
         expected=expected,
     )
+    opaque = tensors_class(node, topic, codec=None, block_size=codec.block_size, numel=0)
     reserved = trio.Event()
     if encoder is not None:
         encoder.allocate = tensors.receive_buffers.acquire
         reserve_updates += 1
 
-    opaque = tensors_class(node, topic, codec=None, block_size=codec.block_size, numel=0)
-
-    async def reserve() -> None:
-        nbytes, count = gossip.expected_nbytes, reserve_updates
-        if shard_group:  # whole updates: only our own encoder's
-            count = int(encoder is not None)
-            size, needed = _shard_buffers(codec, numel, shard_group)
-            opaque.receive_buffers.max_free = max(opaque.receive_buffers.max_free, needed)
-            await opaque.reserve_receive_buffers(needed, size)
-        await tensors.reserve_receive_buffers(count, nbytes if name else _padded(nbytes))
-        reserved.set()
-
+    nbytes = gossip.expected_nbytes if name else _padded(gossip.expected_nbytes)
+    whole = int(encoder is not None) if shard_group else reserve_updates  # sharded: ours alone
+    sizes = (whole, nbytes, shard_group)
     network = node.host.get_network()
     departures = Departures(gossip.left, gossip.back)  # the dead are not waited for
     network.register_notifee(departures)
@@ -222,12 +213,32 @@ async def open_update_exchange(
         async with trio.open_nursery() as nursery:
             inbox = await node.gossip.subscribe(topic, validator=gossip.validate)
             nursery.start_soon(_drain, inbox)  # announcements act in the validator; drop copies
-            nursery.start_soon(reserve)
+            nursery.start_soon(_reserve, tensors, opaque, codec, numel, *sizes, reserved)
             shards = NodeShardTransport(opaque, gossip.count_fetched)  # a sharded run's
             yield RunUpdateChannels(tensors, gossip, reserved, shards)
             nursery.cancel_scope.cancel()
     finally:
         network.remove_notifee(departures)
+
+
+async def _reserve(
+    tensors: NodeTensors,
+    opaque: NodeTensors,
+    codec: ProtocolCodec,
+    numel: int,
+    updates: int,
+    nbytes: int,
+    shard_group: int,
+    done: trio.Event,
+) -> None:
+    """Fault in `updates` whole-update buffers of `nbytes` and, with `shard_group`, a sharded
+    round's slice and output buffers; then set `done`."""
+    if shard_group:
+        size, needed = _shard_buffers(codec, numel, shard_group)
+        opaque.receive_buffers.max_free = max(opaque.receive_buffers.max_free, needed)
+        await opaque.reserve_receive_buffers(needed, size)
+    await tensors.reserve_receive_buffers(updates, nbytes)
+    done.set()
 
 
 def _shard_buffers(codec: ProtocolCodec, numel: int, members: int) -> tuple[int, int]:
