@@ -105,9 +105,10 @@ class ShardOwner:
             except FetchFailed as exc:
                 log.info("shard %d: no slice from %s: %s", self.shard, sender[:12], exc)
                 return
-        # fetched, it is served by us too: for a dispute, if the sender withholds it
+        # fetched, it is served by us too: for a dispute, if the sender withholds it; checked
+        # (decoded whole, for small slices or without the compiled kernel) off the event loop
         try:
-            self.sources[sender] = r.slice_source(self.shard, payload)
+            self.sources[sender] = await r.compute(r.slice_source, self.shard, payload)
         except DecodeError as exc:  # the bytes it signed for: out of our statistics, so out
             r.on_penalty(sender, f"its slice of shard {self.shard} does not decode: {exc}")
             log.info("shard %d: %s's slice does not decode: %s", self.shard, sender[:12], exc)
