@@ -79,6 +79,16 @@ def table_rows(report: dict) -> list[tuple[str, object]]:
                 f"{row['fds_per_h']}",
             )
         )
+    for mode, figures in (report.get("modes") or {}).items():
+        rows.append((f"{mode} beside: succeeded (exit code)", figures["exit_code"]))
+        for key, value in figures.items():
+            if key not in ("succeeded", "exit_code", "report", "daemons"):
+                rows.append((f"{mode} beside: {key}", value))
+        slopes = [d["rss_mb_per_h"] for d in figures["daemons"] if d["rss_mb_per_h"] is not None]
+        if slopes:
+            rows.append(
+                (f"{mode} beside: RSS MB/h per daemon (min, max)", (min(slopes), max(slopes)))
+            )
     return rows
 
 

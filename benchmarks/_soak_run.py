@@ -106,6 +106,8 @@ class Soak:
         if self.lan is None:
             return
         p = self.options.plan
+        if self.lan.relays:
+            self.link_note = "netem in user space (TAP relay: this kernel has no sch_netem)"
         for m in self.plan.lossy:
             note = self.lan.shape(
                 m, loss_pct=p.loss_pct, delay_ms=p.delay_ms, jitter_ms=p.jitter_ms

@@ -54,8 +54,8 @@ class Samples:
                     "samples": len(warm),
                     "rss_mb_last": warm[-1].rss_mb if warm else None,
                     "fds_last": warm[-1].fds if warm else None,
-                    "rss_mb_per_h": _slope([(s.at, s.rss_mb) for s in warm]),
-                    "fds_per_h": _slope([(s.at, s.fds) for s in warm]),
+                    "rss_mb_per_h": slope_per_hour([(s.at, s.rss_mb) for s in warm]),
+                    "fds_per_h": slope_per_hour([(s.at, s.fds) for s in warm]),
                 }
             )
         return out
@@ -76,7 +76,7 @@ def _newest_life(series: list[Sample]) -> list[Sample]:
     return [s for s in series if s.pid == pid and pid is not None]
 
 
-def _slope(points: list[tuple[float, float]]) -> float | None:
+def slope_per_hour(points: list[tuple[float, float]]) -> float | None:
     """Least-squares slope per hour; None with fewer than three points."""
     if len(points) < 3:
         return None

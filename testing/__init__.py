@@ -23,6 +23,8 @@ May import every layer; no product layer imports it (tests/test_layering.py). Th
                       (sim_scenarios)
     byte_streams.py   connected in-memory byte streams behind libp2p's stream interface
     netns.py          network-namespace worlds with NAT routers (root only)
+    netns_lan.py      Lan: members on one bridge, each link lossy, slow or cut (root only)
+    tap_relay.py      TapRelay: netem in user space, for kernels without sch_netem
     attacks.py        Attacker: garbage frames, floods, slowloris, Sybil waves
     pipelines.py      through_stages: one microbatch through stage servers by hand
     pipeline_memory.py   MemoryStageNetwork: both pipeline transports in one process

@@ -2,7 +2,9 @@
 
 Each member namespace `<prefix>m<i>` holds one veth (`eth0`, 10.214.0.<10+i>/24) whose other end
 sits on the bridge of `<prefix>lan`. A member's link is its own: a netem qdisc on its `eth0`
-shapes what it sends (loss, delay) and nobody else's traffic, and a partition is an nftables
+shapes what it sends (loss, delay) and nobody else's traffic. On a kernel without netem, the
+members named `relayed` get a link of two TAP devices and a relay thread that shapes it in user
+space instead (tap_relay.py): the same loss and delay. A partition is an nftables
 table in each cut member that drops, silently (no RST, no ICMP), every packet to or from the
 members on the other side, while the members on one side still reach each other.
 
@@ -18,6 +20,7 @@ import subprocess
 from collections.abc import Iterable
 
 from . import netns
+from .tap_relay import TapRelay
 
 NET = "10.214.0"
 PORT = 4001
@@ -35,6 +38,17 @@ def why_unavailable() -> str | None:
     return None
 
 
+def has_netem() -> bool:
+    """Whether this kernel's `tc` can add a netem qdisc (tried on a throwaway namespace)."""
+    ns = f"ptnetem{os.getpid() % 100000}"
+    _run(["ip", "netns", "add", ns], check=False)
+    try:
+        argv = ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "lo", "root", "netem"]
+        return subprocess.run([*argv, "delay", "1ms"], capture_output=True).returncode == 0
+    finally:
+        _run(["ip", "netns", "del", ns], check=False)
+
+
 def _run(argv: list[str], *, input: str | None = None, check: bool = True) -> None:
     done = subprocess.run(argv, input=input, capture_output=True, text=True)
     if check and done.returncode != 0:
@@ -44,10 +58,12 @@ def _run(argv: list[str], *, input: str | None = None, check: bool = True) -> No
 class Lan:
     """`size` member namespaces on one bridge. Use as a context manager: torn down on exit."""
 
-    def __init__(self, size: int, prefix: str | None = None):
+    def __init__(self, size: int, prefix: str | None = None, relayed: Iterable[int] = ()):
         self.size = size
         self.prefix = prefix or f"ptl{os.getpid() % 100000}-"
         self.bridge = f"{self.prefix}lan"
+        self.relayed = frozenset(relayed)
+        self.relays: dict[int, TapRelay] = {}
 
     def name(self, index: int) -> str:
         return f"{self.prefix}m{index}"
@@ -80,15 +96,21 @@ class Lan:
         ns, port = self.name(index), f"p{index}"
         _run(["ip", "netns", "add", ns])
         _run(self._in(ns, ["ip", "link", "set", "lo", "up"]))
-        _run(
-            ["ip", "link", "add", "name", port, "netns", self.bridge, "type", "veth"]
-            + ["peer", "name", "eth0", "netns", ns]
-        )
+        if index in self.relayed:
+            self.relays[index] = TapRelay(ns, self.bridge, port, seed=index)
+        else:
+            _run(
+                ["ip", "link", "add", "name", port, "netns", self.bridge, "type", "veth"]
+                + ["peer", "name", "eth0", "netns", ns]
+            )
         _run(self._in(self.bridge, ["ip", "link", "set", port, "master", "br0", "up"]))
         _run(self._in(ns, ["ip", "addr", "add", f"{self.ip(index)}/24", "dev", "eth0"]))
         _run(self._in(ns, ["ip", "link", "set", "eth0", "up"]))
 
     def teardown(self) -> None:
+        for relay in self.relays.values():
+            relay.close()
+        self.relays.clear()
         for ns in [self.name(i) for i in range(self.size)] + [self.bridge]:
             _run(["ip", "netns", "del", ns], check=False)
 
@@ -120,9 +142,13 @@ class Lan:
             )
 
     def shape(self, index: int, *, loss_pct: float, delay_ms: int, jitter_ms: int) -> str | None:
-        """netem on member `index`'s link: what it sends is lost and delayed (`tc qdisc`).
-        A kernel without netem (sch_netem) gets the loss alone, by nftables (`numgen random`):
-        returns why the delay is missing then, else None."""
+        """netem on member `index`'s link: what it sends is lost and delayed (`tc qdisc`, or
+        the relay of a `relayed` member). A kernel without netem (sch_netem) on a link without a
+        relay gets the loss alone, by nftables (`numgen random`): returns why the delay is
+        missing then, else None."""
+        if index in self.relays:
+            self.relays[index].shape(loss_pct=loss_pct, delay_ms=delay_ms, jitter_ms=jitter_ms)
+            return None
         argv = ["tc", "qdisc", "replace", "dev", "eth0", "root", "netem"]
         argv += ["loss", f"{loss_pct}%", "delay", f"{delay_ms}ms", f"{jitter_ms}ms"]
         done = subprocess.run(self.exec_argv(index, argv), capture_output=True, text=True)
@@ -138,5 +164,8 @@ class Lan:
         return f"no netem here ({done.stderr.strip()}): {loss_pct}% loss by nftables, no delay"
 
     def unshape(self, index: int) -> None:
+        if index in self.relays:
+            self.relays[index].unshape()
+            return
         _run(self.exec_argv(index, ["tc", "qdisc", "del", "dev", "eth0", "root"]), check=False)
         _run(self.exec_argv(index, ["nft", "delete", "table", "inet", LOSS_TABLE]), check=False)
