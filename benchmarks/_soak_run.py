@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from peertrain.node.services.tensors import MAX_AGE
 from peertrain.testing import DIGITS_MLP
 from peertrain.testing.lan_run import LanRun
 from peertrain.testing.lan_watch import Poller, Rounds
@@ -22,6 +23,9 @@ except ImportError:  # run as a script from the benchmarks folder
 
 SAMPLE_EVERY = 10.0
 TICK = 1.0
+# s of a daemon's life before its RSS is read as flat or growing: the tensor store keeps
+# unpinned tensors up to MAX_AGE, so memory grows to its working set over the first 10 minutes
+WARM_UP = MAX_AGE + 120.0
 AGREE_GRACE = 180.0  # s past the run's end that one checksum may still take
 
 
@@ -165,6 +169,6 @@ class Soak:
             "skewed_ms": self.plan.skewed,
             "lossy_links": list(self.plan.lossy) if self.lan else [],
             "link_faults": self.link_note if self.lan else "none (loopback)",
-            "usage": self.samples.slopes(warm_up=min(120.0, measured / 4)),
+            "usage": self.samples.slopes(warm_up=min(WARM_UP, measured / 4)),
             "fault_log": faults.log,
         }
