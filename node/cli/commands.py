@@ -386,6 +386,10 @@ def cmd_swarm_local(args: argparse.Namespace) -> int:
         spec=run_spec_from_args(args),
         data=args.data.expanduser().absolute() if args.data else None,
         kill_every=args.kill_every,
+        kill_at=args.kill_at,
+        late_join=args.late_join,
+        export=args.export.expanduser().absolute() if args.export else None,
+        export_format=args.export_format,
         byzantine=args.byzantine,
         attack=args.attack,
     )

@@ -27,6 +27,8 @@ from ..api.control import call_sync
 from ..errors import ControlError
 from .local_swarm import isolation
 from .processes import DaemonProcess, node_args
+from .swarm_events import OneOffEvents, export
+from .swarm_mesh_report import training_report
 from .swarm_mesh_view import agreement, brief, line, summarise, table
 from .swarm_scores import ScoreWatch
 
@@ -46,6 +48,10 @@ class LocalSwarmOptions:
     spec: dict[str, Any] = field(default_factory=dict)
     data: Path | None = None  # the run's user data (absolute), for the creator and each member
     kill_every: float = 0.0
+    kill_at: float | None = None  # seconds in: SIGKILL one member, restart it RESTART_AFTER later
+    late_join: float | None = None  # seconds in: one more daemon joins the run
+    export: Path | None = None  # the run's model, written here at the end (run export)
+    export_format: str = "safetensors"
     byzantine: int = 0  # the last K members send attacked updates
     attack: str = "sign-flip"
     seed: int = 0
@@ -76,6 +82,8 @@ class MeshSwarm:
         self._restart_at: dict[int, float] = {}
         self._all_finished_at: float | None = None  # when every member first said finished
         self._without_run: dict[int, float] = {}  # member → since when it is up without the run
+        self.events = OneOffEvents(self)
+        self.exported: dict[str, Any] | None = None
 
     @property
     def training(self) -> bool:
@@ -162,8 +170,9 @@ class MeshSwarm:
         if self._next_kill is not None and now >= self._next_kill:
             killed = self.kill_one()
             if killed is not None:  # else asked again at the next poll
-                self._restart_at[killed] = now + RESTART_AFTER
+                self.restart_later(killed)
                 self._next_kill = now + self.options.kill_every
+        self.events.step(elapsed)
         self.statuses = self.poll()
         self.score_watch.saw(self.statuses, len(self.statuses) - self.options.byzantine)
         self.notice_refusals()
@@ -173,7 +182,7 @@ class MeshSwarm:
             self.console.print(f"[red]node {index} died by itself[/] (exit {code}): {error}")
         if self.mesh_s is None and _full_mesh(self.statuses):
             self.mesh_s = round(elapsed, 2)
-        done = self.finished(self.statuses) and not self._restart_at
+        done = self.finished(self.statuses) and not self._restart_at and not self.events.pending
         return done or bool(self.options.duration and elapsed >= self.options.duration)
 
     def poll(self) -> list[dict[str, Any] | None]:
@@ -237,6 +246,17 @@ class MeshSwarm:
         self.kills += 1
         return index
 
+    def restart_later(self, index: int) -> None:
+        self._restart_at[index] = time.monotonic() + RESTART_AFTER
+
+    def add_member(self) -> int:
+        """One more daemon joins the run (`--late-join`); its index."""
+        index = len(self.daemons)
+        home = self.base / f"node{index}"
+        self.daemons.append(DaemonProcess(home, self._member_args(), isolation().env).start())
+        self.last_status.append(None)
+        return index
+
     def restart(self, index: int) -> None:
         """Start it again and go on polling: a loaded machine may take longer than any fixed wait
         to answer `status` (torch import, checkpoint load), and a daemon that dies while starting
@@ -278,65 +298,24 @@ class MeshSwarm:
     def conclude(self) -> None:
         if self.training:
             self.sample = self._sample()
+        if self.training and self.options.export is not None:
+            self.exported = export(self, self.options.export, self.options.export_format)
 
     def report(self) -> dict[str, Any]:
-        training = self._training_report() if self.training and self.statuses else {}
+        training = training_report(self) if self.training and self.statuses else {}
         out: dict[str, Any] = {
             "mesh_s": self.mesh_s,
             "kills": self.kills,
             "died": sorted(self.died.values(), key=lambda d: d["node"]),
             **training,
+            **self.events.report(),
             "final": [brief(s) for s in self.statuses],
         }
+        if self.exported is not None:
+            out["export"] = self.exported
         if self.training and self.sample is not None:
             out["sample"] = self.sample
         return out
-
-    def _training_report(self) -> dict[str, Any]:
-        from peertrain.swarm.exchange.traffic import data_parallel_bytes
-
-        honest = len(self.statuses) - self.options.byzantine
-        runs = [  # what honest members still in the swarm end with
-            s["run"]
-            for i, s in enumerate(self.statuses[:honest])
-            if s and s.get("run") and i not in self.died
-        ]
-        if not runs:
-            return {"rounds_completed": 0}
-        first = runs[0]
-        rounds = min(r["round"] for r in runs)
-        return {
-            "rounds_completed": rounds,
-            "initial_loss": first["initial_loss"],
-            "final_loss": _mean(r["loss"] for r in runs),  # None: a restarted one has none yet
-            "loss_by_round": _loss_by_round(first),
-            "state_hashes": [r["state_checksum"] for r in runs],
-            "bytes_sent": sum(r["bytes_fetched"] for r in runs) + self.bytes_of_killed,
-            "ddp_bytes": data_parallel_bytes(
-                first["params"], steps=rounds * first["inner_steps"], members=len(self.daemons)
-            ),
-            "params": first["params"],
-            "resyncs": sum(r["resyncs"] for r in runs),
-            "rounds_alone": self._rounds_alone(),
-            "state_downloads": sum(r.get("state_downloads", 0) for r in runs),
-            "dropped": _summed(r.get("dropped", {}) for r in runs),
-            "rejected_updates": sum(r["rejected_updates"] for r in runs),
-            "byzantine": self.options.byzantine,
-            "attack": self.options.attack if self.options.byzantine else None,
-            **self.score_watch.report(self.statuses, honest),
-        }
-
-    def _rounds_alone(self) -> int:
-        """Rounds any member closed with its own update alone while others were live, over
-        all its lives (a restart forgets its count; its log, appended to, does not)."""
-        from peertrain.swarm.diloco.group.driver import ROUND_ALONE
-
-        marker = f'"event": "{ROUND_ALONE}"'
-        return sum(
-            d.log_path.read_text(errors="replace").count(marker)
-            for d in self.daemons
-            if d.log_path.exists()
-        )
 
     def _sample(self) -> str | None:
         params = {"prompt": "def ", "tokens": 200}
@@ -363,26 +342,6 @@ class MeshSwarm:
         return clean and ok and not self.died and not report.get("interrupted")
 
 
-def _summed(counts) -> dict[str, int]:
-    total: dict[str, int] = {}
-    for one in counts:
-        for kind, n in one.items():
-            total[kind] = total.get(kind, 0) + n
-    return total
-
-
 def _full_mesh(statuses: list[dict[str, Any] | None]) -> bool:
     alive = [s for s in statuses if s]
     return len(alive) == len(statuses) and all(len(s["peers"]) >= len(alive) - 1 for s in alive)
-
-
-def _loss_by_round(run: dict[str, Any]) -> dict[int, float]:
-    """A member's eval loss after each of its last rounds (status keeps 16): the last rounds
-    of a small model bounce from round to round, and their mean says more than the last one."""
-    recent = (run.get("progress") or {}).get("recent_rounds", [])
-    return {e["round"]: e["loss"] for e in recent if e.get("loss") is not None}
-
-
-def _mean(values: Any) -> float | None:
-    known = [v for v in values if v is not None]
-    return sum(known) / len(known) if known else None

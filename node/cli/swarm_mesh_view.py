@@ -99,6 +99,17 @@ def summarise(console, report: dict[str, Any]) -> None:
                 f"{report['ddp_bytes'] / 1e6:.1f} MB ({ratio:.0f}x less); "
                 f"kills {report.get('kills', 0)}"
             )
+        for c in report.get("catch_ups", []):
+            missed = "" if c["rounds_missed"] is None else f", {c['rounds_missed']} rounds behind"
+            console.print(
+                f"node {c['node']} downloaded the state of round {c['round']}{missed}: "
+                f"{c['mb']} MB in {c['seconds']} s ({c['mb_per_s']} MB/s) from "
+                f"{c['donors']} donor(s)"
+            )
+        if report.get("export"):
+            done = report["export"]
+            what = done.get("error") or f"{', '.join(done['files'])} in {done['seconds']} s"
+            console.print(f"exported ({done['format']}) to {done['out']}: {what}")
         if report.get("sample"):
             console.rule("sample from the trained model")
             console.print(report["sample"], markup=False, highlight=False)

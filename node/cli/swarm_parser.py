@@ -47,7 +47,28 @@ def add_swarm_commands(commands: Any) -> None:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="swarm: kill a stage-1 server then",
+        help="swarm: kill a stage-1 server then; diloco: kill a random member (not the creator) "
+        "then, and restart it 3 s later",
+    )
+    p.add_argument(
+        "--late-join",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="diloco: one more daemon joins the run then (it catches up by state download)",
+    )
+    p.add_argument(
+        "--export",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="diloco: write the run's model here at the end, as `run export` does",
+    )
+    p.add_argument(
+        "--export-format",
+        choices=["safetensors", "torch", "hf"],
+        default="safetensors",
+        help="with --export: safetensors (default), torch, or hf (transformers models)",
     )
     add_run_options(p)
     p.set_defaults(handler=cmd_swarm_local)

@@ -1,7 +1,9 @@
 """The real run's recipe (issue 30) scaled down, through the commands a user types: a corpus
 prepared by `peertrain data prepare-corpus` (a BPE tokenizer trained here, a token file split
 99/1), then `peertrain swarm local` training a GPT on that token file with 4 daemons as a DiLoCo
-group (int8, flag), ending with one model on every member."""
+group (int8, flag) while one member is SIGKILLed and restarted (`--kill-at`) and a fifth daemon
+joins late (`--late-join`); both catch up by state download, every member ends with one model,
+and the model exported at the end (`--export`) loads in a plain process with torch alone."""
 
 from __future__ import annotations
 
@@ -17,7 +19,20 @@ pytest.importorskip(
 )
 
 VOCAB = "512"  # the real run's 8192 needs more text than the pydoc topics' 466 kB
-ROUNDS = 4
+ROUNDS = 8
+KILL_AT = 12.0  # s into the run: a few rounds in (rounds of 1-3 s here)
+LATE_JOIN = 16.0
+
+LOAD_EXPORT = """
+import json, sys
+from safetensors.torch import load_file
+tensors = load_file(sys.argv[1])
+print(json.dumps({
+    "params": sum(t.numel() for t in tensors.values()),
+    "finite": all(bool(t.isfinite().all()) for t in tensors.values()),
+    "peertrain": "peertrain" in sys.modules,
+}))
+"""
 
 
 def peertrain(*args: str, timeout: float) -> subprocess.CompletedProcess:
@@ -26,24 +41,43 @@ def peertrain(*args: str, timeout: float) -> subprocess.CompletedProcess:
     )
 
 
-def test_a_prepared_corpus_trains_four_daemons_to_one_model(tmp_path):
+def test_the_recipe_scaled_down_trains_through_a_kill_and_a_late_join_and_exports(tmp_path):
     prepare = ["data", "prepare-corpus", "--source", "pydoc", "--vocab-size", VOCAB]
     prepared = peertrain(*prepare, "--out", str(tmp_path / "corpora"), "--json", timeout=120)
     assert prepared.returncode == 0, prepared.stderr
     corpus = json.loads(prepared.stdout)
+    exported = tmp_path / "export"
     run = peertrain(
         *("swarm", "local", "--nodes", "4", "--mode", "diloco"),
         *("--model", "gpt", "--set", f"model_settings.vocab_size={VOCAB}"),
         *("--dataset", "tokens", "--data", corpus["train"]),
         *("--codec", "int8", "--aggregator", "flag"),
         *("--rounds", str(ROUNDS), "--inner-steps", "10"),
+        *("--kill-at", str(KILL_AT), "--late-join", str(LATE_JOIN), "--export", str(exported)),
         *("--report", str(tmp_path / "report.json")),
         timeout=170,  # with the preparation, under the issue's 3 minutes
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["rounds_completed"] == ROUNDS and report["died"] == []
-    assert len(report["state_hashes"]) == 4 and len(set(report["state_hashes"])) == 1
+    assert len(report["state_hashes"]) == 5 and len(set(report["state_hashes"])) == 1
     assert report["final_loss"] < report["initial_loss"] < 6.5  # ln 512 = 6.24 at the start
     assert report["bytes_sent"] < report["ddp_bytes"] / 10  # int8, once per 10 steps
     assert "models identical on all nodes: yes" in run.stdout
+
+    killed, late = report["kill_at"]["node"], report["late_join"]["node"]
+    assert late == 4 and 0 < killed < 4
+    by_node = {c["node"]: c for c in report["catch_ups"]}  # each one's (last) state download
+    for node in (killed, late):
+        assert node in by_node, report["catch_ups"]
+        assert by_node[node]["mb"] > 0 and by_node[node]["donors"] >= 2  # several at once
+    assert by_node[late]["rounds_missed"] >= 1  # it caught up from round 0
+
+    weights = exported / "model.safetensors"
+    assert report["export"]["round"] == ROUNDS and weights.exists()
+    loaded = subprocess.run(
+        [sys.executable, "-I", "-c", LOAD_EXPORT, str(weights)],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    fresh = json.loads(loaded.stdout)
+    assert fresh == {"params": report["params"], "finite": True, "peertrain": False}
