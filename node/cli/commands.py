@@ -372,27 +372,9 @@ def cmd_swarm_local(args: argparse.Namespace) -> int:
         return run_local_swarm(
             lambda base, console: PipelineSwarm(pipeline, base, console), pipeline.report
         )
-    from .swarm_mesh import LocalSwarmOptions, MeshSwarm
+    from .swarm_mesh import MeshSwarm, mesh_options
 
-    if args.mode == "diffusion" and args.nodes < 2:
-        raise NodeError("--mode diffusion needs at least 2 nodes (an expert and the router)")
-    if args.nodes < 1:
-        raise NodeError("--nodes must be at least 1")
-    options = LocalSwarmOptions(
-        nodes=args.nodes,
-        duration=args.duration,
-        report=args.report,
-        mode=args.mode,
-        spec=run_spec_from_args(args),
-        data=args.data.expanduser().absolute() if args.data else None,
-        kill_every=args.kill_every,
-        kill_at=args.kill_at,
-        late_join=args.late_join,
-        export=args.export.expanduser().absolute() if args.export else None,
-        export_format=args.export_format,
-        byzantine=args.byzantine,
-        attack=args.attack,
-    )
+    options = mesh_options(args, run_spec_from_args(args))
     if args.mode == "diffusion":
         from .swarm_diffusion import DiffusionSwarm
 

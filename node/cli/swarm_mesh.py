@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..api.control import call_sync
-from ..errors import ControlError
+from ..errors import ControlError, NodeError
 from .local_swarm import isolation
 from .processes import DaemonProcess, node_args
 from .swarm_events import OneOffEvents, export
@@ -55,6 +55,29 @@ class LocalSwarmOptions:
     byzantine: int = 0  # the last K members send attacked updates
     attack: str = "sign-flip"
     seed: int = 0
+
+
+def mesh_options(args, spec: dict[str, Any]) -> LocalSwarmOptions:
+    """The options of `--mode none | diloco | diffusion` from the command line."""
+    if args.mode == "diffusion" and args.nodes < 2:
+        raise NodeError("--mode diffusion needs at least 2 nodes (an expert and the router)")
+    if args.nodes < 1:
+        raise NodeError("--nodes must be at least 1")
+    return LocalSwarmOptions(
+        nodes=args.nodes,
+        duration=args.duration,
+        report=args.report,
+        mode=args.mode,
+        spec=spec,
+        data=args.data.expanduser().absolute() if args.data else None,
+        kill_every=args.kill_every,
+        kill_at=args.kill_at,
+        late_join=args.late_join,
+        export=args.export.expanduser().absolute() if args.export else None,
+        export_format=args.export_format,
+        byzantine=args.byzantine,
+        attack=args.attack,
+    )
 
 
 class MeshSwarm:

@@ -50,6 +50,13 @@ def add_swarm_commands(commands: Any) -> None:
         help="swarm: kill a stage-1 server then; diloco: kill a random member (not the creator) "
         "then, and restart it 3 s later",
     )
+    _add_one_off_options(p)
+    add_run_options(p)
+    p.set_defaults(handler=cmd_swarm_local)
+
+
+def _add_one_off_options(p: argparse.ArgumentParser) -> None:
+    """A DiLoCo run told end to end: one late joiner, the model exported at the end."""
     p.add_argument(
         "--late-join",
         type=float,
@@ -70,8 +77,6 @@ def add_swarm_commands(commands: Any) -> None:
         default="safetensors",
         help="with --export: safetensors (default), torch, or hf (transformers models)",
     )
-    add_run_options(p)
-    p.set_defaults(handler=cmd_swarm_local)
 
 
 def _add_fault_options(p: argparse.ArgumentParser) -> None:
