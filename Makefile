@@ -19,12 +19,17 @@ demo: $(STAMP)
 
 # Issue 30's real run. `corpus`: Debian's linux-doc (apt-get install linux-doc) as 8192 BPE
 # tokens in build/corpus/<digest>/ (about 20 s; instant once cached). `real-run`: 4 daemons train
-# MODEL on its train.bin as a DiLoCo group (int8, flag); report in real-run-report.json. About
-# 3 min a round on 2 cores (an hour); MODEL=hf:examples/llama-25m.json for the llama-style model.
+# MODEL on its train.bin as a DiLoCo group (int8, flag), one member killed at KILL_AT s and
+# restarted, a fifth daemon joining at LATE_JOIN s, the model exported to real-run-model/ at the
+# end; report in real-run-report.json. About 3 min a round on 2 cores (an hour);
+# MODEL=hf:examples/llama-25m.json EXPORT_FORMAT=hf for the llama-style model.
 CORPUS          := build/corpus
 MODEL           ?= gpt-25m
+EXPORT_FORMAT   ?= safetensors
 REAL_RUN_ROUNDS ?= 18
 REAL_RUN_H      ?= 30
+KILL_AT         ?= 1500
+LATE_JOIN       ?= 2100
 
 corpus: $(STAMP)
 	$(BIN)/peertrain data prepare-corpus --out $(CORPUS)
@@ -34,7 +39,9 @@ real-run: corpus
 	    --data $$($(BIN)/peertrain data prepare-corpus --out $(CORPUS) --quiet)/train.bin \
 	    --set dataset_settings.block_size=256 --set dataset_settings.eval_chunks=8 \
 	    --batch-size 4 --codec int8 --aggregator flag \
-	    --rounds $(REAL_RUN_ROUNDS) --inner-steps $(REAL_RUN_H) --report real-run-report.json
+	    --rounds $(REAL_RUN_ROUNDS) --inner-steps $(REAL_RUN_H) \
+	    --kill-at $(KILL_AT) --late-join $(LATE_JOIN) \
+	    --export real-run-model --export-format $(EXPORT_FORMAT) --report real-run-report.json
 
 # the rules the config holds run first: a lint failure is a test failure (CI runs this target).
 # Then three phases. The in-process tests on PYTEST_WORKERS workers (pytest-xdist; on two cores
