@@ -28,7 +28,7 @@ from ..errors import ControlError, NodeError
 from .local_swarm import isolation
 from .processes import DaemonProcess, node_args
 from .swarm_events import OneOffEvents, export
-from .swarm_mesh_report import training_report
+from .swarm_mesh_report import PeakMemory, training_report
 from .swarm_mesh_view import agreement, brief, line, summarise, table
 from .swarm_scores import ScoreWatch
 
@@ -106,6 +106,7 @@ class MeshSwarm:
         self._all_finished_at: float | None = None  # when every member first said finished
         self._without_run: dict[int, float] = {}  # member → since when it is up without the run
         self.events = OneOffEvents(self)
+        self.memory = PeakMemory()
         self.exported: dict[str, Any] | None = None
 
     @property
@@ -197,6 +198,7 @@ class MeshSwarm:
                 self._next_kill = now + self.options.kill_every
         self.events.step(elapsed)
         self.statuses = self.poll()
+        self.memory.sample(self.daemons)
         self.score_watch.saw(self.statuses, len(self.statuses) - self.options.byzantine)
         self.notice_refusals()
         for index in self.notice_deaths():
@@ -332,6 +334,7 @@ class MeshSwarm:
             "died": sorted(self.died.values(), key=lambda d: d["node"]),
             **training,
             **self.events.report(),
+            "rss_peak_mb": self.memory.peaks(len(self.daemons)),
             "final": [brief(s) for s in self.statuses],
         }
         if self.exported is not None:

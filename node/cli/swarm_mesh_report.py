@@ -5,7 +5,29 @@ from __future__ import annotations
 
 from typing import Any
 
+import psutil
+
 from .swarm_events import catch_ups
+
+
+class PeakMemory:
+    """Each daemon's peak resident memory (MB) over the polls, over all its lives."""
+
+    def __init__(self) -> None:
+        self._peak: dict[int, float] = {}
+
+    def sample(self, daemons) -> None:
+        for index, daemon in enumerate(daemons):
+            if daemon.process is None or not daemon.alive():
+                continue
+            try:
+                rss = psutil.Process(daemon.process.pid).memory_info().rss / (1 << 20)
+            except psutil.Error:  # it exited between the check and the read
+                continue
+            self._peak[index] = max(self._peak.get(index, 0.0), round(rss, 1))
+
+    def peaks(self, n: int) -> list[float | None]:
+        return [self._peak.get(i) for i in range(n)]
 
 
 def training_report(swarm) -> dict[str, Any]:

@@ -106,6 +106,9 @@ def summarise(console, report: dict[str, Any]) -> None:
                 f"{c['mb']} MB in {c['seconds']} s ({c['mb_per_s']} MB/s) from "
                 f"{c['donors']} donor(s)"
             )
+        peaks = [p for p in report.get("rss_peak_mb", []) if p is not None]
+        if peaks:
+            console.print(f"peak resident memory per daemon: {min(peaks):.0f}-{max(peaks):.0f} MB")
         if report.get("export"):
             done = report["export"]
             what = done.get("error") or f"{', '.join(done['files'])} in {done['seconds']} s"

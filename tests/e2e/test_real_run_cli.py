@@ -67,11 +67,12 @@ def test_the_recipe_scaled_down_trains_through_a_kill_and_a_late_join_and_export
 
     killed, late = report["kill_at"]["node"], report["late_join"]["node"]
     assert late == 4 and 0 < killed < 4
-    by_node = {c["node"]: c for c in report["catch_ups"]}  # each one's (last) state download
-    for node in (killed, late):
-        assert node in by_node, report["catch_ups"]
-        assert by_node[node]["mb"] > 0 and by_node[node]["donors"] >= 2  # several at once
-    assert by_node[late]["rounds_missed"] >= 1  # it caught up from round 0
+    downloads = report["catch_ups"]  # every state download any member's log records
+    assert all(c["mb"] > 0 and c["donors"] >= 2 for c in downloads), downloads  # several at once
+    late_downloads = [c for c in downloads if c["node"] == late]
+    assert late_downloads and late_downloads[0]["rounds_missed"] >= 1  # from round 0
+    # the killed member is back on the group's model (state_hashes above): by a download when
+    # the group got ahead while it was down, by its own checkpoint when the group waited
 
     weights = exported / "model.safetensors"
     assert report["export"]["round"] == ROUNDS and weights.exists()
