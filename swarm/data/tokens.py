@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -70,10 +71,21 @@ class TokenDataset:
             )
         self.config = config
         self.digest = config.data_digest
+        self.path = path
         self.chunks = tokens[: n_chunks * config.chunk_tokens].reshape(n_chunks, -1)
         self.eval_index, self.train_index = split_eval(
             n_chunks, config.eval_chunks, config.split_seed
         )
+
+    def tokenizer(self) -> Any | None:
+        """The tokenizer the file was made with, when `peertrain data prepare-corpus` left it
+        beside the file (tokenizer.json) and `tokenizers` is installed: samples decode with it."""
+        path = self.path.parent / "tokenizer.json"
+        try:
+            from tokenizers import Tokenizer
+        except ImportError:
+            return None
+        return Tokenizer.from_file(str(path)) if path.is_file() else None
 
     @property
     def num_tokens(self) -> int:

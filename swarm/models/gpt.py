@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -203,22 +204,28 @@ class GPT(nn.Module):
         return idx
 
 
-def sample_text(model: GPT, prompt: str, max_new_tokens: int = 200, *, seed: int = 0) -> str:
-    """Decode a byte-level continuation of `prompt` as text (invalid UTF-8 is replaced)."""
-    if model.config.vocab_size != 256:  # ids of a tokenizer the model does not hold
+def sample_text(
+    model: GPT, prompt: str, max_new_tokens: int = 200, *, seed: int = 0, tokenizer: Any = None
+) -> str:
+    """A continuation of `prompt` as text: byte-level ids decoded as UTF-8 (invalid bytes
+    replaced), or, with `tokenizer` (a `tokenizers.Tokenizer`), the ids of that tokenizer."""
+    if model.config.vocab_size != 256 and tokenizer is None:
         raise TypeError(
             f"this GPT's {model.config.vocab_size} token ids are not bytes: decode its output "
-            "with the tokenizer its token file was made with"
+            "with the tokenizer its token file was made with (a tokenizer.json beside the token "
+            "file, as `peertrain data prepare-corpus` leaves it, is used when present)"
         )
+    ids = tokenizer.encode(prompt).ids if tokenizer is not None else list(prompt.encode("utf-8"))
     was_training = model.training
     model.eval()
-    start = torch.tensor([list(prompt.encode("utf-8")) or [10]], dtype=torch.long)
     out = model.generate(
-        start,
+        torch.tensor([ids or [10 % model.config.vocab_size]], dtype=torch.long),
         max_new_tokens,
         temperature=0.8,
         top_k=40,
         generator=torch.Generator().manual_seed(seed),
     )
     model.train(was_training)
+    if tokenizer is not None:
+        return str(tokenizer.decode(out[0].tolist()))
     return bytes(out[0].tolist()).decode("utf-8", errors="replace")

@@ -64,6 +64,7 @@ def test_the_recipe_scaled_down_trains_through_a_kill_and_a_late_join_and_export
     assert report["final_loss"] < report["initial_loss"] < 6.5  # ln 512 = 6.24 at the start
     assert report["bytes_sent"] < report["ddp_bytes"] / 10  # int8, once per 10 steps
     assert "models identical on all nodes: yes" in run.stdout
+    assert report["sample"].startswith("def ")  # decoded by the tokenizer beside the token file
 
     killed, late = report["kill_at"]["node"], report["late_join"]["node"]
     assert late == 4 and 0 < killed < 4

@@ -71,6 +71,19 @@ def test_sample_text_continues_the_prompt_deterministically():
     assert model.training  # restored after sampling
 
 
+def test_a_gpt_over_bpe_ids_samples_through_its_tokenizer_and_refuses_without_one():
+    pytest.importorskip("tokenizers", reason="pip install peertrain[corpus]")
+    from peertrain.swarm.data.prepare import CorpusSettings, train_tokenizer
+
+    texts = ["the kernel schedules tasks on every core", "def main(): return the answer"] * 50
+    tokenizer = train_tokenizer(texts, CorpusSettings(vocab_size=320, min_frequency=1))
+    model = GPTConfig(block_size=16, n_layer=1, n_head=2, n_embd=16, vocab_size=320).build()
+    text = sample_text(model, "the kernel", max_new_tokens=8, seed=1, tokenizer=tokenizer)
+    assert text.startswith("the kernel") and len(text) > len("the kernel")
+    with pytest.raises(TypeError, match="tokenizer.json beside the token file"):
+        sample_text(model, "the kernel", max_new_tokens=8)
+
+
 def test_mlp_classifier_contract():
     model = MLPConfig(hidden=8).build(seed=0)
     x, y = torch.rand(5, 64), torch.tensor([0, 1, 2, 3, 9])

@@ -56,7 +56,11 @@ class BuiltMember:
 
         if not isinstance(self.member.model, GPT):
             raise TypeError("only GPT runs can sample text")
-        return sample_text(self.global_model(), prompt, max_new_tokens, seed=seed)
+        find = getattr(self.dataset, "tokenizer", None)  # a token file's, when beside it
+        tokenizer = find() if find is not None else None
+        return sample_text(
+            self.global_model(), prompt, max_new_tokens, seed=seed, tokenizer=tokenizer
+        )
 
     def global_model(self) -> torch.nn.Module:
         """A copy of the model holding θ_global (for sampling and export): training goes on."""
