@@ -45,7 +45,9 @@ plain = AutoModelForCausalLM.from_config(config).eval()
 load_model(plain, sys.argv[2] + "/model.safetensors")  # the tied head is stored once
 with torch.no_grad():
     out = [m(input_ids=x).logits.tolist() for m in (pretrained, plain)]
-print(json.dumps({"hf": out[0], "safetensors": out[1], "peertrain": "peertrain" in sys.modules}))
+    text = pretrained.generate(x[:1, :4], max_new_tokens=8, do_sample=False, pad_token_id=0)
+print(json.dumps({"hf": out[0], "safetensors": out[1], "generated": text.shape[1],
+                  "peertrain": "peertrain" in sys.modules}))
 """
 
 
@@ -105,7 +107,7 @@ def test_a_transformers_model_from_a_config_trains_and_exports_for_transformers(
         capture_output=True, text=True, timeout=120, check=True, env={**os.environ, **ENV},
     )  # fmt: skip
     fresh = json.loads(loaded.stdout)
-    assert fresh["peertrain"] is False
+    assert fresh["peertrain"] is False and fresh["generated"] == 4 + 8  # `generate` works
     expected = group_logits(daemons[0].home, runs[0], x)
     assert torch.equal(torch.tensor(fresh["hf"]), expected)
     assert torch.equal(torch.tensor(fresh["safetensors"]), expected)
