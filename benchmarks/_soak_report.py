@@ -100,7 +100,7 @@ def plot(path: Path, samples, baseline_rate: float | None) -> str | None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return "no PNG: matplotlib is not installed (pip install matplotlib)"
+        return "no PNG: matplotlib is not installed (.venv/bin/pip install -e '.[plots]')"
     figure, axes = plt.subplots(3, 1, figsize=(10, 10), sharex=True)
     for m, series in enumerate(samples.by_member):
         at = [s.at / 60 for s in series]
