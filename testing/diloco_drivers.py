@@ -107,6 +107,9 @@ class MemoryTensors:
         self.network.stores.setdefault(self.peer, {})[prepared.header.checksum] = prepared
 
     def unpin(self, checksum: bytes) -> None:
+        """Still served, as by the node's store (which drops it only when old or short of room)."""
+
+    def discard(self, checksum: bytes) -> None:
         self.network.stores.get(self.peer, {}).pop(checksum, None)
 
     async def fetch(self, holders: Sequence[str], checksum: bytes, max_nbytes: int, on_header=None):

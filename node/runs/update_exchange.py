@@ -68,6 +68,9 @@ class NodeTensors:
     def unpin(self, checksum: bytes) -> None:
         self.node.tensors.unpin(checksum)
 
+    def discard(self, checksum: bytes) -> None:
+        self.node.tensors.discard(checksum)
+
     async def fetch(
         self, holders, checksum: bytes, max_nbytes: int, *, allocate=None, on_header=None
     ):

@@ -58,3 +58,21 @@ async def test_a_joiner_logs_its_state_download_with_size_rate_and_donors(caplog
         and done.fields["what"] == "state of round 2 (catching up from round 0)"
     )
     assert "from 1 donor(s)" in done.getMessage() and " MB/s" in done.getMessage()
+
+
+async def test_a_member_serves_its_state_and_the_two_before_it_never_every_old_one():
+    """Superseded states stay served a little (a joiner may be fetching the one the signers
+    attested while ours moved on), then are dropped: left to the node's store, a small model's
+    fast rounds kept 10 minutes of them (the soak's diffusion run: 2 MB a round)."""
+    from peertrain.swarm.diloco.group.state_sync import KEEP_SUPERSEDED, STATE_NAME
+
+    spec = dataclasses.replace(SPEC, rounds=8)
+    async with open_driver_group(spec) as group:
+        first = await group.member(group.creator)
+        await group.member()
+        with trio.fail_after(120):
+            await group.finished()
+        served = group.tensors.stores[first.peer_id].values()
+        states = [p for p in served if p.header.name == STATE_NAME]
+    assert first.driver.member.round == 8
+    assert len(states) == 1 + KEEP_SUPERSEDED

@@ -32,6 +32,8 @@ class TensorTransport(Protocol):
 
     def unpin(self, checksum: bytes) -> None: ...
 
+    def discard(self, checksum: bytes) -> None: ...
+
     async def fetch(
         self,
         holders: list[str],

@@ -32,6 +32,10 @@ from peertrain.swarm.exchange.gossip import UpdateGossip
 log = logging.getLogger(__name__)
 
 STATE_NAME = "diloco/state"
+# states we served before the current one, still served (a joiner may be fetching the one the
+# trusted signers attested while ours moved on); older ones are dropped at once: left to the
+# store's age bound, a small model's fast rounds kept 10 minutes of them (2 MB a round, 1 GB)
+KEEP_SUPERSEDED = 2
 
 
 class StateSync:
@@ -59,6 +63,7 @@ class StateSync:
         self.progress, self.checkpoints = progress, checkpoints
         self.thread = thread  # the driver's torch thread (one torch job at a time)
         self.served: bytes | None = None  # the checksum of the state we serve
+        self._superseded: list[bytes] = []  # states served before it, oldest first
         # the gossip round of a round's first exchange (Streaming DiLoCo: its first slot)
         self.first_exchange: Callable[[int], int] = lambda round_: round_
         self._served_round = -1
@@ -85,12 +90,22 @@ class StateSync:
         checksum = prepared.header.checksum
         self.tensors.put(prepared, pin=True)
         if self.served is not None and self.served != checksum:
-            self.tensors.unpin(self.served)
+            self._supersede(self.served, keep=checksum)
             if self._served_round == round_:  # we adopted another state of this round
                 self.replicator.writer.withdraw_checkpoint(self._served_round, self.served)
         self.served, self._served_round = checksum, round_
         self.replicator.writer.provide_checkpoint(round_, checksum)
         self.progress.state_checksum = checksum.hex()[:16]
+
+    def _supersede(self, checksum: bytes, *, keep: bytes) -> None:
+        """Serve `checksum` unpinned for a while; drop the oldest beyond KEEP_SUPERSEDED (never
+        `keep`, the state we serve now)."""
+        self.tensors.unpin(checksum)
+        self._superseded = [c for c in self._superseded if c != checksum] + [checksum]
+        while len(self._superseded) > KEEP_SUPERSEDED:
+            oldest = self._superseded.pop(0)
+            if oldest != keep:
+                self.tensors.discard(oldest)
 
     @property
     def served_state(self) -> tuple[int, bytes] | None:
