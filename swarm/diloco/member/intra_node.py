@@ -17,6 +17,7 @@ its ranks to one DiLoCo run at a time (`RankLease`), sending each follower the r
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ from peertrain.swarm.diloco.member.config import InnerConfig
 from peertrain.swarm.diloco.member.flat import ParamLayout
 from peertrain.swarm.diloco.member.inner_loop import InnerLoop, InnerReport
 from torch import nn
+
+LEAVE_TIMEOUT = 30.0  # seconds a leaving rank waits at the barrier for the others
 
 _STOP, _RUN = 0, 1
 
@@ -66,8 +69,15 @@ class IntraNode:
         return self.rank == 0
 
     def leave(self) -> None:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        """Leave the group together: gloo aborts a process (std::terminate, exit -6) whose peer
+        tears its connections down while it still has a collective or a pair in flight, so on
+        CPUs every rank meets at a barrier first (bounded: a rank that died is not waited for)."""
+        if not dist.is_initialized():
+            return
+        if dist.get_backend() == "gloo":
+            with contextlib.suppress(RuntimeError):
+                dist.monitored_barrier(timeout=datetime.timedelta(seconds=LEAVE_TIMEOUT))
+        dist.destroy_process_group()
 
 
 class DistributedInnerLoop(InnerLoop):
