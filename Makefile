@@ -21,7 +21,8 @@ demo: $(STAMP)
 # tokens in build/corpus/<digest>/ (about 20 s; instant once cached). `real-run`: 4 daemons train
 # MODEL on its train.bin as a DiLoCo group (int8, flag), one member killed at KILL_AT s and
 # restarted, a fifth daemon joining at LATE_JOIN s, the model exported to real-run-model/ at the
-# end; report in real-run-report.json. About 3 min a round on 2 cores (an hour);
+# end; report in real-run-report.json. Then the data-parallel arm on the same tokens, its lr
+# tuned on val.bin (benchmarks/real_run_baseline.py): real-run-baseline.json, real-run.png.
 # MODEL=hf:examples/llama-25m.json EXPORT_FORMAT=hf for the llama-style model.
 CORPUS          := build/corpus
 MODEL           ?= gpt-25m
@@ -42,6 +43,9 @@ real-run: corpus
 	    --rounds $(REAL_RUN_ROUNDS) --inner-steps $(REAL_RUN_H) \
 	    --kill-at $(KILL_AT) --late-join $(LATE_JOIN) \
 	    --export real-run-model --export-format $(EXPORT_FORMAT) --report real-run-report.json
+	$(BIN)/python benchmarks/real_run_baseline.py --report real-run-report.json \
+	    --data $$($(BIN)/peertrain data prepare-corpus --out $(CORPUS) --quiet)/train.bin \
+	    --png real-run.png --out real-run-baseline.json
 
 # the rules the config holds run first: a lint failure is a test failure (CI runs this target).
 # Then three phases. The in-process tests on PYTEST_WORKERS workers (pytest-xdist; on two cores

@@ -17,7 +17,8 @@ from pathlib import Path
 
 class JsonLines(logging.Formatter):
     """One JSON object per record: ts, level, logger, msg (+ exc when present; + event and
-    its fields for progress events: waiting, download, download_done, inner_steps)."""
+    its fields for progress events: waiting, download, download_done, inner_steps,
+    round_closed)."""
 
     def format(self, record: logging.LogRecord) -> str:
         out = {

@@ -58,19 +58,26 @@ class OneOffEvents:
 
 def catch_ups(daemons) -> list[dict[str, Any]]:
     """Every state download the daemons' logs record, oldest first within each daemon."""
+    return [
+        _catch_up(index, fields)
+        for index, daemon in enumerate(daemons)
+        for fields in log_events(daemon.log_path, "download_done")
+    ]
+
+
+def log_events(path: Path, event: str) -> list[dict[str, Any]]:
+    """The fields of every `event` a daemon's JSON log holds, over all its lives."""
+    if not path.exists():
+        return []
     out = []
-    for index, daemon in enumerate(daemons):
-        path: Path = daemon.log_path
-        if not path.exists():
+    marker = f'"event": "{event}"'
+    for line in path.read_text(errors="replace").splitlines():
+        if marker not in line:
             continue
-        for line in path.read_text(errors="replace").splitlines():
-            if '"download_done"' not in line:
-                continue
-            try:  # the event's fields sit beside msg (node/log_setup.py)
-                fields = json.loads(line)
-            except ValueError:
-                continue
-            out.append(_catch_up(index, fields))
+        try:  # the event's fields sit beside msg (node/log_setup.py)
+            out.append(json.loads(line))
+        except ValueError:  # a line cut by a SIGKILL
+            continue
     return out
 
 

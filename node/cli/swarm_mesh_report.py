@@ -8,6 +8,7 @@ from typing import Any
 import psutil
 
 from .swarm_events import catch_ups
+from .swarm_mesh_rounds import rounds_report
 
 
 class PeakMemory:
@@ -54,10 +55,13 @@ def training_report(swarm) -> dict[str, Any]:
             first["params"], steps=rounds * first["inner_steps"], members=len(swarm.daemons)
         ),
         "params": first["params"],
+        "members": swarm.options.nodes - swarm.options.byzantine,  # at the start
+        "spec": swarm.options.spec,  # what the run was created with (a baseline rebuilds it)
         "resyncs": sum(r["resyncs"] for r in runs),
         "rounds_alone": rounds_alone(swarm.daemons),
         "state_downloads": sum(r.get("state_downloads", 0) for r in runs),
         "catch_ups": catch_ups(swarm.daemons),
+        **rounds_report(swarm),
         "dropped": _summed(r.get("dropped", {}) for r in runs),
         "rejected_updates": sum(r["rejected_updates"] for r in runs),
         "byzantine": swarm.options.byzantine,

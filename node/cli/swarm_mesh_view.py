@@ -106,6 +106,7 @@ def summarise(console, report: dict[str, Any]) -> None:
                 f"{c['mb']} MB in {c['seconds']} s ({c['mb_per_s']} MB/s) from "
                 f"{c['donors']} donor(s)"
             )
+        _print_costs(console, report)
         peaks = [p for p in report.get("rss_peak_mb", []) if p is not None]
         if peaks:
             console.print(f"peak resident memory per daemon: {min(peaks):.0f}-{max(peaks):.0f} MB")
@@ -125,3 +126,28 @@ def summarise(console, report: dict[str, Any]) -> None:
     console.print(
         f"stopped cleanly: {clean}/{len(report['exit_codes'])}   total {report['total_s']} s"
     )
+
+
+def _print_costs(console, report: dict) -> None:
+    """A round's time split, the members' throughput and their checkpoints."""
+    if split := report.get("round_split"):
+        console.print(
+            f"a round (median): {split['round_s']} s = inner steps {split['inner_s']} s + "
+            f"exchange and waits {split['exchange_s']} s + aggregation and outer step "
+            f"{split['outer_s']} s"
+        )
+    rates = [t["per_s"] for t in report.get("throughput", []) if t["per_s"]]
+    computing = [t["per_s_computing"] for t in report.get("throughput", []) if t["per_s"]]
+    if rates:
+        unit = report.get("curve_unit", "samples")
+        console.print(
+            f"{unit}/s per member: {min(rates):.0f}-{max(rates):.0f} over whole rounds, "
+            f"{min(computing):.0f}-{max(computing):.0f} while computing"
+        )
+    written = [c for c in report.get("checkpoints", []) if c["written"]]
+    if written:
+        mean = sum(c["mean_s"] for c in written) / len(written)
+        console.print(
+            f"checkpoints: {max(c['mb'] for c in written)} MB each, {mean:.2f} s to write "
+            f"(mean over {len(written)} members)"
+        )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,7 @@ pytest.importorskip(
     "tokenizers", reason="tokenizers is not installed: pip install peertrain[corpus]"
 )
 
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 VOCAB = "512"  # the real run's 8192 needs more text than the pydoc topics' 466 kB
 ROUNDS = 8
 KILL_AT = 12.0  # s into the run: a few rounds in (rounds of 1-3 s here)
@@ -74,6 +76,32 @@ def test_the_recipe_scaled_down_trains_through_a_kill_and_a_late_join_and_export
     assert late_downloads and late_downloads[0]["rounds_missed"] >= 1  # from round 0
     # the killed member is back on the group's model (state_hashes above): by a download when
     # the group got ahead while it was down, by its own checkpoint when the group waited
+
+    # what the rounds cost: the creator's loss after each round against the tokens counted
+    curve = report["loss_curve"]
+    assert [p["round"] for p in curve] == list(range(ROUNDS))
+    assert curve[0]["trained"] == 4 * 10 * 16 * 64  # 4 updates of 10 steps of 16 windows of 64
+    assert all(a["trained"] < b["trained"] for a, b in zip(curve, curve[1:], strict=False))
+    split = report["round_split"]
+    assert split["inner_s"] > 0 and split["outer_s"] > 0 and split["round_s"] >= split["inner_s"]
+    rates = [t for t in report["throughput"] if t["rounds"]]
+    assert len(rates) == 5 and all(t["per_s_computing"] >= t["per_s"] > 0 for t in rates)
+    assert all(c["written"] >= 1 and c["mb"] > 0 for c in report["checkpoints"][:1])
+
+    baseline = subprocess.run(  # the data-parallel arm on the same tokens, lr tuned on val.bin
+        [sys.executable, str(BENCHMARKS / "real_run_baseline.py"), "--report",
+         str(tmp_path / "report.json"), "--data", corpus["train"], "--lrs", "4e-4,1e-3",
+         "--tune-steps", "5", "--png", str(tmp_path / "curves.png"),
+         "--out", str(tmp_path / "baseline.json")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert baseline.returncode == 0, baseline.stdout[-2000:] + baseline.stderr[-3000:]
+    arm = json.loads(baseline.stdout.splitlines()[-1])
+    assert [t["lr"] for t in arm["tuning"]] == [4e-4, 1e-3] and arm["lr"] in (4e-4, 1e-3)
+    points = arm["data_parallel"]["points"]
+    assert [p["trained"] for p in points] == [p["trained"] for p in curve]  # equal tokens
+    assert points[-1]["loss"] < points[0]["loss"] and (tmp_path / "curves.png").exists()
+    assert arm["bytes_ratio"] > 10
 
     weights = exported / "model.safetensors"
     assert report["export"]["round"] == ROUNDS and weights.exists()

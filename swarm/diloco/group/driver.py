@@ -41,6 +41,7 @@ from peertrain.swarm.progress import Waiting, log_progress
 log = logging.getLogger(__name__)
 
 ROUND_ALONE = "round_alone"  # the log event of a round closed alone (the local swarm counts it)
+ROUND_CLOSED = "round_closed"  # a round's loss, updates and time split, in the log (its fields)
 RETRY_PAUSE = 2.0  # seconds before a failed catch-up is tried again
 AGREEMENT_WAIT = 3.0  # seconds a member waits for the trusted state of a round it applied
 FINAL_CHECK_EVERY = 1.0  # seconds between a finished member's looks at the trusted final state
@@ -337,20 +338,21 @@ class DiLoCoDriver:
     async def _save_checkpoint(self) -> None:
         """Our own copy of the agreed state (atomic, content-addressed, last K kept)."""
         if self.checkpoints is not None:
-            snapshot = self.member.snapshot()
+            snapshot, started = self.member.snapshot(), time.perf_counter()
             try:
-                await self._thread(
+                info = await self._thread(
                     lambda: self.checkpoints.save(snapshot, manifest_hash=self.state.run_id)
                 )
             except CheckpointError as exc:  # a full disk, the disk budget: train on, say so
-                self.progress.checkpoint_failures += 1
-                self.progress.checkpoint_error = str(exc)
+                self.progress.checkpoint_failed(str(exc))
                 log.warning(
                     "round %d: checkpoint not saved: %s",
                     self.member.round,
                     exc,
                     extra={"event": "checkpoint_failed"},
                 )
+            else:
+                self.progress.checkpointed(time.perf_counter() - started, info.tensors_bytes)
 
     async def _record(
         self, report: RoundReport, *, loss: float | None = None, round_: int | None = None
@@ -361,23 +363,14 @@ class DiLoCoDriver:
             loss = await self._thread(self.built.eval_loss)
         p = self.progress
         p.round = self.member.round if round_ is None else round_
-        p.loss, p.rounds_completed = loss, p.rounds_completed + 1
-        p.history.append(
-            {
-                "round": report.round,
-                "loss": loss,
-                "accepted": len(report.accepted),
-                "rejected": len(report.rejected),
-                "time": time.time(),
-            }
-        )
-        del p.history[:-64]
+        entry = p.closed(report.round, loss, len(report.accepted), len(report.rejected))
         log.info(
             "round %d: eval loss %.4f, %d updates (%d rejected)",
             report.round,
             loss,
-            len(report.accepted),
-            len(report.rejected),
+            entry["accepted"],
+            entry["rejected"],
+            extra={"event": ROUND_CLOSED, "fields": entry},  # the local swarm reads them
         )
         if self.on_round is not None:
             self.on_round(report)

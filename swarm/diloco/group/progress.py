@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,6 +12,7 @@ from peertrain.swarm.diloco.member.member import REJECTION_KINDS
 from peertrain.swarm.progress import Download, Waiting
 
 RECENT_ROUNDS = 16  # rounds of `history` in status
+HISTORY = 64  # rounds of `history` kept
 
 
 @dataclass
@@ -48,11 +50,45 @@ class DriverProgress:
     steps: int = 0
     compute_seconds: float = 0.0
     wall_seconds: float = 0.0
+    outer_total: float = 0.0  # of compute_seconds: aggregation and outer steps
+    # the last round's split of its wall time (`split`), for its entry in `history`
+    split: dict[str, float] = field(default_factory=dict)
+    # checkpoints written, their seconds in all, and the last one's tensor bytes
+    checkpoints_saved: int = 0
+    checkpoint_seconds: float = 0.0
+    checkpoint_bytes: int = 0
 
     def timed(self, *, steps: int, compute: float, wall: float) -> None:
+        """A round's `steps` and seconds: `compute` of torch work, `outer_seconds` of it spent
+        on aggregation and the outer step (the rest: inner steps and encoding), `wall` from its
+        first inner step to agreement (the rest: the exchange and waiting for the group)."""
+        outer = min(self.outer_seconds, compute)
         self.steps += steps
         self.compute_seconds += compute
         self.wall_seconds += wall
+        self.outer_total += outer
+        self.split = {
+            "inner_s": round(compute - outer, 3),
+            "exchange_s": round(max(wall - compute, 0.0), 3),
+            "outer_s": round(outer, 3),
+        }
+
+    def closed(self, round_: int, loss: float, accepted: int, rejected: int) -> dict[str, Any]:
+        """A round closed: its entry in `history` (the last HISTORY kept), returned."""
+        self.loss, self.rounds_completed = loss, self.rounds_completed + 1
+        entry = {"round": round_, "loss": loss, "accepted": accepted, "rejected": rejected}
+        self.history.append({**entry, "time": time.time(), **self.split})
+        del self.history[:-HISTORY]
+        return self.history[-1]
+
+    def checkpointed(self, seconds: float, tensors_bytes: int) -> None:
+        self.checkpoints_saved += 1
+        self.checkpoint_seconds += seconds
+        self.checkpoint_bytes = tensors_bytes
+
+    def checkpoint_failed(self, error: str) -> None:
+        self.checkpoint_failures += 1
+        self.checkpoint_error = error
 
     def timing(self) -> dict[str, Any]:
         """Steps, compute and wall seconds, and the fraction of wall time compute stood idle."""
@@ -60,8 +96,12 @@ class DriverProgress:
         return {
             "steps": self.steps,
             "compute_s": round(self.compute_seconds, 3),
+            "outer_s": round(self.outer_total, 3),
             "wall_s": round(self.wall_seconds, 3),
             "idle_fraction": round(max(idle, 0.0), 4),
+            "checkpoints": self.checkpoints_saved,
+            "checkpoint_s": round(self.checkpoint_seconds, 3),
+            "checkpoint_bytes": self.checkpoint_bytes,
         }
 
     def status(
