@@ -26,9 +26,11 @@ import argparse
 import json
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from _report import print_json, print_table
 from peertrain.swarm.data import ConcatBatches
@@ -49,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = run_spec(diloco["spec"], args.data)
     members = diloco["members"]
     dataset = spec.dataset_config().build(args.data)
-    per_step = members * spec.batch_size * spec.dataset_settings["block_size"]
+    per_step = members * spec.batch_size * dataset.config.block_size
     print(
         f"data parallel: 1 model, batch {members} x {spec.batch_size} (the group's), "
         f"{per_step:,} tokens a step; lr tuned over {args.lrs} on val.bin"
@@ -130,9 +132,14 @@ def inner(spec: DiLoCoSpec, members: int, lr: float) -> InnerConfig:
 
 
 def validation_batches(spec: DiLoCoSpec, val: Path) -> list:
-    """Windows of the corpus's validation file, as the token dataset cuts them."""
-    settings = {**spec.dataset_settings, "data_digest": file_digest(val), "eval_chunks": VAL_CHUNKS}
+    """Windows of the corpus's validation file (up to VAL_CHUNKS chunks of it), as the token
+    dataset cuts them."""
+    settings = {**spec.dataset_settings, "data_digest": file_digest(val)}
     config = type(spec.dataset_config())(**settings)
+    chunks = val.stat().st_size // np.dtype(config.dtype).itemsize // config.chunk_tokens
+    if chunks < 2:
+        raise SystemExit(f"{val} holds {chunks} chunk(s) of {config.chunk_tokens}: too few")
+    config = replace(config, eval_chunks=min(VAL_CHUNKS, chunks - 1))
     return config.build(val).eval_batches(batch_size=64)
 
 

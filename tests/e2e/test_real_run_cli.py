@@ -99,9 +99,12 @@ def test_the_recipe_scaled_down_trains_through_a_kill_and_a_late_join_and_export
     arm = json.loads(baseline.stdout.splitlines()[-1])
     assert [t["lr"] for t in arm["tuning"]] == [4e-4, 1e-3] and arm["lr"] in (4e-4, 1e-3)
     points = arm["data_parallel"]["points"]
-    assert [p["trained"] for p in points] == [p["trained"] for p in curve]  # equal tokens
+    per_step = arm["tokens_per_step"]  # equal tokens, to a whole step of the group's batch
+    assert all(
+        0 <= a["trained"] - b["trained"] < per_step for a, b in zip(points, curve, strict=True)
+    )
     assert points[-1]["loss"] < points[0]["loss"] and (tmp_path / "curves.png").exists()
-    assert arm["bytes_ratio"] > 10
+    assert arm["bytes_ratio"] > 5  # int8 once per 10 steps against fp32 every step
 
     weights = exported / "model.safetensors"
     assert report["export"]["round"] == ROUNDS and weights.exists()
