@@ -224,7 +224,9 @@ def cmd_run_create(args: argparse.Namespace) -> int:
         args,
         "run.create",
         params,
-        timeout=60,
+        # building the model and its initial state: seconds for a small one on a quiet machine,
+        # over a minute on a busy one (the soak's 19 daemons on 2 cores) or for a large model
+        timeout=300,
         text=lambda result: (
             f"created run {result['name']} ({result['run_id'][:16]}…); "
             f"others join with --run {result['run_id'][:16]}"
