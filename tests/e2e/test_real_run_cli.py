@@ -77,7 +77,22 @@ def test_the_recipe_scaled_down_trains_through_a_kill_and_a_late_join_and_export
     # the killed member is back on the group's model (state_hashes above): by a download when
     # the group got ahead while it was down, by its own checkpoint when the group waited
 
-    # what the rounds cost: the creator's loss after each round against the tokens counted
+    costs_are_reported(report)
+    data_parallel_arm_on_the_same_tokens(tmp_path, corpus["train"], report["loss_curve"])
+
+    weights = exported / "model.safetensors"
+    assert report["export"]["round"] == ROUNDS and weights.exists()
+    loaded = subprocess.run(
+        [sys.executable, "-I", "-c", LOAD_EXPORT, str(weights)],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    fresh = json.loads(loaded.stdout)
+    assert fresh == {"params": report["params"], "finite": True, "peertrain": False}
+
+
+def costs_are_reported(report: dict) -> None:
+    """What the rounds cost: the creator's loss after each round against the tokens counted,
+    the round's split, each member's throughput, the checkpoints."""
     curve = report["loss_curve"]
     assert [p["round"] for p in curve] == list(range(ROUNDS))
     assert curve[0]["trained"] == 4 * 10 * 16 * 64  # 4 updates of 10 steps of 16 windows of 64
@@ -88,9 +103,12 @@ def test_the_recipe_scaled_down_trains_through_a_kill_and_a_late_join_and_export
     assert len(rates) == 5 and all(t["per_s_computing"] >= t["per_s"] > 0 for t in rates)
     assert all(c["written"] >= 1 and c["mb"] > 0 for c in report["checkpoints"][:1])
 
+
+def data_parallel_arm_on_the_same_tokens(tmp_path, train: str, curve: list[dict]) -> None:
+    """benchmarks/real_run_baseline.py: the data-parallel arm, its lr tuned on val.bin."""
     baseline = subprocess.run(  # the data-parallel arm on the same tokens, lr tuned on val.bin
         [sys.executable, str(BENCHMARKS / "real_run_baseline.py"), "--report",
-         str(tmp_path / "report.json"), "--data", corpus["train"], "--lrs", "4e-4,1e-3",
+         str(tmp_path / "report.json"), "--data", train, "--lrs", "4e-4,1e-3",
          "--tune-steps", "5", "--png", str(tmp_path / "curves.png"),
          "--out", str(tmp_path / "baseline.json")],
         capture_output=True, text=True, timeout=120,
@@ -105,12 +123,3 @@ def test_the_recipe_scaled_down_trains_through_a_kill_and_a_late_join_and_export
     )
     assert points[-1]["loss"] < points[0]["loss"] and (tmp_path / "curves.png").exists()
     assert arm["bytes_ratio"] > 5  # int8 once per 10 steps against fp32 every step
-
-    weights = exported / "model.safetensors"
-    assert report["export"]["round"] == ROUNDS and weights.exists()
-    loaded = subprocess.run(
-        [sys.executable, "-I", "-c", LOAD_EXPORT, str(weights)],
-        capture_output=True, text=True, timeout=120, check=True,
-    )  # fmt: skip
-    fresh = json.loads(loaded.stdout)
-    assert fresh == {"params": report["params"], "finite": True, "peertrain": False}
