@@ -23,6 +23,8 @@ demo: $(STAMP)
 # restarted, a fifth daemon joining at LATE_JOIN s, the model exported to real-run-model/ at the
 # end; report in real-run-report.json. Then the data-parallel arm on the same tokens, its lr
 # tuned on val.bin (benchmarks/real_run_baseline.py): real-run-baseline.json, real-run.png.
+# Node 0 serves the dashboard at DASHBOARD; half way (round REAL_RUN_ROUNDS/2) a headless Chromium
+# screenshots it to real-run-dashboard.png (benchmarks/dashboard_shot.py; said when it can't).
 # MODEL=hf:examples/llama-25m.json EXPORT_FORMAT=hf for the llama-style model.
 CORPUS          := build/corpus
 MODEL           ?= gpt-25m
@@ -31,18 +33,23 @@ REAL_RUN_ROUNDS ?= 18
 REAL_RUN_H      ?= 30
 KILL_AT         ?= 1500
 LATE_JOIN       ?= 2100
+DASHBOARD       ?= 127.0.0.1:9464
 
 corpus: $(STAMP)
 	$(BIN)/peertrain data prepare-corpus --out $(CORPUS)
 
 real-run: corpus
+	($(BIN)/python benchmarks/dashboard_shot.py http://$(DASHBOARD)/ real-run-dashboard.png \
+	    --round $$(( $(REAL_RUN_ROUNDS) / 2 )) || echo "real-run: no dashboard screenshot") & \
 	$(BIN)/peertrain swarm local --nodes 4 --mode diloco --model $(MODEL) --dataset tokens \
 	    --data $$($(BIN)/peertrain data prepare-corpus --out $(CORPUS) --quiet)/train.bin \
 	    --set dataset_settings.block_size=256 --set dataset_settings.eval_chunks=8 \
 	    --batch-size 4 --codec int8 --aggregator flag \
 	    --rounds $(REAL_RUN_ROUNDS) --inner-steps $(REAL_RUN_H) \
 	    --kill-at $(KILL_AT) --late-join $(LATE_JOIN) \
-	    --export real-run-model --export-format $(EXPORT_FORMAT) --report real-run-report.json
+	    --export real-run-model --export-format $(EXPORT_FORMAT) --report real-run-report.json \
+	    --dashboard $(DASHBOARD); \
+	status=$$?; wait; test $$status = 0
 	$(BIN)/python benchmarks/real_run_baseline.py --report real-run-report.json \
 	    --data $$($(BIN)/peertrain data prepare-corpus --out $(CORPUS) --quiet)/train.bin \
 	    --png real-run.png --out real-run-baseline.json

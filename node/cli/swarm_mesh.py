@@ -52,6 +52,7 @@ class LocalSwarmOptions:
     late_join: float | None = None  # seconds in: one more daemon joins the run
     export: Path | None = None  # the run's model, written here at the end (run export)
     export_format: str = "safetensors"
+    dashboard: str | None = None  # HOST:PORT where the first daemon serves the dashboard
     byzantine: int = 0  # the last K members send attacked updates
     attack: str = "sign-flip"
     seed: int = 0
@@ -75,6 +76,7 @@ def mesh_options(args, spec: dict[str, Any]) -> LocalSwarmOptions:
         late_join=args.late_join,
         export=args.export.expanduser().absolute() if args.export else None,
         export_format=args.export_format,
+        dashboard=args.dashboard,
         byzantine=args.byzantine,
         attack=args.attack,
     )
@@ -118,10 +120,13 @@ class MeshSwarm:
 
     # --- start -----------------------------------------------------------------------------
     def start(self) -> None:
-        first = DaemonProcess(self.base / "node0", node_args(), isolation().env).start()
+        watch = ["--metrics-listen", self.options.dashboard] if self.options.dashboard else []
+        first = DaemonProcess(self.base / "node0", node_args(extra=watch), isolation().env).start()
         self.daemons.append(first)
         status = first.wait_ready()
         self.first_addr = status["share"]
+        if self.options.dashboard:
+            self.console.print(f"dashboard of node 0: http://{self.options.dashboard}/")
         self._started(0, status)
         if self.training:
             self._create_run(first)

@@ -72,6 +72,13 @@ def _add_one_off_options(p: argparse.ArgumentParser) -> None:
         help="diloco: write the run's model here at the end, as `run export` does",
     )
     p.add_argument(
+        "--dashboard",
+        metavar="HOST:PORT",
+        default=None,
+        help="none, diloco: the first daemon serves the dashboard and /metrics here "
+        "(its --metrics-listen), e.g. 127.0.0.1:9464",
+    )
+    p.add_argument(
         "--export-format",
         choices=["safetensors", "torch", "hf"],
         default="safetensors",
