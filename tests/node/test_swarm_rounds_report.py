@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from peertrain.node.cli.swarm_mesh_rounds import rounds_report
 from peertrain.node.log_setup import JsonLines
 from peertrain.swarm.diloco.group.driver import ROUND_CLOSED
