@@ -16,7 +16,7 @@ trained on by either arm); the best trains the arm. Tuning is short runs on a 2-
 it picks among learning rates by their early loss: say so beside the figures.
 
 Usage: python benchmarks/real_run_baseline.py --report real-run-report.json --data DIR/train.bin
-       [--lrs 2e-4,4e-4,8e-4,1.6e-3] [--tune-steps 40] [--png real-run.png]
+       [--lrs 2e-4,4e-4,8e-4,1.6e-3] [--tune-steps N] [--png real-run.png]
 The last line printed is one JSON object with all figures.
 """
 
@@ -79,15 +79,16 @@ def run_spec(fields: dict[str, Any], data: Path) -> DiLoCoSpec:
 def tune(spec: DiLoCoSpec, dataset, args: argparse.Namespace, members: int) -> list[dict]:
     """Each learning rate's validation loss after `tune_steps` steps from the run's start."""
     val = validation_batches(spec, args.data.with_name("val.bin"))
+    steps = args.tune_steps if args.tune_steps is not None else spec.warmup_steps + 20
     out = []
     for lr in args.lrs:
         started = time.perf_counter()
         model = spec.model_config().build(seed=spec.seed)
         loop = InnerLoop(model, combined(spec, dataset, members), inner(spec, members, lr))
-        loop.run(args.tune_steps)
+        loop.run(steps)
         loss = evaluate(model, val)
         out.append({"lr": lr, "val_loss": round(loss, 4), "seconds": round(_since(started), 1)})
-        print(f"  lr {lr:g}: val loss {loss:.4f} after {args.tune_steps} steps")
+        print(f"  lr {lr:g}: val loss {loss:.4f} after {steps} steps")
     return out
 
 
@@ -208,7 +209,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--lrs", type=lambda s: [float(v) for v in s.split(",")], default=[2e-4, 4e-4, 8e-4, 1.6e-3]
     )
-    parser.add_argument("--tune-steps", type=int, default=40)
+    parser.add_argument(
+        "--tune-steps",
+        type=int,
+        default=None,
+        help="steps of each tuning trial (default: the run's warm-up and 20 more: within the "
+        "warm-up every learning rate is the same ramp)",
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--png", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=Path("real-run-baseline.json"))
