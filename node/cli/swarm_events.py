@@ -82,9 +82,12 @@ def log_events(path: Path, event: str) -> list[dict[str, Any]]:
 
 
 def _catch_up(index: int, fields: dict[str, Any]) -> dict[str, Any]:
-    found = FROM_ROUND.search(str(fields.get("what", "")))
-    round_ = int(found.group(1)) if found else None
-    since = int(found.group(2)) if found and found.group(2) else None
+    if "round" in fields:  # the event's own fields (older daemons said it in `what` alone)
+        round_, since = fields["round"], fields.get("from_round")
+    else:
+        found = FROM_ROUND.search(str(fields.get("what", "")))
+        round_ = int(found.group(1)) if found else None
+        since = int(found.group(2)) if found and found.group(2) else None
     return {
         "node": index,
         "round": round_,

@@ -17,7 +17,7 @@ class Logged:
     log_path: Path
 
 
-def download_line(what: str, nbytes: int, seconds: float, donors: int) -> str:
+def download_line(what: str, nbytes: int, seconds: float, donors: int, **more) -> str:
     record = logging.LogRecord("peertrain.swarm", logging.INFO, __file__, 1, "fetched", (), None)
     record.event = "download_done"
     record.fields = {
@@ -27,6 +27,7 @@ def download_line(what: str, nbytes: int, seconds: float, donors: int) -> str:
         "donors": donors,
         "elapsed_s": seconds,
         "bytes_per_s": round(nbytes / seconds),
+        **more,
     }
     return JsonLines().format(record)
 
@@ -51,3 +52,10 @@ def test_each_download_in_each_life_is_one_catch_up_with_its_rounds_missed(tmp_p
         {"node": 1, "round": 9, "rounds_missed": None, "mb": 8.0, "seconds": 0.25,
          "mb_per_s": 32.0, "donors": 2},
     ]  # fmt: skip
+
+
+def test_the_rounds_come_from_the_events_own_fields_when_it_has_them(tmp_path):
+    log = tmp_path / "node1.log"
+    log.write_text(download_line("a state", 4 << 20, 1.0, 3, round=12, from_round=5) + "\n")
+    [found] = catch_ups([Logged(tmp_path / "node0.log"), Logged(log)])
+    assert (found["node"], found["round"], found["rounds_missed"]) == (1, 12, 7)

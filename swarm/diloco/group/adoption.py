@@ -74,8 +74,9 @@ class StateDownloads:
         )
         numel = member.layout.numel
         what = f"state of round {round_}"
-        if member.round < round_:  # a joiner, or a member the group left behind
-            what += f" (catching up from round {member.round})"
+        behind = member.round if member.round < round_ else None
+        if behind is not None:  # a joiner, or a member the group left behind
+            what += f" (catching up from round {behind})"
         self.current = progress = Download(what, donors=len(providers))
         self.asked = [*(p for p in self.asked if p not in providers), *providers][-16:]
         # trusted when we chose it: an anchor whose lease lapses while a slow download runs
@@ -97,7 +98,7 @@ class StateDownloads:
             return None
         finally:
             self.current = None
-        _log_done(progress.status())
+        _log_done({**progress.status(), "round": round_, "from_round": behind})
         newest = max(trusted_before, self.trust.newest_round())
         check = StateCheck(numel=numel, newest_trusted_round=newest)
         own = (member.global_params, member.round) if running else None
