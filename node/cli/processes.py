@@ -3,15 +3,19 @@
 Used by `peertrain swarm local` and by the end-to-end tests (`peertrain.testing`). Each daemon
 gets its own home; its output goes to `<home>/daemon.log`; it is stopped with SIGTERM and, if
 it ignores that for `STOP_TIMEOUT` seconds, SIGKILL. Only processes we started are signalled,
-by their PID.
+by their PID. A daemon started from the supervisor's main thread gets SIGTERM when the
+supervisor dies, however it dies (Linux's parent-death signal): a `swarm local` SIGKILLed, or
+killed by a test's watchdog, left its daemons training on their own for good.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +26,25 @@ from ..config import NodeConfig
 from ..errors import ControlError, NodeError
 
 STOP_TIMEOUT = 5.0
+PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+def _terminate_with(parent: int):
+    """What the child runs before `exec`: SIGTERM it when `parent` dies. Linux ties the signal
+    to the thread that forked, not the process: a daemon started from a worker thread (which
+    may end first) is left to its supervisor's stop instead."""
+    if not sys.platform.startswith("linux") or threading.current_thread() is not (
+        threading.main_thread()
+    ):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child only calls it
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # it died before the signal was armed
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
 
 
 class DaemonProcess:
@@ -53,6 +76,7 @@ class DaemonProcess:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=env,
+                preexec_fn=_terminate_with(os.getpid()),
             )
         return self
 
