@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -23,9 +22,8 @@ from urllib.error import URLError
 from urllib.request import urlopen
 
 from _report import print_json
+from peertrain.testing.browser import launch_chromium
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-FLAGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
 ROUND = "[data-run] [data-field=round] .value"
 LOSS_CURVE = ".chart.loss path.curve"
 POLL = 5.0  # seconds between status polls
@@ -40,13 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"the dashboard at {args.url} did not show round {args.round}")
         return 1
     with tempfile.TemporaryDirectory() as profile, sync_playwright() as playwright:
-        browser = playwright.chromium.launch_persistent_context(
-            profile,
-            executable_path=CHROMIUM,
-            headless=True,
-            args=FLAGS,
-            viewport={"width": 1280, "height": 900},
-        )
+        browser = launch_chromium(playwright, profile)
         try:
             page = browser.new_page()
             wait_ms = 120_000  # the round is there: the page needs a poll or two

@@ -9,6 +9,7 @@ May import every layer; no product layer imports it (tests/test_layering.py). Th
                       DIGITS_MLP: the flags of the small run the CLI tests create
     waiting.py        wait_until / wait_until_sync: one way to wait for a condition
     metrics.py        scrape_metrics: a node's /metrics, parsed by prometheus_client
+    browser.py        launch_chromium: Debian's chromium headless, through Playwright
     memory_router.py  MemoryRouter: the CRDT and update-gossip transports in memory, seeded faults
     crdt_network.py   open_memory_swarm: replicators of one run on a MemoryRouter
     dht_swarm.py      DHT nodes on real hosts in one process

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,19 +18,10 @@ import pytest
 from peertrain.node.cli.local_swarm import DAEMON_ENV
 from peertrain.node.cli.processes import DaemonProcess, node_args, stop_all
 from peertrain.testing import free_tcp_port
+from peertrain.testing.browser import CHROMIUM, launch_chromium
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 RUN_FLAGS = [
     "--model", "mlp", "--dataset", "digits", "--batch-size", "32", "--lr", "0.003",
     "--inner-steps", "10", "--rounds", "1000", "--min-members", "3", "--codec", "int8",
@@ -81,13 +71,7 @@ def test_the_dashboard_shows_the_swarm_and_the_round_advancing_without_a_reload(
     daemons = start_swarm(tmp_path, port)
     try:
         with playwright_of() as playwright:
-            browser = playwright.chromium.launch_persistent_context(
-                str(tmp_path / "chromium-profile"),  # a fresh --user-data-dir
-                executable_path=CHROMIUM,
-                headless=True,
-                args=CHROMIUM_FLAGS,
-                viewport={"width": 1280, "height": 900},
-            )
+            browser = launch_chromium(playwright, tmp_path / "chromium-profile")
             try:
                 page = browser.new_page()
                 page.goto(f"http://127.0.0.1:{port}/")

@@ -2,8 +2,9 @@
 5 daemons on a reduced schedule (a member SIGKILLed every 20 s and restarted 8 s later, one
 frozen for 12 s every 45 s, 3 cut off for 25 s, links with 3% loss and 80 ± 20 ms delay, a home
 that fills up, two skewed clocks); then a kill point inside a durable write of each write site
-(every point of every site is tests/hostile/test_kill_points.py's). The targets hold: no crash, no failed restart, no honest peer penalised, one checksum on
-every member after the last fault, no corrupt load.
+(every point of every site is tests/hostile/test_kill_points.py's). The targets hold: no
+crash, no failed restart, no honest peer penalised, one checksum on every member after the last
+fault, no corrupt load.
 
 Namespaces when root has `ip`, `nft` and `tc` (else loopback, with partitions and link faults
 skipped: the rest still runs); the delay by netem, or in user space where the kernel has none.
