@@ -72,7 +72,6 @@ def run_spec(fields: dict[str, Any], data: Path) -> DiLoCoSpec:
     fields = json.loads(json.dumps(fields))  # a copy
     settings = fields.setdefault("dataset_settings", {})
     settings["data_digest"] = file_digest(data)
-    fields.pop("min_members", None)
     return DiLoCoSpec.checked(fields)
 
 
