@@ -6,9 +6,9 @@ API and the others start as `peertrain join <first> --run local`, exactly the co
 types; the last `--hostile` K of them run an attack (`--attack a,b`: cycled over them), on their
 updates or on state agreement. In an invite run (`--admission invite`) the first daemon certifies
 every honest member before it joins (`run invite`, then `join --certificate`), never a hostile
-one. `--kill-every` kills a random
-member (SIGKILL) and restarts it 3 s later, until the creator finished the run (its end is not
-the time to inject churn); a daemon that dies by itself is reported (exit code, last error line),
+one. `--kill-every` kills a random member (SIGKILL) and restarts it 3 s later, until the creator
+finished the run or the last `quiet_end` seconds of a `--duration` begin (a run's end is not the
+time to inject churn); a daemon that dies by itself is reported (exit code, last error line),
 never restarted, and fails the run. The run is over after `--duration`, or once every member
 still in the swarm finished the spec's `rounds` and holds the same state (or a minute after).
 The supervisor is local_swarm.py; the table, lines and summary are swarm_mesh_view.py.
@@ -35,7 +35,9 @@ from .swarm_scores import ScoreWatch
 JOIN_TAIL = ["--listen", "/ip4/127.0.0.1/tcp/0", "--log-format", "json"]
 RESTART_AFTER = 3.0  # seconds a killed member stays down
 AGREE_GRACE = 60.0  # seconds all finished members get to follow the trusted final state
-JOIN_GRACE = 60.0  # seconds a started member may be up without the run before it counts failed
+# seconds a started member may be up without the run before it counts failed: at 60 s, a member
+# restarted at load 22 on a slow machine counted failed, then joined and trained on
+JOIN_GRACE = 180.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,6 +112,13 @@ class MeshSwarm:
         self.events = OneOffEvents(self)
         self.memory = PeakMemory()
         self.exported: dict[str, Any] | None = None
+
+    @property
+    def quiet_end(self) -> float:
+        """Seconds before a `--duration` ends with no more kills: two kill periods, at most a
+        fifth of the run (a member killed just before the end was still restarting when the
+        report was taken, and the hour's diffusion run reported its router at round 0)."""
+        return min(2 * self.options.kill_every, self.options.duration / 5)
 
     @property
     def training(self) -> bool:
@@ -196,6 +205,8 @@ class MeshSwarm:
             if now >= when:
                 self.restart(index)
                 del self._restart_at[index]
+        if self.options.duration and elapsed >= self.options.duration - self.quiet_end:
+            self.kills_stopped = True  # the last member killed is back before the end
         if self._next_kill is not None and now >= self._next_kill:
             killed = self.kill_one()
             if killed is not None:  # else asked again at the next poll
