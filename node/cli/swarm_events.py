@@ -47,9 +47,14 @@ class OneOffEvents:
                 swarm.restart_later(index)
                 self.killed = {"node": index, "at_s": round(elapsed, 1)}
                 swarm.console.print(f"killed node {index} at {elapsed:.0f} s (--kill-at)")
-        if options.late_join is not None and self.late is None and elapsed >= options.late_join:
+        creator = ((swarm.statuses[0] if swarm.statuses else None) or {}).get("run") or {}
+        if (
+            options.late_join is not None
+            and self.late is None
+            and options.late_join.due(elapsed, creator.get("round"))
+        ):
             index = swarm.add_member()
-            self.late = {"node": index, "at_s": round(elapsed, 1)}
+            self.late = {"node": index, "at_s": round(elapsed, 1), "round": creator.get("round")}
             swarm.console.print(f"node {index} joins late, at {elapsed:.0f} s (--late-join)")
 
     def report(self) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from typing import Any
 from ..api.control import call_sync
 from ..errors import ControlError, NodeError
 from .local_swarm import isolation
+from .moments import Moment
 from .processes import DaemonProcess, node_args
 from .swarm_events import OneOffEvents, export
 from .swarm_mesh_report import PeakMemory, training_report
@@ -51,7 +52,7 @@ class LocalSwarmOptions:
     data: Path | None = None  # the run's user data (absolute), for the creator and each member
     kill_every: float = 0.0
     kill_at: float | None = None  # seconds in: SIGKILL one member, restart it RESTART_AFTER later
-    late_join: float | None = None  # seconds in: one more daemon joins the run
+    late_join: Moment | None = None  # then (seconds in, or a round): one more daemon joins
     export: Path | None = None  # the run's model, written here at the end (run export)
     export_format: str = "safetensors"
     dashboard: str | None = None  # HOST:PORT where the first daemon serves the dashboard

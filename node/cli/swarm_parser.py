@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .commands import cmd_swarm_local
+from .moments import moment
 from .options import add_run_options
 
 
@@ -59,10 +60,11 @@ def _add_one_off_options(p: argparse.ArgumentParser) -> None:
     """A DiLoCo run told end to end: one late joiner, the model exported at the end."""
     p.add_argument(
         "--late-join",
-        type=float,
+        type=moment,
         default=None,
-        metavar="SECONDS",
-        help="diloco: one more daemon joins the run then (it catches up by state download)",
+        metavar="S|rN",
+        help="diloco: one more daemon joins the run S seconds in, or once the creator is at "
+        "round N (it catches up by state download)",
     )
     p.add_argument(
         "--export",

@@ -23,7 +23,8 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 VOCAB = "512"  # the real run's 8192 needs more text than the pydoc topics' 466 kB
 ROUNDS = 8
 KILL_AT = 12.0  # s into the run: a few rounds in (rounds of 1-3 s here)
-LATE_JOIN = 16.0
+LATE_JOIN = "r3"  # once the creator is at round 3: the group is ahead on any machine (at 16 s
+# a slow machine's group was still at round 0, and the late joiner needed no download)
 
 LOAD_EXPORT = """
 import json, sys
@@ -55,7 +56,7 @@ def test_the_recipe_scaled_down_trains_through_a_kill_and_a_late_join_and_export
         *("--dataset", "tokens", "--data", corpus["train"]),
         *("--codec", "int8", "--aggregator", "flag"),
         *("--rounds", str(ROUNDS), "--inner-steps", "10"),
-        *("--kill-at", str(KILL_AT), "--late-join", str(LATE_JOIN), "--export", str(exported)),
+        *("--kill-at", str(KILL_AT), "--late-join", LATE_JOIN, "--export", str(exported)),
         *("--report", str(tmp_path / "report.json")),
         timeout=170,  # with the preparation, under the issue's 3 minutes
     )
@@ -73,7 +74,7 @@ def test_the_recipe_scaled_down_trains_through_a_kill_and_a_late_join_and_export
     downloads = report["catch_ups"]  # every state download any member's log records
     assert all(c["mb"] > 0 and c["donors"] >= 2 for c in downloads), downloads  # several at once
     late_downloads = [c for c in downloads if c["node"] == late]
-    assert late_downloads and late_downloads[0]["rounds_missed"] >= 1  # from round 0
+    assert late_downloads and late_downloads[0]["rounds_missed"] >= 3  # from round 0
     # the killed member is back on the group's model (state_hashes above): by a download when
     # the group got ahead while it was down, by its own checkpoint when the group waited
 
