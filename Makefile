@@ -20,8 +20,8 @@ demo: $(STAMP)
 # Issue 30's real run. `corpus`: Debian's linux-doc (apt-get install linux-doc) as 8192 BPE
 # tokens in build/corpus/<digest>/ (about 20 s; instant once cached). `real-run`: 4 daemons train
 # MODEL on its train.bin as a DiLoCo group (int8, flag), one member killed at KILL_AT s and
-# restarted, a fifth daemon joining at LATE_JOIN s, the model exported to real-run-model/ at the
-# end; report in real-run-report.json. Then the data-parallel arm on the same tokens, its lr
+# restarted, a fifth daemon joining at LATE_JOIN (rN: once the creator is at round N), the model
+# exported to real-run-model/ at the end; report in real-run-report.json. Then the data-parallel arm on the same tokens, its lr
 # tuned on val.bin (benchmarks/real_run_baseline.py): real-run-baseline.json, real-run.png.
 # Node 0 serves the dashboard at DASHBOARD; half way (round REAL_RUN_ROUNDS/2) a headless Chromium
 # screenshots it to real-run-dashboard.png (benchmarks/dashboard_shot.py; said when it can't).
@@ -32,7 +32,7 @@ EXPORT_FORMAT   ?= safetensors
 REAL_RUN_ROUNDS ?= 18
 REAL_RUN_H      ?= 30
 KILL_AT         ?= 1500
-LATE_JOIN       ?= 2100
+LATE_JOIN       ?= r12
 DASHBOARD       ?= 127.0.0.1:9464
 
 corpus: $(STAMP)
