@@ -22,7 +22,8 @@ demo: $(STAMP)
 # MODEL on its train.bin as a DiLoCo group (int8, flag), one member killed at KILL_AT s and
 # restarted, a fifth daemon joining at LATE_JOIN (rN: once the creator is at round N), the model
 # exported to real-run-model/ at the end; report in real-run-report.json. Then the data-parallel
-# arm on the same tokens, its lr tuned on val.bin (benchmarks/real_run_baseline.py): real-run-baseline.json, real-run.png.
+# arm on the same tokens, its lr tuned on val.bin (benchmarks/real_run_baseline.py):
+# real-run-baseline.json, real-run.png.
 # Node 0 serves the dashboard at DASHBOARD; half way (round REAL_RUN_ROUNDS/2) a headless Chromium
 # screenshots it to real-run-dashboard.png (benchmarks/dashboard_shot.py; said when it can't).
 # MODEL=hf:examples/llama-25m.json EXPORT_FORMAT=hf for the llama-style model.
