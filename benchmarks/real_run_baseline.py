@@ -61,7 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     curve = train_arm(spec, dataset, members, best, diloco["loss_curve"], per_step)
     figures = report(diloco, spec, tuning, best, curve, per_step, started)
     if args.png is not None:
-        figures["png"] = plot(diloco, curve, args.png)
+        try:
+            figures["png"] = plot(diloco, curve, args.png)
+        except ImportError:  # matplotlib: pip install -e '.[plots]'
+            figures["png_missing"] = "matplotlib is not installed (pip install -e '.[plots]')"
+            print(f"no {args.png}: {figures['png_missing']}")
     args.out.write_text(json.dumps(figures, indent=1))
     print_json(figures)
     return 0

@@ -122,5 +122,6 @@ def data_parallel_arm_on_the_same_tokens(tmp_path, train: str, curve: list[dict]
     assert all(
         0 <= a["trained"] - b["trained"] < per_step for a, b in zip(points, curve, strict=True)
     )
-    assert points[-1]["loss"] < points[0]["loss"] and (tmp_path / "curves.png").exists()
+    assert points[-1]["loss"] < points[0]["loss"]
+    assert (tmp_path / "curves.png").exists() or "matplotlib" in arm["png_missing"]
     assert arm["bytes_ratio"] > 5  # int8 once per 10 steps against fp32 every step
