@@ -73,7 +73,7 @@ def training_report(swarm) -> dict[str, Any]:
 def rounds_alone(daemons) -> int:
     """Rounds any member closed with its own update alone while others were live, over
     all its lives (a restart forgets its count; its log, appended to, does not)."""
-    from peertrain.swarm.diloco.group.driver import ROUND_ALONE
+    from peertrain.swarm.diloco.group.alone import ROUND_ALONE
 
     marker = f'"event": "{ROUND_ALONE}"'
     return sum(

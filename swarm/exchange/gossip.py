@@ -312,7 +312,7 @@ class UpdateGossip:
         ahead = self.trusted_round() - round_
         if ahead > 1 or ahead == 1 and now - state.arrived.get(self.me, now) > REPEAT_WAIT:
             return True
-        return not state.waiting_for(expected - self.pace.gone.keys(), self.pace, now)
+        return not state.waiting_for(expected - self.pace.gone.keys(), self.pace, now, self.me)
 
     async def _pull_all(self, round_: int, state: GossipRound, handing: trio.Nursery) -> None:
         """Pull every announced member's update until the round's are all in."""

@@ -85,12 +85,18 @@ class GossipRound:
             self.dropped.setdefault(peer, "its connection closed")
             self.changed.set()
 
-    def waiting_for(self, expected: set[str], pace: RoundPace, now: float) -> set[str]:
+    def waiting_for(self, expected: set[str], pace: RoundPace, now: float, me: str) -> set[str]:
         """Of the `expected` members, those whose updates are not in and who are still waited
-        for: one whose update is not in beyond its pace is dropped here."""
+        for: one whose update is not in beyond its pace is dropped here.
+
+        Pace counts from the first update of another member, never from ours alone: with only
+        ours in, nothing says the others are late rather than we early (a member whose update came
+        first by more than the floor, on a loaded machine, would drop every healthy peer by
+        pace and close the round alone)."""
         waiting = expected - set(self.payloads) - set(self.dropped)
-        if waiting and self.arrived:  # announced or not: a frozen sender serves nothing either
-            overdue = pace.overdue(waiting, min(self.arrived.values()), now)
+        others = [at for sender, at in self.arrived.items() if sender != me]
+        if waiting and others:  # announced or not: a frozen sender serves nothing either
+            overdue = pace.overdue(waiting, min(others), now)
             self.dropped.update(overdue)
             waiting -= set(overdue)
         return waiting

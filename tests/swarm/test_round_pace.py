@@ -7,7 +7,7 @@ import pytest
 import trio
 from peertrain.swarm.exchange.round_pace import PACE_FLOOR, RoundPace
 
-from .test_update_gossip import Group, run_round
+from .test_update_gossip import NBYTES, Group, run_round
 
 
 @pytest.fixture
@@ -64,6 +64,29 @@ async def test_silence_is_waited_for_until_the_deadline_while_no_pace_explains_i
     await run_round(members, deadline=20.0)
     assert trio.current_time() - started >= 20.0
     assert "no announcement" in members[0]._rounds[0].why_missing(newcomer.me)
+
+
+async def test_a_member_whose_update_alone_is_in_drops_nobody_by_pace(group, autojump_clock):
+    """Pace counts from another member's first update. A member early by more than the floor
+    (restarted, or its peers busy serving a download) used to drop every healthy peer by pace
+    and close the round with its own update alone; now it waits for them."""
+    members = [group.add() for _ in range(3)]
+    for round_ in range(3):  # everyone's pace is known: patience is the floor
+        await run_round(members, round_=round_, deadline=60.0)
+    early, late = members[0], members[1:]
+    results = {}
+
+    async def exchange(member, after):
+        await trio.sleep(after)
+        results[member.me] = await member.exchange(
+            3, bytes([len(results)]) * NBYTES, deadline=trio.current_time() + 60.0
+        )
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(exchange, early, 0.0)
+        for member in late:
+            nursery.start_soon(exchange, member, 3 * PACE_FLOOR)
+    assert all(len(r) == 3 for r in results.values())  # nobody dropped, nobody alone
 
 
 def test_patience_is_three_median_lags_and_never_under_the_floor():

@@ -22,6 +22,7 @@ from peertrain.crdt.replicator import Replicator
 from peertrain.swarm.diloco.errors import CheckpointError
 from peertrain.swarm.diloco.group.adoption import StateDownloads, TensorTransport
 from peertrain.swarm.diloco.group.adversary_seam import Adversary
+from peertrain.swarm.diloco.group.alone import closed_without_us, count_alone
 from peertrain.swarm.diloco.group.lease import ANONYMOUS, Introduction, MemberLease
 from peertrain.swarm.diloco.group.progress import DriverProgress
 from peertrain.swarm.diloco.group.replay import RoundReplay
@@ -40,7 +41,6 @@ from peertrain.swarm.progress import Waiting, log_progress
 
 log = logging.getLogger(__name__)
 
-ROUND_ALONE = "round_alone"  # the log event of a round closed alone (the local swarm counts it)
 ROUND_CLOSED = "round_closed"  # a round's loss, updates and time split, in the log (its fields)
 RETRY_PAUSE = 2.0  # seconds before a failed catch-up is tried again
 AGREEMENT_WAIT = 3.0  # seconds a member waits for the trusted state of a round it applied
@@ -296,8 +296,9 @@ class DiLoCoDriver:
         if await self._overtaken(round_ + 1):
             return None
         pulled, contributions = contributions, [c for c in contributions if c.sender in group]
-        self._alone(round_, [c.sender for c in contributions])
         self.replay.closed(contributions)
+        if await self._closed_alone(round_, [c.sender for c in contributions]):
+            return None
         self.progress.phase = "outer step"
         outer_started = time.perf_counter()
         if self.scoring is not None:  # before the step: θ_global is still the round's start
@@ -316,24 +317,13 @@ class DiLoCoDriver:
         await self.sync.catch_up()
         return True
 
-    def _alone(self, round_: int, senders: list[str]) -> None:
-        """Count (and say) a round closed with our update alone while others are live, other
-        than candidates on probation (with scores, round 0 counts the anchors alone by design:
-        every founder is on probation, roster.py)."""
-        waiting = self.roster.probation
-        others = [
-            p
-            for p in self.state.members()
-            if p != self.peer_id and self.state.is_live(p) and p not in waiting
-        ]
-        if others and all(sender == self.peer_id for sender in senders):
-            self.progress.rounds_alone += 1
-            log.warning(
-                "round %d closed with our own update alone while %d other member(s) are live",
-                round_,
-                len(others),
-                extra={"event": ROUND_ALONE},
-            )
+    async def _closed_alone(self, round_: int, senders: list[str]) -> bool:
+        """True if the group closed the round without us (we adopted its); else counts a round
+        closed alone while others are live (alone.py)."""
+        if await closed_without_us(self, round_, senders):
+            return True
+        count_alone(self, round_, senders)
+        return False
 
     async def _save_checkpoint(self) -> None:
         """Our own copy of the agreed state (atomic, content-addressed, last K kept)."""

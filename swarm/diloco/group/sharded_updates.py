@@ -158,7 +158,7 @@ class ShardedDriver(Protocol):
 
     async def _overtaken(self, round_: int) -> bool: ...
 
-    def _alone(self, round_: int, senders: list[str]) -> None: ...
+    async def _closed_alone(self, round_: int, senders: list[str]) -> bool: ...
 
 
 def sharded_updates(driver: ShardedDriver, transport: ShardTransport | None) -> ShardedUpdates:
@@ -198,8 +198,9 @@ async def sharded_round(
     )
     if await driver._overtaken(round_ + 1):
         return None
-    driver._alone(round_, list(result.accepted))
     driver.replay.closed([])  # no whole updates to replay: a member off the result downloads
+    if await driver._closed_alone(round_, list(result.accepted)):
+        return None
     driver.progress.phase = "outer step"
     started = time.perf_counter()
     report = await driver._thread(
