@@ -15,9 +15,11 @@ from __future__ import annotations
 import time
 
 import pytest
+from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
 from peertrain.testing import DIGITS_MLP
 from peertrain.testing.lan_run import LanRun
 from peertrain.testing.lan_watch import Poller, Rounds, rounds_of
+from peertrain.testing.machine_pace import inner_steps_for
 from peertrain.testing.netns_lan import Lan, why_unavailable
 
 # serial: its rounds must keep a pace the lease and the heal are measured against (beside another
@@ -33,23 +35,24 @@ ROUNDS_CUT = 1  # rounds the anchor's side closes while the others are cut off
 CUT_AT_MOST = 18.0
 HEAL_WITHIN = 3  # rounds after the heal by which every member holds one model
 
-# rounds a few times longer than the network takes to notice the heal (dead TCP connections
-# behind a silent drop are found by timeouts, not by compute: 5.6 to 20.7 s here): at 0.6 s
-# rounds it took 8 rounds, at 1.5 s (1500 steps under a fresh clone's suite) 5 rounds. Real
-# rounds are minutes
-RUN_FLAGS = [
-    *DIGITS_MLP,
-    "--inner-steps",
-    "4000",
-    "--round-timeout",
-    "10",
-    "--min-members",
-    str(SIZE),
-    "--rounds",
-    "0",
-    "--set",
-    f"num_shards={SIZE}",
-]
+# The group's rounds must be a few times longer than the network takes to notice the heal (dead
+# TCP connections behind a silent drop are found by timeouts, not by compute: 5.6 to 20.7 s
+# here; at 0.6 s rounds the heal took 8 rounds, at 1.5 s 5), and short enough that the anchor's
+# side closes one inside the cut: its compute, then the cut members' silence beyond their pace
+# (5 s). Inner steps are sized to this machine (a fixed 4,000 made 4 s rounds on one of our
+# machines and 26 s ones on another, longer than any cut the lease allows).
+ROUND_COMPUTE_S = 8.0
+PACE_ROUNDS = 3  # rounds before the cut: a member's silence is judged after 3 lags (round_pace.py)
+
+
+def run_flags() -> list[str]:
+    spec = DiLoCoSpec(model="mlp", dataset="digits", batch_size=32)
+    steps = inner_steps_for(ROUND_COMPUTE_S, spec, daemons=SIZE)
+    return [
+        *DIGITS_MLP,
+        *f"--inner-steps {steps} --round-timeout 10 --min-members {SIZE} --rounds 0".split(),
+        *f"--set num_shards={SIZE}".split(),
+    ]
 
 
 @pytest.fixture
@@ -62,12 +65,13 @@ def lan():
 
 
 def test_a_partition_heals_into_one_model_without_restarts_or_penalties(lan, tmp_path):
-    run = LanRun(lan, tmp_path, SIZE, RUN_FLAGS)
+    flags = run_flags()
+    run = LanRun(lan, tmp_path, SIZE, flags)
     rounds = Rounds(SIZE)
     poller = Poller(run, rounds)
     try:
         run.start()
-        poller.until(lambda runs: min(rounds_of(runs, range(SIZE))) >= 2, timeout=240)
+        poller.until(lambda runs: min(rounds_of(runs, range(SIZE))) >= PACE_ROUNDS, timeout=300)
         pids = [d.process.pid for d in run.daemons]
         runs = poller.poll()
         cut_at = max(rounds_of(runs, MAJORITY))
@@ -98,6 +102,7 @@ def test_a_partition_heals_into_one_model_without_restarts_or_penalties(lan, tmp
         poller.close()
         codes = run.stop()
     print(
+        f"{flags[flags.index('--inner-steps') + 1]} inner steps a round; "
         f"cut at round {cut_at} for {partitioned_s:.0f} s; the anchor's side reached "
         f"{healed_at}, the cut side {minority_during}; one model at round {agreed}, "
         f"{heal_s:.1f} s after the heal"
