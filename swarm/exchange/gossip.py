@@ -74,9 +74,8 @@ class GroupTransport(Protocol):
 
     async def publish(self, data: bytes) -> None: ...
 
-    async def serve(self, checksum_owner: str, payload: bytes) -> bytes:
-        """Make `payload` available by content; return its checksum."""
-        ...
+    # make `payload` available by content; return its checksum
+    async def serve(self, checksum_owner: str, payload: bytes) -> bytes: ...
 
     async def fetch(self, holders: Sequence[str], checksum: bytes, nbytes: int) -> bytes:
         """Verified payload bytes from any of `holders`, which the transport then also serves
@@ -247,8 +246,7 @@ class UpdateGossip:
 
     def signed_checksum(self, round_: int, sender: str) -> bytes | None:
         """The checksum `sender` itself signed for its update of `round_` (if we saw it)."""
-        state = self._rounds.get(round_)
-        ann = state.announced.get(sender) if state is not None else None
+        ann = state.announced.get(sender) if (state := self._rounds.get(round_)) else None
         return ann.checksum if ann is not None else None
 
     async def wait_signed_checksum(self, round_: int, sender: str) -> bytes | None:
@@ -286,7 +284,7 @@ class UpdateGossip:
         """Publish our announcement and record of the open and the last closed round again,
         `first` seconds after each was sent, then at gaps doubling up to `most`: gossip loses
         messages, and a peer that missed our one announcement would aggregate another set (seen
-        under load: every member alone with its own update). Receivers drop the copies."""
+        under load: every member alone with its update). Receivers drop the copies."""
         while True:
             await trio.sleep(first / 4)
             now = trio.current_time()
@@ -298,8 +296,10 @@ class UpdateGossip:
                     if repeat.due(now, first, most):
                         await self.transport.publish(repeat.sealed)
 
-    def received(self, round_: int) -> tuple[int, int]:
-        """(updates in, updates round `round_` waits for): what `progress` shows meanwhile."""
+    def spread(self, round_: int) -> float:  # seconds from its first update in to its last
+        return s.spread() if (s := self._rounds.get(round_)) is not None else 0.0
+
+    def received(self, round_: int) -> tuple[int, int]:  # (in, waited for): for `progress`
         expected = self.expected(round_)
         state = self._rounds.get(round_)
         return len(expected & set(state.payloads) if state else ()), len(expected)

@@ -101,6 +101,10 @@ class GossipRound:
             waiting -= set(overdue)
         return waiting
 
+    def spread(self) -> float:
+        """Seconds from the first update in to the last."""
+        return max(self.arrived.values()) - min(self.arrived.values()) if self.arrived else 0.0
+
     def failed(self, sender: str, error: str) -> None:
         """A fetch of `sender`'s update failed with `error`."""
         count, _ = self.failures.get(sender, (0, ""))

@@ -321,3 +321,38 @@ def test_only_the_runs_anchors_keep_score_cards_in_the_run_state():
             with pytest.raises(ForbiddenWrite, match="only the run's anchors score"):
                 replica.apply_remote(writer, delta)
     assert dict(replica.doc.scores.items()) == {anchor: card}
+
+
+class _SlowCandidates:
+    """Update gossip as a scorer sees it after a round closed: its updates came in over `spread`
+    seconds, and each candidate's update can be fetched from `ready[peer]` (trio time) on."""
+
+    def __init__(self, spread: float, ready: dict[str, float]) -> None:
+        self._spread, self.ready = spread, ready
+
+    def spread(self, round_: int) -> float:
+        return self._spread
+
+    async def fetch_update(self, round_: int, sender: str, holders) -> bytes:
+        if trio.current_time() < self.ready[sender]:
+            raise LookupError(f"no signed announcement of {sender} for round {round_}")
+        await trio.sleep(1.0)  # a fetch on a loaded machine
+        return sender.encode()
+
+
+async def test_a_candidate_is_given_as_long_after_the_close_as_the_rounds_updates_took(
+    autojump_clock,
+):
+    """Twelve daemons on two cores spread a round's updates over seconds; a fixed 2 s grace
+    rated an honest candidate `missing` at each of its turns, and it never counted. It is given
+    the round's spread (fetched side by side with the others); silence beyond it is missing."""
+    from peertrain.swarm.diloco.group.scoring import GroupScoring
+
+    scoring = object.__new__(GroupScoring)  # the grace alone: no scorer, no run state
+    start = trio.current_time()
+    scoring.me, scoring.spec = "anchor", digits_spec(round_timeout=30)
+    scoring.gossip = _SlowCandidates(6.0, {"slow": start + 4.0, "also": start + 4.5, "gone": 1e9})
+    pulled = await scoring._late_probationers(3, [], ["slow", "also", "gone", "anchor"])
+    assert sorted(c.sender for c in pulled) == ["also", "slow"]
+    assert scoring.missing == {"gone"}
+    assert trio.current_time() - start == pytest.approx(6.0, abs=0.2)  # not 2 s, not 30 s
