@@ -60,7 +60,7 @@ def start(tmp_path: Path, name: str, *extra: str) -> tuple[subprocess.Popen, Pat
 def finish(run: tuple[subprocess.Popen, Path]) -> dict:
     process, report = run
     try:
-        returncode = process.wait(timeout=500)
+        returncode = process.wait(timeout=900)  # 12 daemons on 2 cores: 8 minutes on a slow one
     finally:
         if process.poll() is None:
             process.kill()
