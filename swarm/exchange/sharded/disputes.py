@@ -12,7 +12,7 @@ import torch
 import trio
 
 from .checks import RELATIVE, projection
-from .decide import Decision, part_tensors
+from .decide import Decision, rows_of
 from .messages import ShardStatistics, floats, pack_floats
 from .owners import owner_order
 from .transport import FetchFailed
@@ -26,10 +26,15 @@ async def recompute(r, decision: Decision, seed: bytes, bad, chosen, local, disp
     replaced = False
     for k in bad:
         owner, part = chosen[k]
-        local[k] = await _inputs(r, k, part.senders, owner)
-        held = [s for s in part.senders if s in local[k]]
+        # the decision's senders, not all the owner names: a member of the group whose
+        # commitment never reached us cannot be checked (the decision left it out), and looking
+        # it up crashed the member's run (a KeyError in the sharded Sybil e2e on a fresh clone;
+        # not reproduced in process)
+        senders = list(decision.senders)
+        local[k] = await _inputs(r, k, senders, owner)
+        held = [s for s in senders if s in local[k]]
         true = r.rule.statistics([local[k][s] for s in held])
-        if held != list(part.senders) or not _same(true, part_tensors(part)):
+        if held != senders or not _same(true, rows_of(part, senders)):
             _blame(r, disputes, k, owner, "partial statistics that its inputs do not give")
             chosen[k] = (None, _statistics(k, held, true))
             replaced = True
