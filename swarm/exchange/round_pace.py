@@ -13,10 +13,11 @@ neither about someone else:
   process was killed loses its connections at once (the kernel closes them).
 - silence beyond its pace: each member's lag (how long after a round's first update its own is
   in, announced and fetched) is kept for the last `PACE_ROUNDS` rounds. One whose update is not
-  in for longer than max(`PACE_FLOOR`, `PACE_FACTOR` × its median lag) after the first update
-  of another member is not waited for (with only our own in, nobody is: we may be the early
-  one, gossip_round.py): a frozen process (SIGSTOP, a swapping laptop) keeps its connections and
-  lease but says nothing, and serves nothing it announced before it froze (its fetch hangs).
+  in for longer than max(`PACE_FLOOR`, `PACE_FACTOR` × its median lag) after the round's first
+  is not waited for (while our own update is the only one in, nobody is dropped: we may be the
+  early one, gossip_round.py): a frozen process (SIGSTOP, a swapping laptop) keeps its
+  connections and lease but says nothing, and serves nothing it announced before it froze (its
+  fetch hangs).
   Until a member has `PACE_MIN_SAMPLES` lags nothing explains its silence, and the round waits
   for it until the deadline.
 

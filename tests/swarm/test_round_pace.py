@@ -67,9 +67,9 @@ async def test_silence_is_waited_for_until_the_deadline_while_no_pace_explains_i
 
 
 async def test_a_member_whose_update_alone_is_in_drops_nobody_by_pace(group, autojump_clock):
-    """Pace counts from another member's first update. A member early by more than the floor
-    (restarted, or its peers busy serving a download) used to drop every healthy peer by pace
-    and close the round with its own update alone; now it waits for them."""
+    """While our own update is the only one in, nobody is dropped by pace. A member early by
+    more than the floor (restarted, or its peers busy serving a download) used to drop every
+    healthy peer by pace and close the round with its own update alone; now it waits for them."""
     members = [group.add() for _ in range(3)]
     for round_ in range(3):  # everyone's pace is known: patience is the floor
         await run_round(members, round_=round_, deadline=60.0)
@@ -82,11 +82,14 @@ async def test_a_member_whose_update_alone_is_in_drops_nobody_by_pace(group, aut
             3, bytes([len(results)]) * NBYTES, deadline=trio.current_time() + 60.0
         )
 
+    start = trio.current_time()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(exchange, early, 0.0)
         for member in late:
             nursery.start_soon(exchange, member, 3 * PACE_FLOOR)
-    assert all(len(r) == 3 for r in results.values())  # nobody dropped, nobody alone
+    assert trio.current_time() - start >= 3 * PACE_FLOOR  # it waited for another update
+    assert len(results[early.me]) >= 2  # never alone (once one is in, pace applies as ever)
+    assert all(len(results[m.me]) == 3 for m in late)
 
 
 def test_patience_is_three_median_lags_and_never_under_the_floor():
