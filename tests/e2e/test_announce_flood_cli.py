@@ -38,13 +38,15 @@ def test_an_announcement_flood_from_fresh_keys_leaves_every_round_to_the_members
     again = swarm(tmp_path, "clean-again", "--nodes", "5")
     assert flooded["rounds_completed"] == 8 and flooded["rounds_alone"] == 0
     assert len(flooded["state_hashes"]) == 4 and len(set(flooded["state_hashes"])) == 1
-    # a stalled round waits its 20 s deadline: 8 of them would be 160 s; measured here (load
-    # 1.7-2.4): clean 11.9 s, flooded 13.9 s (1.17x); 2 s of slack for a loaded machine
+    # a stalled round waits its 20 s deadline: 8 of them would be 160 s; measured (load 1.7-2.4):
+    # clean 11.9 s, flooded 13.9 s (1.17x). On a slower machine the flood's own CPU costs more:
+    # flooded 25-33 s against clean 19-24 s, the same before and after a change, with every
+    # round taking all five updates. 10 s of slack still fails a run with one stalled round
     rounds = {
         r: report["total_s"] - report["startup_s"]
         for r, report in (("clean", clean), ("flooded", flooded), ("again", again))
     }
     baseline = (rounds["clean"] + rounds["again"]) / 2
-    assert rounds["flooded"] < 1.3 * baseline + 2, rounds
+    assert rounds["flooded"] < 1.3 * baseline + 10, rounds
     clean_loss = max(clean["final_loss"], again["final_loss"])
     assert flooded["final_loss"] <= clean_loss * 1.05  # every honest update counted
