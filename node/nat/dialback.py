@@ -28,6 +28,7 @@ from ..net.addresses import value_of
 from ..net.host import build_host
 from ..net.identity import Identity
 from ..net.penalties import PeerScoreboard
+from ..net.request_rate import RequestRate
 from ..net.rpc import serve_one
 from ..net.streams import close_quietly
 
@@ -129,7 +130,8 @@ async def dial_fresh(
 
 
 class DialbackServer:
-    """Answers dial-back requests, a few at a time (each costs a host and some dials)."""
+    """Answers dial-back requests, a few at a time (each costs a host and some dials), one at a
+    time per peer, and at the pace `RequestRate` allows each IP block (peer IDs are free)."""
 
     def __init__(
         self,
@@ -139,9 +141,11 @@ class DialbackServer:
         dial_timeout: float = 3.0,
         max_concurrent: int = 4,
         scoreboard: PeerScoreboard | None = None,
+        rate: RequestRate | None = None,
     ):
         self.host, self.psk, self.scoreboard = host, psk, scoreboard
         self.dial_timeout = dial_timeout
+        self.rate = rate or RequestRate()
         self._limiter = trio.CapacityLimiter(max_concurrent)
         self._serving: set[str] = set()  # bounded by max_concurrent (others are refused)
 
@@ -152,8 +156,9 @@ class DialbackServer:
         peer = stream.muxed_conn.peer_id
         remote = stream.get_remote_address()
         key = peer.to_base58()
-        if remote is None or key in self._serving or self._limiter.available_tokens == 0:
-            await close_quietly(stream)  # busy or nothing to dial: the client asks elsewhere
+        busy = key in self._serving or self._limiter.available_tokens == 0
+        if remote is None or busy or not self.rate.admits(remote[0]):
+            await close_quietly(stream)  # busy, too often, or nothing to dial: ask elsewhere
             return
         self._serving.add(key)  # one check at a time per peer, so one peer cannot hog us
 
