@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.peertrain-installed
 
-.PHONY: demo test lint bench clean docs corpus real-run
+.PHONY: demo test lint bench clean docs corpus real-run real-run-tune
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,7 +19,8 @@ demo: $(STAMP)
 
 # Issue 30's real run. `corpus`: Debian's linux-doc (apt-get install linux-doc) as 8192 BPE
 # tokens in build/corpus/<digest>/ (about 20 s; instant once cached). `real-run`: 4 daemons train
-# MODEL on its train.bin as a DiLoCo group (int8, flag), one member killed at KILL_AT s and
+# MODEL on its train.bin as a DiLoCo group (int8, flag, the sharded exchange: REAL_RUN_EXCHANGE;
+# at H = 40 it sends about 100x fewer bytes than data parallel), one member killed at KILL_AT s and
 # restarted, a fifth daemon joining at LATE_JOIN (rN: once the creator is at round N), the model
 # exported to real-run-model/ at the end; report in real-run-report.json. Then the data-parallel
 # arm on the same tokens, its lr tuned on val.bin (benchmarks/real_run_baseline.py):
@@ -27,17 +28,25 @@ demo: $(STAMP)
 # Node 0 serves the dashboard at DASHBOARD; half way (round REAL_RUN_ROUNDS/2) a headless Chromium
 # screenshots it to real-run-dashboard.png (benchmarks/dashboard_shot.py; said when it can't).
 # MODEL=hf:examples/llama-25m.json EXPORT_FORMAT=hf for the llama-style model.
-CORPUS          := build/corpus
-MODEL           ?= gpt-25m
-EXPORT_FORMAT   ?= safetensors
-REAL_RUN_ROUNDS ?= 18
-REAL_RUN_H      ?= 30
-KILL_AT         ?= 1500
-LATE_JOIN       ?= r12
-DASHBOARD       ?= 127.0.0.1:9464
+# `real-run-tune`: the members' inner learning rate (REAL_RUN_LR) picked on val.bin by short
+# trials of one member's batch (benchmarks/real_run_tune.py; about 4 minutes a trial here).
+CORPUS            := build/corpus
+MODEL             ?= gpt-25m
+EXPORT_FORMAT     ?= safetensors
+REAL_RUN_ROUNDS   ?= 9
+REAL_RUN_H        ?= 40
+REAL_RUN_EXCHANGE ?= sharded
+REAL_RUN_LR       ?= 4e-4
+KILL_AT           ?= 1500
+LATE_JOIN         ?= r6
+DASHBOARD         ?= 127.0.0.1:9464
 
 corpus: $(STAMP)
 	$(BIN)/peertrain data prepare-corpus --out $(CORPUS)
+
+real-run-tune: corpus
+	$(BIN)/python benchmarks/real_run_tune.py --model $(MODEL) --inner-steps $(REAL_RUN_H) \
+	    --data $$($(BIN)/peertrain data prepare-corpus --out $(CORPUS) --quiet)/train.bin
 
 real-run: corpus
 	($(BIN)/python benchmarks/dashboard_shot.py http://$(DASHBOARD)/ real-run-dashboard.png \
@@ -45,7 +54,8 @@ real-run: corpus
 	$(BIN)/peertrain swarm local --nodes 4 --mode diloco --model $(MODEL) --dataset tokens \
 	    --data $$($(BIN)/peertrain data prepare-corpus --out $(CORPUS) --quiet)/train.bin \
 	    --set dataset_settings.block_size=256 --set dataset_settings.eval_chunks=8 \
-	    --batch-size 4 --codec int8 --aggregator flag \
+	    --batch-size 4 --lr $(REAL_RUN_LR) --codec int8 --aggregator flag \
+	    --set exchange=$(REAL_RUN_EXCHANGE) \
 	    --rounds $(REAL_RUN_ROUNDS) --inner-steps $(REAL_RUN_H) \
 	    --kill-at $(KILL_AT) --late-join $(LATE_JOIN) \
 	    --export real-run-model --export-format $(EXPORT_FORMAT) --report real-run-report.json \

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -171,6 +172,7 @@ def report(diloco, spec, tuning, lr, arm, per_step: int, started: float) -> dict
         "tokens_per_step": per_step,
         "inner_steps": spec.inner_steps,
         "seconds": round(_since(started), 1),
+        "load_1min": round(os.getloadavg()[0], 2),
     }
 
 
@@ -205,10 +207,8 @@ def _since(started: float) -> float:
     return time.perf_counter() - started
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--report", type=Path, required=True, help="the local swarm's report")
-    parser.add_argument("--data", type=Path, required=True, help="the run's train.bin")
+def add_tuning_options(parser: argparse.ArgumentParser) -> None:
+    """The learning rates tried, each trial's steps, torch's threads (real_run_tune.py too)."""
     parser.add_argument(
         "--lrs", type=lambda s: [float(v) for v in s.split(",")], default=[2e-4, 4e-4, 8e-4, 1.6e-3]
     )
@@ -220,6 +220,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "warm-up every learning rate is the same ramp)",
     )
     parser.add_argument("--threads", type=int, default=2)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--report", type=Path, required=True, help="the local swarm's report")
+    parser.add_argument("--data", type=Path, required=True, help="the run's train.bin")
+    add_tuning_options(parser)
     parser.add_argument("--png", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=Path("real-run-baseline.json"))
     return parser.parse_args(argv)

@@ -1,13 +1,16 @@
 """The real run's recipe (issue 30) scaled down, through the commands a user types: a corpus
 prepared by `peertrain data prepare-corpus` (a BPE tokenizer trained here, a token file split
-99/1), then `peertrain swarm local` training a GPT on that token file with 4 daemons as a DiLoCo
-group (int8, flag) while one member is SIGKILLed and restarted (`--kill-at`) and a fifth daemon
-joins late (`--late-join`); both catch up by state download, every member ends with one model,
-and the model exported at the end (`--export`) loads in a plain process with torch alone."""
+99/1), the members' learning rate picked on its validation split (`make real-run-tune`), then
+`peertrain swarm local` training a GPT on that token file with 4 daemons as a DiLoCo group (int8,
+flag, the sharded exchange) while one member is SIGKILLed and restarted (`--kill-at`) and a fifth
+daemon joins late (`--late-join`); both catch up by state download, every member ends with one
+model, and the model exported at the end (`--export`) loads in a plain process with torch
+alone."""
 
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -49,12 +52,13 @@ def test_the_recipe_scaled_down_trains_through_a_kill_and_a_late_join_and_export
     prepared = peertrain(*prepare, "--out", str(tmp_path / "corpora"), "--json", timeout=120)
     assert prepared.returncode == 0, prepared.stderr
     corpus = json.loads(prepared.stdout)
+    lr = inner_lr_tuned_on_val(corpus["train"])
     exported = tmp_path / "export"
     run = peertrain(
         *("swarm", "local", "--nodes", "4", "--mode", "diloco"),
         *("--model", "gpt", "--set", f"model_settings.vocab_size={VOCAB}"),
-        *("--dataset", "tokens", "--data", corpus["train"]),
-        *("--codec", "int8", "--aggregator", "flag"),
+        *("--dataset", "tokens", "--data", corpus["train"], "--lr", str(lr)),
+        *("--codec", "int8", "--aggregator", "flag", "--set", "exchange=sharded"),
         *("--rounds", str(ROUNDS), "--inner-steps", "10"),
         *("--kill-at", str(KILL_AT), "--late-join", LATE_JOIN, "--export", str(exported)),
         *("--report", str(tmp_path / "report.json")),
@@ -65,7 +69,7 @@ def test_the_recipe_scaled_down_trains_through_a_kill_and_a_late_join_and_export
     assert report["rounds_completed"] == ROUNDS and report["died"] == []
     assert len(report["state_hashes"]) == 5 and len(set(report["state_hashes"])) == 1
     assert report["final_loss"] < report["initial_loss"] < 6.5  # ln 512 = 6.24 at the start
-    assert report["bytes_sent"] < report["ddp_bytes"] / 10  # int8, once per 10 steps
+    assert report["bytes_sent"] < report["ddp_bytes"] / 10  # int8, once per 10 steps, sharded
     assert "models identical on all nodes: yes" in run.stdout
     assert report["sample"].startswith("def ")  # decoded by the tokenizer beside the token file
 
@@ -89,6 +93,22 @@ def test_the_recipe_scaled_down_trains_through_a_kill_and_a_late_join_and_export
     )  # fmt: skip
     fresh = json.loads(loaded.stdout)
     assert fresh == {"params": report["params"], "finite": True, "peertrain": False}
+
+
+def inner_lr_tuned_on_val(train: str) -> float:
+    """benchmarks/real_run_tune.py (`make real-run-tune`): one member's lr, picked on val.bin."""
+    tuned = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "real_run_tune.py"), "--data", train, "--model", "gpt",
+         "--set", f"model_settings.vocab_size={VOCAB}", "--batch-size", "16", "--block-size", "64",
+         "--lrs", "4e-4,1e-3", "--tune-steps", "5"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert tuned.returncode == 0, tuned.stdout[-2000:] + tuned.stderr[-3000:]
+    figures = json.loads(tuned.stdout.splitlines()[-1])
+    assert [t["lr"] for t in figures["trials"]] == [4e-4, 1e-3]
+    assert all(math.isfinite(t["val_loss"]) for t in figures["trials"])
+    assert figures["lr"] == min(figures["trials"], key=lambda t: t["val_loss"])["lr"]
+    return figures["lr"]
 
 
 def costs_are_reported(report: dict) -> None:
