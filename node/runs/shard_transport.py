@@ -28,16 +28,19 @@ class PayloadStore(Protocol):
 
 
 class NodeShardTransport:
-    def __init__(self, tensors: PayloadStore, counted: Callable[[int], None]) -> None:
+    def __init__(self, tensors: PayloadStore, counted: Callable[..., None]) -> None:
         """`tensors`: opaque-byte payloads (`codec=None`) of the run's update topic;
-        `counted(nbytes)` hears of every payload fetched (the run's update traffic)."""
+        `counted(fetched=n)` hears of every payload fetched and `counted(published=n)` of every
+        payload we serve (the run's update traffic, in and out)."""
         self.tensors, self.counted = tensors, counted
 
     async def broadcast(self, raw: bytes) -> None:
         await self.tensors.publish(raw)
 
     async def serve(self, payload: bytes) -> bytes:
-        return await self.tensors.serve("shard", payload)
+        key = await self.tensors.serve("shard", payload)
+        self.counted(published=len(payload))  # once, as an announced update counts once
+        return key
 
     async def fetch(self, peer: str, key: bytes, nbytes: int) -> memoryview:
         """The payload in the memory it arrived in (no copy: it is a receive buffer that is
@@ -49,5 +52,5 @@ class NodeShardTransport:
             payload = await self.tensors.fetch_payload([peer], key, nbytes)
         except (TransferFailed, BudgetExceeded) as exc:
             raise FetchFailed(f"{peer[:12]}: {exc}") from exc
-        self.counted(len(payload))
+        self.counted(fetched=len(payload))
         return payload

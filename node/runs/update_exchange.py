@@ -217,7 +217,7 @@ async def open_update_exchange(
             inbox = await node.gossip.subscribe(topic, validator=gossip.validate)
             nursery.start_soon(_drain, inbox)  # announcements act in the validator; drop copies
             nursery.start_soon(_reserve, tensors, opaque, codec, numel, *sizes, reserved)
-            shards = NodeShardTransport(opaque, gossip.count_fetched)  # a sharded run's
+            shards = NodeShardTransport(opaque, gossip.count)  # a sharded run's
             yield RunUpdateChannels(tensors, gossip, reserved, shards)
             nursery.cancel_scope.cancel()
     finally:

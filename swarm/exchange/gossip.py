@@ -9,9 +9,8 @@ each link about once; the checksum, signed by the sender, makes any holder as go
 sender. A round closes when the updates of every live member are in, or at the deadline; late
 announcements are dropped. Gossip loses messages, so a member repeats its own announcement and
 round record until peers are past the round (`repeat_loop`), 2 s after sending, then at doubling
-gaps up to 8 s: each repeat is forwarded by every member, and ten members repeating every 2 s
-were most of what overloaded gossipsub on two cores (node/services/gossip.py). Nothing here
-knows libp2p: the node injects the transport.
+gaps up to 8 s: each repeat is forwarded by every member (ten members repeating every 2 s were
+most of what overloaded gossipsub on two cores). The node injects the transport.
 
 Bad input is refused before aggregation: an envelope that is not signed by its claimed sender,
 targets another run or a round outside the window, or announces a payload of the wrong size is
@@ -272,8 +271,9 @@ class UpdateGossip:
         self.bytes_fetched += len(payload)
         return payload
 
-    def count_fetched(self, nbytes: int) -> None:  # a sharded round's payloads, too
-        self.bytes_fetched += nbytes
+    def count(self, *, fetched: int = 0, published: int = 0) -> None:  # a sharded round's, too
+        self.bytes_fetched += fetched
+        self.bytes_published += published
 
     async def publish_record(self, round_: int, record: RoundRecord) -> None:
         sealed = self.records.seal(round_, record)
