@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import trio
-from peertrain.swarm.exchange.round_pace import PACE_FLOOR, RoundPace
+from peertrain.swarm.exchange.round_pace import PACE_FLOOR, RoundPace, straggler_allowance
 
 from .test_update_gossip import NBYTES, Group, run_round
 
@@ -99,6 +99,19 @@ def test_patience_is_three_median_lags_and_never_under_the_floor():
     assert pace.patience("slow") == 3 * 5.0
     assert pace.patience("quick") == PACE_FLOOR
     assert pace.patience("a") == PACE_FLOOR
+
+
+def test_a_long_inner_phase_widens_what_pace_explains():
+    """Members end a 330 s inner phase tens of seconds apart: 2 s lags of short rounds must not
+    drop one 20 s behind us then."""
+    pace = RoundPace()
+    for _ in range(3):
+        pace.closed({"a": 0.0, "b": 2.0}, counted={"a", "b"})
+    assert pace.patience("b") == 6.0
+    pace.allowance = straggler_allowance(330.0)
+    assert pace.patience("b") == pytest.approx(49.5)
+    assert pace.overdue({"b"}, first=0.0, now=20.0) == {}
+    assert straggler_allowance(0.5) < 0.1  # a toy round's inner phase adds nothing that matters
 
 
 def test_strangers_get_no_pace_and_no_table_slot():

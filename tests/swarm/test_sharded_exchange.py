@@ -54,10 +54,20 @@ def within_one_int8_rounding(sent: torch.Tensor, exact: torch.Tensor) -> bool:
 
 
 async def run_group(
-    rule_name: str, ups, kinds=None, *, patience: float = 2.0, codec: str = "int8", **options
+    rule_name: str,
+    ups,
+    kinds=None,
+    *,
+    patience: float = 2.0,
+    codec: str = "int8",
+    starts: dict[int, float | None] | None = None,
+    fields: dict | None = None,
+    **options,
 ):
-    """One round of every member; (peer → result or exception, peer → penalties it gave)."""
-    kinds = kinds or {}
+    """One round of every member; (peer → result or exception, peer → penalties it gave).
+    `starts`: member index → seconds it starts its round late (None: never); `fields`: more
+    of every member's ShardedRound."""
+    kinds, starts = kinds or {}, starts or {}
     peers = keys(len(ups))
     ups = dict(zip(peers, ups.values(), strict=True))
     results, penalties, rounds = {}, {p: [] for p in peers}, {}
@@ -77,17 +87,20 @@ async def run_group(
                 numel=NUMEL,
                 patience=patience,
                 on_penalty=lambda who, why, me=peer: penalties[me].append((who, why)),
+                **(fields or {}),
             )
             endpoint.deliver = lambda origin, raw, board=rnd.board: board.receive(raw)
             rounds[peer] = rnd
 
-        async def one(peer):
+        async def one(peer, late):
+            await trio.sleep(late)
             rnd = rounds[peer]
             results[peer] = await run_round(rnd, rnd.codec.encode(ups[peer]))
 
         async with trio.open_nursery() as nursery:
-            for peer in peers:
-                nursery.start_soon(one, peer)
+            for i, peer in enumerate(peers):
+                if (late := starts.get(i, 0.0)) is not None:
+                    nursery.start_soon(one, peer, late)
     return results, penalties, rounds, ups
 
 
@@ -302,3 +315,30 @@ async def test_a_commitment_to_slices_of_the_wrong_size_is_refused_before_any_fe
         if peer != liar:
             assert [who for who, _ in penalties[peer]] == [liar]
             assert liar not in rounds[peer].board.commitments
+
+
+async def test_a_member_ending_its_inner_phase_after_us_counts_within_the_commit_wait():
+    """Members that start a round together end it apart by a share of their compute (30 s of a
+    330 s inner phase at 25M): the owners wait for their commitments beyond the 1 s patience."""
+    late = {3: 2.5}
+    results, *_ = await run_group("flag", updates(range(4)), patience=1.0, starts=late)
+    assert {len(r.accepted) for r in results.values()} != {4}  # the patience alone drops it
+    results, *_ = await run_group(
+        "flag", updates(range(4)), patience=1.0, starts=late, fields={"commit_wait": 4.0}
+    )
+    assert {len(r.accepted) for r in results.values()} == {4}
+
+
+async def test_the_commit_wait_ends_for_a_member_that_left():
+    """A killed member's connections close at once: its commitment is not waited for."""
+    peers = list(keys(4))
+    started = trio.current_time()
+    results, *_ = await run_group(
+        "flag",
+        updates(range(4)),
+        patience=1.0,
+        starts={3: None},
+        fields={"commit_wait": 30.0, "gone": lambda: {peers[3]}},
+    )
+    assert trio.current_time() - started < 10
+    assert {r.accepted for r in results.values()} == {tuple(sorted(peers[:3]))}

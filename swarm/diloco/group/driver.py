@@ -23,6 +23,7 @@ from peertrain.swarm.diloco.errors import CheckpointError
 from peertrain.swarm.diloco.group.adoption import StateDownloads, TensorTransport
 from peertrain.swarm.diloco.group.adversary_seam import Adversary
 from peertrain.swarm.diloco.group.alone import closed_without_us, count_alone
+from peertrain.swarm.diloco.group.inner_phase import inner_phase
 from peertrain.swarm.diloco.group.lease import ANONYMOUS, Introduction, MemberLease
 from peertrain.swarm.diloco.group.progress import DriverProgress
 from peertrain.swarm.diloco.group.replay import RoundReplay
@@ -36,6 +37,7 @@ from peertrain.swarm.diloco.member.checkpoint import CheckpointStore
 from peertrain.swarm.diloco.member.member import DiLoCoMember, RoundReport, rejection_kind
 from peertrain.swarm.diloco.member.run_spec import DiLoCoSpec
 from peertrain.swarm.exchange.gossip import UpdateGossip
+from peertrain.swarm.exchange.round_pace import straggler_allowance
 from peertrain.swarm.exchange.sharded import ShardTransport
 from peertrain.swarm.progress import Waiting, log_progress
 
@@ -247,8 +249,13 @@ class DiLoCoDriver:
         self.built.use_shard(self.spec.shard_for(self.peer_id, set(dealt), salt))
         self.progress.inner_start, self.progress.phase = self.member.inner.step, "inner steps"
         started = time.perf_counter()
-        payload = await self._thread(self.member.prepare_update)
+        payload = await inner_phase(
+            self.member, self._thread, lambda: self.trust.newest_round() > round_
+        )
         compute = time.perf_counter() - started
+        if payload is None:  # the group closed the round while we computed (inner_phase.py)
+            await self._overtaken(round_)
+            return
         if (adversary := self.adversary) is not None:
             members = max(len(self.roster.counted), 2)
             payload = await self._thread(
@@ -261,10 +268,11 @@ class DiLoCoDriver:
             return  # our update was not computed from the run's state: the round starts again
         self.progress.phase = "exchanging"
         self.replay.begin(self.member, round_, self.sync.served or b"")
+        allowance = self.gossip.pace.allowance = straggler_allowance(compute)
         if self.sharded is not None:
-            report = await sharded_round(self, round_, payload, group)
+            report = await sharded_round(self, round_, payload, group, allowance)
         else:
-            report = await self._gathered_round(round_, payload, group)
+            report = await self._gathered_round(round_, payload, group, allowance)
         if report is None:  # overtaken meanwhile: we adopted the group's state instead
             return
         compute += self.progress.outer_seconds
@@ -283,13 +291,14 @@ class DiLoCoDriver:
         await self._record(report)
         await self._save_checkpoint()
 
-    async def _gathered_round(self, round_: int, payload, group) -> RoundReport | None:
+    async def _gathered_round(
+        self, round_: int, payload, group, allowance: float
+    ) -> RoundReport | None:
         """The all-gather exchange: every member pulls every counted update and aggregates."""
         self.progress.waiting = Waiting("members' updates", *self.gossip.received(round_))
+        deadline = trio.current_time() + self.spec.round_timeout + allowance
         try:
-            contributions = await self.gossip.exchange(
-                round_, payload, deadline=trio.current_time() + self.spec.round_timeout
-            )
+            contributions = await self.gossip.exchange(round_, payload, deadline=deadline)
         finally:
             self.progress.waiting = None
         # the anchors closing this very round meanwhile is the usual race: apply and agree

@@ -53,11 +53,13 @@ class ShardedUpdates:
         leased: Callable[[str], bool],
         on_penalty: Callable[[str, str], None] | None,
         counted: Callable[[str], bool] = lambda peer: False,
+        gone: Callable[[], Collection[str]] = lambda: (),
     ) -> None:
-        """`counted(peer)`: is it in the counted group (room for its early messages is kept)."""
+        """`counted(peer)`: is it in the counted group (room for its early messages is kept);
+        `gone()`: the members whose connections all closed (no commitment is awaited from them)."""
         self.run_id, self.me, self.key_pair = run_id, me, key_pair
         self.transport, self.rule, self.codec, self.numel = transport, rule, codec, numel
-        self.leased, self.counted = leased, counted
+        self.leased, self.counted, self.gone = leased, counted, gone
         self.on_penalty = on_penalty or (lambda peer, why: None)
         self.current: ShardedRound | None = None
         self.last_marks: list[tuple[str, float]] = []  # the last round's phases (ShardedRound)
@@ -107,8 +109,10 @@ class ShardedUpdates:
         reference: Collection[str],
         salt: bytes,
         timeout: float,
+        commit_wait: float = 0.0,
     ) -> ShardedResult:
-        """Our update (as sent: the codec's payload) in, the group's checked aggregate out."""
+        """Our update (as sent: the codec's payload) in, the group's checked aggregate out;
+        `commit_wait`: seconds the owners wait beyond their patience for members behind us."""
         rnd = ShardedRound(
             run_id=self.run_id,
             round_=round_,
@@ -121,6 +125,8 @@ class ShardedUpdates:
             codec=self.codec,
             salt=salt,
             timeout=timeout,
+            commit_wait=commit_wait,
+            gone=self.gone,
             on_penalty=self.on_penalty,
             reference=frozenset(reference),
             buffers=self.buffers,
@@ -177,14 +183,16 @@ def sharded_updates(driver: ShardedDriver, transport: ShardTransport | None) -> 
         leased=lambda peer: driver.state.is_live(peer) or peer == driver.peer_id,
         on_penalty=driver.on_penalty,
         counted=lambda peer: peer in driver.roster.counted,
+        gone=lambda: driver.gossip.pace.gone.keys(),
     )
 
 
 async def sharded_round(
-    driver: ShardedDriver, round_: int, payload, group: Collection[str]
+    driver: ShardedDriver, round_: int, payload, group: Collection[str], allowance: float = 0.0
 ) -> RoundReport | None:
     """The driver's round on the sharded exchange: our update (as sent, int8) in, the checked
-    aggregate out, then the outer step. None when the group finished the round without us."""
+    aggregate out, then the outer step. None when the group finished the round without us.
+    `allowance`: seconds the round waits for members behind us (round_pace.py)."""
     member, sharded = driver.member, driver.sharded
     assert sharded is not None
     anchors = driver.admission.anchors if not driver.admission.invite else ()
@@ -195,6 +203,7 @@ async def sharded_round(
         reference=anchors,
         salt=driver.sync.served or b"",
         timeout=driver.spec.round_timeout,
+        commit_wait=allowance,
     )
     if await driver._overtaken(round_ + 1):
         return None

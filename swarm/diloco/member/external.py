@@ -46,14 +46,19 @@ class StepHandshake:
 
     # -- the driver's torch thread --------------------------------------------------------------
 
-    def hand_to_user(self, steps: int) -> tuple[int, list[float]]:
+    def hand_to_user(
+        self, steps: int, stop: Callable[[], bool] | None = None
+    ) -> tuple[int, list[float]]:
         """Give the model (holding θ_global) to the user for `steps` steps; return the steps
-        taken and the losses they reported once the user hands it back."""
+        taken and the losses they reported once the user hands it back. When `stop()` turns
+        true first, the user's next step is the round's last (the group closed it without us)."""
         with self._turn:
             self._wanted, self._taken, self._losses = steps, 0, []
             self._owner = USER
             self._turn.notify_all()
-            self._turn.wait_for(lambda: self._owner == DRIVER or self._closed)
+            while not self._turn.wait_for(lambda: self._owner == DRIVER or self._closed, 0.2):
+                if stop is not None and stop():
+                    self._wanted = 0  # the step in progress hands the model back
             if self._closed:
                 raise LoopClosed("the training loop was closed during the round")
             return self._taken, list(self._losses)
@@ -113,9 +118,9 @@ class ExternalInnerLoop:
         self.step = 0
         self.last_report: InnerReport | None = None
 
-    def run(self, steps: int) -> InnerReport:
+    def run(self, steps: int, stop: Callable[[], bool] | None = None) -> InnerReport:
         started = time.perf_counter()
-        taken, losses = self.handshake.hand_to_user(steps)
+        taken, losses = self.handshake.hand_to_user(steps, stop)
         self.step += taken
         self.last_report = InnerReport(
             steps=taken,

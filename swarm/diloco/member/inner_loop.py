@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,12 +76,15 @@ class InnerLoop:
         if state is not None:
             self.optimizer.load_state_dict(copy.deepcopy(dict(state)))
 
-    def run(self, steps: int) -> InnerReport:
-        """Train for `steps` steps; returns the losses seen (on training batches)."""
+    def run(self, steps: int, stop: Callable[[], bool] | None = None) -> InnerReport:
+        """Train for `steps` steps, fewer if `stop()` says so before one; returns the losses seen
+        (on training batches) and the steps taken."""
         self.model.train()
         started = time.perf_counter()
         losses: list[float] = []
         for _ in range(steps):
+            if stop is not None and stop():
+                break
             lr = learning_rate(self.config, self.step)
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
@@ -94,6 +97,7 @@ class InnerLoop:
 
             self.step += 1
             losses.append(loss)
+        steps = len(losses)
         return InnerReport(
             steps=steps,
             first_loss=losses[0] if losses else math.nan,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import math
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -257,9 +257,12 @@ class DiLoCoMember:
 
     # -- one round ------------------------------------------------------------------------------
 
-    def prepare_update(self) -> bytes:
-        """Run H inner steps and return this round's encoded pseudo-gradient."""
-        report = self.inner.run(self.inner.config.steps)
+    def prepare_update(self, stop: Callable[[], bool] | None = None) -> bytes | None:
+        """Run H inner steps and return this round's encoded pseudo-gradient; None when `stop()`
+        ended the inner phase early (the round is abandoned: restore or rewind comes next)."""
+        report = self.inner.run(self.inner.config.steps, stop)
+        if report.steps < self.inner.config.steps:
+            return None
         with torch.no_grad():
             delta = self.global_params - self.layout.flatten()
         payload = self.encoder.encode(delta)

@@ -23,6 +23,7 @@ from .transport import FetchFailed, ShardTransport
 log = logging.getLogger(__name__)
 
 MAX_FETCHES = 8  # input slices in flight at once, per shard
+GONE_CHECK = 1.0  # seconds between looks at who left, while commitments are awaited
 
 
 class OwnedRound(Protocol):
@@ -36,6 +37,7 @@ class OwnedRound(Protocol):
     codec: ProtocolCodec
     patience: float
     commit_deadline: float
+    gone: Callable[[], Collection[str]]
     compute: Callable[..., Awaitable[Any]]
     on_penalty: Callable[[str, str], None]
 
@@ -65,7 +67,7 @@ class ShardOwner:
             await trio.sleep(self.position * r.patience)
             if r.statistics_of(self.shard) is not None:
                 return
-        await r.board.wait(lambda: len(r.board.committed()) == len(r.group), r.commit_deadline)
+        await self._commitments()
         r.mark(f"shard {self.shard}: commitments in")
         await self._gather(r.board.committed())
         r.mark(f"shard {self.shard}: slices in")
@@ -88,6 +90,18 @@ class ShardOwner:
             if decision.owners.get(self.shard) == r.me:
                 await self._write(decision, attempt)
             attempt += 1
+
+    async def _commitments(self) -> None:
+        """Until every member's commitment is in but those of members that left (a killed
+        process: no update is coming, and waiting cost every round its whole commit wait), or
+        the commit deadline. Leaving is no board event: looked at every `GONE_CHECK` seconds."""
+        r = self.r
+
+        def in_() -> bool:
+            return set(r.group) - set(r.gone()) <= set(r.board.committed())
+
+        while not in_() and trio.current_time() < r.commit_deadline:
+            await r.board.wait(in_, min(r.commit_deadline, trio.current_time() + GONE_CHECK))
 
     async def _gather(self, senders: list[str]) -> None:
         limiter = trio.CapacityLimiter(MAX_FETCHES)

@@ -12,7 +12,7 @@ shard of the aggregate (U), and sends the same; the statistics are p × p per sh
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +90,10 @@ class ShardedRound:
     salt: bytes = b""
     patience: float = 5.0  # seconds a backup owner waits per owner ahead of it
     timeout: float = 60.0  # the whole round
+    # seconds beyond `patience` (and `timeout`) the owners wait for commitments of members that
+    # end their inner phase after us (round_pace.straggler_allowance)
+    commit_wait: float = 0.0
+    gone: Callable[[], Collection[str]] = lambda: ()  # members whose connections all closed
     on_penalty: Callable[[str, str], None] = lambda peer, why: None
     reference: frozenset[str] = frozenset()  # whose norms bound the others' (anchors)
     # torch work off the event loop; the scale benchmark runs it inline under a mock clock
