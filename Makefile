@@ -22,47 +22,56 @@ demo: $(STAMP)
 # MODEL on its train.bin as a DiLoCo group (int8, flag, the sharded exchange: REAL_RUN_EXCHANGE;
 # at H = 40 it sends about 100x fewer bytes than data parallel), one member killed at KILL_AT s and
 # restarted, a fifth daemon joining at LATE_JOIN (rN: once the creator is at round N), the model
-# exported to real-run-model/ at the end; report in real-run-report.json. Then the data-parallel
-# arm on the same tokens, its lr tuned on val.bin (benchmarks/real_run_baseline.py):
-# real-run-baseline.json, real-run.png.
+# exported to real-run-model/ at the end; report in real-run-report.json. Then (BASELINE=yes) the
+# data-parallel arm on the same tokens, its lr tuned on val.bin over REAL_RUN_LRS
+# (benchmarks/real_run_baseline.py): real-run-baseline.json, real-run.png.
 # Node 0 serves the dashboard at DASHBOARD; half way (round REAL_RUN_ROUNDS/2) a headless Chromium
 # screenshots it to real-run-dashboard.png (benchmarks/dashboard_shot.py; said when it can't).
 # MODEL=hf:examples/llama-25m.json EXPORT_FORMAT=hf for the llama-style model.
-# `real-run-tune`: the members' inner learning rate (REAL_RUN_LR) picked on val.bin by short
-# trials of one member's batch (benchmarks/real_run_tune.py; about 4 minutes a trial here).
+# Sized to fit an hour on 2 cores (~450 tokens/s whatever the batch): batch 2 of 256 tokens per
+# member, a 20-step warm-up, 6 rounds of H = 40 (about 25 minutes), the arm's tuning and steps
+# (about 28). `real-run-tune`: the members' inner learning rate (REAL_RUN_LR) picked on val.bin by
+# short trials of one member's batch (benchmarks/real_run_tune.py; about a minute a trial here).
 CORPUS            := build/corpus
 MODEL             ?= gpt-25m
 EXPORT_FORMAT     ?= safetensors
-REAL_RUN_ROUNDS   ?= 9
+REAL_RUN_ROUNDS   ?= 6
 REAL_RUN_H        ?= 40
+REAL_RUN_BATCH    ?= 2
+REAL_RUN_WARMUP   ?= 20
 REAL_RUN_EXCHANGE ?= sharded
-REAL_RUN_LR       ?= 4e-4
-KILL_AT           ?= 1500
-LATE_JOIN         ?= r6
+REAL_RUN_LR       ?= 2e-4
+REAL_RUN_LRS      ?= 2e-4,4e-4,8e-4
+KILL_AT           ?= 800
+LATE_JOIN         ?= r3
+BASELINE          ?= yes
 DASHBOARD         ?= 127.0.0.1:9464
+TOKENS             = $$($(BIN)/peertrain data prepare-corpus --out $(CORPUS) --quiet)/train.bin
 
 corpus: $(STAMP)
 	$(BIN)/peertrain data prepare-corpus --out $(CORPUS)
 
 real-run-tune: corpus
-	$(BIN)/python benchmarks/real_run_tune.py --model $(MODEL) --inner-steps $(REAL_RUN_H) \
-	    --data $$($(BIN)/peertrain data prepare-corpus --out $(CORPUS) --quiet)/train.bin
+	$(BIN)/python benchmarks/real_run_tune.py --model $(MODEL) --data $(TOKENS) \
+	    --inner-steps $(REAL_RUN_H) --batch-size $(REAL_RUN_BATCH) \
+	    --warmup-steps $(REAL_RUN_WARMUP) --lrs $(REAL_RUN_LRS)
 
 real-run: corpus
 	($(BIN)/python benchmarks/dashboard_shot.py http://$(DASHBOARD)/ real-run-dashboard.png \
 	    --round $$(( $(REAL_RUN_ROUNDS) / 2 )) || echo "real-run: no dashboard screenshot") & \
 	$(BIN)/peertrain swarm local --nodes 4 --mode diloco --model $(MODEL) --dataset tokens \
-	    --data $$($(BIN)/peertrain data prepare-corpus --out $(CORPUS) --quiet)/train.bin \
+	    --data $(TOKENS) \
 	    --set dataset_settings.block_size=256 --set dataset_settings.eval_chunks=8 \
-	    --batch-size 4 --lr $(REAL_RUN_LR) --codec int8 --aggregator flag \
+	    --batch-size $(REAL_RUN_BATCH) --set warmup_steps=$(REAL_RUN_WARMUP) \
+	    --lr $(REAL_RUN_LR) --codec int8 --aggregator flag \
 	    --set exchange=$(REAL_RUN_EXCHANGE) \
 	    --rounds $(REAL_RUN_ROUNDS) --inner-steps $(REAL_RUN_H) \
 	    --kill-at $(KILL_AT) --late-join $(LATE_JOIN) \
 	    --export real-run-model --export-format $(EXPORT_FORMAT) --report real-run-report.json \
 	    --dashboard $(DASHBOARD); \
 	status=$$?; wait; test $$status = 0
-	$(BIN)/python benchmarks/real_run_baseline.py --report real-run-report.json \
-	    --data $$($(BIN)/peertrain data prepare-corpus --out $(CORPUS) --quiet)/train.bin \
+	test "$(BASELINE)" != yes || $(BIN)/python benchmarks/real_run_baseline.py \
+	    --report real-run-report.json --data $(TOKENS) --lrs $(REAL_RUN_LRS) \
 	    --png real-run.png --out real-run-baseline.json
 
 # the rules the config holds run first: a lint failure is a test failure (CI runs this target).

@@ -16,7 +16,7 @@ trained on by either arm); the best trains the arm. Tuning is short runs on a 2-
 it picks among learning rates by their early loss: say so beside the figures.
 
 Usage: python benchmarks/real_run_baseline.py --report real-run-report.json --data DIR/train.bin
-       [--lrs 2e-4,4e-4,8e-4,1.6e-3] [--tune-steps N] [--png real-run.png]
+       [--lrs 2e-4,4e-4,8e-4] [--tune-steps N] [--png real-run.png]
 The last line printed is one JSON object with all figures.
 """
 
@@ -210,7 +210,7 @@ def _since(started: float) -> float:
 def add_tuning_options(parser: argparse.ArgumentParser) -> None:
     """The learning rates tried, each trial's steps, torch's threads (real_run_tune.py too)."""
     parser.add_argument(
-        "--lrs", type=lambda s: [float(v) for v in s.split(",")], default=[2e-4, 4e-4, 8e-4, 1.6e-3]
+        "--lrs", type=lambda s: [float(v) for v in s.split(",")], default=[2e-4, 4e-4, 8e-4]
     )
     parser.add_argument(
         "--tune-steps",

@@ -12,7 +12,7 @@ H is not tuned here: the issue's byte target fixes its floor (the sharded exchan
 ceiling (outer steps left); `make real-run` takes REAL_RUN_H = 40.
 
 Usage: python benchmarks/real_run_tune.py --data DIR/train.bin [--model gpt-25m]
-       [--lrs 2e-4,4e-4,8e-4,1.6e-3] [--tune-steps N]
+       [--batch-size 2] [--warmup-steps 20] [--lrs 2e-4,4e-4,8e-4] [--tune-steps N]
 The last line printed is one JSON object: every trial and the best learning rate.
 """
 
@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
             "dataset_settings": {"block_size": args.block_size, "eval_chunks": 8},
             "batch_size": args.batch_size,
             "inner_steps": args.inner_steps,
+            "warmup_steps": args.warmup_steps,
         },
         args.data,
     )
@@ -91,9 +92,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="a model setting (model_settings.KEY), as the run's --set takes it",
     )
-    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=2)
     parser.add_argument("--block-size", type=int, default=256)
     parser.add_argument("--inner-steps", type=int, default=40)
+    parser.add_argument(
+        "--warmup-steps", type=int, default=20, help="the run's (--set warmup_steps)"
+    )
     add_tuning_options(parser)
     return parser.parse_args(argv)
 
