@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.peertrain-installed
+PLOTS  := $(VENV)/.peertrain-plots
 
 .PHONY: demo test lint bench clean docs corpus real-run real-run-tune
 
@@ -51,12 +52,16 @@ TOKENS             = $$($(BIN)/peertrain data prepare-corpus --out $(CORPUS) --q
 corpus: $(STAMP)
 	$(BIN)/peertrain data prepare-corpus --out $(CORPUS)
 
+$(PLOTS): $(STAMP)
+	@$(BIN)/python -m pip install -q -e '.[plots]'
+	@touch $(PLOTS)
+
 real-run-tune: corpus
 	$(BIN)/python benchmarks/real_run_tune.py --model $(MODEL) --data $(TOKENS) \
 	    --inner-steps $(REAL_RUN_H) --batch-size $(REAL_RUN_BATCH) \
 	    --warmup-steps $(REAL_RUN_WARMUP) --lrs $(REAL_RUN_LRS)
 
-real-run: corpus
+real-run: corpus $(PLOTS)
 	($(BIN)/python benchmarks/dashboard_shot.py http://$(DASHBOARD)/ real-run-dashboard.png \
 	    --round $$(( $(REAL_RUN_ROUNDS) / 2 )) || echo "real-run: no dashboard screenshot") & \
 	$(BIN)/peertrain swarm local --nodes 4 --mode diloco --model $(MODEL) --dataset tokens \
