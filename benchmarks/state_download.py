@@ -9,7 +9,10 @@ round-robin, `--repeats` times each, a fresh download each time; the table gives
 wall-clock MB/s and the joiner's CPU seconds. The anchor (issue 30): hivemind serves a joiner
 from one donor at about 31 MB/s; the target is 200 MB/s with 3 donors on loopback.
 
-    .venv/bin/python benchmarks/state_download.py [--mib 225] [--donors 3] [--repeats 3]
+    .venv/bin/python benchmarks/state_download.py [--mib 225] [--donors 3] [--repeats 3] [--busy]
+
+`--busy`: each donor trains while it serves (torch on a worker thread beside its event loop, as
+a member of a run does): what a restarted or late member meets in a run on a shared machine.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -54,14 +58,26 @@ async def _node(home: Path, bootstrap: tuple[str, ...] = ()):
     return serve_node, Daemon(config, Identity.generate())
 
 
-async def donor(mib: int) -> None:
-    """Serve the state until stdin closes; print our address and peer ID first."""
+def compute(stop: threading.Event) -> None:
+    """What a member does while it serves: torch on a worker thread, the event loop beside it
+    (matrix products of a 512-wide transformer's shapes, on torch's one thread)."""
+    x, w = torch.randn(512, 512), torch.randn(512, 2048)
+    while not stop.is_set():
+        (x @ w).relu_().sum()
+
+
+async def donor(mib: int, busy: bool) -> None:
+    """Serve the state until stdin closes; print our address and peer ID first. `busy`: train
+    meanwhile, as a member of a run does (`compute`)."""
     from peertrain.node.services.tensors import TensorService, TensorStore
 
     prepared = state(mib)
+    stop = threading.Event()
     with tempfile.TemporaryDirectory(prefix="donor-") as home:
         serve_node, daemon = await _node(Path(home))
         async with trio.open_nursery() as nursery:
+            if busy:
+                nursery.start_soon(lambda: trio.to_thread.run_sync(compute, stop))
             await nursery.start(serve_node, daemon)
             store = TensorStore()
             await nursery.start(TensorService(daemon.host, store, daemon.scoreboard).run)
@@ -69,6 +85,7 @@ async def donor(mib: int) -> None:
             print(json.dumps({"addr": daemon.addrs()[0], "peer": daemon.host.get_id().to_base58()}))
             sys.stdout.flush()
             await trio.to_thread.run_sync(sys.stdin.read)  # the parent closes it at the end
+            stop.set()
             nursery.cancel_scope.cancel()
 
 
@@ -112,18 +129,22 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--mib", type=int, default=225, help="state size (225: gpt-25m's 236 MB)")
     parser.add_argument("--donors", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--busy", action="store_true", help="donors train while they serve, as in a run"
+    )
     parser.add_argument("--role", choices=["main", "donor", "joiner"], default="main")
     parser.add_argument("--donor-info", default="[]", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     arms = sorted({1, args.donors})
     if args.role == "donor":
-        trio.run(donor, args.mib)
+        trio.run(donor, args.mib, args.busy)
         return {}
     if args.role == "joiner":
         trio.run(joiner, args.mib, json.loads(args.donor_info), arms, args.repeats)
         return {}
     load = os.getloadavg()[0]
-    donors = [_spawn("donor", "--mib", str(args.mib)) for _ in range(args.donors)]
+    busy = ["--busy"] if args.busy else []
+    donors = [_spawn("donor", "--mib", str(args.mib), *busy) for _ in range(args.donors)]
     try:
         info = [json.loads(d.stdout.readline()) for d in donors]
         sizes = ["--mib", str(args.mib), "--donors", str(args.donors)]
@@ -145,7 +166,8 @@ def main(argv: list[str] | None = None) -> dict:
         rows.append((f"{k} donor(s)", f"{rate:.1f}", f"{cpu:.2f}", f"{args.mib * MB / 1e6:.0f}"))
     print_table("state download", ["arm", "MB/s (median)", "joiner CPU s", "MB"], rows)
     figures.update(mib=args.mib, repeats=args.repeats, load_before=round(load, 2),
-                   load_after=round(os.getloadavg()[0], 2), target_mb_per_s=200)  # fmt: skip
+                   load_after=round(os.getloadavg()[0], 2), target_mb_per_s=200,
+                   donors_training=args.busy)  # fmt: skip
     print_json(figures)
     return figures
 

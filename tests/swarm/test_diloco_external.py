@@ -4,6 +4,7 @@ thread and the driver's thread take turns on one model, and a run names the mode
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import torch
@@ -95,6 +96,23 @@ def test_closing_ends_a_driver_waiting_for_the_user():
     handshake.close()
     thread.join(5.0)
     assert not thread.is_alive() and failure
+
+
+def test_a_round_the_group_closed_without_us_ends_at_the_users_next_step():
+    """The user's loop is our inner phase: once the group closed the round, their next step is
+    the round's last (inner_phase.py), whatever H says."""
+    handshake, overtaken, taken = StepHandshake(), threading.Event(), []
+    thread = threading.Thread(
+        target=lambda: taken.append(handshake.hand_to_user(1000, overtaken.is_set))
+    )
+    thread.start()
+    assert handshake.wait_for_user_turn(5.0, stop=lambda: False)
+    assert handshake.user_step(2.0) is False
+    overtaken.set()
+    time.sleep(0.5)  # the driver looks every 0.2 s
+    assert handshake.user_step(1.5) is True  # handed back
+    thread.join(5.0)
+    assert taken == [(2, [2.0, 1.5])]
 
 
 def test_adopting_a_state_keeps_the_users_optimizer_object_but_clears_its_moments():
