@@ -270,13 +270,15 @@ class MeshSwarm:
                 self.died[index] = {"node": index, "exit_code": None, "error": why.strip()[:400]}
                 self.console.print(f"[red]node {index} did not join the run[/]: {why[:200]}")
 
-    def kill_one(self) -> int | None:
+    def kill_one(self, among: range | None = None) -> int | None:
+        """SIGKILL a random live member but the creator (of `among`, when given); its index."""
         if self.kills_stopped:
             return None
         up = [i for i, s in enumerate(self.statuses) if s is not None]  # a restarted member
         # still starting (slow on a loaded machine) is not in the run yet: killing it again
         # would keep it out for good
         candidates = [i for i in up if i > 0 and self.daemons[i].alive() and i not in self.died]
+        candidates = [i for i in candidates if among is None or i in among]
         if not candidates:
             return None
         index = self._rng.choice(candidates)

@@ -48,7 +48,8 @@ def add_swarm_commands(commands: Any) -> None:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="swarm: kill a stage-1 server then; diloco: kill a random member (not the creator) "
+        help="swarm: kill a stage-1 server then; diloco: kill a random member it started with "
+        "(not the creator, not a late joiner) "
         "then, and restart it 3 s later",
     )
     _add_one_off_options(p)

@@ -62,6 +62,7 @@ async def run_group(
     codec: str = "int8",
     starts: dict[int, float | None] | None = None,
     fields: dict | None = None,
+    member_fields: dict[int, dict] | None = None,
     **options,
 ):
     """One round of every member; (peer → result or exception, peer → penalties it gave).
@@ -88,6 +89,7 @@ async def run_group(
                 patience=patience,
                 on_penalty=lambda who, why, me=peer: penalties[me].append((who, why)),
                 **(fields or {}),
+                **(member_fields or {}).get(list(peers).index(peer), {}),
             )
             endpoint.deliver = lambda origin, raw, board=rnd.board: board.receive(raw)
             rounds[peer] = rnd
@@ -342,3 +344,40 @@ async def test_the_commit_wait_ends_for_a_member_that_left():
     )
     assert trio.current_time() - started < 10
     assert {r.accepted for r in results.values()} == {tuple(sorted(peers[:3]))}
+
+
+async def test_backups_wait_for_their_primary_after_a_long_commit_wait():
+    """Backups give the owners before them their patience from the end of the commitments'
+    wait: counted from the round's start, every backup published beside its primary while both
+    waited for a late commitment, members decided on different owners' statistics, and the
+    checks that followed blamed every honest sender (a 25M run, round 3)."""
+    results, penalties, rounds, _ = await run_group(
+        "flag", updates(range(4)), patience=1.0, starts={2: 2.5}, fields={"commit_wait": 4.0}
+    )
+    assert {len(r.accepted) for r in results.values()} == {4}
+    assert all(not p for p in penalties.values())
+    for rnd in rounds.values():
+        owners = {}
+        for shard, owner in rnd.board.statistics:
+            owners.setdefault(shard, set()).add(owner)
+        assert all(len(o) == 1 for o in owners.values()), owners  # the primaries alone
+
+
+async def test_a_member_that_starts_late_counts_its_commit_wait_from_the_rounds_first_commitment():
+    """Members that start apart wait for commitments until about the same moment: a member that
+    heard the round's first commitment before it started counts its deadline from then."""
+    opened = trio.current_time()
+    results, penalties, rounds, _ = await run_group(
+        "flag",
+        updates(range(4)),
+        patience=1.0,
+        starts={3: 3.0},
+        fields={"commit_wait": 4.0},
+        member_fields={3: {"opened_at": opened}},
+    )
+    late = rounds[list(rounds)[3]]
+    assert late.commit_deadline == pytest.approx(opened + 1.0 + 4.0)
+    early = rounds[list(rounds)[0]]
+    assert early.commit_deadline == pytest.approx(opened + 5.0, abs=0.5)
+    assert {len(r.accepted) for r in results.values()} == {4}
+    assert all(not p for p in penalties.values())

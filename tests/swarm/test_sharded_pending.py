@@ -24,7 +24,7 @@ def message(key, round_: int, n: int) -> bytes:
     return seal(key, domain=DOMAIN, run="run", round=round_, payload=body).to_bytes()
 
 
-def test_a_leased_stranger_cannot_fill_the_buffer_of_the_next_round_before_a_member():
+async def test_a_leased_stranger_cannot_fill_the_buffer_of_the_next_round_before_a_member():
     me, stranger, member = (create_new_key_pair() for _ in range(3))
     updates = ShardedUpdates(
         run_id="run",
@@ -40,7 +40,9 @@ def test_a_leased_stranger_cannot_fill_the_buffer_of_the_next_round_before_a_mem
     )
     for n in range(5000):
         updates.receive(peer(stranger), message(stranger, 1, n))
+    assert 1 not in updates._opened  # a stranger's early message moves no commit deadline
     assert updates.receive(peer(member), message(member, 1, 0)) is True
+    assert 1 in updates._opened  # a member's does: the round's wait counts from it
     pending = updates._pending[1]
     assert pending[peer(member)] == [message(member, 1, 0)]
     assert len(pending[peer(stranger)]) <= 64  # one sender's share, whoever it is

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Collection
 from typing import Any, Protocol
 
+import trio
 from libp2p.crypto.keys import KeyPair
 from peertrain.crdt.admission import Admission
 from peertrain.crdt.runstate import RunState
@@ -66,6 +67,7 @@ class ShardedUpdates:
         self.buffers = RoundBuffers()  # every round's, reused
         self.round = 0  # the round we are in or start next
         self._pending: dict[int, dict[str, list[bytes]]] = {}  # round → sender → messages
+        self._opened: dict[int, float] = {}  # round → when a counted member's first message came
 
     def receive(self, origin: str, raw: bytes) -> bool | None:
         """Gossip validator for the group's messages: kept for the round they belong to."""
@@ -84,6 +86,8 @@ class ShardedUpdates:
             current.board.receive(raw)
         elif self.round <= round_ <= self.round + AHEAD:
             self._keep(round_, origin, raw)
+            if self.counted(origin):  # a stranger's early message moves no deadline
+                self._opened.setdefault(round_, trio.current_time())
         return True
 
     def _keep(self, round_: int, origin: str, raw: bytes) -> None:
@@ -127,6 +131,7 @@ class ShardedUpdates:
             timeout=timeout,
             commit_wait=commit_wait,
             gone=self.gone,
+            opened_at=self._opened.get(round_),
             on_penalty=self.on_penalty,
             reference=frozenset(reference),
             buffers=self.buffers,
@@ -136,6 +141,7 @@ class ShardedUpdates:
             for raw in messages:
                 rnd.board.receive(raw)
         self._pending = {r: m for r, m in self._pending.items() if r > round_}
+        self._opened = {r: t for r, t in self._opened.items() if r > round_}
         try:
             return await run_round(rnd, update)
         finally:

@@ -27,7 +27,8 @@ MAX_ATTEMPTS = 3  # a corrected statistic means a new decision; a liar is out af
 async def run_round(r: ShardedRound, update: Payload) -> ShardedResult:
     """One round: `update` is our update as the codec encoded it (r.codec, r.numel values)."""
     now = trio.current_time()
-    r.commit_deadline = now + r.patience + r.commit_wait
+    opened = now if r.opened_at is None else min(now, r.opened_at)
+    r.commit_deadline = opened + r.patience + r.commit_wait
     deadline = now + r.timeout + r.commit_wait
     r.mark("start")
     nonce = await r.commit(update)

@@ -63,11 +63,16 @@ class ShardOwner:
 
     async def run(self) -> None:
         r = self.r
+        # every owner waits alike for the commitments; a backup then gives the owners before
+        # it `patience` each to publish (counted from the commitments' wait, not from the
+        # round's start: with a commit wait longer than the patience, backups published
+        # beside their primary, members decided on different owners' statistics, and every
+        # honest sender was blamed for the checks that followed: seen at 25M)
+        await self._commitments()
         if self.position:  # a backup: only if the owners before us stay silent
             await trio.sleep(self.position * r.patience)
             if r.statistics_of(self.shard) is not None:
                 return
-        await self._commitments()
         r.mark(f"shard {self.shard}: commitments in")
         await self._gather(r.board.committed())
         r.mark(f"shard {self.shard}: slices in")

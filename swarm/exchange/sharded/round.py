@@ -94,6 +94,10 @@ class ShardedRound:
     # end their inner phase after us (round_pace.straggler_allowance)
     commit_wait: float = 0.0
     gone: Callable[[], Collection[str]] = lambda: ()  # members whose connections all closed
+    # trio time a counted member's first message of this round reached us (None: none before
+    # we started it): the commit deadline counts from the round's first commitment, so that
+    # members that started apart wait for commitments until about the same moment
+    opened_at: float | None = None
     on_penalty: Callable[[str, str], None] = lambda peer, why: None
     reference: frozenset[str] = frozenset()  # whose norms bound the others' (anchors)
     # torch work off the event loop; the scale benchmark runs it inline under a mock clock
