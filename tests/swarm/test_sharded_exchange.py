@@ -14,6 +14,7 @@ from peertrain.swarm.aggregation import build_aggregator
 from peertrain.swarm.aggregation.sharded import aggregate_sharded
 from peertrain.swarm.aggregation.streaming import STATS_WINDOW
 from peertrain.swarm.exchange.codec import ProtocolCodec
+from peertrain.swarm.exchange.errors import ExchangeFailed
 from peertrain.swarm.exchange.sharded import ShardedRound, run_round
 from peertrain.swarm.exchange.sharded.owner import ShardOwner
 from peertrain.testing.shard_network import shard_network
@@ -76,20 +77,19 @@ async def run_group(
         for peer, key in peers.items():
             endpoint = net.endpoint(peer)
             cls = kinds.get(list(peers).index(peer), ShardedRound)
+            mine = (member_fields or {}).get(list(peers).index(peer), {})
             rnd = cls(
                 run_id="run",
                 round_=3,
                 me=peer,
                 key_pair=key,
-                group=list(peers),
                 transport=endpoint,
                 rule=build_aggregator(rule_name, **options),
                 codec=ProtocolCodec(codec),
                 numel=NUMEL,
                 patience=patience,
                 on_penalty=lambda who, why, me=peer: penalties[me].append((who, why)),
-                **(fields or {}),
-                **(member_fields or {}).get(list(peers).index(peer), {}),
+                **{"group": list(peers), **(fields or {}), **mine},
             )
             endpoint.deliver = lambda origin, raw, board=rnd.board: board.receive(raw)
             rounds[peer] = rnd
@@ -97,7 +97,10 @@ async def run_group(
         async def one(peer, late):
             await trio.sleep(late)
             rnd = rounds[peer]
-            results[peer] = await run_round(rnd, rnd.codec.encode(ups[peer]))
+            try:
+                results[peer] = await run_round(rnd, rnd.codec.encode(ups[peer]))
+            except* ExchangeFailed as group:
+                results[peer] = group.exceptions[0]
 
         async with trio.open_nursery() as nursery:
             for i, peer in enumerate(peers):
@@ -381,3 +384,20 @@ async def test_a_member_that_starts_late_counts_its_commit_wait_from_the_rounds_
     assert early.commit_deadline == pytest.approx(opened + 5.0, abs=0.5)
     assert {len(r.accepted) for r in results.values()} == {4}
     assert all(not p for p in penalties.values())
+
+
+async def test_a_member_with_another_view_of_the_group_is_not_blamed_and_the_others_go_on():
+    """A restarted member or a joiner may count the round's group otherwise for a while: its
+    messages belong to another round's plan, not to a liar. Nobody is penalised, the others
+    aggregate without it, and its own round fails (it adopts the group's state next)."""
+    peers = list(keys(4))
+    other_view = peers + ["12D3KooWExtraMemberWhoseLeaseItStillSees"]
+    results, penalties, _, _ = await run_group(
+        "flag",
+        updates(range(4)),
+        patience=1.0,
+        member_fields={3: {"group": other_view, "timeout": 5.0}},
+    )
+    assert all(not p for p in penalties.values()), penalties
+    assert isinstance(results[peers[3]], ExchangeFailed)
+    assert {results[p].accepted for p in peers[:3]} == {tuple(sorted(peers[:3]))}

@@ -2,7 +2,14 @@
 
 Only the round's group may write here, each sender once per kind and slot: a stranger's message
 costs a signature check; a member's second, different commitment is kept as proof that it
-equivocated (two signed statements of one round), and the member is out of the round."""
+equivocated (two signed statements of one round), and the member is out of the round.
+
+Every message's payload opens with the tag of the group its sender took the round's to be
+(`group_tag`). Members plan the shards by the group, and an honest member's view of it can
+differ for a while (restarted from a checkpoint, joining, its registry behind): its messages
+then belong to another round, not to a liar. Once they were judged by our plan, and a 25M run's
+restarted member and late joiner (a group of 5) and the other three (a group of 4) penalised
+each other for "malformed" commitments, outputs and checks until bans followed."""
 
 from __future__ import annotations
 
@@ -10,6 +17,7 @@ import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
+import blake3
 import trio
 from libp2p.peer.id import ID
 from peertrain.protocol.envelope import claimed_domain, open_envelope
@@ -23,6 +31,12 @@ log = logging.getLogger(__name__)
 DOMAIN = "exchange/shard"
 MAX_ENVELOPE = 600 * 1024  # the largest statistics message (256 × 256 float64) and its seal
 EQUIVOCATION = 100.0  # penalty: two signed commitments for one round
+GROUP_TAG = 16  # bytes of the group's digest that open every message's payload
+
+
+def group_tag(members: Collection[str]) -> bytes:
+    """The tag of a round's group, alike on every member holding the same view of it."""
+    return blake3.blake3("\n".join(sorted(members)).encode()).digest()[:GROUP_TAG]
 
 
 def is_shard_message(raw: bytes) -> bool:
@@ -46,6 +60,9 @@ class Board:
     _raw_commitments: dict[str, bytes] = field(default_factory=dict)
     _changed: trio.Event = field(default_factory=trio.Event)
 
+    def __post_init__(self) -> None:
+        self.tag = group_tag(self.members)
+
     def receive(self, raw: bytes) -> None:
         """A broadcast envelope: stored if it is a group member's and new; dropped otherwise."""
         try:
@@ -59,8 +76,11 @@ class Board:
             sender = ID(env.sender).to_base58()
             if sender not in self.members:
                 return  # not of this round's group: cost us a signature check, nothing more
+            if env.payload[:GROUP_TAG] != self.tag:
+                log.debug("a sharded-round message of %s for another view of the group", sender)
+                return  # its sender plans another round's shards: not ours to judge
             msg = decode(
-                env.payload,
+                env.payload[GROUP_TAG:],
                 (ShardCommitment, ShardStatistics, ShardOutput, NonceReveal, SenderChecks),
             )
         except ProtocolError as exc:

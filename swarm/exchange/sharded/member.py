@@ -147,7 +147,7 @@ def _shard_holds(r: ShardedRound, decision: Decision, k: int, out, seed: bytes) 
             for c in checks
         ],
         dtype=torch.float64,
-    )
+    ).reshape(-1, 3)  # no sender accepted: no rows (a joiner's round of one crashed its run)
     part = decision.parts[k]
     index = {s: i for i, s in enumerate(decision.senders)}
     rows = torch.tensor([index[s] for s in decision.accepted], dtype=torch.long)

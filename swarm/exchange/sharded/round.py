@@ -145,7 +145,11 @@ class ShardedRound:
 
     async def publish(self, msg: Message) -> None:
         env = seal(
-            self.key_pair, domain=DOMAIN, run=self.run_id, round=self.round_, payload=encode(msg)
+            self.key_pair,
+            domain=DOMAIN,
+            run=self.run_id,
+            round=self.round_,
+            payload=self.board.tag + encode(msg),  # board.py: whose view of the group
         )
         raw = env.to_bytes()
         self.board.receive(raw)  # our own message counts for us as for everyone
