@@ -30,13 +30,13 @@ demo: $(STAMP)
 # screenshots it to real-run-dashboard.png (benchmarks/dashboard_shot.py; said when it can't).
 # MODEL=hf:examples/llama-25m.json EXPORT_FORMAT=hf for the llama-style model.
 # Sized to fit an hour on 2 cores (~450 tokens/s whatever the batch): batch 2 of 256 tokens per
-# member, a 20-step warm-up, 6 rounds of H = 40 (about 25 minutes), the arm's tuning and steps
-# (about 28). `real-run-tune`: the members' inner learning rate (REAL_RUN_LR) picked on val.bin by
+# member, a 20-step warm-up, 5 rounds of H = 40 (about 25 minutes), the arm's tuning and steps
+# (about 25). `real-run-tune`: the members' inner learning rate (REAL_RUN_LR) picked on val.bin by
 # short trials of one member's batch (benchmarks/real_run_tune.py; about a minute a trial here).
 CORPUS            := build/corpus
 MODEL             ?= gpt-25m
 EXPORT_FORMAT     ?= safetensors
-REAL_RUN_ROUNDS   ?= 6
+REAL_RUN_ROUNDS   ?= 5
 REAL_RUN_H        ?= 40
 REAL_RUN_BATCH    ?= 2
 REAL_RUN_WARMUP   ?= 20
@@ -44,7 +44,7 @@ REAL_RUN_EXCHANGE ?= sharded
 REAL_RUN_LR       ?= 2e-4
 REAL_RUN_LRS      ?= 2e-4,4e-4,8e-4
 KILL_AT           ?= 800
-LATE_JOIN         ?= r3
+LATE_JOIN         ?= r2
 BASELINE          ?= yes
 DASHBOARD         ?= 127.0.0.1:9464
 TOKENS             = $$($(BIN)/peertrain data prepare-corpus --out $(CORPUS) --quiet)/train.bin
