@@ -157,7 +157,7 @@ RUN_OPTIONS: dict[str, tuple[str, type, str, tuple[str, ...] | None]] = {
     "--round-timeout": (
         "round_timeout",
         float,
-        "seconds a round waits for updates (default: 60)",
+        "seconds a round waits for updates after ours, plus 15%% of our inner phase (default: 60)",
         None,
     ),
     "--accumulation": (

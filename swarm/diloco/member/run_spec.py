@@ -77,7 +77,9 @@ class DiLoCoSpec(RunSpec):
     aggregator_settings: Mapping[str, Any] = field(default_factory=dict)
     num_shards: int = 16  # data shards dealt among members (distinct shards for up to this many)
     rounds: int = 0  # 0: until stopped
-    round_timeout: float = 60.0  # seconds a round waits for missing members after our update
+    # seconds a round waits for missing members after our update, beyond 15% of our inner
+    # phase (round_pace.straggler_allowance: members end long inner phases apart)
+    round_timeout: float = 60.0
     min_members: int = 1  # round 0 waits (up to start_timeout) until this many members are in
     start_timeout: float = 120.0  # seconds round 0 waits for min_members before starting anyway
     seed: int = 0  # seed of the initial weights and the data order
