@@ -54,13 +54,11 @@ class ShardedUpdates:
         leased: Callable[[str], bool],
         on_penalty: Callable[[str, str], None] | None,
         counted: Callable[[str], bool] = lambda peer: False,
-        gone: Callable[[], Collection[str]] = lambda: (),
     ) -> None:
-        """`counted(peer)`: is it in the counted group (room for its early messages is kept);
-        `gone()`: the members whose connections all closed (no commitment is awaited from them)."""
+        """`counted(peer)`: is it in the counted group (room for its early messages is kept)."""
         self.run_id, self.me, self.key_pair = run_id, me, key_pair
         self.transport, self.rule, self.codec, self.numel = transport, rule, codec, numel
-        self.leased, self.counted, self.gone = leased, counted, gone
+        self.leased, self.counted = leased, counted
         self.on_penalty = on_penalty or (lambda peer, why: None)
         self.current: ShardedRound | None = None
         self.last_marks: list[tuple[str, float]] = []  # the last round's phases (ShardedRound)
@@ -130,7 +128,6 @@ class ShardedUpdates:
             salt=salt,
             timeout=timeout,
             commit_wait=commit_wait,
-            gone=self.gone,
             opened_at=self._opened.get(round_),
             on_penalty=self.on_penalty,
             reference=frozenset(reference),
@@ -189,7 +186,6 @@ def sharded_updates(driver: ShardedDriver, transport: ShardTransport | None) -> 
         leased=lambda peer: driver.state.is_live(peer) or peer == driver.peer_id,
         on_penalty=driver.on_penalty,
         counted=lambda peer: peer in driver.roster.counted,
-        gone=lambda: driver.gossip.pace.gone.keys(),
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+import blake3
 import torch
 from peertrain.swarm.aggregation.base import Aggregator
 from peertrain.swarm.aggregation.errors import NotEnoughUpdates
@@ -26,6 +27,15 @@ class Decision:
     weights: torch.Tensor  # a, float64, one per accepted sender
     owners: dict[int, str | None]  # shard → who writes its output (None: every member itself)
     parts: dict[int, InputStatistics]  # each shard's statistics over `senders`
+
+    @property
+    def digest(self) -> bytes:
+        """Names this decision in the outputs and checks written for it: members that decided
+        apart (owners raced: each chose other statistics) then see another decision's numbers,
+        not a lie, and blame nobody for them."""
+        owners = ",".join(f"{k}:{o}" for k, o in sorted(self.owners.items()))
+        text = f"{self.attempt}|{','.join(self.accepted)}|{owners}|".encode()
+        return blake3.blake3(text + self.weights.numpy().tobytes()).digest()
 
 
 def part_tensors(part: ShardStatistics) -> InputStatistics:

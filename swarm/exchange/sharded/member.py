@@ -4,6 +4,7 @@ owners' duties, checks.py the checks, disputes.py what a failed check costs and 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import torch
 import trio
@@ -121,7 +122,8 @@ async def _verify(
     ]
     seed = draw_seed(r.round_, a, nonces)
     if r.me in accepted:
-        await r.publish(await r.compute(r.my_checks, a, seed, outputs))
+        mine = await r.compute(r.my_checks, a, seed, outputs)
+        await r.publish(replace(mine, decision=decision.digest))
     r.mark("checks sent")
     await r.board.wait(lambda: all((a, s) in r.board.checks for s in accepted), deadline)
     r.mark("checks in")
@@ -138,8 +140,11 @@ def _shard_holds(r: ShardedRound, decision: Decision, k: int, out, seed: bytes) 
     if out is None or payload is None:
         return False
     checks = [r.board.checks.get((decision.attempt, s)) for s in decision.accepted]
-    if any(c is None for c in checks):
-        return False  # a sender withheld its checks: the shard is recomputed from its inputs
+    if any(c is None or c.decision != decision.digest for c in checks):
+        return False  # withheld, or another decision's: the shard is recomputed from its inputs
+    claim = r.board.outputs.get((decision.attempt, k, decision.owners[k]))
+    if claim is None or claim.decision != decision.digest:
+        return False  # written for another decision: recomputed too
     n = len(r.shards)
     column = torch.tensor(
         [

@@ -62,6 +62,7 @@ class ShardOutput(Message):
     attempt: Annotated[int, IntRange(0, 16)]
     digest: Annotated[bytes, MaxLen(DIGEST)]
     nbytes: Annotated[int, IntRange(0, 2**40)]
+    decision: Annotated[bytes, MaxLen(DIGEST)] = b""  # the decision it was written for (decide.py)
 
 
 @message("exchange/shard-reveal", max_size=256)
@@ -81,3 +82,4 @@ class SenderChecks(Message):
     projections: Annotated[bytes, MaxLen(8 * MAX_SHARDS)]
     sq_norms: Annotated[bytes, MaxLen(8 * MAX_SHARDS)]
     rows: Annotated[bytes, MaxLen(8 * MAX_SHARDS)]
+    decision: Annotated[bytes, MaxLen(DIGEST)] = b""  # the decision they were computed for

@@ -12,7 +12,7 @@ shard of the aggregate (U), and sends the same; the statistics are p × p per sh
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,7 +93,6 @@ class ShardedRound:
     # seconds beyond `patience` (and `timeout`) the owners wait for commitments of members that
     # end their inner phase after us (round_pace.straggler_allowance)
     commit_wait: float = 0.0
-    gone: Callable[[], Collection[str]] = lambda: ()  # members whose connections all closed
     # trio time a counted member's first message of this round reached us (None: none before
     # we started it): the commit deadline counts from the round's first commitment, so that
     # members that started apart wait for commitments until about the same moment
