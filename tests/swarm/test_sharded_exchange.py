@@ -12,12 +12,16 @@ import torch
 import trio
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
+from peertrain.protocol.envelope import seal
+from peertrain.protocol.messages import encode
 from peertrain.swarm.aggregation import build_aggregator
 from peertrain.swarm.aggregation.sharded import aggregate_sharded
 from peertrain.swarm.aggregation.streaming import STATS_WINDOW
 from peertrain.swarm.exchange.codec import ProtocolCodec
 from peertrain.swarm.exchange.errors import ExchangeFailed
 from peertrain.swarm.exchange.sharded import ShardedRound, run_round
+from peertrain.swarm.exchange.sharded.board import DOMAIN
+from peertrain.swarm.exchange.sharded.messages import NonceReveal
 from peertrain.swarm.exchange.sharded.owner import ShardOwner
 from peertrain.testing.shard_network import shard_network
 
@@ -412,3 +416,29 @@ async def test_members_that_decided_apart_blame_nobody():
     apart = list(rounds)[2]
     honest = [r.update for p, r in results.items() if p != apart]
     assert all(torch.equal(u, honest[0]) for u in honest)
+
+
+class HalfRevealer(ShardedRound):
+    """Its nonce reaches only the first half of the group (a reveal lost on the way to some
+    members by their deadline): their ρ and everyone else's differ."""
+
+    async def publish(self, msg) -> None:
+        if not isinstance(msg, NonceReveal):
+            return await super().publish(msg)
+        env = seal(self.key_pair, domain=DOMAIN, run=self.run_id, round=self.round_,
+                   payload=self.board.tag + encode(msg))  # fmt: skip
+        raw = env.to_bytes()
+        self.board.receive(raw)
+        for peer in sorted(self.group)[: len(self.group) // 2]:
+            if peer != self.me:
+                self.transport.net.endpoints[peer].deliver(self.me, raw)
+
+
+async def test_a_nonce_that_reached_only_some_members_blames_no_honest_sender():
+    """Honest checks look false under another ρ: only a seed drawn from every accepted
+    sender's nonce may blame a sender's checks."""
+    results, penalties, rounds, _ = await run_group(
+        "flag", updates(range(4), seed=4), kinds={0: HalfRevealer}, patience=1.0,
+        fields={"timeout": 8.0},
+    )  # fmt: skip
+    assert all(not p for p in penalties.values()), penalties

@@ -37,6 +37,12 @@ class Decision:
         text = f"{self.attempt}|{','.join(self.accepted)}|{owners}|".encode()
         return blake3.blake3(text + self.weights.numpy().tobytes()).digest()
 
+    def basis(self, seed: bytes) -> bytes:
+        """Names what a sender's checks were computed on: this decision and ρ's seed. A nonce
+        that reached some members by their deadline and not others gives them another seed,
+        and honest checks under one seed look false under the other."""
+        return blake3.blake3(self.digest + seed).digest()
+
 
 def part_tensors(part: ShardStatistics) -> InputStatistics:
     p = len(part.senders)

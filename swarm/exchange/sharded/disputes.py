@@ -20,9 +20,12 @@ from .transport import FetchFailed
 log = logging.getLogger(__name__)
 
 
-async def recompute(r, decision: Decision, seed: bytes, bad, chosen, local, disputes) -> bool:
+async def recompute(
+    r, decision: Decision, seed: bytes, bad, chosen, local, disputes, common: bool = True
+) -> bool:
     """Recompute the `bad` shards from their inputs; True when a shard's statistics were false
-    (the round must decide again), False when only outputs or accusers were."""
+    (the round must decide again), False when only outputs or accusers were. `common`: the
+    seed was drawn from every accepted sender's nonce (else no sender's checks are judged)."""
     replaced = False
     for k in bad:
         owner, part = chosen[k]
@@ -39,11 +42,11 @@ async def recompute(r, decision: Decision, seed: bytes, bad, chosen, local, disp
             chosen[k] = (None, _statistics(k, held, true))
             replaced = True
             continue
-        _judge_output(r, decision, seed, k, owner, disputes, local[k])
+        _judge_output(r, decision, seed, k, owner, disputes, local[k], common)
     return replaced
 
 
-def _judge_output(r, decision, seed, k, owner, disputes, sources) -> None:
+def _judge_output(r, decision, seed, k, owner, disputes, sources, common=True) -> None:
     out = r.write_shard(k, decision, sources)
     payload = bytes(r.codec.encode(out))
     claim = r.board.outputs.get((decision.attempt, k, owner))
@@ -56,7 +59,7 @@ def _judge_output(r, decision, seed, k, owner, disputes, sources) -> None:
         _blame(r, disputes, k, owner, "no output for its shard")
     elif r.fetched.get((decision.attempt, k)) != payload:
         _blame(r, disputes, k, owner, "an output that is not the aggregate of its inputs")
-    else:  # the owner was right: whoever signed checks that disagree with its inputs lied
+    elif common:  # the owner was right: whoever signed checks that disagree with its inputs lied
         decoded = r.codec.decode(payload, out.numel())
         for sender in decision.accepted:
             if _checks_lie(r, decision, seed, k, sender, sources[sender], decoded):
@@ -67,7 +70,7 @@ def _checks_lie(r, decision, seed, k, sender, source, out) -> bool:
     checks = r.board.checks.get((decision.attempt, sender))
     if checks is None:
         return True  # withheld: it made every member fetch the shard's inputs
-    if checks.decision != decision.digest:
+    if checks.decision != decision.basis(seed):
         # another decision's (members raced to different statistics): no lie about this one.
         # Judged as lies, they once had every honest member of a 25M run ban every other
         return False

@@ -56,12 +56,12 @@ async def _attempts(r: ShardedRound, nonce: bytes, deadline: float) -> ShardedRe
         )
         outputs = await _outputs(r, decision, local, deadline)
         r.mark("outputs in")
-        verified, seed = await _verify(r, decision, outputs, nonce, deadline)
+        verified, seed, common = await _verify(r, decision, outputs, nonce, deadline)
         r.mark("verified")
         bad = [k for k in shards if k not in local and not verified.get(k)]
         if not bad:
             return await _result(r, decision, outputs, disputes)
-        replaced = await recompute(r, decision, seed, bad, chosen, local, disputes)
+        replaced = await recompute(r, decision, seed, bad, chosen, local, disputes, common)
         if not replaced:  # outputs only were wrong: ours are recomputed from the inputs
             outputs.update({k: r.local_output(k, decision, local[k]) for k in bad})
             return await _result(r, decision, outputs, disputes)
@@ -107,12 +107,18 @@ async def _fetch_output(
 
 async def _verify(
     r: ShardedRound, decision: Decision, outputs: dict, nonce: bytes, deadline: float
-) -> tuple[dict[int, bool], bytes]:
+) -> tuple[dict[int, bool], bytes, bool]:
     """Reveal our nonce, draw ρ from the accepted senders' nonces, sign our checks, and run
-    everyone's against every owner's claims. (Shard → whether it holds, the seed.)"""
+    everyone's against every owner's claims. (Shard → whether it holds, the seed, whether the
+    seed is common: drawn from every accepted sender's nonce. A nonce that reached some
+    members by their deadline and not others gives them different ρ, and each other's honest
+    checks look false: only a common seed may blame a sender's checks.)"""
     a, accepted = decision.attempt, decision.accepted
     await r.publish(NonceReveal(attempt=a, nonce=nonce))
-    await r.board.wait(lambda: all((a, s) in r.board.reveals for s in accepted), deadline)
+    # a missing nonce is waited for `patience`, not the round: a member that waited to its
+    # deadline sent its checks after the others stopped waiting for them, and was blamed
+    revealed = min(deadline, trio.current_time() + r.patience)
+    await r.board.wait(lambda: all((a, s) in r.board.reveals for s in accepted), revealed)
     r.mark("nonces in")
     nonces = [
         reveal.nonce
@@ -120,10 +126,10 @@ async def _verify(
         if (reveal := r.board.reveals.get((a, s))) is not None
         and digest(reveal.nonce) == r.board.commitments[s].nonce_hash
     ]
-    seed = draw_seed(r.round_, a, nonces)
+    seed, common = draw_seed(r.round_, a, nonces), len(nonces) == len(accepted)
     if r.me in accepted:
         mine = await r.compute(r.my_checks, a, seed, outputs)
-        await r.publish(replace(mine, decision=decision.digest))
+        await r.publish(replace(mine, decision=decision.basis(seed)))
     r.mark("checks sent")
     await r.board.wait(lambda: all((a, s) in r.board.checks for s in accepted), deadline)
     r.mark("checks in")
@@ -132,7 +138,7 @@ async def _verify(
         owners = decision.owners
         return {k: _shard_holds(r, decision, k, outputs.get(k), seed) for k in owners if owners[k]}
 
-    return await r.compute(verify), seed
+    return await r.compute(verify), seed, common
 
 
 def _shard_holds(r: ShardedRound, decision: Decision, k: int, out, seed: bytes) -> bool:
@@ -140,7 +146,7 @@ def _shard_holds(r: ShardedRound, decision: Decision, k: int, out, seed: bytes) 
     if out is None or payload is None:
         return False
     checks = [r.board.checks.get((decision.attempt, s)) for s in decision.accepted]
-    if any(c is None or c.decision != decision.digest for c in checks):
+    if any(c is None or c.decision != decision.basis(seed) for c in checks):
         return False  # withheld, or another decision's: the shard is recomputed from its inputs
     claim = r.board.outputs.get((decision.attempt, k, decision.owners[k]))
     if claim is None or claim.decision != decision.digest:

@@ -82,4 +82,4 @@ class SenderChecks(Message):
     projections: Annotated[bytes, MaxLen(8 * MAX_SHARDS)]
     sq_norms: Annotated[bytes, MaxLen(8 * MAX_SHARDS)]
     rows: Annotated[bytes, MaxLen(8 * MAX_SHARDS)]
-    decision: Annotated[bytes, MaxLen(DIGEST)] = b""  # the decision they were computed for
+    decision: Annotated[bytes, MaxLen(DIGEST)] = b""  # decision and ρ they were computed on
