@@ -20,12 +20,9 @@ from .transport import FetchFailed
 log = logging.getLogger(__name__)
 
 
-async def recompute(
-    r, decision: Decision, seed: bytes, bad, chosen, local, disputes, common: bool = True
-) -> bool:
+async def recompute(r, decision: Decision, seed: bytes, bad, chosen, local, disputes) -> bool:
     """Recompute the `bad` shards from their inputs; True when a shard's statistics were false
-    (the round must decide again), False when only outputs or accusers were. `common`: the
-    seed was drawn from every accepted sender's nonce (else no sender's checks are judged)."""
+    (the round must decide again), False when only outputs or accusers were."""
     replaced = False
     for k in bad:
         owner, part = chosen[k]
@@ -42,11 +39,11 @@ async def recompute(
             chosen[k] = (None, _statistics(k, held, true))
             replaced = True
             continue
-        _judge_output(r, decision, seed, k, owner, disputes, local[k], common)
+        _judge_output(r, decision, seed, k, owner, disputes, local[k])
     return replaced
 
 
-def _judge_output(r, decision, seed, k, owner, disputes, sources, common=True) -> None:
+def _judge_output(r, decision, seed, k, owner, disputes, sources) -> None:
     out = r.write_shard(k, decision, sources)
     payload = bytes(r.codec.encode(out))
     claim = r.board.outputs.get((decision.attempt, k, owner))
@@ -59,7 +56,7 @@ def _judge_output(r, decision, seed, k, owner, disputes, sources, common=True) -
         _blame(r, disputes, k, owner, "no output for its shard")
     elif r.fetched.get((decision.attempt, k)) != payload:
         _blame(r, disputes, k, owner, "an output that is not the aggregate of its inputs")
-    elif common:  # the owner was right: whoever signed checks that disagree with its inputs lied
+    else:  # the owner was right: whoever signed checks that disagree with its inputs lied
         decoded = r.codec.decode(payload, out.numel())
         for sender in decision.accepted:
             if _checks_lie(r, decision, seed, k, sender, sources[sender], decoded):

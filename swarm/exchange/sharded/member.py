@@ -56,12 +56,12 @@ async def _attempts(r: ShardedRound, nonce: bytes, deadline: float) -> ShardedRe
         )
         outputs = await _outputs(r, decision, local, deadline)
         r.mark("outputs in")
-        verified, seed, common = await _verify(r, decision, outputs, nonce, deadline)
+        verified, seed = await _verify(r, decision, outputs, nonce, deadline)
         r.mark("verified")
         bad = [k for k in shards if k not in local and not verified.get(k)]
         if not bad:
             return await _result(r, decision, outputs, disputes)
-        replaced = await recompute(r, decision, seed, bad, chosen, local, disputes, common)
+        replaced = await recompute(r, decision, seed, bad, chosen, local, disputes)
         if not replaced:  # outputs only were wrong: ours are recomputed from the inputs
             outputs.update({k: r.local_output(k, decision, local[k]) for k in bad})
             return await _result(r, decision, outputs, disputes)
@@ -107,12 +107,11 @@ async def _fetch_output(
 
 async def _verify(
     r: ShardedRound, decision: Decision, outputs: dict, nonce: bytes, deadline: float
-) -> tuple[dict[int, bool], bytes, bool]:
+) -> tuple[dict[int, bool], bytes]:
     """Reveal our nonce, draw ρ from the accepted senders' nonces, sign our checks, and run
-    everyone's against every owner's claims. (Shard → whether it holds, the seed, whether the
-    seed is common: drawn from every accepted sender's nonce. A nonce that reached some
-    members by their deadline and not others gives them different ρ, and each other's honest
-    checks look false: only a common seed may blame a sender's checks.)"""
+    everyone's against every owner's claims. (Shard → whether it holds, the seed.) A nonce
+    that reached some members by their deadline and not others gives them another seed: the
+    checks name theirs (`Decision.basis`), and another basis is recomputed, not judged."""
     a, accepted = decision.attempt, decision.accepted
     await r.publish(NonceReveal(attempt=a, nonce=nonce))
     # a missing nonce is waited for `patience`, not the round: a member that waited to its
@@ -126,7 +125,7 @@ async def _verify(
         if (reveal := r.board.reveals.get((a, s))) is not None
         and digest(reveal.nonce) == r.board.commitments[s].nonce_hash
     ]
-    seed, common = draw_seed(r.round_, a, nonces), len(nonces) == len(accepted)
+    seed = draw_seed(r.round_, a, nonces)
     if r.me in accepted:
         mine = await r.compute(r.my_checks, a, seed, outputs)
         await r.publish(replace(mine, decision=decision.basis(seed)))
@@ -138,7 +137,7 @@ async def _verify(
         owners = decision.owners
         return {k: _shard_holds(r, decision, k, outputs.get(k), seed) for k in owners if owners[k]}
 
-    return await r.compute(verify), seed, common
+    return await r.compute(verify), seed
 
 
 def _shard_holds(r: ShardedRound, decision: Decision, k: int, out, seed: bytes) -> bool:
