@@ -133,3 +133,17 @@ async def test_a_nonce_that_reached_only_some_members_blames_no_honest_sender():
         fields={"timeout": 8.0},
     )  # fmt: skip
     assert all(not p for p in penalties.values()), penalties
+
+
+async def test_an_early_message_of_a_member_never_leaves_the_owners_less_than_their_patience():
+    """A counted member may send a round's first message long before the round (a liar, or a
+    clock far ahead): the owners still wait their patience from their own start."""
+    start = trio.current_time()
+    results, penalties, rounds, _ = await run_group(
+        "flag",
+        updates(range(4)),
+        patience=2.0,
+        fields={"commit_wait": 1.0, "opened_at": start - 3600.0},
+    )
+    assert all(r.commit_deadline >= start + 2.0 for r in rounds.values())
+    assert {len(r.accepted) for r in results.values()} == {4}

@@ -29,7 +29,9 @@ async def run_round(r: ShardedRound, update: Payload) -> ShardedResult:
     """One round: `update` is our update as the codec encoded it (r.codec, r.numel values)."""
     now = trio.current_time()
     opened = now if r.opened_at is None else min(now, r.opened_at)
-    r.commit_deadline = opened + r.patience + r.commit_wait
+    # never less than the patience from our own start: a counted member's message of a round
+    # sent long before it would otherwise leave the owners no wait for commitments at all
+    r.commit_deadline = max(now + r.patience, opened + r.patience + r.commit_wait)
     deadline = now + r.timeout + r.commit_wait
     r.mark("start")
     nonce = await r.commit(update)
