@@ -25,6 +25,7 @@ SPEC = DiLoCoSpec(
     model="mlp", dataset="digits", inner_steps=5, batch_size=16, num_shards=4, codec="fp32",
     lr=3e-3, warmup_steps=2,
 )  # fmt: skip
+STOPPED_AFTER = 2  # steps of the last, overtaken inner phase (of SPEC.inner_steps)
 
 
 def lead(node: IntraNode, rounds: int) -> dict:
@@ -32,8 +33,20 @@ def lead(node: IntraNode, rounds: int) -> dict:
     b = build_member(SPEC, "b")
     group = LocalGroup([a.member, b.member], names=["a", "b"])
     losses = [group.run_round()[0].inner.mean_loss for _ in range(rounds)]
-    a.member.inner.close()
-    return {"theta": a.member.global_params, "losses": losses, "device": str(node.device)}
+    theta = a.member.global_params.clone()
+    # then an inner phase the group overtakes after STOPPED_AFTER steps: every rank must stop
+    # after the same step, or a follower's next all_reduce waits for a rank that left
+    inner = a.member.inner
+    stop_at = inner.step + STOPPED_AFTER
+    stopped = inner.run(SPEC.inner_steps, stop=lambda: inner.step >= stop_at)
+    inner.close()
+    return {
+        "theta": theta,
+        "model": ParamLayout(inner.model).flatten(),
+        "stopped_steps": stopped.steps,
+        "losses": losses,
+        "device": str(node.device),
+    }
 
 
 def follower(node: IntraNode) -> dict:

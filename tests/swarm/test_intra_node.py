@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 from peertrain.testing import free_tcp_port
-from peertrain.testing.intra_node import reference_run
+from peertrain.testing.intra_node import STOPPED_AFTER, reference_run
 
 ROUNDS = 2
 
@@ -32,9 +32,11 @@ def run_node(tmp_path, device: str, world: int = 2) -> list[dict]:
 
 def check_node(results: list[dict], atol: float = 1e-5) -> None:
     leader, follower = results
-    # rank 1 took part in every round and ends at the member's θ_global, bit for bit
-    assert follower["rounds"] == ROUNDS
-    assert torch.equal(follower["theta"].cpu(), leader["theta"])
+    # rank 1 took part in every round and in the last inner phase, which rank 0 stopped early
+    # (the group overtook it): both stopped after the same step and end at rank 0's model
+    assert follower["rounds"] == ROUNDS + 1
+    assert leader["stopped_steps"] == STOPPED_AFTER + 1  # the step in flight when told ends
+    assert torch.equal(follower["theta"].cpu(), leader["model"])
     # the node trained as one member with twice the batch: accumulation=2 in one process
     expected = reference_run(world=2, rounds=ROUNDS)
     assert torch.allclose(leader["theta"], expected, atol=atol)

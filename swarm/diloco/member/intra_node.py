@@ -98,15 +98,30 @@ class DistributedInnerLoop(InnerLoop):
         self.layout = ParamLayout(model)
         self.generation = 0  # counts optimizer replacements (adoptions)
         self._sent_generation = 0
+        self._stop: Callable[[], bool] | None = None  # rank 0's early stop, asked every step
+        self._halt = False  # the node agreed to stop after this step
 
     def reset_optimizer(self, state) -> None:
         super().reset_optimizer(state)
         self.generation += 1
 
-    def run(self, steps: int) -> InnerReport:
+    def run(self, steps: int, stop: Callable[[], bool] | None = None) -> InnerReport:
+        """Rank 0 decides when to stop early (`stop`, the group overtook us); its decision rides
+        on each step's all_reduce, so every rank ends after the same step and no collective is
+        left waiting for a rank that stopped. The step in flight when `stop()` turns true still
+        ends on every rank: one step late, for no extra collective per step."""
         if self.node.leads:
+            if stop is not None and stop():
+                steps = 0
             self._broadcast_command(_RUN, steps)
-        return super().run(steps)
+        return self._run_together(steps, stop if self.node.leads else None)
+
+    def _run_together(self, steps: int, stop: Callable[[], bool] | None) -> InnerReport:
+        self._stop, self._halt = stop, False
+        try:
+            return super().run(steps, lambda: self._halt)
+        finally:
+            self._stop = None
 
     def close(self) -> None:
         """Rank 0: release the followers, leaving them at θ (the member's θ_global)."""
@@ -118,18 +133,19 @@ class DistributedInnerLoop(InnerLoop):
 
     def _accumulate_gradients(self) -> float:
         """This rank's gradients, then the node's mean of them (and of the loss) in one
-        all_reduce of one flat buffer."""
+        all_reduce of one flat buffer, whose last entry carries rank 0's word to stop."""
         loss = super()._accumulate_gradients()
         params = [p for p in self.model.parameters() if p.requires_grad]
         grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in params]
-        flat = torch.cat(
-            [g.reshape(-1) for g in grads] + [torch.tensor([loss], device=self.device)]
-        )
+        halt = 1.0 if self._stop is not None and self._stop() else 0.0
+        tail = torch.tensor([loss, halt], device=self.device)
+        flat = torch.cat([g.reshape(-1) for g in grads] + [tail])
         dist.all_reduce(flat)
+        self._halt = bool(flat[-1] > 0)
         flat /= self.node.world
-        for p, view in zip(params, flat[:-1].split([p.numel() for p in params]), strict=True):
+        for p, view in zip(params, flat[:-2].split([p.numel() for p in params]), strict=True):
             p.grad = view.view_as(p).clone()
-        return float(flat[-1])
+        return float(flat[-2])
 
     def _broadcast_command(self, op: int, steps: int) -> None:
         fields = [op, steps, self.step, self.shard, self.generation]
@@ -161,7 +177,7 @@ def follow(loop: DistributedInnerLoop, batches_of: Callable[[int], Batches]) -> 
         if shard != loop.shard:
             loop.batches, loop.shard = batches_of(shard), shard
         loop.step = step
-        InnerLoop.run(loop, steps)
+        loop._run_together(steps, None)
         rounds += 1
 
 
