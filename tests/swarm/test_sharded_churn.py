@@ -11,12 +11,13 @@ import torch
 import trio
 from peertrain.protocol.envelope import seal
 from peertrain.protocol.messages import encode
+from peertrain.swarm.aggregation.streaming import STATS_WINDOW
 from peertrain.swarm.exchange.errors import ExchangeFailed
 from peertrain.swarm.exchange.sharded import ShardedRound
 from peertrain.swarm.exchange.sharded.board import DOMAIN
 from peertrain.swarm.exchange.sharded.messages import NonceReveal
 
-from .test_sharded_exchange import keys, run_group, updates
+from .test_sharded_exchange import FalseAccuser, keys, run_group, updates
 
 
 async def test_a_member_ending_its_inner_phase_after_us_counts_within_the_commit_wait():
@@ -147,3 +148,30 @@ async def test_an_early_message_of_a_member_never_leaves_the_owners_less_than_th
     )
     assert all(r.commit_deadline >= start + 2.0 for r in rounds.values())
     assert {len(r.accepted) for r in results.values()} == {4}
+
+
+async def test_an_honest_senders_checks_hold_in_a_dispute_on_shards_whose_squares_sum_poorly():
+    """A dispute judges every accepted sender's checks against numbers recomputed from its
+    committed bytes: the judge must compute them as the sender did. Shards of a 25M model hold
+    6M values, where a float32 dot strays from the statistics' float64 sums by 1e-4: in a 25M
+    run's dispute every member found every honest sender's checks false and banned it. Here each
+    shard opens with large values that float32 lanes cannot add the small rest to."""
+    window = STATS_WINDOW
+    numel, shard = 16 * window, 4 * window  # four members: four shards of four windows
+    g = torch.Generator().manual_seed(7)
+    ups = {}
+    for i in range(4):
+        u = 5e-3 * (1 + 0.1 * torch.randn(numel, generator=g))
+        u.view(4, shard)[:, :8192] = 1.0 + 0.01 * i
+        ups[i] = u
+    first = ups[0][:shard]
+    exact = float(first.double() @ first.double())
+    if abs(float(first @ first) - exact) / exact < 1e-4:
+        pytest.skip("this BLAS sums float32 squares closely: the old judge would agree too")
+    results, penalties, rounds, _ = await run_group(
+        "flag", ups, kinds={1: FalseAccuser}, numel=numel
+    )
+    accuser = list(rounds)[1]
+    assert {len(r.accepted) for r in results.values()} == {4}
+    for peer in rounds:
+        assert {who for who, _ in penalties[peer]} == {accuser}, peer[:12]

@@ -64,6 +64,7 @@ async def run_group(
     starts: dict[int, float | None] | None = None,
     fields: dict | None = None,
     member_fields: dict[int, dict] | None = None,
+    numel: int = NUMEL,
     **options,
 ):
     """One round of every member; (peer → result or exception, peer → penalties it gave).
@@ -86,7 +87,7 @@ async def run_group(
                 transport=endpoint,
                 rule=build_aggregator(rule_name, **options),
                 codec=ProtocolCodec(codec),
-                numel=NUMEL,
+                numel=numel,
                 patience=patience,
                 on_penalty=lambda who, why, me=peer: penalties[me].append((who, why)),
                 **{"group": list(peers), **(fields or {}), **mine},

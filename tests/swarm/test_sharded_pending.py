@@ -24,9 +24,8 @@ def message(key, round_: int, n: int) -> bytes:
     return seal(key, domain=DOMAIN, run="run", round=round_, payload=body).to_bytes()
 
 
-async def test_a_leased_stranger_cannot_fill_the_buffer_of_the_next_round_before_a_member():
-    me, stranger, member = (create_new_key_pair() for _ in range(3))
-    updates = ShardedUpdates(
+def sharded_updates(me, **fields) -> ShardedUpdates:
+    return ShardedUpdates(
         run_id="run",
         me=peer(me),
         key_pair=me,
@@ -36,8 +35,13 @@ async def test_a_leased_stranger_cannot_fill_the_buffer_of_the_next_round_before
         numel=1000,
         leased=lambda p: True,  # anyone may hold a lease in an open run
         on_penalty=None,
-        counted=lambda p: p == peer(member),
+        **fields,
     )
+
+
+async def test_a_leased_stranger_cannot_fill_the_buffer_of_the_next_round_before_a_member():
+    me, stranger, member = (create_new_key_pair() for _ in range(3))
+    updates = sharded_updates(me, counted=lambda p: p == peer(member))
     for n in range(5000):
         updates.receive(peer(stranger), message(stranger, 1, n))
     assert 1 not in updates._opened  # a stranger's early message moves no commit deadline
@@ -46,3 +50,18 @@ async def test_a_leased_stranger_cannot_fill_the_buffer_of_the_next_round_before
     pending = updates._pending[1]
     assert pending[peer(member)] == [message(member, 1, 0)]
     assert len(pending[peer(stranger)]) <= 64  # one sender's share, whoever it is
+
+
+async def test_a_member_restarted_at_a_later_round_keeps_that_rounds_early_messages():
+    """A member restarted from its checkpoint of round 3 has exchanged no round since: the
+    others' commitments of round 3, which come before its own, wait for it all the same (they
+    were dropped, it decided alone, and every member of a 25M run disputed every shard)."""
+    me, member = create_new_key_pair(), create_new_key_pair()
+    at = {"round": 3}
+    updates = sharded_updates(me, counted=lambda p: True, at_round=lambda: at["round"])
+    for round_ in (2, 3, 5, 6):
+        updates.receive(peer(member), message(member, round_, 0))
+    assert sorted(updates._pending) == [3, 5]  # its round and the next two, none before
+    at["round"] = 9  # adopted the group's state of round 9 meanwhile
+    updates.receive(peer(member), message(member, 9, 0))
+    assert 9 in updates._pending

@@ -54,11 +54,13 @@ class ShardedUpdates:
         leased: Callable[[str], bool],
         on_penalty: Callable[[str, str], None] | None,
         counted: Callable[[str], bool] = lambda peer: False,
+        at_round: Callable[[], int] = lambda: 0,
     ) -> None:
-        """`counted(peer)`: is it in the counted group (room for its early messages is kept)."""
+        """`counted(peer)`: is it in the counted group (room for its early messages is kept);
+        `at_round()`: the round our member is in, whose messages and the next AHEAD's we keep."""
         self.run_id, self.me, self.key_pair = run_id, me, key_pair
         self.transport, self.rule, self.codec, self.numel = transport, rule, codec, numel
-        self.leased, self.counted = leased, counted
+        self.leased, self.counted, self.at_round = leased, counted, at_round
         self.on_penalty = on_penalty or (lambda peer, why: None)
         self.current: ShardedRound | None = None
         self.last_marks: list[tuple[str, float]] = []  # the last round's phases (ShardedRound)
@@ -80,9 +82,14 @@ class ShardedUpdates:
         if round_ is None or not self.leased(origin):
             return None  # not a member's: not kept, not forwarded, no blame (leases race)
         current = self.current
+        # from the member's round, not only the last one we exchanged: a member restarted from
+        # its checkpoint of round 3 (or one that adopted the group's state) kept nothing past
+        # round 2, lost the others' commitments that came before its own, decided alone and
+        # made every member of a 25M run dispute every shard
+        low = max(self.round, self.at_round())
         if current is not None and current.round_ == round_:
             current.board.receive(raw)
-        elif self.round <= round_ <= self.round + AHEAD:
+        elif low <= round_ <= low + AHEAD:
             self._keep(round_, origin, raw)
             if self.counted(origin):  # a stranger's early message moves no deadline
                 self._opened.setdefault(round_, trio.current_time())
@@ -186,6 +193,7 @@ def sharded_updates(driver: ShardedDriver, transport: ShardTransport | None) -> 
         leased=lambda peer: driver.state.is_live(peer) or peer == driver.peer_id,
         on_penalty=driver.on_penalty,
         counted=lambda peer: peer in driver.roster.counted,
+        at_round=lambda: driver.member.round,
     )
 
 

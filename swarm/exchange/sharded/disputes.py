@@ -11,7 +11,7 @@ import logging
 import torch
 import trio
 
-from .checks import RELATIVE, projection
+from .checks import RELATIVE, sender_facts
 from .decide import Decision, rows_of
 from .messages import ShardStatistics, floats, pack_floats
 from .owners import owner_order
@@ -72,8 +72,7 @@ def _checks_lie(r, decision, seed, k, sender, source, out) -> bool:
         # Judged as lies, they once had every honest member of a 25M run ban every other
         return False
     n = len(r.shards)
-    g = source.read(0, source.numel)
-    true = torch.tensor([projection(seed, k, g), float(g @ g), float(torch.dot(g, out))])
+    true = torch.tensor(sender_facts(r.rule, seed, k, source.read(0, source.numel), out))
     signed = torch.tensor(
         [floats(getattr(checks, f), n, what=f)[k] for f in ("projections", "sq_norms", "rows")]
     )

@@ -24,14 +24,13 @@ from peertrain.protocol.messages import Message, encode
 from peertrain.swarm.aggregation.base import Aggregator
 from peertrain.swarm.aggregation.sharded import Shard, plan_shards
 from peertrain.swarm.aggregation.streaming import (
-    TensorSource,
     UpdateSource,
     write_linear_combination,
 )
 
 from ..codec import Payload, ProtocolCodec
 from .board import DOMAIN, Board
-from .checks import projection
+from .checks import sender_facts
 from .decide import Decision, decide
 from .messages import SenderChecks, ShardCommitment, ShardStatistics, digest, pack_floats
 from .owner import ShardOwner
@@ -206,10 +205,10 @@ class ShardedRound:
         for k, payload in enumerate(self.mine):
             s = self.shards[k]
             g = self.codec.decode(payload, s.stop - s.start, scratch[: s.stop - s.start])
-            out = outputs.get(k)
-            projections.append(projection(seed, k, g))
-            sq_norms.append(float(self.rule.statistics([TensorSource(g)]).sq_norms[0]))
-            rows.append(0.0 if out is None else float(torch.dot(g, out)))
+            projected, sq_norm, row = sender_facts(self.rule, seed, k, g, outputs.get(k))
+            projections.append(projected)
+            sq_norms.append(sq_norm)
+            rows.append(row)
         return SenderChecks(
             attempt=attempt,
             projections=pack_floats(torch.tensor(projections)),
