@@ -56,6 +56,12 @@ async def _attempts(r: ShardedRound, nonce: bytes, deadline: float) -> ShardedRe
         decision = r.decide(
             attempt, {k: (None if k in local else o, p) for k, (o, p) in chosen.items()}
         )
+        # one line a round: members whose digests differ decided apart, and the log says on what
+        log.info(
+            "round %d attempt %d: decision %s on %d senders, %d accepted",
+            r.round_, attempt, decision.digest.hex()[:12], len(decision.senders),
+            len(decision.accepted),
+        )  # fmt: skip
         outputs = await _outputs(r, decision, local, deadline)
         r.mark("outputs in")
         verified, seed = await _verify(r, decision, outputs, nonce, deadline)
